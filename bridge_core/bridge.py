@@ -1,0 +1,574 @@
+"""The Bridge: conversation state, commands, and the one ordered event log.
+
+Agent sources publish shared events through ``Bridge.publish``; the bridge
+folds them into each conversation's state, queues what must be persisted
+(never per delta), and hands them to the hub in order. Front ends call
+``Bridge.execute(command, origin)`` and render the result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import os
+import time
+from typing import Any, Callable, Optional
+
+import attrs
+
+from . import commands as cmd
+from . import events as ev
+from .agents.base import AgentSource
+from .attachments import AttachmentStore
+from .errors import (
+    AlreadyResolved,
+    ApprovalNotFound,
+    BadRequest,
+    ClarifyNotFound,
+    ConversationNotFound,
+    NotFound,
+    RunActive,
+    TooLarge,
+)
+from .hub import Hub
+from .ids import new_id
+from .state import ConversationState
+from .store import Store
+from .tasks import TaskSet
+
+log = logging.getLogger("agent_bridge.bridge")
+
+MAX_TEXT = 64_000
+HISTORY_CAP = 500
+RESOLVED_MEMORY = 4096
+CLEANUP_INTERVAL = 3600.0
+
+
+@attrs.frozen
+class Snapshot:
+    conversation: ConversationState
+    messages: list
+    attachments: list
+    run: Any
+    tools: list
+    approvals: list
+    clarifications: list
+
+
+@attrs.frozen
+class SendResult:
+    conversation_id: str
+    run_id: Optional[str]
+    created: bool = False
+
+
+class Bridge:
+    def __init__(
+        self,
+        data_dir: str,
+        source: AgentSource,
+        *,
+        retention_days: float = 7.0,
+        store: Optional[Store] = None,
+    ):
+        self.data_dir = data_dir
+        os.makedirs(data_dir, mode=0o700, exist_ok=True)
+        self.store = store or Store(os.path.join(data_dir, "bridge.db"))
+        self.hub = Hub()
+        self.tasks = TaskSet("bridge")
+        self.conversations: dict[str, ConversationState] = {}
+        self.sources: dict[str, AgentSource] = {}
+        self.default_source = source
+        self.retention_days = retention_days
+        self.attachments: AttachmentStore = None  # type: ignore[assignment]
+        self._approvals: dict[str, str] = {}  # pending approval_id -> conversation_id
+        self._clarifications: dict[str, str] = {}
+        self._resolved: collections.OrderedDict[str, ev.ApprovalResolved] = collections.OrderedDict()
+        self._resolved_clarify: collections.OrderedDict[str, ev.ClarifyResolved] = collections.OrderedDict()
+        self._sending: set[str] = set()
+        self.interrupted_runs: list[tuple[str, str]] = []
+        self.started = False
+        self.add_source(source)
+
+    # --- lifecycle -----------------------------------------------------------
+
+    def add_source(self, source: AgentSource) -> None:
+        self.sources[source.name] = source
+        source.attach(self)
+
+    async def start(self) -> None:
+        if self.store._wconn is None:
+            self.store.open()
+        self.attachments = AttachmentStore(os.path.join(self.data_dir, "attachments"), self.store, self.retention_days)
+        self._load()
+        self.hub.subscribe(self._persist)
+        for source in list(self.sources.values()):
+            await source.start()
+        self.tasks.spawn(self._cleanup_loop(), name="attachment-cleanup")
+        self.started = True
+
+    async def stop(self) -> None:
+        for source in list(self.sources.values()):
+            try:
+                await source.stop()
+            except Exception:
+                log.exception("agent source %s failed to stop", source.name)
+        await self.tasks.close()
+        self.store.close()
+        self.started = False
+
+    def call_soon(self, fn: Callable[[], Any]) -> None:
+        asyncio.get_running_loop().call_soon(fn)
+
+    def _load(self) -> None:
+        rows = self.store.query(
+            "SELECT id, name, source, created_at, updated_at, last_active, session_id FROM conversations"
+        )
+        for cid, name, source, created, updated, last_active, session_id in rows:
+            self.conversations[cid] = ConversationState(
+                conversation_id=cid,
+                name=name,
+                source=source,
+                created_at=created,
+                updated_at=updated,
+                last_active=last_active,
+                session_id=session_id,
+            )
+        for cid, mid, role, text, ts in self.store.query(
+            "SELECT conversation_id, message_id, role, text, ts FROM messages ORDER BY rowid"
+        ):
+            conv = self.conversations.get(cid)
+            if conv is not None:
+                conv.messages.append(ev.Message(message_id=mid, role=role, text=text, ts=ts))
+                conv.preview = text[:200]
+        now = time.time()
+        for att in self.attachments.load_all():
+            conv = self.conversations.get(att.conversation_id)
+            if conv is not None and (att.expires_at is None or att.expires_at > now):
+                conv.attachments[att.attachment_id] = att
+        # runs that were running when the process died are failed, never left running
+        for run_id, cid in self.store.query("SELECT run_id, conversation_id FROM runs WHERE status='running'"):
+            self.interrupted_runs.append((cid, run_id))
+        if self.interrupted_runs:
+            rows = [(now, r) for _, r in self.interrupted_runs]
+            self.store.submit(
+                lambda c: c.executemany(
+                    "UPDATE runs SET status='failed', finished_at=?, error='interrupted by a restart' WHERE run_id=?",
+                    rows,
+                )
+            ).result(timeout=30)
+            log.warning("%d run(s) interrupted by a restart were marked failed", len(rows))
+
+    async def _cleanup_loop(self) -> None:
+        while True:
+            try:
+                removed = await self.attachments.cleanup()
+                if removed:
+                    log.info("removed %d expired attachment(s)", removed)
+                now = time.time()
+                for conv in self.conversations.values():
+                    for aid, att in list(conv.attachments.items()):
+                        if att.expires_at is not None and att.expires_at <= now:
+                            del conv.attachments[aid]
+            except Exception:
+                log.exception("attachment cleanup failed")
+            await asyncio.sleep(CLEANUP_INTERVAL)
+
+    # --- the event log ---------------------------------------------------------
+
+    def publish(self, event: Any) -> int:
+        conv_id = getattr(event, "conversation_id", None)
+        if conv_id is not None:
+            conv = self.conversations.get(conv_id)
+            if conv is not None:
+                conv.apply(event)
+        t = type(event)
+        if t is ev.ApprovalRequested:
+            self._approvals[event.approval_id] = event.conversation_id
+        elif t is ev.ClarifyRequested:
+            self._clarifications[event.clarify_id] = event.conversation_id
+        elif t is ev.RunFinished:
+            self._drop_decisions_of_run(event.run_id)
+        seq = self.hub.publish(event)
+        if t is ev.ConversationDeleted:
+            self.conversations.pop(event.conversation_id, None)
+        return seq
+
+    def _drop_decisions_of_run(self, run_id: str) -> None:
+        for table in (self._approvals, self._clarifications):
+            for key in [k for k, cid in table.items() if self._decision_run(k) == run_id]:
+                table.pop(key, None)
+
+    def _decision_run(self, key: str) -> Optional[str]:
+        cid = self._approvals.get(key) or self._clarifications.get(key)
+        conv = self.conversations.get(cid) if cid else None
+        if conv is None:
+            return None
+        item = conv.approvals.get(key) or conv.clarifications.get(key)
+        return item.run_id if item is not None else None
+
+    def _persist(self, seq: int, e: Any) -> None:
+        t = type(e)
+        s = self.store
+        if t is ev.TextDelta:
+            return
+        if t is ev.ConversationCreated:
+            conv = self.conversations.get(e.conversation_id)
+            s.execute_later(
+                "INSERT OR IGNORE INTO conversations(id, name, source, created_at, updated_at) VALUES(?,?,?,?,?)",
+                (e.conversation_id, e.name, e.source, e.ts, e.ts),
+            )
+            if conv is not None and conv.session_id:
+                s.execute_later("UPDATE conversations SET session_id=? WHERE id=?", (conv.session_id, e.conversation_id))
+        elif t is ev.ConversationRenamed or t is ev.ConversationUpdated:
+            s.execute_later("UPDATE conversations SET name=?, updated_at=? WHERE id=?", (e.name, e.ts, e.conversation_id))
+        elif t is ev.ConversationDeleted:
+            cid = e.conversation_id
+            s.write_later(
+                lambda c: (
+                    c.execute("DELETE FROM messages WHERE conversation_id=?", (cid,)),
+                    c.execute("DELETE FROM runs WHERE conversation_id=?", (cid,)),
+                    c.execute("DELETE FROM conversations WHERE id=?", (cid,)),
+                )
+            )
+        elif t is ev.UserMessageSent:
+            self._write_message(e.conversation_id, e.message_id, "user", e.text, e.ts)
+        elif t is ev.MessageCompleted:
+            self._write_message(e.conversation_id, e.message_id, "assistant", e.text, e.ts)
+        elif t is ev.Notification:
+            if e.conversation_id is not None:
+                self._write_message(e.conversation_id, e.message_id, "assistant", e.text, e.ts)
+        elif t is ev.RunStarted:
+            s.execute_later(
+                "INSERT OR REPLACE INTO runs(run_id, conversation_id, status, started_at) VALUES(?,?,?,?)",
+                (e.run_id, e.conversation_id, "running", e.ts),
+            )
+        elif t is ev.RunFinished:
+            s.execute_later(
+                "UPDATE runs SET status=?, finished_at=?, error=? WHERE run_id=?", (e.status, e.ts, e.error, e.run_id)
+            )
+
+    def _write_message(self, cid: str, mid: str, role: str, text: str, ts: float) -> None:
+        self.store.execute_later(
+            "INSERT OR REPLACE INTO messages(conversation_id, message_id, role, text, ts) VALUES(?,?,?,?,?)",
+            (cid, mid, role, text, ts),
+        )
+        self.store.execute_later("UPDATE conversations SET last_active=? WHERE id=?", (ts, cid))
+
+    # --- lookups ----------------------------------------------------------------
+
+    def conversation(self, conversation_id: Optional[str]) -> ConversationState:
+        conv = self.conversations.get(conversation_id) if isinstance(conversation_id, str) else None
+        if conv is None:
+            raise ConversationNotFound()
+        return conv
+
+    def source_for(self, conv: Optional[ConversationState]) -> AgentSource:
+        if conv is None:
+            return self.default_source
+        return self.sources.get(conv.source, self.default_source)
+
+    def active_draft_id(self, conversation_id: str) -> Optional[str]:
+        conv = self.conversations.get(conversation_id)
+        if conv is not None and conv.run is not None:
+            return conv.run.message_id
+        return None
+
+    def find_run(self, run_id: str, conversation_id: Optional[str] = None) -> ConversationState:
+        if conversation_id is not None:
+            conv = self.conversation(conversation_id)
+            if conv.run is None or conv.run.run_id != run_id:
+                raise NotFound("Run not found")
+            return conv
+        for conv in self.conversations.values():
+            if conv.run is not None and conv.run.run_id == run_id:
+                return conv
+        raise NotFound("Run not found")
+
+    # --- commands ------------------------------------------------------------------
+
+    async def execute(self, command: Any, origin: cmd.Origin) -> Any:
+        handler = _HANDLERS.get(type(command))
+        if handler is None:
+            raise BadRequest(f"Unsupported command {type(command).__name__}")
+        return await handler(self, command, origin)
+
+    def create_conversation(
+        self,
+        name: Optional[str] = None,
+        *,
+        source: Optional[str] = None,
+        conversation_id: Optional[str] = None,
+        request_id: Optional[str] = None,
+        session_id: Optional[str] = None,
+    ) -> ConversationState:
+        cid = conversation_id or new_id()
+        if cid in self.conversations:
+            return self.conversations[cid]
+        src = source or self.default_source.name
+        conv = ConversationState(conversation_id=cid, name=(name or "New chat")[:200], source=src, session_id=session_id)
+        self.conversations[cid] = conv
+        self.publish(ev.ConversationCreated(conversation_id=cid, name=conv.name, source=src, request_id=request_id))
+        return conv
+
+    async def _create(self, c: cmd.CreateConversation, origin: cmd.Origin) -> ConversationState:
+        if c.name is not None and len(c.name) > 1000:
+            raise TooLarge("Conversation name too long")
+        return self.create_conversation(c.name, request_id=c.request_id)
+
+    async def _rename(self, c: cmd.RenameConversation, origin: cmd.Origin) -> ConversationState:
+        conv = self.conversation(c.conversation_id)
+        if len(c.name) > 1000:
+            raise TooLarge("Conversation name too long")
+        self.publish(ev.ConversationRenamed(conversation_id=conv.conversation_id, name=c.name, request_id=c.request_id))
+        return conv
+
+    async def _delete(self, c: cmd.DeleteConversation, origin: cmd.Origin) -> str:
+        conv = self.conversation(c.conversation_id)
+        source = self.source_for(conv)
+        if conv.run is not None:
+            try:
+                await source.cancel(conv, conv.run.run_id, None)
+            except Exception:
+                pass
+        await source.conversation_deleted(conv)
+        self.publish(ev.ConversationDeleted(conversation_id=conv.conversation_id, request_id=c.request_id))
+        return conv.conversation_id
+
+    async def _send(self, c: cmd.SendMessage, origin: cmd.Origin) -> SendResult:
+        if len(c.text) > MAX_TEXT:
+            raise TooLarge(f"Text longer than {MAX_TEXT} characters")
+        created = False
+        if c.conversation_id is None:
+            title = " ".join(c.text.split())[:60] or "New chat"
+            conv = self.create_conversation(title)
+            created = True
+        else:
+            conv = self.conversation(c.conversation_id)
+        cid = conv.conversation_id
+        if conv.run is not None or cid in self._sending:
+            raise RunActive()
+        source = self.source_for(conv)
+        run_id = new_id()
+        self._sending.add(cid)
+        try:
+            run_id = await source.send_message(conv, c.text, run_id, c.request_id) or run_id
+        finally:
+            self._sending.discard(cid)
+        return SendResult(conversation_id=cid, run_id=run_id, created=created)
+
+    async def _cancel(self, c: cmd.CancelRun, origin: cmd.Origin) -> str:
+        if c.conversation_id is not None:
+            conv = self.conversation(c.conversation_id)
+            if conv.run is None or (c.run_id is not None and conv.run.run_id != c.run_id):
+                raise NotFound("Run not found")
+        elif c.run_id is not None:
+            conv = self.find_run(c.run_id)
+        else:
+            raise BadRequest("run_id or conversation_id required")
+        assert conv.run is not None
+        run_id = conv.run.run_id
+        await self.source_for(conv).cancel(conv, run_id, c.request_id)
+        return run_id
+
+    async def _pause(self, c: cmd.PauseRun, origin: cmd.Origin) -> str:
+        conv = self.find_run(c.run_id, c.conversation_id)
+        await self.source_for(conv).pause(conv, c.run_id, c.request_id)
+        return c.run_id
+
+    async def _resume(self, c: cmd.ResumeRun, origin: cmd.Origin) -> SendResult:
+        cid = c.conversation_id
+        if cid is None:
+            cid = self._conversation_of_run(c.run_id)
+        return await self._send(cmd.SendMessage(text="continue", conversation_id=cid, request_id=c.request_id), origin)
+
+    def _conversation_of_run(self, run_id: str) -> str:
+        for conv in self.conversations.values():
+            if conv.last_run_id == run_id or (conv.run is not None and conv.run.run_id == run_id):
+                return conv.conversation_id
+        row = self.store.query_one("SELECT conversation_id FROM runs WHERE run_id=?", (run_id,))
+        if row is None or row[0] not in self.conversations:
+            raise NotFound("Run not found")
+        return row[0]
+
+    async def _resolve_approval(self, c: cmd.ResolveApproval, origin: cmd.Origin) -> ev.ApprovalResolved:
+        if c.choice not in ev.APPROVAL_CHOICES:
+            raise BadRequest(f"choice must be one of {', '.join(ev.APPROVAL_CHOICES)}")
+        cid = self._approvals.get(c.approval_id)
+        if cid is None:
+            if c.approval_id in self._resolved:
+                raise AlreadyResolved("Approval already resolved")
+            raise ApprovalNotFound()
+        conv = self.conversations.get(cid)
+        request = conv.approvals.get(c.approval_id) if conv is not None else None
+        if request is None:
+            self._approvals.pop(c.approval_id, None)
+            raise ApprovalNotFound()
+        if c.choice not in request.choices:
+            raise BadRequest(f"choice must be one of {', '.join(request.choices)}")
+        del self._approvals[c.approval_id]  # first answer wins, synchronously
+        resolved = ev.ApprovalResolved(
+            conversation_id=cid,
+            run_id=request.run_id,
+            approval_id=c.approval_id,
+            choice=c.choice,
+            accepted=True,
+            decided_by=origin.decided_by,  # type: ignore[arg-type]
+            reason=c.reason,
+            request_id=c.request_id,
+            surface=origin.surface,
+        )
+        self._remember(self._resolved, c.approval_id, resolved)
+        self.publish(resolved)
+        await self.source_for(conv).resolve_approval(request, c.choice, c.reason)
+        return resolved
+
+    def approval_timed_out(self, approval_id: str, decided_by: str = "timeout") -> None:
+        """An agent's own timeout (or its own decision) resolved an approval."""
+        cid = self._approvals.pop(approval_id, None)
+        conv = self.conversations.get(cid) if cid else None
+        request = conv.approvals.get(approval_id) if conv is not None else None
+        if request is None:
+            return
+        resolved = ev.ApprovalResolved(
+            conversation_id=request.conversation_id,
+            run_id=request.run_id,
+            approval_id=approval_id,
+            choice="timeout" if decided_by == "timeout" else "deny",
+            accepted=False,
+            decided_by=decided_by,  # type: ignore[arg-type]
+            surface="agent",
+        )
+        self._remember(self._resolved, approval_id, resolved)
+        self.publish(resolved)
+
+    async def _answer_clarify(self, c: cmd.AnswerClarify, origin: cmd.Origin) -> ev.ClarifyResolved:
+        if len(c.response) > MAX_TEXT:
+            raise TooLarge(f"Response longer than {MAX_TEXT} characters")
+        cid = self._clarifications.get(c.clarify_id)
+        if cid is None:
+            if c.clarify_id in self._resolved_clarify:
+                raise AlreadyResolved("Clarification already answered")
+            raise ClarifyNotFound()
+        conv = self.conversations.get(cid)
+        request = conv.clarifications.get(c.clarify_id) if conv is not None else None
+        if request is None:
+            self._clarifications.pop(c.clarify_id, None)
+            raise ClarifyNotFound()
+        if request.choices is not None and not request.allow_free_text and c.response not in request.choices:
+            raise BadRequest("response must be one of the choices")
+        del self._clarifications[c.clarify_id]
+        resolved = ev.ClarifyResolved(
+            conversation_id=cid,
+            run_id=request.run_id,
+            clarify_id=c.clarify_id,
+            response=c.response,
+            decided_by=origin.decided_by,  # type: ignore[arg-type]
+            request_id=c.request_id,
+            surface=origin.surface,
+        )
+        self._remember(self._resolved_clarify, c.clarify_id, resolved)
+        self.publish(resolved)
+        await self.source_for(conv).answer_clarify(request, c.response)
+        return resolved
+
+    @staticmethod
+    def _remember(table: collections.OrderedDict, key: str, value: Any) -> None:
+        table[key] = value
+        while len(table) > RESOLVED_MEMORY:
+            table.popitem(last=False)
+
+    def _settings_source(self, conversation_id: Optional[str]) -> AgentSource:
+        conv = self.conversation(conversation_id) if conversation_id is not None else None
+        return self.source_for(conv)
+
+    async def _set_model(self, c: cmd.SetModel, origin: cmd.Origin):
+        cur = await self._settings_source(c.conversation_id).set_model(c.model, c.provider, c.conversation_id)
+        self.publish(
+            ev.ModelChanged(
+                model=cur.model, provider=cur.provider, scope=cur.scope, conversation_id=c.conversation_id
+            )
+        )
+        return cur
+
+    async def _set_reasoning(self, c: cmd.SetReasoning, origin: cmd.Origin):
+        snap = await self._settings_source(c.conversation_id).set_reasoning(c.effort, c.conversation_id)
+        self.publish(
+            ev.ReasoningChanged(
+                effort=snap.effort, enabled=snap.enabled, scope=snap.scope, conversation_id=c.conversation_id
+            )
+        )
+        return snap
+
+    async def _set_yolo(self, c: cmd.SetYolo, origin: cmd.Origin):
+        snap = await self._settings_source(c.conversation_id).set_yolo(c.enabled, c.conversation_id)
+        self.publish(ev.YoloChanged(enabled=snap.enabled, scope=snap.scope, conversation_id=c.conversation_id))
+        return snap
+
+    async def _list(self, c: cmd.ListConversations, origin: cmd.Origin) -> list[ConversationState]:
+        return self.list_conversations()
+
+    def list_conversations(self) -> list[ConversationState]:
+        return sorted(
+            self.conversations.values(), key=lambda c: (c.last_active or c.created_at), reverse=True
+        )
+
+    async def _open(self, c: cmd.OpenConversation, origin: cmd.Origin) -> Snapshot:
+        return self.snapshot(c.conversation_id, c.limit)
+
+    def snapshot(self, conversation_id: str, limit: int = 200) -> Snapshot:
+        conv = self.conversation(conversation_id)
+        limit = max(0, min(int(limit), HISTORY_CAP))
+        now = time.time()
+        return Snapshot(
+            conversation=conv,
+            messages=conv.history(limit),
+            attachments=conv.live_attachments(now),
+            run=attrs.evolve(conv.run) if conv.run is not None else None,
+            tools=list(conv.tools.values()),
+            approvals=list(conv.approvals.values()),
+            clarifications=list(conv.clarifications.values()),
+        )
+
+    async def _models(self, c: cmd.ListModels, origin: cmd.Origin):
+        return self._settings_source(c.conversation_id).models(c.conversation_id)
+
+    async def _current_model(self, c: cmd.CurrentModel, origin: cmd.Origin):
+        return self._settings_source(c.conversation_id).current_model(c.conversation_id)
+
+    async def _current_reasoning(self, c: cmd.CurrentReasoning, origin: cmd.Origin):
+        return self._settings_source(c.conversation_id).reasoning(c.conversation_id)
+
+    async def _current_yolo(self, c: cmd.CurrentYolo, origin: cmd.Origin):
+        return self._settings_source(c.conversation_id).yolo(c.conversation_id)
+
+    async def _tasks(self, c: cmd.ListTasks, origin: cmd.Origin) -> list[ConversationState]:
+        convs = self.list_conversations()
+        if c.status_filter:
+            wanted = set(c.status_filter.split(","))
+            convs = [x for x in convs if x.status in wanted]
+        return convs[: max(0, min(c.limit, 500))]
+
+
+_HANDLERS: dict[type, Callable] = {
+    cmd.CreateConversation: Bridge._create,
+    cmd.RenameConversation: Bridge._rename,
+    cmd.DeleteConversation: Bridge._delete,
+    cmd.SendMessage: Bridge._send,
+    cmd.CancelRun: Bridge._cancel,
+    cmd.PauseRun: Bridge._pause,
+    cmd.ResumeRun: Bridge._resume,
+    cmd.ResolveApproval: Bridge._resolve_approval,
+    cmd.AnswerClarify: Bridge._answer_clarify,
+    cmd.SetModel: Bridge._set_model,
+    cmd.SetReasoning: Bridge._set_reasoning,
+    cmd.SetYolo: Bridge._set_yolo,
+    cmd.ListConversations: Bridge._list,
+    cmd.OpenConversation: Bridge._open,
+    cmd.ListModels: Bridge._models,
+    cmd.CurrentModel: Bridge._current_model,
+    cmd.CurrentReasoning: Bridge._current_reasoning,
+    cmd.CurrentYolo: Bridge._current_yolo,
+    cmd.ListTasks: Bridge._tasks,
+}

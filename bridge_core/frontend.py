@@ -1,0 +1,141 @@
+"""What every front end shares: its aiohttp site, its connections, frame sending.
+
+A front end (``pheby_adapter``, ``loomi_adapter``, ``lvmh_adapter``) subclasses
+``FrontEnd``, builds its ``web.Application`` and subscribes to the hub. The
+CLI (or the Hermes plugin) starts it on a host and port and stops it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+import time
+from typing import TYPE_CHECKING, Any, Optional
+
+from aiohttp import WSMsgType, web
+
+from .tasks import TaskSet
+
+if TYPE_CHECKING:
+    from .bridge import Bridge
+    from .config import Config
+
+log = logging.getLogger("agent_bridge.frontend")
+
+
+class PortInUse(OSError):
+    pass
+
+
+def make_ssl_context(cert: Optional[str], key: Optional[str]) -> Optional[ssl.SSLContext]:
+    if not (cert and key):
+        return None
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(cert, key)
+    return ctx
+
+
+def ws_text_sender(ws: web.WebSocketResponse):
+    """An Outbox ``send`` that writes pre-encoded JSON (bytes or str) as one text frame."""
+
+    async def send(data: Any) -> None:
+        if isinstance(data, str):
+            data = data.encode()
+        elif callable(data):  # lazily rendered frame (coalesced drafts)
+            data = data()
+            if data is None:
+                return
+        await ws.send_frame(data, WSMsgType.TEXT)
+
+    return send
+
+
+class FailedAuthLimiter:
+    """Counts failed authentications per source address in a sliding window."""
+
+    def __init__(self, limit: int = 5, window: float = 60.0):
+        self.limit = limit
+        self.window = window
+        self._fails: dict[str, list[float]] = {}
+
+    def _recent(self, addr: str, now: float) -> list[float]:
+        times = [t for t in self._fails.get(addr, ()) if now - t < self.window]
+        if times:
+            self._fails[addr] = times
+        else:
+            self._fails.pop(addr, None)
+        return times
+
+    def locked(self, addr: str) -> bool:
+        return len(self._recent(addr, time.monotonic())) >= self.limit
+
+    def fail(self, addr: str) -> None:
+        now = time.monotonic()
+        self._recent(addr, now)
+        self._fails.setdefault(addr, []).append(now)
+        if len(self._fails) > 100_000:  # bound memory under an address flood
+            for k in list(self._fails)[:50_000]:
+                self._fails.pop(k, None)
+
+
+def peer_host(request: web.Request) -> str:
+    """The socket's peer address: never a header."""
+    transport = request.transport
+    peer = transport.get_extra_info("peername") if transport is not None else None
+    if isinstance(peer, (tuple, list)) and peer:
+        return str(peer[0])
+    return "unknown"
+
+
+class FrontEnd:
+    name = "frontend"
+
+    def __init__(self, bridge: "Bridge", config: "Config"):
+        self.bridge = bridge
+        self.config = config
+        self.tasks = TaskSet(self.name)
+        self.runner: Optional[web.AppRunner] = None
+        self.port: Optional[int] = None
+        self.sockets: set[web.WebSocketResponse] = set()
+        self._unsubscribe = None
+
+    async def prepare(self) -> None:
+        """Before the bridge starts: migrations, extra agent sources. The store is open."""
+
+    def build_app(self) -> web.Application:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def on_event(self, seq: int, event: Any) -> None:
+        """Hub subscriber: render and queue; must not await."""
+
+    async def start(self, host: str, port: int, ssl_context: Optional[ssl.SSLContext] = None) -> int:
+        app = self.build_app()
+        self.runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=2.0)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, host, port, ssl_context=ssl_context, backlog=4096)
+        try:
+            await site.start()
+        except OSError as exc:
+            await self.runner.cleanup()
+            self.runner = None
+            raise PortInUse(exc.errno, f"{self.name}: cannot listen on {host}:{port}: {exc.strerror}") from exc
+        server = site._server  # the asyncio server, to read the chosen port
+        sockets = getattr(server, "sockets", None) or []
+        self.port = sockets[0].getsockname()[1] if sockets else port
+        self._unsubscribe = self.bridge.hub.subscribe(self.on_event)
+        return self.port
+
+    async def stop(self) -> None:
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+        for ws in list(self.sockets):
+            try:
+                await asyncio.wait_for(ws.close(code=1001, message=b"server shutdown"), 1.0)
+            except Exception:
+                pass
+        await self.tasks.close()
+        if self.runner is not None:
+            await self.runner.cleanup()
+            self.runner = None

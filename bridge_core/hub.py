@@ -1,0 +1,150 @@
+"""Ordered fan-out of shared events, and bounded per-connection outboxes.
+
+The hub gives every event a place in one ordered log (``seq``) and calls each
+subscriber synchronously, in publish order. Subscribers are protocol adapters:
+they encode an event once for their protocol and put the same bytes into the
+outbox of every connection. ``publish`` never awaits, so the agent never
+blocks on a front end.
+
+An ``Outbox`` is a short queue drained by one writer task per connection.
+Items can carry a coalescing key: a newer item with the same key replaces an
+unsent older one in place (Pheby's cumulative drafts: latest wins). A client
+whose outbox overflows is disconnected through ``on_overflow``; it recovers
+by replay or snapshot. It is never waited for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from typing import Any, Awaitable, Callable, Hashable, Optional
+
+log = logging.getLogger("agent_bridge.hub")
+
+Subscriber = Callable[[int, Any], None]
+
+
+class Hub:
+    def __init__(self) -> None:
+        self.seq = 0
+        self._subs: list[Subscriber] = []
+
+    def subscribe(self, fn: Subscriber) -> Callable[[], None]:
+        self._subs.append(fn)
+
+        def unsubscribe() -> None:
+            try:
+                self._subs.remove(fn)
+            except ValueError:
+                pass
+
+        return unsubscribe
+
+    def publish(self, event: Any) -> int:
+        self.seq += 1
+        seq = self.seq
+        for fn in tuple(self._subs):
+            try:
+                fn(seq, event)
+            except Exception:  # a broken subscriber never stops the others
+                log.exception("hub subscriber %r failed on %s", fn, type(event).__name__)
+        return seq
+
+
+class _Slot:
+    __slots__ = ("data", "key", "size")
+
+    def __init__(self, data: Any, key: Optional[Hashable], size: int):
+        self.data = data
+        self.key = key
+        self.size = size
+
+
+class Outbox:
+    """A bounded, coalescing queue of frames for one connection."""
+
+    def __init__(
+        self,
+        send: Callable[[Any], Awaitable[None]],
+        *,
+        max_items: int = 2048,
+        max_bytes: int = 16 * 1024 * 1024,
+        on_overflow: Optional[Callable[[], None]] = None,
+    ) -> None:
+        self._send = send
+        self._q: collections.deque[_Slot] = collections.deque()
+        self._keyed: dict[Hashable, _Slot] = {}
+        self._bytes = 0
+        self.max_items = max_items
+        self.max_bytes = max_bytes
+        self._on_overflow = on_overflow
+        self._wake = asyncio.Event()
+        self.closed = False
+        self.overflowed = False
+        self.sent_frames = 0
+        self.sent_bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._q)
+
+    def put(self, data: Any, key: Optional[Hashable] = None) -> bool:
+        """Queue ``data`` (bytes or str); False when the connection is closed or overflowed."""
+        if self.closed:
+            return False
+        size = len(data)
+        if key is not None:
+            slot = self._keyed.get(key)
+            if slot is not None:
+                self._bytes += size - slot.size
+                slot.data = data
+                slot.size = size
+                return True
+        if len(self._q) >= self.max_items or self._bytes + size > self.max_bytes:
+            self.overflowed = True
+            self.close()
+            if self._on_overflow is not None:
+                try:
+                    self._on_overflow()
+                except Exception:
+                    log.exception("overflow handler failed")
+            return False
+        slot = _Slot(data, key, size)
+        self._q.append(slot)
+        if key is not None:
+            self._keyed[key] = slot
+        self._bytes += size
+        self._wake.set()
+        return True
+
+    def close(self) -> None:
+        self.closed = True
+        self._q.clear()
+        self._keyed.clear()
+        self._bytes = 0
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Writer loop: drain the queue into the connection until closed."""
+        q = self._q
+        while True:
+            if not q:
+                if self.closed:
+                    return
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            slot = q.popleft()
+            if slot.key is not None and self._keyed.get(slot.key) is slot:
+                del self._keyed[slot.key]
+            self._bytes -= slot.size
+            await self._send(slot.data)
+            self.sent_frames += 1
+            self.sent_bytes += slot.size
+
+    async def flush(self, timeout: float = 5.0) -> None:
+        """Wait until the queue is empty (used before a deliberate close)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self._q and not self.closed and loop.time() < deadline:
+            await asyncio.sleep(0.005)

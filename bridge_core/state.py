@@ -1,0 +1,195 @@
+"""Conversation state: what a front end needs to recover at any moment.
+
+Pure: ``ConversationState.apply(event)`` folds shared events into the
+transcript, the active run (with its draft text), the latest tool state per
+call, pending approvals and clarifications, and attachments. No I/O.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any, Optional
+
+import attrs
+
+from . import events as ev
+
+HISTORY_KEEP = 2000  # transcript entries kept in memory per conversation
+
+
+@attrs.define
+class ActiveRun:
+    run_id: str
+    message_id: str
+    started_at: float
+    draft: ev.Draft = attrs.field(factory=ev.Draft)
+    reasoning_draft: ev.Draft = attrs.field(factory=ev.Draft)
+    status: str = "running"
+    request_id: Optional[str] = None
+
+    @property
+    def text(self) -> str:
+        return self.draft.text()
+
+    @property
+    def reasoning(self) -> str:
+        return self.reasoning_draft.text()
+
+
+@attrs.define
+class ToolState:
+    call_id: str
+    tool_name: str
+    run_id: Optional[str]
+    status: str
+    args: Any = None
+    duration_ms: Optional[int] = None
+    error: Optional[str] = None
+    ts: float = 0.0
+
+
+@attrs.define
+class ConversationState:
+    conversation_id: str
+    name: str
+    source: str = "demo"
+    created_at: float = attrs.field(factory=ev.now)
+    updated_at: float = attrs.field(factory=ev.now)
+    last_active: Optional[float] = None
+    session_id: Optional[str] = None
+    messages: collections.deque = attrs.field(factory=lambda: collections.deque(maxlen=HISTORY_KEEP))
+    run: Optional[ActiveRun] = None
+    last_run_id: Optional[str] = None
+    tools: dict = attrs.field(factory=dict)  # call_id -> ToolState (latest run's tools)
+    approvals: dict = attrs.field(factory=dict)  # approval_id -> ApprovalRequested
+    clarifications: dict = attrs.field(factory=dict)  # clarify_id -> ClarifyRequested
+    attachments: dict = attrs.field(factory=dict)  # attachment_id -> Attachment
+    preview: str = ""
+
+    @property
+    def status(self) -> str:
+        """Loomi task status: idle, running or waiting (a decision is pending)."""
+        if self.approvals or self.clarifications:
+            return "waiting"
+        if self.run is not None:
+            return "running"
+        return "idle"
+
+    def apply(self, event: Any) -> None:
+        handler = _APPLY.get(type(event))
+        if handler is not None:
+            handler(self, event)
+        self.updated_at = event.ts
+
+    # --- reducers ---------------------------------------------------------
+
+    def _user(self, e: ev.UserMessageSent) -> None:
+        self.messages.append(ev.Message(message_id=e.message_id, role="user", text=e.text, ts=e.ts))
+        self.last_active = e.ts
+        self.preview = e.text[:200]
+
+    def _run_started(self, e: ev.RunStarted) -> None:
+        self.run = ActiveRun(run_id=e.run_id, message_id=e.message_id, started_at=e.ts, request_id=e.request_id)
+        self.last_run_id = e.run_id
+        self.tools = {}
+        self.last_active = e.ts
+
+    def _delta(self, e: ev.TextDelta) -> None:
+        run = self.run
+        if run is not None and run.run_id == e.run_id:
+            if e.kind == "text":
+                run.draft = e.draft
+            else:
+                run.reasoning_draft = e.draft
+
+    def _completed(self, e: ev.MessageCompleted) -> None:
+        self.messages.append(ev.Message(message_id=e.message_id, role="assistant", text=e.text, ts=e.ts))
+        self.last_active = e.ts
+        if e.text:
+            self.preview = e.text[:200]
+        if self.run is not None and e.run_id == self.run.run_id:
+            self.run.draft = ev.Draft(e.text)
+
+    def _tool_started(self, e: ev.ToolStarted) -> None:
+        self.tools[e.call_id] = ToolState(
+            call_id=e.call_id, tool_name=e.tool_name, run_id=e.run_id, status="running", args=e.args, ts=e.ts
+        )
+
+    def _tool_finished(self, e: ev.ToolFinished) -> None:
+        prev = self.tools.get(e.call_id)
+        self.tools[e.call_id] = ToolState(
+            call_id=e.call_id,
+            tool_name=e.tool_name,
+            run_id=e.run_id,
+            status=e.status,
+            args=prev.args if prev else None,
+            duration_ms=e.duration_ms,
+            error=e.error,
+            ts=e.ts,
+        )
+
+    def _run_finished(self, e: ev.RunFinished) -> None:
+        if self.run is not None and self.run.run_id == e.run_id:
+            self.run = None
+        for call_id, tool in list(self.tools.items()):
+            if tool.status == "running" and tool.run_id == e.run_id:
+                tool.status = "cancelled" if e.status == "cancelled" else "failed"
+        # a finished run leaves no decision pending
+        for aid, a in list(self.approvals.items()):
+            if a.run_id == e.run_id:
+                del self.approvals[aid]
+        for cid, c in list(self.clarifications.items()):
+            if c.run_id == e.run_id:
+                del self.clarifications[cid]
+        self.last_active = e.ts
+
+    def _approval_requested(self, e: ev.ApprovalRequested) -> None:
+        self.approvals[e.approval_id] = e
+
+    def _approval_resolved(self, e: ev.ApprovalResolved) -> None:
+        self.approvals.pop(e.approval_id, None)
+
+    def _clarify_requested(self, e: ev.ClarifyRequested) -> None:
+        self.clarifications[e.clarify_id] = e
+
+    def _clarify_resolved(self, e: ev.ClarifyResolved) -> None:
+        self.clarifications.pop(e.clarify_id, None)
+
+    def _attachment(self, e: ev.AttachmentAdded) -> None:
+        self.attachments[e.attachment.attachment_id] = e.attachment
+
+    def _renamed(self, e: ev.ConversationRenamed) -> None:
+        self.name = e.name
+
+    def _updated(self, e: ev.ConversationUpdated) -> None:
+        self.name = e.name
+
+    def _notification(self, e: ev.Notification) -> None:
+        self.messages.append(ev.Message(message_id=e.message_id, role="assistant", text=e.text, ts=e.ts))
+        self.last_active = e.ts
+
+    def history(self, limit: int) -> list:
+        msgs = list(self.messages)
+        return msgs[-limit:] if limit > 0 else []
+
+    def live_attachments(self, at: float) -> list:
+        return [a for a in self.attachments.values() if a.expires_at is None or a.expires_at > at]
+
+
+_APPLY = {
+    ev.UserMessageSent: ConversationState._user,
+    ev.RunStarted: ConversationState._run_started,
+    ev.TextDelta: ConversationState._delta,
+    ev.MessageCompleted: ConversationState._completed,
+    ev.ToolStarted: ConversationState._tool_started,
+    ev.ToolFinished: ConversationState._tool_finished,
+    ev.RunFinished: ConversationState._run_finished,
+    ev.ApprovalRequested: ConversationState._approval_requested,
+    ev.ApprovalResolved: ConversationState._approval_resolved,
+    ev.ClarifyRequested: ConversationState._clarify_requested,
+    ev.ClarifyResolved: ConversationState._clarify_resolved,
+    ev.AttachmentAdded: ConversationState._attachment,
+    ev.ConversationRenamed: ConversationState._renamed,
+    ev.ConversationUpdated: ConversationState._updated,
+    ev.Notification: ConversationState._notification,
+}

@@ -1,0 +1,278 @@
+"""SQLite store in the data directory: one file, WAL, ordered migrations.
+
+Writes go through one writer thread that batches whatever is queued into a
+single transaction and commits once, so the event loop never waits on disk
+and bursts (lvmh ingest) cost one fsync per batch. ``await store.write(fn)``
+returns once the transaction holding ``fn`` has committed: durable against a
+crash of the process. Reads run on the caller's thread through their own
+connection (WAL lets them proceed beside the writer).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import os
+import queue
+import sqlite3
+import threading
+from typing import Any, Callable, Iterable, Optional, Sequence
+
+from .errors import Unavailable
+
+log = logging.getLogger("agent_bridge.store")
+
+WriteFn = Callable[[sqlite3.Connection], Any]
+
+CORE_MIGRATIONS: list[str] = [
+    # 1: conversations, transcripts, runs, attachments, settings
+    """
+    CREATE TABLE conversations(
+        id TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        source TEXT NOT NULL DEFAULT 'demo',
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL,
+        last_active REAL,
+        session_id TEXT
+    );
+    CREATE TABLE messages(
+        conversation_id TEXT NOT NULL,
+        message_id TEXT NOT NULL,
+        role TEXT NOT NULL,
+        text TEXT NOT NULL,
+        ts REAL,
+        PRIMARY KEY(conversation_id, message_id)
+    );
+    CREATE TABLE runs(
+        run_id TEXT PRIMARY KEY,
+        conversation_id TEXT NOT NULL,
+        status TEXT NOT NULL,
+        started_at REAL NOT NULL,
+        finished_at REAL,
+        error TEXT
+    );
+    CREATE INDEX runs_status ON runs(status);
+    CREATE TABLE attachments(
+        id TEXT PRIMARY KEY,
+        conversation_id TEXT NOT NULL,
+        filename TEXT NOT NULL,
+        mime_type TEXT NOT NULL,
+        size INTEGER NOT NULL,
+        kind TEXT NOT NULL,
+        inline_image INTEGER NOT NULL,
+        message_id TEXT,
+        created_at REAL NOT NULL,
+        expires_at REAL
+    );
+    CREATE INDEX attachments_expiry ON attachments(expires_at);
+    CREATE TABLE settings(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+    """,
+]
+
+_STOP = object()
+
+
+class Store:
+    def __init__(self, path: str):
+        self.path = path
+        self._q: "queue.Queue[Any]" = queue.Queue()
+        self._thread: Optional[threading.Thread] = None
+        self._wconn: Optional[sqlite3.Connection] = None
+        self._rconn: Optional[sqlite3.Connection] = None
+        self.failed: Optional[BaseException] = None
+        self.commits = 0
+
+    # --- lifecycle ---------------------------------------------------------
+
+    def open(self) -> "Store":
+        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+        self._wconn = self._connect()
+        self._wconn.execute("PRAGMA journal_mode=WAL")
+        self._wconn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_version(component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
+        )
+        self._wconn.commit()
+        self.migrate("core", CORE_MIGRATIONS)
+        self._rconn = self._connect()
+        self._thread = threading.Thread(target=self._writer, name="agent-bridge-store", daemon=True)
+        self._thread.start()
+        return self
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA foreign_keys=ON")
+        conn.execute("PRAGMA busy_timeout=30000")
+        return conn
+
+    def migrate(self, component: str, migrations: Sequence[str]) -> int:
+        """Apply ``migrations[v:]`` for ``component`` in order; returns the new version.
+
+        Before the writer thread runs it applies them directly; afterwards it
+        goes through the writer (so the connection is only used by one thread).
+        """
+        if self._thread is not None and self._thread.is_alive():
+            return self.submit(lambda c: _apply_migrations(c, component, migrations, in_tx=True)).result(timeout=60)
+        assert self._wconn is not None, "store not open"
+        return _apply_migrations(self._wconn, component, migrations, in_tx=False)
+
+    def close(self) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            self._q.put(_STOP)
+            self._thread.join(timeout=30)
+        self._thread = None
+        for conn in (self._wconn, self._rconn):
+            if conn is not None:
+                try:
+                    if conn is self._wconn:
+                        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                    conn.close()
+                except sqlite3.Error:
+                    pass
+        self._wconn = self._rconn = None
+
+    # --- writes ------------------------------------------------------------
+
+    def submit(self, fn: WriteFn) -> concurrent.futures.Future:
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        if self._thread is None:
+            fut.set_exception(Unavailable("store is closed"))
+            return fut
+        self._q.put((fn, fut))
+        return fut
+
+    async def write(self, fn: WriteFn) -> Any:
+        return await asyncio.wrap_future(self.submit(fn))
+
+    def write_later(self, fn: WriteFn) -> None:
+        """Fire and forget: queued, committed with the next batch, failures logged."""
+        fut = self.submit(fn)
+        fut.add_done_callback(_log_failure)
+
+    def execute_later(self, sql: str, params: Iterable[Any] = ()) -> None:
+        params = tuple(params)
+        self.write_later(lambda c: c.execute(sql, params))
+
+    def _writer(self) -> None:
+        conn = self._wconn
+        assert conn is not None
+        while True:
+            item = self._q.get()
+            if item is _STOP:
+                return
+            batch = [item]
+            stop = False
+            while len(batch) < 5000:
+                try:
+                    nxt = self._q.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is _STOP:
+                    stop = True
+                    break
+                batch.append(nxt)
+            results: list[tuple[concurrent.futures.Future, Any, Optional[BaseException]]] = []
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                for fn, fut in batch:
+                    conn.execute("SAVEPOINT op")
+                    try:
+                        res = fn(conn)
+                        conn.execute("RELEASE op")
+                        results.append((fut, res, None))
+                    except Exception as exc:  # one bad op does not sink the batch
+                        conn.execute("ROLLBACK TO op")
+                        conn.execute("RELEASE op")
+                        results.append((fut, None, exc))
+                conn.execute("COMMIT")
+                self.commits += 1
+            except sqlite3.Error as exc:
+                log.error("store commit failed: %s", exc)
+                self.failed = exc
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
+                err = Unavailable(f"database write failed: {exc}")
+                results = [(fut, None, err) for _, fut in batch]
+            for fut, res, exc in results:
+                if exc is None:
+                    fut.set_result(res)
+                else:
+                    fut.set_exception(exc)
+            if stop:
+                return
+
+    def flush(self, timeout: float = 30.0) -> None:
+        """Block until everything queued so far has committed (shutdown, tests)."""
+        if self._thread is None:
+            return
+        self.submit(lambda c: None).result(timeout=timeout)
+
+    async def aflush(self) -> None:
+        await self.write(lambda c: None)
+
+    # --- reads -------------------------------------------------------------
+
+    def query(self, sql: str, params: Iterable[Any] = ()) -> list[tuple]:
+        conn = self._rconn
+        if conn is None:
+            raise Unavailable("store is closed")
+        return conn.execute(sql, tuple(params)).fetchall()
+
+    def query_one(self, sql: str, params: Iterable[Any] = ()) -> Optional[tuple]:
+        rows = self.query(sql, params)
+        return rows[0] if rows else None
+
+    # --- settings ----------------------------------------------------------
+
+    def get_setting(self, key: str) -> Optional[str]:
+        row = self.query_one("SELECT value FROM settings WHERE key=?", (key,))
+        return row[0] if row else None
+
+    async def set_setting(self, key: str, value: Optional[str]) -> None:
+        if value is None:
+            await self.write(lambda c: c.execute("DELETE FROM settings WHERE key=?", (key,)))
+        else:
+            await self.write(
+                lambda c: c.execute(
+                    "INSERT INTO settings(key, value) VALUES(?, ?) "
+                    "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+                    (key, value),
+                )
+            )
+
+
+def _apply_migrations(conn: sqlite3.Connection, component: str, migrations: Sequence[str], in_tx: bool) -> int:
+    row = conn.execute("SELECT version FROM schema_version WHERE component=?", (component,)).fetchone()
+    version = row[0] if row else 0
+    for i in range(version, len(migrations)):
+        if not in_tx:
+            conn.execute("BEGIN IMMEDIATE")
+        try:
+            for stmt in _split_sql(migrations[i]):
+                conn.execute(stmt)
+            conn.execute(
+                "INSERT INTO schema_version(component, version) VALUES(?, ?) "
+                "ON CONFLICT(component) DO UPDATE SET version=excluded.version",
+                (component, i + 1),
+            )
+            if not in_tx:
+                conn.execute("COMMIT")
+        except BaseException:
+            if not in_tx:
+                conn.execute("ROLLBACK")
+            raise
+    return max(version, len(migrations))
+
+
+def _log_failure(fut: concurrent.futures.Future) -> None:
+    exc = fut.exception()
+    if exc is not None:
+        log.error("store write failed: %s", exc)
+
+
+def _split_sql(script: str) -> list[str]:
+    return [s.strip() for s in script.split(";") if s.strip()]
