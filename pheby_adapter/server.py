@@ -1,0 +1,303 @@
+"""The Pheby front end: WS ``/ws`` and ``GET /attachments/{id}`` (thin aiohttp layer)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, Optional
+
+from aiohttp import WSMsgType, web
+
+from bridge_core import commands as cmd
+from bridge_core import events as ev
+from bridge_core.errors import BridgeError, InvalidJson, SlowConsumer
+from bridge_core.frontend import FailedAuthLimiter, FrontEnd, peer_host, ws_text_sender
+from bridge_core.hub import Outbox
+from bridge_core.wire import dumps
+
+from . import codec
+from .errors import to_pheby_error
+from .session import CLOSE_POLICY, CLOSE_TRY_AGAIN, PhebySession, secret_matches
+
+log = logging.getLogger("agent_bridge.pheby")
+
+NOT_FOUND_BODY = {"error": {"code": "not_found", "message": "Attachment unavailable"}}
+UNAUTHORIZED_BODY = {"error": {"code": "unauthorized", "message": "Unauthorized"}}
+LOCKED_BODY = {"error": {"code": "rate_limited", "message": "Too many failed attempts; try again later"}}
+
+
+class Connection:
+    __slots__ = ("ws", "outbox", "session", "peer", "id")
+
+    def __init__(self, ws: web.WebSocketResponse, session: PhebySession, peer: str, conn_id: str):
+        self.ws = ws
+        self.session = session
+        self.peer = peer
+        self.id = conn_id
+        self.outbox: Optional[Outbox] = None
+
+
+class _DraftFrame:
+    """A lazily rendered cumulative draft: encoded when sent, once per draft length."""
+
+    __slots__ = ("fe", "message_id")
+
+    def __init__(self, fe: "PhebyFrontEnd", message_id: str):
+        self.fe = fe
+        self.message_id = message_id
+
+    def __len__(self) -> int:
+        e = self.fe._drafts.get(self.message_id)
+        return 64 + (e.draft.length if e is not None else 0)
+
+    def __call__(self) -> Optional[bytes]:
+        fe = self.fe
+        e = fe._drafts.get(self.message_id)
+        if e is None:
+            return None  # the message completed meanwhile; message.complete follows
+        cached = fe._draft_cache.get(self.message_id)
+        if cached is not None and cached[0] == e.draft.length:
+            return cached[1]
+        data = dumps(codec.delta_frame(e))
+        fe._draft_cache[self.message_id] = (e.draft.length, data)
+        return data
+
+
+class PhebyFrontEnd(FrontEnd):
+    name = "pheby"
+
+    def __init__(self, bridge, config):
+        super().__init__(bridge, config)
+        opts = config.section("pheby")
+        self.hello_timeout = float(opts.get("hello_timeout", codec.HELLO_DEADLINE))
+        self.heartbeat = float(opts.get("heartbeat", 30.0))
+        self.rate = float(opts.get("rate", 100.0))
+        self.burst = float(opts.get("burst", 200.0))
+        self.outbox_items = int(opts.get("outbox_items", 2048))
+        self.limiter = FailedAuthLimiter(codec.LOCKOUT_FAILS, codec.LOCKOUT_WINDOW)
+        self.conns: dict[str, Connection] = {}
+        self._drafts: dict[str, ev.TextDelta] = {}
+        self._draft_cache: dict[str, tuple[int, bytes]] = {}
+        self._next_id = 0
+        self.stats = {"connections": 0, "slow_disconnects": 0, "rate_limited": 0, "auth_failures": 0}
+
+    @property
+    def secret(self) -> str:
+        return self.config.pheby_secret
+
+    def build_app(self) -> web.Application:
+        app = web.Application(client_max_size=64 * 1024)
+        app.router.add_get("/ws", self.handle_ws)
+        app.router.add_get("/attachments/{attachment_id}", self.handle_attachment)
+        app.router.add_get("/attachments/{attachment_id}/{tail:.*}", self.handle_attachment)
+        return app
+
+    # --- fan-out ----------------------------------------------------------------
+
+    def on_event(self, seq: int, event: Any) -> None:
+        t = type(event)
+        if t is ev.TextDelta:
+            if event.kind != "text":
+                return
+            mid = event.message_id
+            self._drafts[mid] = event
+            key = ("draft", mid)
+            frame = _DraftFrame(self, mid)
+            for conn in self.conns.values():
+                if conn.outbox is not None:
+                    conn.outbox.put(frame, key)
+            return
+        if t is ev.MessageCompleted or t is ev.RunFinished:
+            mid = event.message_id if t is ev.MessageCompleted else f"draft-{event.run_id}"
+            self._drafts.pop(mid, None)
+            self._draft_cache.pop(mid, None)
+        frames = codec.render_event(event)
+        if not frames:
+            return
+        encoded = [dumps(f) for f in frames]
+        for conn in self.conns.values():
+            box = conn.outbox
+            if box is not None:
+                for data in encoded:
+                    box.put(data)
+
+    # --- WebSocket ----------------------------------------------------------------
+
+    async def handle_ws(self, request: web.Request) -> web.StreamResponse:
+        peer = peer_host(request)
+        if self.limiter.locked(peer):
+            return web.json_response(LOCKED_BODY, status=429)
+        ws = web.WebSocketResponse(heartbeat=self.heartbeat, max_msg_size=2 * codec.MAX_FRAME, autoping=True)
+        await ws.prepare(request)
+        self._next_id += 1
+        conn = Connection(ws, PhebySession(self.secret, time.time(), rate=self.rate, burst=self.burst), peer, f"p{self._next_id}")
+        self.sockets.add(ws)
+        writer = None
+        try:
+            if not await self._handshake(conn):
+                return ws
+            conn.outbox = Outbox(
+                ws_text_sender(ws), max_items=self.outbox_items, on_overflow=lambda: self._slow(conn)
+            )
+            writer = self.tasks.spawn(conn.outbox.run(), name=f"pheby-writer-{conn.id}")
+            self.conns[conn.id] = conn
+            self.stats["connections"] += 1
+            await self._serve(conn)
+        finally:
+            self.conns.pop(conn.id, None)
+            self.sockets.discard(ws)
+            if conn.outbox is not None:
+                conn.outbox.close()
+            if writer is not None:
+                writer.cancel()
+            if not ws.closed:
+                await ws.close()
+        return ws
+
+    async def _handshake(self, conn: Connection) -> bool:
+        ws = conn.ws
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.hello_timeout
+        while True:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return await self._auth_timeout(conn)
+            try:
+                msg = await ws.receive(timeout=remaining)
+            except asyncio.TimeoutError:
+                return await self._auth_timeout(conn)
+            if msg.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED, WSMsgType.ERROR):
+                return False
+            if msg.type != WSMsgType.TEXT:
+                step = conn.session.feed(b"\x00", time.time())
+            else:
+                step = conn.session.feed(msg.data, time.time())
+            await self._send_direct(ws, step.frames)
+            if step.auth_failed:
+                self.limiter.fail(conn.peer)
+                self.stats["auth_failures"] += 1
+                log.info("pheby: failed hello from %s", conn.peer)
+            if step.close is not None:
+                await ws.close(code=step.close, message=_reason(step.frames))
+                return False
+            if step.authenticated:
+                return True
+
+    async def _auth_timeout(self, conn: Connection) -> bool:
+        from bridge_core.errors import AuthTimeout
+
+        await self._send_direct(conn.ws, [codec.error_frame(AuthTimeout("No hello within 10 seconds"), None, time.time())])
+        await conn.ws.close(code=CLOSE_POLICY, message=b"auth_timeout")
+        return False
+
+    async def _send_direct(self, ws: web.WebSocketResponse, frames: list) -> None:
+        for f in frames:
+            try:
+                await ws.send_frame(dumps(f), WSMsgType.TEXT)
+            except (ConnectionError, RuntimeError):
+                return
+
+    async def _serve(self, conn: Connection) -> None:
+        ws = conn.ws
+        origin = cmd.Origin(surface="pheby", connection=conn.id, decided_by="remote")
+        async for msg in ws:
+            if msg.type == WSMsgType.TEXT:
+                data = msg.data
+            elif msg.type == WSMsgType.BINARY:
+                self._queue(conn, codec.error_frame(InvalidJson("Binary frames are not supported"), None, time.time()))
+                continue
+            else:
+                break
+            step = conn.session.feed(data, time.time())
+            for f in step.frames:
+                self._queue(conn, f)
+            if step.close is not None:
+                if conn.outbox is not None:
+                    await conn.outbox.flush(1.0)
+                await ws.close(code=step.close, message=_reason(step.frames))
+                break
+            if step.command is not None:
+                await self._execute(conn, step.command, origin)
+            if conn.session.rate_limited:
+                self.stats["rate_limited"] += conn.session.rate_limited
+                conn.session.rate_limited = 0
+
+    async def _execute(self, conn: Connection, command: Any, origin: cmd.Origin) -> None:
+        rid = getattr(command, "request_id", None)
+        try:
+            result = await self.bridge.execute(command, origin)
+        except BridgeError as err:
+            self._queue(conn, codec.error_frame(to_pheby_error(err, command), rid, time.time()))
+            return
+        except Exception:
+            log.exception("pheby: %s failed", type(command).__name__)
+            self._queue(conn, codec.error_frame(to_pheby_error(Exception(), command), rid, time.time()))
+            return
+        frame = codec.reply(command, result, time.time())
+        if frame is not None:
+            self._queue(conn, frame)
+
+    def _queue(self, conn: Connection, frame: dict) -> None:
+        if conn.outbox is not None:
+            conn.outbox.put(dumps(frame))
+
+    def _slow(self, conn: Connection) -> None:
+        self.conns.pop(conn.id, None)  # no more fan-out to it, at once
+        self.stats["slow_disconnects"] += 1
+        log.warning("pheby: connection %s could not keep up; disconnecting", conn.id)
+        err = SlowConsumer()
+        self.tasks.spawn(_close_slow(conn.ws, err.message), name=f"pheby-slow-{conn.id}")
+
+    # --- attachments --------------------------------------------------------------
+
+    def _request_secret(self, request: web.Request) -> Optional[str]:
+        auth = request.headers.get("Authorization", "")
+        scheme, _, value = auth.partition(" ")
+        if scheme.lower() in ("bearer", "apikey") and value:
+            return value.strip()
+        header = request.headers.get("X-Pheby-Secret")
+        return header.strip() if header else None
+
+    async def handle_attachment(self, request: web.Request) -> web.StreamResponse:
+        peer = peer_host(request)
+        if self.limiter.locked(peer):
+            return web.json_response(LOCKED_BODY, status=429)
+        given = self._request_secret(request)
+        if given is None or not secret_matches(given, self.secret):
+            self.limiter.fail(peer)
+            return web.json_response(UNAUTHORIZED_BODY, status=401)
+        found = None
+        if "tail" not in request.match_info:
+            found = self.bridge.attachments.get(request.match_info["attachment_id"])
+        if found is None:
+            return web.json_response(NOT_FOUND_BODY, status=404)
+        att, path = found
+        disposition = "inline" if att.inline_image else "attachment"
+        safe_name = att.filename.replace('"', "").replace("\\", "").replace("\r", "").replace("\n", "")
+        return web.FileResponse(
+            path,
+            headers={
+                "Content-Type": att.mime_type,
+                "Content-Disposition": f'{disposition}; filename="{safe_name}"',
+                "Cache-Control": "private, no-store",
+                "X-Content-Type-Options": "nosniff",
+            },
+        )
+
+
+async def _close_slow(ws: web.WebSocketResponse, reason: str) -> None:
+    """Close with 1013 slow_consumer; a peer that does not even take the close frame is aborted."""
+    try:
+        await asyncio.wait_for(ws.close(code=CLOSE_TRY_AGAIN, message=b"slow_consumer"), 2.0)
+    except Exception:
+        transport = getattr(ws._req, "transport", None) if getattr(ws, "_req", None) is not None else None
+        if transport is not None:
+            transport.abort()
+
+
+def _reason(frames: list) -> bytes:
+    for f in frames:
+        if f.get("type") == "error":
+            return f["error"]["code"].encode()
+    return b""

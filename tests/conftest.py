@@ -1,0 +1,52 @@
+"""Shared fixtures: a real bridge with real front ends on loopback ports."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+from bridge_core.config import build_config
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+PHEBY_SECRET = "test-pheby-secret-0123456789"
+LVMH_TOKEN = "test-lvmh-token-0123456789"
+
+
+def make_config(tmp_path, adapters=("pheby", "loomi", "lvmh"), **overrides):
+    env = {"PHEBY_SECRET": PHEBY_SECRET, "LVMH_TOKEN": LVMH_TOKEN}
+    env.update(overrides.pop("env", {}))
+    flags = {
+        "data_dir": str(tmp_path / "data"),
+        "adapters": ",".join(adapters),
+        "pheby_port": 0,
+        "loomi_port": 0,
+        "lvmh_port": 0,
+    }
+    flags.update(overrides)
+    return build_config(flags, env)
+
+
+@pytest.fixture
+async def service_factory(tmp_path):
+    """Start a Service (demo agent by default) with the given adapters on port 0; stopped after the test."""
+    from bridge_core.agents.demo import DemoAgent
+    from cli.serve import Service
+
+    started = []
+
+    async def start(adapters=("pheby", "loomi", "lvmh"), source=None, data_dir=None, **overrides):
+        cfg_path = tmp_path if data_dir is None else data_dir
+        cfg = make_config(cfg_path, adapters, **overrides)
+        svc = Service(cfg, source or DemoAgent(approval_timeout=overrides.get("approval_timeout", 300.0)))
+        await svc.start()
+        started.append(svc)
+        return svc
+
+    yield start
+    for svc in reversed(started):
+        await svc.stop()
