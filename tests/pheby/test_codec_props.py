@@ -1,0 +1,181 @@
+"""Codec properties with Hypothesis: every event renders to valid frames; requests round-trip; garbage never escapes."""
+
+from __future__ import annotations
+
+import json
+import string
+
+import attrs
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bridge_core import commands as cmd
+from bridge_core import events as ev
+from bridge_core.errors import BridgeError
+from pheby_adapter import codec
+from pheby_adapter.session import PhebySession
+
+text = st.text(max_size=40)
+ids = st.text(alphabet=string.hexdigits.lower(), min_size=1, max_size=32)
+opt_ids = st.none() | ids
+ts = st.floats(min_value=0, max_value=4_000_000_000, allow_nan=False)
+
+attachment = st.builds(
+    ev.Attachment, attachment_id=ids, filename=text, mime_type=text, size=st.integers(0, 10**9),
+    kind=st.sampled_from(["image", "document", "audio", "video", "voice"]), inline_image=st.booleans(),
+    conversation_id=ids, message_id=opt_ids, created_at=ts, expires_at=st.none() | ts,
+)
+
+EVENT_STRATEGIES = {
+    ev.ConversationCreated: st.builds(ev.ConversationCreated, conversation_id=ids, name=text, ts=ts),
+    ev.ConversationRenamed: st.builds(ev.ConversationRenamed, conversation_id=ids, name=text, ts=ts),
+    ev.ConversationUpdated: st.builds(ev.ConversationUpdated, conversation_id=ids, name=text, ts=ts),
+    ev.ConversationDeleted: st.builds(ev.ConversationDeleted, conversation_id=ids, ts=ts),
+    ev.UserMessageSent: st.builds(ev.UserMessageSent, conversation_id=ids, message_id=ids, text=text, ts=ts),
+    ev.RunStarted: st.builds(ev.RunStarted, conversation_id=ids, run_id=ids, message_id=ids, request_id=opt_ids, ts=ts),
+    ev.InterimMessage: st.builds(ev.InterimMessage, conversation_id=ids, run_id=ids, text=text, ts=ts),
+    ev.MessageCompleted: st.builds(ev.MessageCompleted, conversation_id=ids, message_id=ids, text=text,
+                                   kind=st.sampled_from(["normal", "notice"]), ts=ts),
+    ev.ToolStarted: st.builds(ev.ToolStarted, conversation_id=ids, run_id=opt_ids, call_id=ids, tool_name=text,
+                              args=st.dictionaries(text, text | st.integers()), ts=ts),
+    ev.ToolProgress: st.builds(ev.ToolProgress, conversation_id=ids, run_id=opt_ids, call_id=ids, tool_name=text, partial=text, ts=ts),
+    ev.ToolFinished: st.builds(ev.ToolFinished, conversation_id=ids, run_id=opt_ids, call_id=ids, tool_name=text,
+                               status=st.sampled_from(["completed", "failed", "cancelled"]),
+                               duration_ms=st.none() | st.integers(0, 10**7), error=st.none() | text, ts=ts),
+    ev.RunFinished: st.builds(ev.RunFinished, conversation_id=ids, run_id=ids,
+                              status=st.sampled_from(["completed", "failed", "cancelled"]), error=st.none() | text, ts=ts),
+    ev.ApprovalRequested: st.builds(ev.ApprovalRequested, conversation_id=ids, run_id=opt_ids, approval_id=ids,
+                                    session_key=text, command=text, description=text, ts=ts),
+    ev.ApprovalResolved: st.builds(ev.ApprovalResolved, conversation_id=ids, run_id=opt_ids, approval_id=ids,
+                                   choice=st.sampled_from(ev.APPROVAL_CHOICES), request_id=opt_ids, ts=ts),
+    ev.ClarifyRequested: st.builds(ev.ClarifyRequested, conversation_id=ids, run_id=opt_ids, clarify_id=ids,
+                                   session_key=text, question=text, choices=st.none() | st.tuples(text, text), ts=ts),
+    ev.ClarifyResolved: st.builds(ev.ClarifyResolved, conversation_id=ids, run_id=opt_ids, clarify_id=ids, response=text, ts=ts),
+    ev.AttachmentAdded: st.builds(ev.AttachmentAdded, conversation_id=ids, attachment=attachment, ts=ts),
+    ev.Notification: st.builds(ev.Notification, conversation_id=opt_ids, message_id=ids, text=text, ts=ts),
+    ev.ModelChanged: st.builds(ev.ModelChanged, model=text, provider=st.none() | text,
+                               scope=st.sampled_from(["conversation", "global"]), conversation_id=opt_ids, ts=ts),
+    ev.ReasoningChanged: st.builds(ev.ReasoningChanged, effort=st.sampled_from(ev.REASONING_EFFORTS), enabled=st.booleans(),
+                                   scope=st.sampled_from(["conversation", "global"]), ts=ts),
+    ev.YoloChanged: st.builds(ev.YoloChanged, enabled=st.booleans(), scope=st.sampled_from(["conversation", "global"]), ts=ts),
+}
+
+SERVER_TYPES = {
+    "ready", "pong", "error", "conversation.snapshot", "conversation.created", "conversation.renamed",
+    "conversation.updated", "conversation.deleted", "conversation.history", "run.accepted", "run.finished",
+    "message.start", "message.delta", "message.complete", "tool.event", "approval.request", "approval.resolved",
+    "clarify.request", "clarify.resolved", "attachment.added", "models.snapshot", "model.current", "model.changed",
+    "reasoning.snapshot", "reasoning.changed", "yolo.snapshot", "yolo.changed",
+}
+
+
+def test_every_event_type_has_a_strategy():
+    assert set(EVENT_STRATEGIES) | {ev.TextDelta} == set(ev.EVENT_TYPES)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(*EVENT_STRATEGIES.values()))
+def test_every_event_renders_to_known_json_frames(event):
+    for frame in codec.render_event(event):
+        assert frame["type"] in SERVER_TYPES
+        assert json.loads(json.dumps(frame)) == frame
+        if "ts" in frame:
+            assert frame["ts"].endswith("+00:00")
+
+
+@given(ids, ids, st.text(max_size=200))
+def test_delta_frame_is_cumulative(cid, mid, body):
+    draft = ev.Draft()
+    pieces = [body[i : i + 3] for i in range(0, len(body), 3)] or [""]
+    for p in pieces:
+        draft.append(p)
+        frame = codec.delta_frame(ev.TextDelta(conversation_id=cid, run_id="r", message_id=mid, delta=p, draft=draft))
+    assert frame["text"] == body and frame["type"] == "message.delta"
+
+
+# request frames built from commands, then decoded back
+def _frame(type_: str, **fields) -> dict:
+    return {"type": type_, **{k: v for k, v in fields.items() if v is not None}}
+
+
+REQUESTS = st.one_of(
+    st.builds(lambda c, t, r: (_frame("chat.send", conversation_id=c, text=t, request_id=r),
+                               cmd.SendMessage(text=t, conversation_id=c, request_id=r)),
+              ids, st.text(min_size=1, max_size=50).filter(str.strip), opt_ids),
+    st.builds(lambda c, n, r: (_frame("conversation.rename", conversation_id=c, name=n, request_id=r),
+                               cmd.RenameConversation(conversation_id=c, name=n, request_id=r)), ids, text, opt_ids),
+    st.builds(lambda c, l, r: (_frame("conversation.open", conversation_id=c, limit=l, request_id=r),
+                               cmd.OpenConversation(conversation_id=c, limit=min(l, 500), request_id=r)),
+              ids, st.integers(0, 10_000), opt_ids),
+    st.builds(lambda a, ch, why, r: (_frame("approval.respond", approval_id=a, choice=ch, reason=why, request_id=r),
+                                     cmd.ResolveApproval(approval_id=a, choice=ch, reason=why, request_id=r)),
+              ids, st.sampled_from(ev.APPROVAL_CHOICES), st.none() | text, opt_ids),
+    st.builds(lambda k, resp, r: (_frame("clarify.respond", clarify_id=k, response=resp, request_id=r),
+                                  cmd.AnswerClarify(clarify_id=k, response=resp, request_id=r)), ids, text, opt_ids),
+    st.builds(lambda m, p, c, r: (_frame("model.set", model=m, provider=p, conversation_id=c, request_id=r),
+                                  cmd.SetModel(model=m, provider=p, conversation_id=c, request_id=r)),
+              text, st.none() | text, opt_ids, opt_ids),
+    st.builds(lambda e, c, r: (_frame("reasoning.set", effort=e, conversation_id=c, request_id=r),
+                               cmd.SetReasoning(effort=e, conversation_id=c, request_id=r)),
+              st.sampled_from(ev.REASONING_EFFORTS), opt_ids, opt_ids),
+    st.builds(lambda b, c, r: (_frame("yolo.set", enabled=b, conversation_id=c, request_id=r),
+                               cmd.SetYolo(enabled=b, conversation_id=c, request_id=r)), st.booleans(), opt_ids, opt_ids),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(REQUESTS)
+def test_requests_round_trip(pair):
+    frame, expected = pair
+    assert codec.decode_request(json.loads(json.dumps(frame))) == expected
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4),
+    max_leaves=20,
+)
+garbage_frames = st.one_of(
+    st.text(max_size=100),
+    st.binary(max_size=100).map(lambda b: b.decode("latin-1")),
+    json_values.map(json.dumps),
+    st.fixed_dictionaries({"type": st.sampled_from(codec.CLIENT_TYPES)}, optional={
+        "conversation_id": json_values, "text": json_values, "request_id": json_values, "limit": json_values,
+        "approval_id": json_values, "choice": json_values, "enabled": json_values, "effort": json_values,
+        "model": json_values, "name": json_values, "secret": json_values, "protocol_version": json_values,
+    }).map(json.dumps),
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(garbage_frames)
+def test_session_never_raises_on_garbage(raw):
+    s = PhebySession("secret", 0.0, rate=1e9, burst=1e9)
+    s.feed('{"type":"hello","secret":"secret","protocol_version":1}', 0.0)
+    step = s.feed(raw, 1.0)
+    # either a command to run, a pong, or an error frame with a code
+    if step.command is None:
+        assert step.frames and step.frames[0]["type"] in ("error", "pong")
+        if step.frames[0]["type"] == "error":
+            assert step.frames[0]["error"]["code"] in (
+                "invalid_json", "unknown_type", "bad_request", "too_large", "rate_limited"
+            )
+    else:
+        assert attrs.has(type(step.command))
+
+
+@settings(max_examples=200, deadline=None)
+@given(garbage_frames)
+def test_handshake_never_raises_on_garbage(raw):
+    s = PhebySession("secret", 0.0)
+    step = s.feed(raw, 0.0)
+    assert not step.authenticated
+    assert step.frames[0]["type"] == "error" and step.close is not None
+
+
+@given(json_values)
+def test_decode_request_only_raises_bridge_errors(value):
+    try:
+        codec.decode_request(value if isinstance(value, dict) else {"type": "chat.send", "text": value})
+    except BridgeError:
+        pass
