@@ -157,6 +157,7 @@ class RunContext:
         self._draft = ev.Draft()
         self._reasoning = ev.Draft()
         self.completed = False
+        self.finished = False
         self._tool_index = 0
 
     @property
@@ -327,6 +328,8 @@ class ManagedAgentSource(AgentSource):
         )
         ctx = RunContext(bridge, self, conv.conversation_id, run_id)
         task = bridge.tasks.spawn(self._drive(ctx, text), name=f"run-{run_id}")
+        # a task cancelled before its first step never enters _drive: finish the run anyway
+        task.add_done_callback(lambda t: self._finish(ctx, "cancelled", None))
         self._runs[run_id] = task
         return run_id
 
@@ -346,20 +349,27 @@ class ManagedAgentSource(AgentSource):
             log.exception("run %s failed", ctx.run_id)
             status, error = "failed", "agent error"
         finally:
-            self._runs.pop(ctx.run_id, None)
-            request_id = self._cancelling.pop(ctx.run_id, None)
-            if status != "completed" and ctx.text and not ctx.completed:
-                ctx.complete()  # keep what was said in the transcript
-            self.bridge.publish(
-                ev.RunFinished(
-                    conversation_id=ctx.conversation_id,
-                    run_id=ctx.run_id,
-                    status=status,  # type: ignore[arg-type]
-                    error=error,
-                    text=ctx.text,
-                    request_id=request_id if status == "cancelled" else None,
-                )
+            self._finish(ctx, status, error)
+
+    def _finish(self, ctx: RunContext, status: str, error: Optional[str]) -> None:
+        """Publish the run's end exactly once."""
+        if ctx.finished:
+            return
+        ctx.finished = True
+        self._runs.pop(ctx.run_id, None)
+        request_id = self._cancelling.pop(ctx.run_id, None)
+        if status != "completed" and ctx.text and not ctx.completed:
+            ctx.complete()  # keep what was said in the transcript
+        self.bridge.publish(
+            ev.RunFinished(
+                conversation_id=ctx.conversation_id,
+                run_id=ctx.run_id,
+                status=status,  # type: ignore[arg-type]
+                error=error,
+                text=ctx.text,
+                request_id=request_id if status == "cancelled" else None,
             )
+        )
 
     async def cancel(self, conv: "ConversationState", run_id: str, request_id: Optional[str]) -> None:
         task = self._runs.get(run_id)

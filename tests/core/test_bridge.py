@@ -1,0 +1,130 @@
+"""Bridge commands on the demo agent, without a front end."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from bridge_core import commands as cmd
+from bridge_core import events as ev
+from bridge_core.agents.demo import DemoAgent, demo_png
+from bridge_core.bridge import Bridge
+from bridge_core.errors import AlreadyResolved, ApprovalNotFound, BadRequest, ConversationNotFound, RunActive
+
+PHEBY = cmd.Origin(surface="pheby")
+LOOMI = cmd.Origin(surface="loomi", decided_by="remote")
+
+
+@pytest.fixture
+async def bridge(tmp_path):
+    b = Bridge(str(tmp_path / "d"), DemoAgent(approval_timeout=None))
+    await b.start()
+    yield b
+    await b.stop()
+
+
+async def run_to_end(bridge, text, cid=None):
+    events = []
+    unsub = bridge.hub.subscribe(lambda s, e: events.append(e))
+    res = await bridge.execute(cmd.SendMessage(text=text, conversation_id=cid), PHEBY)
+    for _ in range(2000):
+        if any(isinstance(e, ev.RunFinished) and e.run_id == res.run_id for e in events):
+            break
+        await asyncio.sleep(0.005)
+    unsub()
+    return res, events
+
+
+async def test_send_without_conversation_creates_one(bridge):
+    res, events = await run_to_end(bridge, "hello   world")
+    assert res.created and bridge.conversation(res.conversation_id).name == "hello world"
+    assert [type(e).__name__ for e in events][:3] == ["ConversationCreated", "UserMessageSent", "RunStarted"]
+    assert events[-2].text == "Echo: hello   world"
+
+
+async def test_bench_text_is_exact(bridge):
+    res, events = await run_to_end(bridge, "/bench 1000")
+    deltas = [e for e in events if isinstance(e, ev.TextDelta)]
+    assert len(deltas) == 1000 and all(d.delta == "tok " for d in deltas)
+    assert [e for e in events if isinstance(e, ev.MessageCompleted)][0].text == "tok " * 1000
+
+
+async def test_one_run_at_a_time(bridge):
+    res = await bridge.execute(cmd.SendMessage(text="/slow 5"), PHEBY)
+    with pytest.raises(RunActive):
+        await bridge.execute(cmd.SendMessage(text="x", conversation_id=res.conversation_id), PHEBY)
+    await bridge.execute(cmd.CancelRun(conversation_id=res.conversation_id, run_id=res.run_id), PHEBY)
+    assert bridge.conversation(res.conversation_id).run is None
+
+
+async def test_approval_first_answer_wins_across_surfaces(bridge):
+    res = await bridge.execute(cmd.SendMessage(text="/approve ls"), PHEBY)
+    await asyncio.sleep(0.01)
+    conv = bridge.conversation(res.conversation_id)
+    (aid,) = conv.approvals
+    assert conv.status == "waiting"
+    first = await bridge.execute(cmd.ResolveApproval(approval_id=aid, choice="once"), LOOMI)
+    assert first.surface == "loomi" and first.decided_by == "remote"
+    with pytest.raises(AlreadyResolved):
+        await bridge.execute(cmd.ResolveApproval(approval_id=aid, choice="deny"), PHEBY)
+    with pytest.raises(ApprovalNotFound):
+        await bridge.execute(cmd.ResolveApproval(approval_id="zzz", choice="deny"), PHEBY)
+    with pytest.raises(BadRequest):
+        await bridge.execute(cmd.ResolveApproval(approval_id=aid, choice="perhaps"), PHEBY)
+
+
+async def test_approval_timeout_resolves_as_timeout(tmp_path):
+    b = Bridge(str(tmp_path / "d"), DemoAgent(approval_timeout=0.05))
+    await b.start()
+    try:
+        res, events = await run_to_end(b, "/approve rm x")
+        resolved = [e for e in events if isinstance(e, ev.ApprovalResolved)]
+        assert len(resolved) == 1 and resolved[0].decided_by == "timeout" and resolved[0].choice == "timeout"
+        assert [e for e in events if isinstance(e, ev.MessageCompleted)][0].text.startswith("Approval timed out")
+        with pytest.raises(AlreadyResolved):
+            await b.execute(cmd.ResolveApproval(approval_id=resolved[0].approval_id, choice="once"), PHEBY)
+    finally:
+        await b.stop()
+
+
+async def test_interrupted_run_is_failed_after_restart(tmp_path):
+    d = str(tmp_path / "d")
+    b = Bridge(d, DemoAgent())
+    await b.start()
+    res = await b.execute(cmd.SendMessage(text="/slow 30"), PHEBY)
+    await asyncio.sleep(0.05)
+    b.store.flush()
+    # simulate a crash: no clean shutdown of the run (the store is closed without the run finishing)
+    b.store.close()
+    b2 = Bridge(d, DemoAgent())
+    await b2.start()
+    try:
+        assert b2.interrupted_runs == [(res.conversation_id, res.run_id)]
+        assert b2.store.query("SELECT status, error FROM runs WHERE run_id=?", (res.run_id,)) == [("failed", "interrupted by a restart")]
+        assert b2.conversation(res.conversation_id).run is None
+        assert [m.text for m in b2.conversation(res.conversation_id).messages] == ["/slow 30"]
+    finally:
+        await b2.stop()
+        for t in list(b.tasks._tasks):
+            t.cancel()
+
+
+async def test_unknown_conversation(bridge):
+    with pytest.raises(ConversationNotFound):
+        await bridge.execute(cmd.OpenConversation(conversation_id="nope"), PHEBY)
+
+
+async def test_task_list_status(bridge):
+    a = await bridge.execute(cmd.SendMessage(text="/approve ls"), PHEBY)
+    b, _ = await run_to_end(bridge, "hi")
+    await asyncio.sleep(0.01)
+    waiting = await bridge.execute(cmd.ListTasks(status_filter="waiting"), PHEBY)
+    assert [c.conversation_id for c in waiting] == [a.conversation_id]
+    idle = await bridge.execute(cmd.ListTasks(status_filter="idle"), PHEBY)
+    assert [c.conversation_id for c in idle] == [b.conversation_id]
+
+
+def test_demo_png_is_valid():
+    data = demo_png()
+    assert data.startswith(b"\x89PNG\r\n\x1a\n") and data.endswith(b"IEND\xaeB`\x82")

@@ -1,0 +1,78 @@
+"""Hub ordering and Outbox coalescing / overflow."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from bridge_core.hub import Hub, Outbox
+
+
+def test_hub_orders_and_isolates_broken_subscribers():
+    hub = Hub()
+    seen = []
+    hub.subscribe(lambda seq, e: (_ for _ in ()).throw(RuntimeError("boom")))
+    unsub = hub.subscribe(lambda seq, e: seen.append((seq, e)))
+    assert hub.publish("a") == 1 and hub.publish("b") == 2
+    unsub()
+    hub.publish("c")
+    assert seen == [(1, "a"), (2, "b")]
+
+
+async def test_outbox_delivers_in_order_and_coalesces_by_key():
+    sent = []
+    gate = asyncio.Event()
+
+    async def send(data):
+        await gate.wait()
+        sent.append(data)
+
+    box = Outbox(send, max_items=10)
+    writer = asyncio.create_task(box.run())
+    box.put(b"start")
+    await asyncio.sleep(0)  # the writer takes "start" and waits on the gate
+    for i in range(100):
+        box.put(f"draft{i}".encode(), key="d")
+    box.put(b"complete")
+    assert len(box) == 2  # one coalesced draft slot + complete
+    gate.set()
+    await asyncio.sleep(0.01)
+    assert sent == [b"start", b"draft99", b"complete"]
+    box.put(b"next", key="d")  # a new slot once the old one was sent
+    await asyncio.sleep(0.01)
+    assert sent[-1] == b"next"
+    box.close()
+    await asyncio.wait_for(writer, 1)
+
+
+async def test_outbox_overflow_closes_and_reports():
+    overflowed = []
+
+    async def never(data):
+        await asyncio.sleep(3600)
+
+    box = Outbox(never, max_items=3, on_overflow=lambda: overflowed.append(True))
+    writer = asyncio.create_task(box.run())
+    await asyncio.sleep(0)
+    assert box.put(b"x")
+    await asyncio.sleep(0)  # the writer takes it: one in flight
+    results = [box.put(b"x") for _ in range(5)]
+    assert results[:3] == [True, True, True]  # three queued
+    assert results[3] is False and overflowed == [True] and box.closed and box.overflowed
+    assert box.put(b"y") is False and overflowed == [True]
+    writer.cancel()
+
+
+async def test_outbox_byte_limit():
+    async def never(data):
+        await asyncio.sleep(3600)
+
+    box = Outbox(never, max_items=1000, max_bytes=100)
+    writer = asyncio.create_task(box.run())
+    await asyncio.sleep(0)
+    assert box.put(b"x" * 60)
+    await asyncio.sleep(0)  # the first is in flight
+    assert box.put(b"x" * 60)
+    assert not box.put(b"x" * 60)
+    writer.cancel()

@@ -1,0 +1,64 @@
+"""Store: migrations in order, batched durable writes, reopen."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from bridge_core.errors import Unavailable
+from bridge_core.store import Store
+
+
+def test_migrations_are_ordered_and_recorded(tmp_path):
+    s = Store(str(tmp_path / "b.db")).open()
+    assert s.migrate("x", ["CREATE TABLE a(i INTEGER)", "ALTER TABLE a ADD COLUMN j TEXT"]) == 2
+    # re-running applies nothing new; a new migration applies only itself
+    assert s.migrate("x", ["CREATE TABLE a(i INTEGER)", "ALTER TABLE a ADD COLUMN j TEXT", "CREATE TABLE b(k)"]) == 3
+    assert s.query("SELECT version FROM schema_version WHERE component='x'") == [(3,)]
+    assert s.query("PRAGMA journal_mode") == [("wal",)]
+    s.close()
+
+
+async def test_batched_writes_are_durable_on_return(tmp_path):
+    path = str(tmp_path / "b.db")
+    s = Store(path).open()
+    s.migrate("t", ["CREATE TABLE t(i INTEGER PRIMARY KEY)"])
+    futs = [s.submit(lambda c, i=i: c.execute("INSERT INTO t VALUES(?)", (i,))) for i in range(5000)]
+    await s.write(lambda c: None)
+    assert all(f.done() for f in futs)
+    assert s.commits < 5000  # batched: far fewer commits than writes
+    # visible to an independent connection (committed, not just queued)
+    other = sqlite3.connect(path)
+    assert other.execute("SELECT COUNT(*) FROM t").fetchone() == (5000,)
+    other.close()
+    s.close()
+
+
+async def test_one_failing_write_does_not_sink_its_batch(tmp_path):
+    s = Store(str(tmp_path / "b.db")).open()
+    s.migrate("t", ["CREATE TABLE t(i INTEGER PRIMARY KEY)"])
+    ok1 = s.submit(lambda c: c.execute("INSERT INTO t VALUES(1)"))
+    bad = s.submit(lambda c: c.execute("INSERT INTO t VALUES(1)"))  # duplicate key
+    ok2 = s.submit(lambda c: c.execute("INSERT INTO t VALUES(2)"))
+    await s.aflush()
+    assert ok1.exception() is None and ok2.exception() is None
+    assert isinstance(bad.exception(), sqlite3.IntegrityError)
+    assert s.query("SELECT i FROM t ORDER BY i") == [(1,), (2,)]
+    s.close()
+
+
+async def test_closed_store_refuses_writes(tmp_path):
+    s = Store(str(tmp_path / "b.db")).open()
+    s.close()
+    with pytest.raises(Unavailable):
+        await s.write(lambda c: None)
+
+
+async def test_settings(tmp_path):
+    s = Store(str(tmp_path / "b.db")).open()
+    await s.set_setting("k", "v")
+    assert s.get_setting("k") == "v"
+    await s.set_setting("k", None)
+    assert s.get_setting("k") is None
+    s.close()
