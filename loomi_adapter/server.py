@@ -1,0 +1,551 @@
+"""The Loomi front end: WS ``/ws``, ``GET /health``, pairing and devices (loopback only),
+authenticated attachment downloads. A thin aiohttp layer over codec, session and devices.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import hashlib
+import importlib.metadata
+import logging
+import socket
+import ssl
+from typing import Any, Mapping, Optional
+
+import orjson
+from aiohttp import WSMsgType, web
+
+from bridge_core import events as ev
+from bridge_core.commands import Origin
+from bridge_core.config import is_loopback
+from bridge_core.errors import (
+    AuthTimeout,
+    BadRequest,
+    BridgeError,
+    RateLimited,
+    SlowConsumer,
+    TooLarge,
+    Unauthorized,
+    Unavailable,
+    as_bridge_error,
+)
+from bridge_core.frontend import FailedAuthLimiter, FrontEnd, peer_host, ws_text_sender
+from bridge_core.hub import Outbox
+from bridge_core.redact import fingerprint
+
+from . import codec
+from .devices import Device, Registry
+from .errors import Replaced, Revoked, close_code, error_payload
+from .session import PairHello, Session
+
+log = logging.getLogger("agent_bridge.loomi")
+
+MAX_FRAME = 2 * 1024 * 1024
+MAX_QUEUED_REQUESTS = 64
+FORWARDING_HEADERS = ("X-Forwarded-For", "X-Forwarded-Host", "X-Real-IP", "Forwarded")
+# requests that change something: a repeated request_id returns the first ack
+IDEMPOTENT = (codec.SessionSend, codec.ApprovalResolve, codec.ClarifyResolve, codec.RunCancel,
+              codec.RunPause, codec.RunResume)
+
+
+def internal_allowed(peer: str, headers: Mapping[str, str]) -> bool:
+    """Loopback-only endpoints: the socket peer must be loopback, and nothing may have
+    been forwarded (a reverse proxy on this host would make every peer look local)."""
+    if not is_loopback(peer):
+        return False
+    return not any(h in headers for h in FORWARDING_HEADERS)
+
+
+def cert_fingerprint(cert_path: Optional[str]) -> str:
+    """SHA-256 of the (first) certificate in a PEM file, lowercase hex; "" without TLS."""
+    if not cert_path:
+        return ""
+    with open(cert_path, "r", encoding="ascii", errors="replace") as f:
+        pem = f.read()
+    end = "-----END CERTIFICATE-----"
+    first = pem[: pem.index(end) + len(end)] if end in pem else pem
+    return hashlib.sha256(ssl.PEM_cert_to_DER_cert(first.strip() + "\n")).hexdigest()
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("agent-bridge")
+    except importlib.metadata.PackageNotFoundError:
+        return "0"
+
+
+class Connection:
+    """One socket: its outbox, protocol session, device (once authenticated) and tasks."""
+
+    def __init__(self, ws: web.WebSocketResponse, addr: str, session: Session, transport: Any = None):
+        self.ws = ws
+        self.transport = transport
+        self.addr = addr
+        self.session = session
+        self.outbox: Outbox = None  # type: ignore[assignment]
+        self.device: Optional[Device] = None
+        self.queue: asyncio.Queue = asyncio.Queue(MAX_QUEUED_REQUESTS)
+        self.tasks: list[asyncio.Task] = []
+        self.closing = False
+
+
+class LoomiFrontEnd(FrontEnd):
+    name = "loomi"
+
+    def __init__(self, bridge, config):
+        super().__init__(bridge, config)
+        sec = config.section("loomi")
+        self.hello_timeout = float(sec.get("hello_timeout", 10.0))
+        self.ping_interval = float(sec.get("ping_interval", 25.0))
+        self.max_missed = int(sec.get("max_missed_pongs", 3))
+        self.outbox_items = int(sec.get("outbox_items", 2048))
+        self.pair_ttl = float(config.loomi_pair_ttl)
+        self.limiter = FailedAuthLimiter()
+        self.registry = Registry(bridge.store)
+        self.server_name = socket.gethostname()
+        self.server_version = _version()
+        self.fp = cert_fingerprint(config.tls_cert) if config.tls else ""
+        self._final_text: collections.OrderedDict[str, str] = collections.OrderedDict()
+        self._stopped = False
+
+    # --- lifecycle ---------------------------------------------------------------
+
+    async def prepare(self) -> None:
+        await self.registry.prepare()
+
+    async def stop(self) -> None:
+        await super().stop()
+        if self._stopped:
+            return
+        self._stopped = True
+        try:
+            await self.registry.persist_exact()
+        except Exception as exc:
+            log.warning("could not store the devices' seq on shutdown: %s", exc)
+
+    def build_app(self) -> web.Application:
+        app = web.Application(client_max_size=64 * 1024)
+        app.router.add_get("/ws", self.handle_ws)
+        app.router.add_get("/health", self.handle_health)
+        app.router.add_post("/internal/pair/new", self.handle_pair_new)
+        app.router.add_get("/internal/devices", self.handle_devices)
+        app.router.add_post("/internal/devices/revoke", self.handle_revoke)
+        app.router.add_get("/attachments/{attachment_id}", self.handle_attachment)
+        return app
+
+    def pair_url(self) -> str:
+        if self.config.loomi_public_url:
+            return self.config.loomi_public_url
+        host = self.config.host
+        if host in ("0.0.0.0", "::", ""):
+            host = self.server_name
+        elif ":" in host:
+            host = f"[{host}]"
+        return f"{'wss' if self.config.tls else 'ws'}://{host}:{self.port}/ws"
+
+    # --- the event fan-out ----------------------------------------------------------
+
+    def on_event(self, seq: int, event: Any) -> None:
+        t = type(event)
+        if t is ev.MessageCompleted and event.run_id is not None:
+            self._final_text[event.run_id] = event.text
+            while len(self._final_text) > 1024:
+                self._final_text.popitem(last=False)
+        devices = self.registry.devices
+        if not devices:
+            return
+        cid = getattr(event, "conversation_id", None)
+        extra = codec.Extra(conv=self.bridge.conversations.get(cid) if cid is not None else None)
+        if t is ev.RunFinished:
+            extra.final_text = self._final_text.pop(event.run_id, None)
+        bodies = codec.render(event, extra)
+        if not bodies:
+            return
+        next_seq = self.registry.next_seq
+        for d in tuple(devices.values()):
+            conn = d.conn
+            for b in bodies:
+                s = next_seq(d)
+                f = codec.stamp(b, s)
+                d.record(s, f)
+                if conn is not None:
+                    conn.outbox.put(f)
+
+    def _send(self, conn: Connection, type_: str, payload: dict) -> None:
+        """A reply frame (not replayed): the device's next seq, or 0 before authentication."""
+        d = conn.device
+        seq = self.registry.next_seq(d) if d is not None else 0
+        conn.outbox.put(codec.frame(seq, type_, payload))
+
+    def _error(self, conn: Connection, exc: BaseException, request_id: Optional[str] = None) -> None:
+        if not isinstance(exc, BridgeError):
+            log.error("loomi request failed", exc_info=exc)
+        self._send(conn, "error", error_payload(exc, request_id))
+
+    # --- WebSocket -------------------------------------------------------------------
+
+    async def handle_ws(self, request: web.Request) -> web.StreamResponse:
+        addr = peer_host(request)
+        ws = web.WebSocketResponse(max_msg_size=MAX_FRAME, heartbeat=None, autoping=True, compress=False)
+        await ws.prepare(request)
+        conn = Connection(ws, addr, Session(self.max_missed), request.transport)
+        conn.outbox = Outbox(ws_text_sender(ws), max_items=self.outbox_items,
+                             on_overflow=lambda: self._overflow(conn))
+        self.sockets.add(ws)
+        writer = self.tasks.spawn(self._write(conn), name="loomi-writer")
+        try:
+            if self.limiter.locked(addr):
+                await self._fatal(conn, RateLimited("Too many failed hellos; try again later"))
+            elif await self._handshake(conn):
+                await self._serve(conn)
+        finally:
+            conn.closing = True
+            self._detach(conn)
+            conn.session.closed()
+            for t in conn.tasks:
+                t.cancel()
+            conn.outbox.close()
+            self.sockets.discard(ws)
+            if not ws.closed:
+                await self._close(conn, 1000, "")
+            writer.cancel()
+        return ws
+
+    async def _write(self, conn: Connection) -> None:
+        try:
+            await conn.outbox.run()
+        except (ConnectionError, RuntimeError):
+            conn.outbox.close()
+
+    async def _handshake(self, conn: Connection) -> bool:
+        try:
+            msg = await conn.ws.receive(timeout=self.hello_timeout)
+        except asyncio.TimeoutError:
+            await self._fatal(conn, AuthTimeout())
+            return False
+        if msg.type is not WSMsgType.TEXT:
+            if msg.type is WSMsgType.ERROR:
+                await self._fatal(conn, TooLarge("Frame too large", fatal=True))
+            elif msg.type is WSMsgType.BINARY:
+                await self._fatal(conn, Unauthorized("The first frame must be a hello"))
+            return False
+        token_fp = None
+        try:
+            hs = conn.session.receive_hello(msg.data)
+            if isinstance(hs, PairHello):
+                token_fp = fingerprint(hs.token)
+                if not self.registry.consume_token(hs.token):
+                    raise Unauthorized("Invalid or expired pairing token")
+                device, credential = await self.registry.pair(hs.info)
+                log.info("loomi: paired device %s (%s) with token %s", device.device_id,
+                         device.model or "unknown model", token_fp)
+                last_seq = None
+            else:
+                found = self.registry.authenticate(hs.device_id, hs.credential)
+                if found is None:
+                    raise Unauthorized("Unknown device or wrong credential")
+                device, credential, last_seq = found, None, hs.last_seq
+        except BridgeError as exc:
+            if exc.code == "unauthorized":
+                self.limiter.fail(conn.addr)
+                log.warning("loomi: refused hello from %s%s: %s", conn.addr,
+                            f" (token {token_fp})" if token_fp else "", exc.message)
+            await self._fatal(conn, exc)
+            return False
+        if conn.ws.closed:
+            return False
+        self._open(conn, device, credential, last_seq, hs.info)
+        return True
+
+    def _open(self, conn: Connection, d: Device, credential: Optional[str], last_seq: Optional[int], info) -> None:
+        """Synchronous: hello.ok, then the replayed gap, then live frames, in this order."""
+        old = d.conn
+        if old is not None and old is not conn:
+            self._kick(old, Replaced())
+        conn.device = d
+        conn.session.opened(d.device_id)
+        self.registry.seen(d, info)
+        frames, truncated = d.replay(last_seq)
+        self._send(conn, "hello.ok", codec.hello_ok(
+            device_id=d.device_id, credential=credential, server_name=self.server_name,
+            server_version=self.server_version, truncated=truncated,
+        ))
+        for f in frames:
+            conn.outbox.put(f)
+        d.conn = conn
+        conn.tasks.append(self.tasks.spawn(self._worker(conn), name="loomi-worker"))
+        conn.tasks.append(self.tasks.spawn(self._heartbeat(conn), name="loomi-heartbeat"))
+        log.info("loomi: device %s connected from %s (replayed %d, truncated %s)", d.device_id, conn.addr,
+                 len(frames), truncated)
+
+    async def _serve(self, conn: Connection) -> None:
+        ws = conn.ws
+        while not conn.closing:
+            msg = await ws.receive()
+            if msg.type is WSMsgType.TEXT:
+                self._on_text(conn, msg.data)
+            elif msg.type is WSMsgType.BINARY:
+                self._error(conn, BadRequest("Binary frames are reserved"))
+            elif msg.type is WSMsgType.ERROR:
+                if not conn.closing:
+                    await self._fatal(conn, TooLarge(f"Frame larger than {MAX_FRAME} bytes", fatal=True))
+                return
+            else:
+                return
+
+    def _on_text(self, conn: Connection, data: str) -> None:
+        try:
+            frame = codec.parse_frame(data)
+        except BridgeError as exc:
+            self._error(conn, exc)
+            return
+        try:
+            req = conn.session.request(frame)
+        except BridgeError as exc:
+            self._error(conn, exc, frame.request_id)
+            return
+        t = type(req)
+        if t is codec.Ping:
+            self._send(conn, "pong", {})
+        elif t is codec.Pong:
+            pass
+        else:
+            try:
+                conn.queue.put_nowait(req)
+            except asyncio.QueueFull:
+                self._error(conn, RateLimited("Too many requests in flight"), getattr(req, "request_id", None))
+
+    async def _worker(self, conn: Connection) -> None:
+        while True:
+            req = await conn.queue.get()
+            try:
+                await self._handle(conn, req)
+            except Exception as exc:  # never let one request end the socket
+                self._error(conn, exc, getattr(req, "request_id", None))
+
+    async def _handle(self, conn: Connection, req: Any) -> None:
+        d = conn.device
+        assert d is not None
+        rid = getattr(req, "request_id", None)
+        origin = Origin(surface="loomi", connection=d.device_id, decided_by="remote")
+        try:
+            if type(req) is codec.TaskList:
+                convs = await self.bridge.execute(codec.to_command(req), origin)
+                self._send(conn, "task.list.result", {"request_id": rid, "tasks": [codec.task_dict(c) for c in convs]})
+                return
+            if rid is None:
+                await self.bridge.execute(codec.to_command(req), origin)
+                return
+            result = await self._execute_once(d, (codec.TYPE_OF[type(req)], rid), req, origin)
+        except BridgeError as exc:
+            self._error(conn, exc, rid)
+            return
+        self._send(conn, "ack", {"request_id": rid, "ok": True, "result": result})
+
+    async def _execute_once(self, d: Device, key: tuple, req: Any, origin: Origin) -> Any:
+        """Run a request once per (type, request_id) per device; a repeat gets the first result."""
+        entry = d.requests.get(key)
+        if isinstance(entry, tuple):
+            return entry[1]
+        if isinstance(entry, asyncio.Future):
+            ok, value = await asyncio.shield(entry)
+            if ok:
+                return value
+            raise value
+        fut = asyncio.get_running_loop().create_future()
+        d.remember(key, fut)
+        try:
+            result = codec.result_of(req, await self.bridge.execute(codec.to_command(req), origin))
+        except Exception as exc:
+            err = exc if isinstance(exc, BridgeError) else error_from(exc)
+            self._forget(d, key, fut, err)  # a failed request did nothing: a retry may run it
+            raise err
+        except BaseException:
+            self._forget(d, key, fut, Unavailable("Request interrupted"))
+            raise
+        if d.requests.get(key) is fut:
+            d.requests[key] = (True, result)
+        fut.set_result((True, result))
+        return result
+
+    @staticmethod
+    def _forget(d: Device, key: tuple, fut: asyncio.Future, err: BridgeError) -> None:
+        if d.requests.get(key) is fut:
+            del d.requests[key]
+        fut.set_result((False, err))
+
+    async def _heartbeat(self, conn: Connection) -> None:
+        while not conn.closing:
+            await asyncio.sleep(self.ping_interval)
+            if conn.closing:
+                return
+            try:
+                conn.session.ping_due()
+            except BridgeError as exc:
+                log.info("loomi: device %s missed %d pings; disconnecting", conn.session.device_id,
+                         conn.session.max_missed)
+                self._kick(conn, exc)
+                return
+            self._send(conn, "ping", {})
+
+    # --- closing -----------------------------------------------------------------------
+
+    def _detach(self, conn: Connection) -> None:
+        d = conn.device
+        if d is not None and d.conn is conn:
+            d.conn = None
+            if d.device_id in self.registry.devices:
+                try:
+                    self.registry.seen(d)
+                except Exception:
+                    pass
+
+    def _overflow(self, conn: Connection) -> None:
+        log.warning("loomi: device %s could not keep up; disconnected (it recovers by replay)",
+                    conn.session.device_id)
+        self._kick(conn, SlowConsumer())
+
+    def _kick(self, conn: Connection, exc: BridgeError) -> None:
+        """Close a socket from synchronous code (revoke, replace, overflow, heartbeat)."""
+        if conn.closing:
+            return
+        conn.closing = True
+        self._detach(conn)
+        self.tasks.spawn(self._fatal(conn, exc), name="loomi-kick")
+
+    async def _fatal(self, conn: Connection, exc: BridgeError) -> None:
+        """Send ``error`` (fatal) and close with its close code."""
+        conn.closing = True
+        payload = error_payload(exc)
+        payload["fatal"] = True
+        if not conn.outbox.closed:
+            self._send(conn, "error", payload)
+            await conn.outbox.flush(1.0)
+        else:  # overflowed: write the error past the dropped queue (uncompressed frames are atomic)
+            d = conn.device
+            seq = self.registry.next_seq(d) if d is not None else 0
+            try:
+                await asyncio.wait_for(conn.ws.send_frame(codec.frame(seq, "error", payload), WSMsgType.TEXT), 1.0)
+            except Exception:
+                pass
+        await self._close(conn, close_code(payload["code"]), payload["code"])
+
+    async def _close(self, conn: Connection, code: int, reason: str) -> None:
+        try:
+            await asyncio.wait_for(conn.ws.close(code=code, message=reason.encode()[:120]), 2.0)
+        except Exception:
+            if conn.transport is not None:
+                conn.transport.abort()
+
+    # --- HTTP ------------------------------------------------------------------------------
+
+    async def handle_health(self, request: web.Request) -> web.Response:
+        return web.Response(body=b'{"ok":true,"v":1}', content_type="application/json")
+
+    def _refuse_non_local(self, request: web.Request) -> Optional[web.Response]:
+        if internal_allowed(peer_host(request), request.headers):
+            return None
+        log.warning("loomi: refused %s %s from %s (loopback only)", request.method, request.path,
+                    peer_host(request))
+        return _json({"error": {"code": "forbidden", "message": "loopback only"}}, status=403)
+
+    async def _json_body(self, request: web.Request) -> dict:
+        raw = await request.read()
+        if not raw.strip():
+            return {}
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            raise BadRequest("body is not JSON")
+        if not isinstance(body, dict):
+            raise BadRequest("body must be a JSON object")
+        return body
+
+    async def handle_pair_new(self, request: web.Request) -> web.Response:
+        refused = self._refuse_non_local(request)
+        if refused is not None:
+            return refused
+        try:
+            body = await self._json_body(request)
+            ttl = body.get("ttl", self.pair_ttl)
+            if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not 0 < ttl <= 86400:
+                raise BadRequest("ttl must be a number of seconds in (0, 86400]")
+        except BridgeError as exc:
+            return _json({"error": error_payload(exc)}, status=400)
+        token, expires = await self.registry.create_token(float(ttl))
+        payload = {"v": 1, "url": self.pair_url(), "token": token, "name": self.server_name, "fp": self.fp}
+        return _json({"payload": payload, "expires_at": expires, "ttl": ttl})
+
+    async def handle_devices(self, request: web.Request) -> web.Response:
+        refused = self._refuse_non_local(request)
+        if refused is not None:
+            return refused
+        return _json({"devices": self.registry.list()})
+
+    async def handle_revoke(self, request: web.Request) -> web.Response:
+        refused = self._refuse_non_local(request)
+        if refused is not None:
+            return refused
+        try:
+            body = await self._json_body(request)
+            device_id = body.get("device_id")
+            if not isinstance(device_id, str) or not device_id:
+                raise BadRequest("device_id required")
+        except BridgeError as exc:
+            return _json({"error": error_payload(exc)}, status=400)
+        d = await self.revoke(device_id)
+        return _json({"revoked": d is not None, "device_id": device_id}, status=200 if d else 404)
+
+    async def revoke(self, device_id: str) -> Optional[Device]:
+        """Forget a device and close its socket at once."""
+        d = await self.registry.revoke(device_id)
+        if d is not None:
+            log.info("loomi: device %s revoked", device_id)
+            if d.conn is not None:
+                self._kick(d.conn, Revoked())
+        return d
+
+    async def handle_attachment(self, request: web.Request) -> web.StreamResponse:
+        addr = peer_host(request)
+        if self.limiter.locked(addr):
+            return _json({"error": {"code": "rate_limited", "message": "Too many failed attempts"}}, status=429)
+        scheme, _, cred = request.headers.get("Authorization", "").partition(" ")
+        device_id, _, credential = cred.strip().partition(":")
+        d = None
+        if scheme.lower() == "bearer" and device_id and credential:
+            d = self.registry.authenticate(device_id, credential)
+        if d is None:
+            self.limiter.fail(addr)
+            return _json({"error": {"code": "unauthorized", "message": "Unauthorized"}}, status=401,
+                         headers={"WWW-Authenticate": 'Bearer realm="loomi"'})
+        found = self.bridge.attachments.get(request.match_info["attachment_id"])
+        if found is None:
+            return _json({"error": {"code": "not_found", "message": "Attachment not found"}}, status=404)
+        att, path = found
+        disposition = "inline" if att.inline_image else "attachment"
+        return web.FileResponse(path, headers={
+            "Content-Type": att.mime_type,
+            "Content-Disposition": f'{disposition}; filename="{_ascii_name(att.filename)}"',
+            "X-Content-Type-Options": "nosniff",
+            "Cache-Control": "private, no-store",
+        })
+
+
+def error_from(exc: BaseException) -> BridgeError:
+    log.error("loomi request failed", exc_info=exc)
+    return as_bridge_error(exc)
+
+
+def _ascii_name(name: str) -> str:
+    return "".join(c if 32 <= ord(c) < 127 and c not in '"\\' else "_" for c in name) or "file"
+
+
+def _json(obj: Any, status: int = 200, headers: Optional[dict] = None) -> web.Response:
+    h = {"Cache-Control": "no-store"}
+    if headers:
+        h.update(headers)
+    return web.Response(body=orjson.dumps(obj), status=status, content_type="application/json", headers=h)
+
+
+__all__ = ["LoomiFrontEnd", "internal_allowed", "cert_fingerprint"]

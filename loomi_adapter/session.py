@@ -1,0 +1,127 @@
+"""The per-connection state machine of a Loomi socket, without I/O.
+
+Feed it the first frame (``receive_hello``), then each parsed frame
+(``request``); it returns a typed request, or raises the error to send. It enforces the handshake (``hello``
+first, exactly once, either a pairing token or a device id + credential),
+and counts unanswered server pings (``ping_due``).
+
+    HELLO --hello ok--> OPEN --close--> CLOSED
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, Optional, Union
+
+import attrs
+
+from bridge_core.errors import BadRequest, BridgeError, Unauthorized, VersionMismatch
+
+from . import codec
+from .errors import HeartbeatTimeout
+
+MAX_SECRET = 256
+MAX_DEVICE_ID = 64
+MAX_INFO = 200
+
+
+class Phase(enum.Enum):
+    HELLO = "hello"
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+@attrs.frozen
+class PairHello:
+    """A new device presenting a one-time pairing token."""
+
+    token: str = attrs.field(repr=False)
+    info: codec.DeviceInfo
+
+
+@attrs.frozen
+class ResumeHello:
+    """A paired device presenting its credential."""
+
+    device_id: str
+    credential: str = attrs.field(repr=False)
+    last_seq: Optional[int]
+    info: codec.DeviceInfo
+
+
+Handshake = Union[PairHello, ResumeHello]
+
+
+def _clip_info(info: Optional[codec.DeviceInfo]) -> codec.DeviceInfo:
+    if info is None:
+        return codec.DeviceInfo()
+    return codec.DeviceInfo(
+        **{k: (v[:MAX_INFO] if isinstance(v, str) else v) for k, v in attrs.asdict(info).items()}
+    )
+
+
+def classify_hello(h: codec.Hello) -> Handshake:
+    if h.protocol_version is not None and h.protocol_version != codec.PROTOCOL_VERSION:
+        raise VersionMismatch(f"Unsupported protocol version; this server speaks {codec.PROTOCOL_VERSION}")
+    info = _clip_info(h.device_info)
+    if h.token is not None:
+        if h.device_id is not None or h.credential is not None:
+            raise Unauthorized("A pairing hello carries a token and no device credential")
+        if not h.token or len(h.token) > MAX_SECRET:
+            raise Unauthorized("Invalid or expired pairing token")
+        return PairHello(token=h.token, info=info)
+    if h.device_id is None or h.credential is None:
+        raise Unauthorized("hello needs a pairing token, or a device_id and credential")
+    if not h.device_id or len(h.device_id) > MAX_DEVICE_ID or not h.credential or len(h.credential) > MAX_SECRET:
+        raise Unauthorized("Unknown device or wrong credential")
+    if h.last_seq is not None and h.last_seq < 0:
+        raise BadRequest("last_seq must not be negative", fatal=True)
+    return ResumeHello(device_id=h.device_id, credential=h.credential, last_seq=h.last_seq, info=info)
+
+
+class Session:
+    """One socket's protocol state: handshake phase and heartbeat accounting."""
+
+    def __init__(self, max_missed: int = 3):
+        self.phase = Phase.HELLO
+        self.device_id: Optional[str] = None
+        self.max_missed = max_missed
+        self.unanswered = 0
+
+    def receive_hello(self, data: Union[str, bytes]) -> Handshake:
+        """The first frame: a hello, or a fatal error."""
+        if self.phase is not Phase.HELLO:
+            raise BadRequest("Already authenticated")
+        try:
+            frame = codec.parse_frame(data)
+            if frame.type != "hello":
+                raise Unauthorized("The first frame must be a hello")
+            return classify_hello(codec.decode_request(frame))
+        except BridgeError as exc:
+            exc.fatal = True  # nothing but a good hello opens a socket
+            raise
+
+    def request(self, frame: codec.ClientFrame) -> Any:
+        """A request on an open socket (its envelope already parsed)."""
+        if self.phase is not Phase.OPEN:
+            raise BadRequest("Not open")
+        if frame.type == "hello":
+            raise BadRequest("Already authenticated")
+        req = codec.decode_request(frame)
+        if type(req) is codec.Pong:
+            self.unanswered = 0
+        return req
+
+    def opened(self, device_id: str) -> None:
+        self.phase = Phase.OPEN
+        self.device_id = device_id
+        self.unanswered = 0
+
+    def closed(self) -> None:
+        self.phase = Phase.CLOSED
+
+    def ping_due(self) -> None:
+        """Account for one server ping about to be sent; raises once too many went unanswered."""
+        if self.unanswered >= self.max_missed:
+            raise HeartbeatTimeout()
+        self.unanswered += 1
