@@ -1,0 +1,107 @@
+"""The lvmh web UI: static files served by the lvmh front end at ``/`` and ``/static/<name>``.
+
+The page holds no data (every API call and the browser WebSocket carry the token),
+so these routes need no auth. Files are served only by name from a fixed list built
+at import time (no path from the request ever reaches the file system), with
+``Cache-Control: no-cache`` and a strict Content-Security-Policy.
+
+Usage in the daemon's app::
+
+    from lvmh_adapter.web import static_routes
+    app.add_routes(static_routes())
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from aiohttp import web
+
+WEB_DIR = Path(__file__).resolve().parent
+
+CONTENT_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".mjs": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".svg": "image/svg+xml",
+    ".png": "image/png",
+    ".ico": "image/x-icon",
+    ".json": "application/json",
+}
+
+# Only same-origin scripts, styles, connections (REST and /ws); images also from blob: (attachment previews).
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' blob: data:; "
+    "connect-src 'self'; font-src 'self'; manifest-src 'self'; base-uri 'none'; form-action 'self'; "
+    "frame-ancestors 'none'"
+)
+
+HEADERS = {
+    "Cache-Control": "no-cache",
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+}
+
+
+def _static_files() -> dict[str, Path]:
+    files = {}
+    for entry in sorted(WEB_DIR.iterdir()):
+        if entry.is_file() and entry.suffix in CONTENT_TYPES and entry.name != "index.html":
+            files[entry.name] = entry
+    return files
+
+
+STATIC_FILES = _static_files()
+
+
+def _file_response(path: Path, request: web.Request) -> web.StreamResponse:
+    try:
+        stat = path.stat()
+    except OSError:
+        raise web.HTTPNotFound(text='{"error": "not found"}', content_type="application/json")
+    etag = f'"{stat.st_mtime_ns:x}-{stat.st_size:x}"'
+    headers = dict(HEADERS)
+    headers["ETag"] = etag
+    if request.headers.get("If-None-Match") == etag:
+        return web.Response(status=304, headers=headers)
+    body = path.read_bytes()
+    headers["Content-Type"] = CONTENT_TYPES[path.suffix]
+    return web.Response(body=body, headers=headers)
+
+
+async def index(request: web.Request) -> web.StreamResponse:
+    return _file_response(WEB_DIR / "index.html", request)
+
+
+async def static_file(request: web.Request) -> web.StreamResponse:
+    path = STATIC_FILES.get(request.match_info["name"])
+    if path is None:
+        raise web.HTTPNotFound(text='{"error": "not found"}', content_type="application/json")
+    return _file_response(path, request)
+
+
+def static_routes() -> list[web.RouteDef]:
+    """``GET /`` (index.html) and ``GET /static/{name}`` (app modules, style, icon); no auth."""
+    return [
+        web.get("/", index),
+        web.get("/static/{name}", static_file),
+    ]
+
+
+def web_files() -> list[str]:
+    """Names of the shipped UI files (for packaging checks)."""
+    return ["index.html", *STATIC_FILES]
+
+
+__all__ = ["static_routes", "web_files", "WEB_DIR", "CSP"]
+
+if __name__ == "__main__":  # pragma: no cover - quick local preview: python -m lvmh_adapter.web [port]
+    import sys
+
+    app = web.Application()
+    app.add_routes(static_routes())
+    web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]) if len(sys.argv) > 1 else int(os.environ.get("PORT", "8699")))

@@ -1,0 +1,127 @@
+// REST client for /api (lvmh-protocol.md, "Transport 2"). Every call carries the bearer token.
+
+export class ApiError extends Error {
+  constructor(status, message, body) {
+    super(message);
+    this.status = status;
+    this.body = body;
+  }
+}
+
+export class Api {
+  constructor(getToken, onUnauthorized) {
+    this.getToken = getToken;
+    this.onUnauthorized = onUnauthorized || (() => {});
+  }
+
+  async request(method, path, body) {
+    const headers = { Authorization: `Bearer ${this.getToken() || ""}` };
+    const init = { method, headers, cache: "no-store" };
+    if (body !== undefined) {
+      headers["Content-Type"] = "application/json";
+      init.body = JSON.stringify(body);
+    }
+    let res;
+    try {
+      res = await fetch(path, init);
+    } catch (err) {
+      throw new ApiError(0, "The daemon cannot be reached.", null);
+    }
+    let data = null;
+    const text = await res.text().catch(() => "");
+    if (text) {
+      try {
+        data = JSON.parse(text);
+      } catch {
+        data = null;
+      }
+    }
+    if (!res.ok) {
+      const message = (data && typeof data.error === "string" && data.error) || `${res.status} ${res.statusText}`;
+      if (res.status === 401) this.onUnauthorized(message);
+      throw new ApiError(res.status, message, data);
+    }
+    return data;
+  }
+
+  sessions() {
+    return this.request("GET", "/api/sessions");
+  }
+
+  /** Persisted events after `after`, all pages (limit per request). */
+  async events(id, after = 0, limit = 1000) {
+    const out = [];
+    let cursor = after;
+    for (let page = 0; page < 10000; page += 1) {
+      const batch = await this.request(
+        "GET",
+        `/api/sessions/${encodeURIComponent(id)}/events?after=${cursor}&limit=${limit}`,
+      );
+      if (!Array.isArray(batch) || batch.length === 0) break;
+      out.push(...batch);
+      const last = Math.max(...batch.map((e) => (typeof e.seq === "number" ? e.seq : cursor)));
+      if (batch.length < limit || last <= cursor) break;
+      cursor = last;
+    }
+    return out;
+  }
+
+  prompt(id, message) {
+    return this.request("POST", `/api/sessions/${encodeURIComponent(id)}/prompt`, { message });
+  }
+  abort(id) {
+    return this.request("POST", `/api/sessions/${encodeURIComponent(id)}/abort`, {});
+  }
+  stopContainer(id) {
+    return this.request("DELETE", `/api/sessions/${encodeURIComponent(id)}/container`);
+  }
+  resolveApproval(id, choice, reason) {
+    const body = { choice };
+    if (reason) body.reason = reason;
+    return this.request("POST", `/api/approvals/${encodeURIComponent(id)}`, body);
+  }
+  answerClarify(id, response) {
+    return this.request("POST", `/api/clarifications/${encodeURIComponent(id)}`, { response });
+  }
+  spawn(repo, branch) {
+    const body = { repo };
+    if (branch) body.branch = branch;
+    return this.request("POST", "/api/spawn", body);
+  }
+  spawnStatus() {
+    return this.request("GET", "/api/spawn/status");
+  }
+  gitlabStatus() {
+    return this.request("GET", "/api/gitlab/status");
+  }
+  gitlabConnect(token) {
+    return this.request("POST", "/api/gitlab/connect", { token });
+  }
+  gitlabDisconnect() {
+    return this.request("DELETE", "/api/gitlab/connect");
+  }
+  gitlabRepos() {
+    return this.request("GET", "/api/gitlab/repos");
+  }
+
+  /** Download an attachment as a Blob (the bearer header cannot ride on a plain link). */
+  async attachment(id, url) {
+    const path = url && url.startsWith("/api/") ? url : `/api/attachments/${encodeURIComponent(id)}`;
+    let res;
+    try {
+      res = await fetch(path, { headers: { Authorization: `Bearer ${this.getToken() || ""}` }, cache: "no-store" });
+    } catch {
+      throw new ApiError(0, "The daemon cannot be reached.", null);
+    }
+    if (!res.ok) {
+      let message = `${res.status} ${res.statusText}`;
+      try {
+        const data = await res.json();
+        if (data && data.error) message = data.error;
+      } catch {}
+      if (res.status === 401) this.onUnauthorized(message);
+      throw new ApiError(res.status, message, null);
+    }
+    return res.blob();
+  }
+}

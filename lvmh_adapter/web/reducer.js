@@ -1,0 +1,576 @@
+// Pure state for one lvmh session: fold protocol events (lvmh-protocol.md) into a timeline.
+// No DOM, no I/O: the page renders what this builds, and `node --test` checks it.
+//
+// Events are the envelope plus payload, flat: {v, sessionId, seq, ts, type, ...payload}.
+// Every event is deduplicated by seq (a refetch after a reconnect may overlap the live stream).
+// `message_update` deltas are live only (never persisted): they feed the streaming draft of the
+// open assistant message and are replaced by the authoritative `message_end`.
+
+export const APPROVAL_CHOICES = ["once", "session", "always", "deny"];
+
+/** First present (non-null, non-undefined) field among names; supports camelCase and snake_case peers. */
+export function pick(obj, ...names) {
+  if (!obj || typeof obj !== "object") return undefined;
+  for (const n of names) {
+    if (obj[n] !== undefined && obj[n] !== null) return obj[n];
+  }
+  return undefined;
+}
+
+function str(v, fallback = "") {
+  if (v === undefined || v === null) return fallback;
+  return typeof v === "string" ? v : String(v);
+}
+
+function num(v) {
+  return typeof v === "number" && Number.isFinite(v) ? v : null;
+}
+
+/** JSON.parse that never throws: returns the parsed value, or the original string. */
+export function parseArgs(args) {
+  if (typeof args !== "string") return args ?? null;
+  try {
+    return JSON.parse(args);
+  } catch {
+    return args;
+  }
+}
+
+export function createSession(id) {
+  return {
+    id,
+    seen: new Set(), // seqs already applied (persisted and live)
+    lastSeq: 0, // highest persisted seq applied (refetch ?after=)
+    lastAny: 0, // highest seq applied, live deltas included (gap detection on `events` frames)
+    items: [], // timeline, ordered by the seq of the event that created each item
+    byKey: new Map(), // key -> item
+    rev: 0, // bumps on any change
+    structureRev: 0, // bumps when items are inserted
+    phase: "idle", // idle | running | done
+    aborted: false,
+    openAssistant: null, // id of the assistant message being streamed
+    usage: null, // usage of the latest agent_end
+    runUsage: null, // usage summed over the agent_end events of the current run
+    totalUsage: { inputTokens: 0, outputTokens: 0, totalCost: 0, runs: 0 },
+    lastError: null,
+    todos: null, // {items: [...], seq} derived from the latest `todo` tool call
+    subagents: [], // derived from `subagent` tool calls
+    info: null, // latest session_info / hello snapshot seen in the stream
+    lostEvents: false, // a buffer_overflow notice was seen
+  };
+}
+
+function touch(state, item) {
+  item.rev = (item.rev || 0) + 1;
+  state.rev += 1;
+}
+
+function insertItem(state, item) {
+  // keep items ordered by seq; most inserts append
+  const items = state.items;
+  let i = items.length;
+  while (i > 0 && items[i - 1].seq > item.seq) i -= 1;
+  items.splice(i, 0, item);
+  state.byKey.set(item.key, item);
+  state.structureRev += 1;
+  touch(state, item);
+  return item;
+}
+
+function ensureItem(state, key, seq, init) {
+  let item = state.byKey.get(key);
+  if (!item) item = insertItem(state, { key, seq, rev: 0, ...init() });
+  return item;
+}
+
+function messageKey(id) {
+  return `m:${id}`;
+}
+function toolKey(id) {
+  return `t:${id}`;
+}
+
+// --- tools -----------------------------------------------------------------
+
+function ensureTool(state, id, name, seq) {
+  const item = ensureItem(state, toolKey(id), seq, () => ({
+    kind: "tool",
+    id,
+    name: str(name, "tool"),
+    args: null,
+    status: "pending", // pending (called, not started) | running | completed | failed | cancelled
+    partial: "",
+    resultPreview: "",
+    resultText: null,
+    isError: false,
+    durationMs: null,
+  }));
+  if (name && item.name === "tool") item.name = str(name);
+  return item;
+}
+
+function isTodoTool(name) {
+  const n = str(name).toLowerCase();
+  return n === "todo" || n === "todos" || n === "todowrite" || n === "todo_write" || n === "update_todos";
+}
+
+function isSubagentTool(name) {
+  const n = str(name).toLowerCase();
+  return n === "subagent" || n === "subagents" || n === "task" || n === "spawn_agent" || n === "agent";
+}
+
+const DONE_WORDS = new Set(["done", "completed", "complete", "finished", "checked", "x", "closed"]);
+const ACTIVE_WORDS = new Set(["in_progress", "in-progress", "inprogress", "active", "doing", "running", "started", "current"]);
+
+/** A todo list snapshot from a `todo` tool's args (tolerant of common shapes), or null. */
+export function todosFromArgs(args) {
+  args = parseArgs(args);
+  let list = null;
+  if (Array.isArray(args)) list = args;
+  else if (args && typeof args === "object") {
+    list = pick(args, "todos", "tasks", "items", "list", "todo");
+    if (list && !Array.isArray(list) && typeof list === "object") list = pick(list, "todos", "tasks", "items");
+  }
+  if (!Array.isArray(list)) return null;
+  return list.map((t, i) => {
+    if (typeof t === "string") return { id: String(i), text: t, status: "pending" };
+    const text = str(pick(t, "content", "text", "title", "task", "description", "name", "subject"), "");
+    let status = str(pick(t, "status", "state"), "").toLowerCase();
+    const done = pick(t, "done", "completed", "checked");
+    if (!status) status = done === true ? "completed" : "pending";
+    if (DONE_WORDS.has(status)) status = "completed";
+    else if (ACTIVE_WORDS.has(status)) status = "in_progress";
+    else if (status !== "cancelled" && status !== "canceled") status = status === "pending" ? "pending" : status;
+    return { id: str(pick(t, "id"), String(i)), text, status };
+  });
+}
+
+function subagentInfo(args) {
+  args = parseArgs(args);
+  if (!args || typeof args !== "object") return { agent: "", task: str(args, "") };
+  const agent = str(pick(args, "agent", "agentName", "agent_name", "subagent", "subagent_type", "name", "type"), "");
+  const task = str(pick(args, "task", "prompt", "description", "message", "goal", "instructions"), "");
+  const runId = str(pick(args, "runId", "run_id", "id"), "");
+  const mode = pick(args, "async", "background") ? "async" : "";
+  const tasks = Array.isArray(args.tasks) ? args.tasks : null; // parallel form: [{agent, task}]
+  return { agent, task, runId, mode, tasks };
+}
+
+function deriveFromTool(state, tool) {
+  if (isTodoTool(tool.name)) {
+    const todos = todosFromArgs(tool.args);
+    if (todos && (!state.todos || state.todos.seq <= tool.seq)) {
+      state.todos = { items: todos, seq: tool.seq, toolId: tool.id };
+    }
+  } else if (isSubagentTool(tool.name)) {
+    const info = subagentInfo(tool.args);
+    let entry = state.subagents.find((s) => s.toolId === tool.id);
+    if (!entry) {
+      entry = { toolId: tool.id, seq: tool.seq };
+      state.subagents.push(entry);
+      state.subagents.sort((a, b) => a.seq - b.seq);
+    }
+    Object.assign(entry, info, {
+      status: tool.status,
+      resultPreview: tool.resultPreview || tool.resultText || tool.partial || "",
+    });
+  }
+}
+
+// --- decisions -----------------------------------------------------------------
+
+function approvalId(ev) {
+  return str(pick(ev, "approvalId", "approval_id", "id", "requestId"), "");
+}
+function clarifyId(ev) {
+  return str(pick(ev, "clarifyId", "clarify_id", "clarificationId", "id", "requestId"), "");
+}
+
+function decidedFields(ev) {
+  return {
+    decidedBy: str(pick(ev, "decidedBy", "decided_by"), ""),
+    surface: str(pick(ev, "surface"), ""),
+    accepted: pick(ev, "accepted") !== false,
+    resolvedAt: num(pick(ev, "ts")),
+  };
+}
+
+function attachmentFields(ev) {
+  const a = pick(ev, "attachment") || ev;
+  return {
+    attachmentId: str(pick(a, "attachmentId", "attachment_id", "id"), ""),
+    filename: str(pick(a, "filename", "fileName", "name"), "attachment"),
+    mimeType: str(pick(a, "mimeType", "mime_type", "contentType"), "application/octet-stream"),
+    size: num(pick(a, "size", "sizeBytes")),
+    inlineImage: Boolean(pick(a, "inlineImage", "inline_image")),
+    url: str(pick(a, "url", "downloadUrl", "download_url", "path"), ""),
+    expiresAt: num(pick(a, "expiresAt", "expires_at")),
+  };
+}
+
+// --- the reducer ----------------------------------------------------------------
+
+/**
+ * Apply one event. Returns true if it changed the state (false for duplicates and
+ * events of another session).
+ */
+export function applyEvent(state, ev) {
+  if (!ev || typeof ev !== "object") return false;
+  if (ev.sessionId !== undefined && ev.sessionId !== state.id) return false;
+  const seq = num(ev.seq);
+  const type = str(ev.type);
+  if (seq !== null && seq > 0) {
+    if (state.seen.has(seq)) return false;
+    state.seen.add(seq);
+    if (type !== "message_update" && seq > state.lastSeq) state.lastSeq = seq;
+    if (seq > state.lastAny) state.lastAny = seq;
+  }
+  const s = seq ?? (state.items.length ? state.items[state.items.length - 1].seq : 0);
+  const ts = num(ev.ts);
+  state.rev += 1;
+
+  switch (type) {
+    case "message_start": {
+      const msg = ev.message || {};
+      const role = str(msg.role, "unknown");
+      const id = str(msg.id, `seq-${s}`);
+      if (role === "assistant") {
+        // the item appears with its first text (a delta or the message_end), so that it sits
+        // after any tool calls that ran before the text
+        state.openAssistant = id;
+        const item = state.byKey.get(messageKey(id));
+        if (item && !item.final) {
+          item.streaming = true;
+          touch(state, item);
+        }
+      } else if (role === "user") {
+        const item = ensureItem(state, messageKey(id), s, () => newMessage(id, role, ts));
+        touch(state, item);
+      }
+      return true;
+    }
+    case "message_update": {
+      const delta = str(pick(ev, "delta"), "");
+      if (!delta) return true;
+      // older than a persisted event already applied: its text is covered (or superseded)
+      if (seq !== null && seq < state.lastSeq && !state.openAssistant) return true;
+      let id = state.openAssistant;
+      if (!id) {
+        // joined mid-message (or the start was not persisted yet): open a draft
+        id = `draft-${s}`;
+        state.openAssistant = id;
+      }
+      const item = ensureItem(state, messageKey(id), s, () => newMessage(id, "assistant", ts));
+      if (item.final) return true; // already complete; a late delta changes nothing
+      item.streaming = true;
+      item.text += delta;
+      touch(state, item);
+      if (state.phase !== "running") state.phase = "running";
+      return true;
+    }
+    case "message_end": {
+      const msg = ev.message || {};
+      const role = str(msg.role, "unknown");
+      const id = str(msg.id, `seq-${s}`);
+      if (role === "toolResult") {
+        const callId = str(msg.toolCallId, "");
+        if (callId) {
+          const tool = ensureTool(state, callId, msg.toolName, s);
+          tool.resultText = str(msg.text, "");
+          if (msg.isError === true) tool.isError = true;
+          touch(state, tool);
+          deriveFromTool(state, tool);
+          return true;
+        }
+      }
+      if (role === "system" && !str(msg.text)) return true;
+      let key = messageKey(id);
+      // the streamed draft of a message whose start we never saw takes the real id
+      if (role === "assistant" && state.openAssistant && state.openAssistant !== id) {
+        const draft = state.byKey.get(messageKey(state.openAssistant));
+        if (draft && !draft.final && String(state.openAssistant).startsWith("draft-")) {
+          state.byKey.delete(draft.key);
+          draft.key = key;
+          draft.id = id;
+          state.byKey.set(key, draft);
+          state.structureRev += 1;
+        }
+      }
+      const item = ensureItem(state, key, s, () => newMessage(id, role, ts));
+      item.role = role;
+      item.text = str(msg.text, "");
+      item.thinking = msg.thinking ? str(msg.thinking) : null;
+      item.toolCalls = Array.isArray(msg.toolCalls) ? msg.toolCalls : [];
+      item.stopReason = msg.stopReason ? str(msg.stopReason) : null;
+      item.errorMessage = msg.errorMessage ? str(msg.errorMessage) : null;
+      item.streaming = false;
+      item.final = true;
+      item.notice = ev.kind === "notice";
+      item.interim = ev.interim === true;
+      if (ts) item.ts = ts;
+      touch(state, item);
+      if (state.openAssistant === id || role === "assistant") state.openAssistant = null;
+      for (const call of item.toolCalls) {
+        if (!call || !call.id) continue;
+        const tool = ensureTool(state, str(call.id), call.name, s);
+        if (tool.args === null && call.argsJson !== undefined) tool.args = parseArgs(call.argsJson);
+        touch(state, tool);
+        deriveFromTool(state, tool);
+      }
+      return true;
+    }
+    case "tool_execution_start": {
+      const id = str(pick(ev, "toolCallId", "tool_call_id"), `seq-${s}`);
+      const tool = ensureTool(state, id, pick(ev, "toolName"), s);
+      if (ev.args !== undefined) tool.args = parseArgs(ev.args);
+      if (tool.status === "pending") tool.status = "running";
+      tool.startedAt = ts;
+      touch(state, tool);
+      deriveFromTool(state, tool);
+      return true;
+    }
+    case "tool_execution_update": {
+      const id = str(pick(ev, "toolCallId", "tool_call_id"), "");
+      const tool = ensureTool(state, id, pick(ev, "toolName"), s);
+      tool.partial = str(pick(ev, "partial"), "");
+      if (tool.status === "pending") tool.status = "running";
+      touch(state, tool);
+      deriveFromTool(state, tool);
+      return true;
+    }
+    case "tool_execution_end": {
+      const id = str(pick(ev, "toolCallId", "tool_call_id"), "");
+      const tool = ensureTool(state, id, pick(ev, "toolName"), s);
+      const status = str(pick(ev, "status"), "");
+      tool.isError = ev.isError === true || status === "failed";
+      tool.status = status === "cancelled" ? "cancelled" : tool.isError ? "failed" : "completed";
+      tool.resultPreview = str(pick(ev, "resultPreview", "result_preview"), tool.resultPreview);
+      const err = pick(ev, "error");
+      if (err) tool.error = str(err);
+      tool.durationMs = num(pick(ev, "durationMs", "duration_ms"));
+      if (tool.durationMs === null && tool.startedAt && ts) tool.durationMs = Math.max(0, ts - tool.startedAt);
+      touch(state, tool);
+      deriveFromTool(state, tool);
+      return true;
+    }
+    case "agent_start":
+      if (state.phase !== "running") state.runUsage = null;
+      state.phase = "running";
+      state.aborted = false;
+      state.lastError = null;
+      return true;
+    case "agent_end": {
+      const usage = ev.usage && typeof ev.usage === "object" ? ev.usage : null;
+      if (usage) {
+        const run = state.runUsage || { inputTokens: 0, outputTokens: 0, totalCost: 0 };
+        run.inputTokens += num(usage.inputTokens) || 0;
+        run.outputTokens += num(usage.outputTokens) || 0;
+        run.totalCost += num(usage.totalCost) || 0;
+        state.runUsage = run;
+        state.usage = usage;
+        state.totalUsage.inputTokens += num(usage.inputTokens) || 0;
+        state.totalUsage.outputTokens += num(usage.outputTokens) || 0;
+        state.totalUsage.totalCost += num(usage.totalCost) || 0;
+      }
+      state.totalUsage.runs += 1;
+      const err = pick(ev, "error", "errorMessage");
+      if (err) {
+        state.lastError = str(err);
+        insertItem(state, { key: `e:${s}`, seq: s, kind: "notice", level: "error", text: str(err), ts });
+      }
+      const status = str(pick(ev, "status"), "");
+      if (status === "cancelled") state.aborted = true;
+      closeDrafts(state);
+      return true;
+    }
+    case "agent_settled":
+      state.phase = "done";
+      if (ev.aborted === true) state.aborted = true;
+      closeDrafts(state);
+      insertItem(state, {
+        key: `s:${s}`,
+        seq: s,
+        kind: "settled",
+        aborted: state.aborted,
+        error: state.lastError,
+        usage: state.runUsage,
+        ts,
+      });
+      state.runUsage = null;
+      for (const item of state.items) {
+        if (item.kind === "tool" && (item.status === "running" || item.status === "pending") && state.aborted) {
+          item.status = "cancelled";
+          touch(state, item);
+        }
+      }
+      return true;
+    case "hello":
+    case "session_info":
+      if (ev.session && typeof ev.session === "object") state.info = ev.session;
+      return true;
+    case "buffer_overflow":
+      state.lostEvents = true;
+      insertItem(state, {
+        key: `o:${s}`,
+        seq: s,
+        kind: "notice",
+        level: "warn",
+        text: `Some events of this session were lost${num(pick(ev, "dropped")) ? ` (${num(pick(ev, "dropped"))} dropped)` : ""}.`,
+        ts,
+      });
+      return true;
+    case "bye":
+      closeDrafts(state);
+      return true;
+    case "approval_request": {
+      const id = approvalId(ev);
+      const item = ensureItem(state, `a:${id}`, s, () => ({ kind: "approval", id, resolved: null }));
+      item.command = str(pick(ev, "command"), "");
+      item.description = str(pick(ev, "description", "title"), "");
+      const choices = pick(ev, "choices");
+      item.choices = Array.isArray(choices) && choices.length ? choices.map((c) => str(c)) : APPROVAL_CHOICES;
+      item.deadline = num(pick(ev, "deadlineTs", "deadline_ts", "deadline", "expiresAt"));
+      item.ts = ts;
+      touch(state, item);
+      return true;
+    }
+    case "approval_resolved": {
+      const id = approvalId(ev);
+      const item = ensureItem(state, `a:${id}`, s, () => ({ kind: "approval", id, command: "", choices: [] }));
+      item.resolved = { choice: str(pick(ev, "choice"), ""), reason: str(pick(ev, "reason"), ""), ...decidedFields(ev) };
+      touch(state, item);
+      return true;
+    }
+    case "clarify_request": {
+      const id = clarifyId(ev);
+      const item = ensureItem(state, `c:${id}`, s, () => ({ kind: "clarify", id, resolved: null }));
+      item.question = str(pick(ev, "question", "prompt"), "");
+      const choices = pick(ev, "choices");
+      item.choices = Array.isArray(choices) ? choices.map((c) => str(c)) : [];
+      const free = pick(ev, "allowFreeText", "allow_free_text");
+      item.allowFreeText = free === undefined ? true : Boolean(free);
+      item.ts = ts;
+      touch(state, item);
+      return true;
+    }
+    case "clarify_resolved": {
+      const id = clarifyId(ev);
+      const item = ensureItem(state, `c:${id}`, s, () => ({ kind: "clarify", id, question: "", choices: [] }));
+      item.resolved = { response: str(pick(ev, "response", "answer"), ""), ...decidedFields(ev) };
+      touch(state, item);
+      return true;
+    }
+    case "attachment_added": {
+      const fields = attachmentFields(ev);
+      const item = ensureItem(state, `f:${fields.attachmentId || s}`, s, () => ({ kind: "attachment" }));
+      Object.assign(item, fields, { ts });
+      touch(state, item);
+      return true;
+    }
+    case "notification":
+    case "notice": {
+      const text = str(pick(ev, "text", "message"), "");
+      const title = str(pick(ev, "title"), "");
+      insertItem(state, { key: `n:${s}`, seq: s, kind: "notice", level: "info", title, text, ts });
+      return true;
+    }
+    default:
+      return true; // unknown types are ignored (forward compatible)
+  }
+}
+
+function newMessage(id, role, ts) {
+  return { kind: "message", id, role, text: "", thinking: null, toolCalls: [], streaming: false, final: false, ts };
+}
+
+function closeDrafts(state) {
+  if (state.openAssistant) {
+    const item = state.byKey.get(messageKey(state.openAssistant));
+    if (item && item.streaming) {
+      item.streaming = false;
+      touch(state, item);
+    }
+    state.openAssistant = null;
+  }
+}
+
+/** Apply a batch in seq order (a REST page, or a buffered live batch). Returns the number applied. */
+export function applyEvents(state, events) {
+  if (!Array.isArray(events)) return 0;
+  const sorted = events
+    .filter((e) => e && typeof e === "object")
+    .slice()
+    .sort((a, b) => (num(a.seq) ?? 0) - (num(b.seq) ?? 0));
+  let n = 0;
+  for (const ev of sorted) if (applyEvent(state, ev)) n += 1;
+  return n;
+}
+
+/** Pending (unanswered) approvals and clarifications, oldest first. */
+export function pendingDecisions(state) {
+  return state.items.filter((i) => (i.kind === "approval" || i.kind === "clarify") && !i.resolved);
+}
+
+// --- session list ---------------------------------------------------------------------
+
+/** Sessions sorted for the sidebar: online first, then the most recent activity. */
+export function sortSessions(list) {
+  if (!Array.isArray(list)) return [];
+  return list
+    .filter((s) => s && typeof s === "object" && s.id !== undefined)
+    .slice()
+    .sort((a, b) => {
+      if (Boolean(b.online) !== Boolean(a.online)) return b.online ? 1 : -1;
+      const ta = num(a.lastEventAt) ?? num(a.startedAt) ?? 0;
+      const tb = num(b.lastEventAt) ?? num(b.startedAt) ?? 0;
+      if (tb !== ta) return tb - ta;
+      return str(a.id) < str(b.id) ? -1 : 1;
+    });
+}
+
+/** Epoch milliseconds for a protocol timestamp (ms per spec; tolerates seconds). */
+export function toMillis(t) {
+  const n = num(t);
+  if (n === null) return null;
+  return n < 1e11 ? n * 1000 : n;
+}
+
+/** "just now", "5 min ago", "3 h ago", "2 d ago", or a date. */
+export function relativeTime(t, now = Date.now()) {
+  const ms = toMillis(t);
+  if (ms === null) return "";
+  const d = Math.max(0, now - ms) / 1000;
+  if (d < 45) return "just now";
+  if (d < 3600) return `${Math.round(d / 60)} min ago`;
+  if (d < 86400) return `${Math.round(d / 3600)} h ago`;
+  if (d < 86400 * 14) return `${Math.round(d / 86400)} d ago`;
+  return new Date(ms).toISOString().slice(0, 10);
+}
+
+export function formatBytes(n) {
+  if (typeof n !== "number" || !Number.isFinite(n)) return "";
+  if (n < 1024) return `${n} B`;
+  if (n < 1024 * 1024) return `${(n / 1024).toFixed(1)} KB`;
+  return `${(n / 1024 / 1024).toFixed(1)} MB`;
+}
+
+export function formatUsage(u) {
+  if (!u) return "";
+  const parts = [];
+  if (num(u.inputTokens) !== null) parts.push(`${u.inputTokens.toLocaleString("en-US")} in`);
+  if (num(u.outputTokens) !== null) parts.push(`${u.outputTokens.toLocaleString("en-US")} out`);
+  if (num(u.totalCost) !== null && u.totalCost > 0) parts.push(`$${u.totalCost.toFixed(4)}`);
+  return parts.join(" · ");
+}
+
+/** Human text for who settled a decision: "you", "Pheby", "timeout"... */
+export function describeDecider(resolved, answeredHere) {
+  if (!resolved) return "";
+  if (resolved.decidedBy === "timeout") return "timed out";
+  if (resolved.decidedBy === "agent") return "decided by the agent";
+  const surface = resolved.surface;
+  if (answeredHere && (!surface || surface === "lvmh")) return "answered here";
+  if (surface) return `answered from ${surface}`;
+  if (resolved.decidedBy === "local") return "answered in the agent's terminal";
+  return "answered elsewhere";
+}

@@ -1,0 +1,238 @@
+// "New agent" dialog: connect GitLab with a personal access token, pick a repo and a branch,
+// spawn a container session (POST /api/spawn) and watch its jobs (spawn_status frames).
+
+import { ApiError } from "./api.js";
+import { h, clear, replaceChildren } from "./dom.js";
+import { relativeTime } from "./reducer.js";
+
+const JOB_STATES = {
+  queued: "queued",
+  cloning: "cloning",
+  pulling: "pulling",
+  building: "building image",
+  creating: "creating container",
+  starting: "starting",
+  running: "running",
+  started: "started",
+  done: "started",
+  failed: "failed",
+  error: "failed",
+};
+
+export class SpawnDialog {
+  constructor({ api, toast, openSession, sessionKnown }) {
+    this.api = api;
+    this.toast = toast;
+    this.openSession = openSession;
+    this.sessionKnown = sessionKnown;
+    this.jobs = [];
+    this.repos = null;
+    this.status = null;
+    this.filter = "";
+    this.selected = null;
+    this.dialog = document.getElementById("spawn-dialog");
+    this.body = document.getElementById("spawn-body");
+    this.jobsEl = document.getElementById("spawn-jobs");
+    document.getElementById("spawn-close").addEventListener("click", () => this.dialog.close());
+    this.dialog.addEventListener("click", (e) => {
+      if (e.target === this.dialog) this.dialog.close(); // click on the backdrop
+    });
+  }
+
+  async open() {
+    if (!this.dialog.open) this.dialog.showModal();
+    this.error = "";
+    replaceChildren(this.body, h("div.muted", "Checking GitLab…"));
+    this.refreshJobs();
+    try {
+      this.status = await this.api.gitlabStatus();
+    } catch (err) {
+      this.status = null;
+      this.error = this.describe(err, "GitLab status");
+    }
+    if (this.status && this.status.connected) await this.loadRepos();
+    this.render();
+  }
+
+  describe(err, what) {
+    if (err instanceof ApiError && err.status === 503) return err.message || `${what} is unavailable on this daemon.`;
+    if (err instanceof ApiError && err.status === 404) return `${what} is not supported by this daemon.`;
+    return `${what}: ${err.message || err}`;
+  }
+
+  async loadRepos() {
+    this.repos = null;
+    try {
+      const repos = await this.api.gitlabRepos();
+      this.repos = Array.isArray(repos) ? repos : [];
+    } catch (err) {
+      this.repos = [];
+      this.error = this.describe(err, "Listing repositories");
+    }
+  }
+
+  render() {
+    if (!this.dialog.open) return;
+    const parts = [];
+    if (this.error) parts.push(h("div.error-text", { role: "alert" }, this.error));
+    const st = this.status;
+    if (st && st.connected) parts.push(this.renderConnected(st));
+    else if (st) parts.push(this.renderConnect(st));
+    replaceChildren(this.body, parts);
+    this.renderJobs();
+  }
+
+  renderConnect(st) {
+    const input = h("input#pat-input", { type: "password", autocomplete: "off", placeholder: "glpat-…", required: true, "aria-label": "GitLab personal access token" });
+    const btn = h("button.primary#pat-connect", { type: "submit" }, "Connect");
+    const form = h("form.stack", {
+      onsubmit: async (e) => {
+        e.preventDefault();
+        const token = input.value.trim();
+        if (!token) return;
+        btn.disabled = true;
+        this.error = "";
+        try {
+          const res = await this.api.gitlabConnect(token);
+          input.value = "";
+          this.toast(`GitLab connected as ${res && res.username ? res.username : "you"}.`, "info");
+          this.status = await this.api.gitlabStatus();
+          await this.loadRepos();
+        } catch (err) {
+          this.error = err instanceof ApiError && (err.status === 401 || err.status === 400)
+            ? `GitLab refused the token: ${err.message}` : this.describe(err, "Connecting GitLab");
+        } finally {
+          btn.disabled = false;
+          this.render();
+        }
+      },
+    },
+      h("p", "Connect GitLab to spawn an agent in a container from one of your repositories."),
+      st.baseUrl ? h("div.muted.small", `GitLab: ${st.baseUrl}`) : null,
+      h("label", { for: "pat-input" }, "Personal access token (scope read_api, read_repository)"),
+      h("div.row", input, btn),
+      h("div.muted.small", "The token is kept by the daemon and never shown again."));
+    return form;
+  }
+
+  renderConnected(st) {
+    const wrap = h("div.stack");
+    wrap.appendChild(
+      h("div.row.spread",
+        h("div", "GitLab: ", h("strong", st.username ? `@${st.username}` : "connected"),
+          st.baseUrl ? h("span.muted", ` on ${st.baseUrl}`) : null),
+        h("button.linkish", { type: "button", onclick: () => this.disconnect() }, "Disconnect")),
+    );
+    const search = h("input#repo-filter", { type: "search", placeholder: "Filter repositories", value: this.filter, "aria-label": "Filter repositories" });
+    const list = h("ul.repo-list#repo-list", { role: "listbox", "aria-label": "Repositories" });
+    const branch = h("input#branch-input", { type: "text", placeholder: "default branch", "aria-label": "Branch" });
+    const go = h("button.primary#spawn-go", { type: "button", disabled: !this.selected }, "Spawn agent");
+    const fill = () => {
+      clear(list);
+      const q = this.filter.toLowerCase();
+      const repos = (this.repos || []).filter((r) => !q || String(r.path || "").toLowerCase().includes(q) || String(r.name || "").toLowerCase().includes(q));
+      if (this.repos === null) list.appendChild(h("li.muted", "Loading…"));
+      else if (!repos.length) list.appendChild(h("li.muted", this.repos.length ? "No match." : "No repositories."));
+      for (const r of repos.slice(0, 200)) {
+        const selected = this.selected && this.selected.path === r.path;
+        list.appendChild(
+          h(`li.repo${selected ? ".selected" : ""}`, {
+            role: "option", "aria-selected": selected ? "true" : "false", tabindex: "0", "data-repo": r.path,
+            onclick: () => select(r),
+            onkeydown: (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); select(r); } },
+          },
+            h("div.repo-path", r.path || r.name),
+            h("div.muted.small", [r.defaultBranch, relativeTime(Date.parse(r.lastActivityAt) || null)].filter(Boolean).join(" · "))),
+        );
+      }
+    };
+    const select = (r) => {
+      this.selected = r;
+      branch.placeholder = r.defaultBranch || "default branch";
+      go.disabled = false;
+      fill();
+    };
+    search.addEventListener("input", () => {
+      this.filter = search.value;
+      fill();
+    });
+    go.addEventListener("click", async () => {
+      if (!this.selected) return;
+      go.disabled = true;
+      this.error = "";
+      try {
+        const res = await this.api.spawn(this.selected.path, branch.value.trim() || undefined);
+        this.toast(`Spawning ${this.selected.path}…`, "info");
+        this.refreshJobs();
+        if (res && res.sessionId) {
+          this.dialog.close();
+          this.openSession(String(res.sessionId));
+        }
+      } catch (err) {
+        this.error = this.describe(err, "Spawn");
+        this.render();
+      } finally {
+        go.disabled = !this.selected;
+      }
+    });
+    if (this.selected) branch.placeholder = this.selected.defaultBranch || "default branch";
+    fill();
+    wrap.appendChild(search);
+    wrap.appendChild(list);
+    wrap.appendChild(h("div.row", h("label", { for: "branch-input" }, "Branch"), branch, go));
+    return wrap;
+  }
+
+  async disconnect() {
+    try {
+      await this.api.gitlabDisconnect();
+      this.status = await this.api.gitlabStatus();
+      this.repos = null;
+      this.selected = null;
+    } catch (err) {
+      this.error = this.describe(err, "Disconnecting GitLab");
+    }
+    this.render();
+  }
+
+  async refreshJobs() {
+    try {
+      const jobs = await this.api.spawnStatus();
+      if (Array.isArray(jobs)) this.setJobs(jobs);
+    } catch {
+      // no Docker engine or no spawn support: the list stays as the last frames said
+    }
+  }
+
+  setJobs(jobs) {
+    this.jobs = jobs.filter((j) => j && typeof j === "object");
+    this.renderJobs();
+  }
+
+  renderJobs() {
+    // the sidebar strip (always) and the dialog's list (when open)
+    const strip = this.jobsEl;
+    clear(strip);
+    const active = this.jobs;
+    strip.hidden = !active.length;
+    for (const j of active) strip.appendChild(this.jobRow(j));
+    const inDialog = document.getElementById("spawn-dialog-jobs");
+    if (inDialog) {
+      clear(inDialog);
+      if (!active.length) inDialog.appendChild(h("li.muted.small", "No spawn in progress."));
+      for (const j of active) inDialog.appendChild(this.jobRow(j));
+    }
+  }
+
+  jobRow(j) {
+    const state = String(j.state || "");
+    const label = JOB_STATES[state] || state || "pending";
+    const failed = label === "failed";
+    const sid = j.sessionId ? String(j.sessionId) : "";
+    return h(`li.job${failed ? ".job-failed" : ""}`, { "data-state": state },
+      h("span.job-repo", String(j.repo || "")),
+      h("span.job-state", failed || label === "started" || label === "running" ? null : h("span.spinner.small", { "aria-hidden": "true" }), label),
+      j.error ? h("div.error-text.small", String(j.error)) : null,
+      sid ? h("a.job-link", { href: `#/s/${encodeURIComponent(sid)}`, onclick: () => this.dialog.open && this.dialog.close() }, "open") : null);
+  }
+}

@@ -1,0 +1,239 @@
+// node --test tests/browser/js/reducer.test.mjs : the web UI's pure event reducer.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import {
+  applyEvent, applyEvents, createSession, todosFromArgs, sortSessions, describeDecider, pendingDecisions,
+  relativeTime, formatUsage,
+} from "../../../lvmh_adapter/web/reducer.js";
+
+const S = "sess-1";
+let seq = 0;
+const ev = (type, payload = {}, s = null) => ({ v: 1, sessionId: S, seq: s ?? ++seq, ts: 1700000000000 + seq, type, ...payload });
+
+function piRun() {
+  seq = 0;
+  return [
+    ev("agent_start"),
+    ev("message_start", { message: { role: "user", id: "u1" } }),
+    ev("message_end", { message: { role: "user", id: "u1", text: "list files", thinking: null, toolCalls: [], toolCallId: null } }),
+    ev("message_start", { message: { role: "assistant", id: "a1" } }),
+    ev("message_update", { delta: "Let me " }),
+    ev("message_update", { delta: "look." }),
+    ev("message_end", { message: { role: "assistant", id: "a1", text: "Let me look.", thinking: "hmm", toolCalls: [{ id: "c1", name: "bash", argsJson: "{\"command\":\"ls\"}" }], toolCallId: null } }),
+    ev("tool_execution_start", { toolCallId: "c1", toolName: "bash", args: { command: "ls" } }),
+    ev("tool_execution_update", { toolCallId: "c1", toolName: "bash", partial: "a.txt" }),
+    ev("tool_execution_end", { toolCallId: "c1", toolName: "bash", isError: false, resultPreview: "a.txt\nb.txt" }),
+    ev("message_start", { message: { role: "toolResult", id: "r1" } }),
+    ev("message_end", { message: { role: "toolResult", id: "r1", text: "a.txt\nb.txt", thinking: null, toolCalls: [], toolCallId: "c1" } }),
+    ev("agent_end", { usage: { inputTokens: 42, outputTokens: 7, totalCost: 0.001 } }),
+    ev("agent_settled", { aborted: false }),
+  ];
+}
+
+test("a pi run folds into user, assistant, tool, settled items", () => {
+  const st = createSession(S);
+  applyEvents(st, piRun());
+  const kinds = st.items.map((i) => `${i.kind}:${i.role || i.name || ""}`);
+  assert.deepEqual(kinds, ["message:user", "message:assistant", "tool:bash", "settled:"]);
+  const a = st.items[1];
+  assert.equal(a.text, "Let me look.");
+  assert.equal(a.thinking, "hmm");
+  assert.equal(a.streaming, false);
+  const t = st.items[2];
+  assert.equal(t.status, "completed");
+  assert.deepEqual(t.args, { command: "ls" });
+  assert.equal(t.resultPreview, "a.txt\nb.txt");
+  assert.equal(st.phase, "done");
+  assert.deepEqual(st.items[3].usage, { inputTokens: 42, outputTokens: 7, totalCost: 0.001 });
+  assert.equal(st.lastSeq, 14);
+});
+
+test("duplicate seqs are applied once (refetch overlapping the live stream)", () => {
+  const st = createSession(S);
+  const events = piRun();
+  applyEvents(st, events.slice(0, 8));
+  const rev = st.structureRev;
+  assert.equal(applyEvents(st, events), events.length - 8);
+  assert.equal(applyEvents(st, events), 0);
+  assert.equal(st.items.length, 4);
+  assert.ok(st.structureRev > rev);
+});
+
+test("live deltas stream into a draft that message_end replaces", () => {
+  seq = 0;
+  const st = createSession(S);
+  applyEvent(st, ev("agent_start"));
+  applyEvent(st, ev("message_start", { message: { role: "assistant", id: "a9" } }));
+  assert.equal(st.items.length, 0, "no empty bubble before the first text");
+  applyEvent(st, ev("message_update", { delta: "Hel" }));
+  applyEvent(st, ev("message_update", { delta: "lo" }));
+  assert.equal(st.items[0].text, "Hello");
+  assert.equal(st.items[0].streaming, true);
+  assert.equal(st.phase, "running");
+  applyEvent(st, ev("message_end", { message: { role: "assistant", id: "a9", text: "Hello!", toolCalls: [] } }));
+  assert.equal(st.items.length, 1);
+  assert.equal(st.items[0].text, "Hello!");
+  assert.equal(st.items[0].streaming, false);
+  // a late duplicate delta changes nothing
+  applyEvent(st, ev("message_update", { delta: "zzz" }));
+  assert.equal(st.items[0].text, "Hello!");
+});
+
+test("deltas without a seen message_start open a draft that takes the real id", () => {
+  seq = 10;
+  const st = createSession(S);
+  applyEvent(st, ev("message_update", { delta: "partial" }));
+  assert.equal(st.items.length, 1);
+  applyEvent(st, ev("message_end", { message: { role: "assistant", id: "real", text: "partial text" } }));
+  assert.equal(st.items.length, 1);
+  assert.equal(st.items[0].id, "real");
+  assert.equal(st.items[0].text, "partial text");
+});
+
+test("a stale buffered delta after a refetch does not create a stray draft", () => {
+  seq = 0;
+  const st = createSession(S);
+  applyEvents(st, [
+    ev("message_start", { message: { role: "assistant", id: "a1" } }, 1),
+    ev("message_end", { message: { role: "assistant", id: "a1", text: "done" } }, 3),
+  ]);
+  applyEvent(st, ev("message_update", { delta: "do" }, 2));
+  assert.equal(st.items.length, 1);
+  assert.equal(st.items[0].text, "done");
+});
+
+test("out-of-order arrival is placed by seq", () => {
+  const st = createSession(S);
+  const events = piRun();
+  applyEvents(st, [events[6], events[2]]);
+  assert.deepEqual(st.items.map((i) => i.id), ["u1", "a1", "c1"]);
+});
+
+test("events of another session are ignored", () => {
+  const st = createSession(S);
+  assert.equal(applyEvent(st, { sessionId: "other", seq: 1, type: "agent_start" }), false);
+  assert.equal(st.phase, "idle");
+});
+
+test("bridge-style run: tool before text, cancelled tool, failed run", () => {
+  seq = 0;
+  const st = createSession(S);
+  applyEvents(st, [
+    ev("agent_start"),
+    ev("message_start", { message: { role: "assistant", id: "m" } }),
+    ev("tool_execution_start", { toolCallId: "t1", toolName: "demo_tool", args: { input: "demo" } }),
+    ev("tool_execution_end", { toolCallId: "t1", toolName: "demo_tool", isError: true, resultPreview: "boom" }),
+    ev("message_update", { delta: "Tool" }),
+    ev("agent_end", { usage: {}, error: "demo failure", status: "failed" }),
+    ev("agent_settled"),
+  ]);
+  const kinds = st.items.map((i) => i.kind);
+  assert.deepEqual(kinds, ["tool", "message", "notice", "settled"]);
+  assert.equal(st.items[0].status, "failed");
+  assert.equal(st.items[1].streaming, false);
+  assert.equal(st.items[2].text, "demo failure");
+});
+
+test("abort: running tools become cancelled, settled says aborted", () => {
+  seq = 0;
+  const st = createSession(S);
+  applyEvents(st, [
+    ev("agent_start"),
+    ev("tool_execution_start", { toolCallId: "t1", toolName: "bash", args: { command: "sleep 100" } }),
+    ev("agent_end", {}),
+    ev("agent_settled", { aborted: true }),
+  ]);
+  assert.equal(st.items[0].status, "cancelled");
+  assert.equal(st.items[1].kind, "settled");
+  assert.equal(st.items[1].aborted, true);
+});
+
+test("approvals and clarifications: pending, then resolved with who decided", () => {
+  seq = 0;
+  const st = createSession(S);
+  applyEvent(st, ev("approval_request", { approvalId: "ap1", command: "ls", description: "shell", choices: ["once", "session", "always", "deny"] }));
+  applyEvent(st, ev("clarify_request", { clarifyId: "cl1", question: "Continue?", choices: ["yes", "no"], allowFreeText: true }));
+  assert.equal(pendingDecisions(st).length, 2);
+  applyEvent(st, ev("approval_resolved", { approvalId: "ap1", choice: "once", decidedBy: "remote", surface: "pheby" }));
+  applyEvent(st, ev("clarify_resolved", { clarifyId: "cl1", response: "yes", decided_by: "remote", surface: "lvmh" }));
+  assert.equal(pendingDecisions(st).length, 0);
+  const ap = st.byKey.get("a:ap1");
+  assert.equal(ap.resolved.choice, "once");
+  assert.equal(describeDecider(ap.resolved, false), "answered from pheby");
+  const cl = st.byKey.get("c:cl1");
+  assert.equal(cl.resolved.response, "yes");
+  assert.equal(describeDecider(cl.resolved, true), "answered here");
+  assert.equal(describeDecider({ decidedBy: "timeout" }, false), "timed out");
+});
+
+test("attachments keep id, name, type and size (nested or flat)", () => {
+  seq = 0;
+  const st = createSession(S);
+  applyEvent(st, ev("attachment_added", { attachment: { attachmentId: "f1", filename: "demo.txt", mimeType: "text/plain", size: 16 } }));
+  applyEvent(st, ev("attachment_added", { attachmentId: "f2", filename: "demo.png", mimeType: "image/png", size: 70, inlineImage: true }));
+  const [a, b] = st.items;
+  assert.equal(a.attachmentId, "f1");
+  assert.equal(a.filename, "demo.txt");
+  assert.equal(b.inlineImage, true);
+  assert.equal(b.mimeType, "image/png");
+});
+
+test("todos derive from the latest todo tool call; subagents from subagent calls", () => {
+  seq = 0;
+  const st = createSession(S);
+  applyEvents(st, [
+    ev("tool_execution_start", { toolCallId: "t1", toolName: "todo", args: { todos: [{ content: "plan", status: "completed" }, { content: "code", status: "pending" }] } }),
+    ev("tool_execution_end", { toolCallId: "t1", toolName: "todo", isError: false, resultPreview: "ok" }),
+    ev("tool_execution_start", { toolCallId: "t2", toolName: "todo", args: { todos: [{ content: "plan", status: "completed" }, { content: "code", status: "in_progress" }, { content: "test", status: "pending" }] } }),
+    ev("tool_execution_start", { toolCallId: "s1", toolName: "subagent", args: { agent: "reviewer", task: "review the diff", async: true } }),
+  ]);
+  assert.deepEqual(st.todos.items.map((t) => [t.text, t.status]), [["plan", "completed"], ["code", "in_progress"], ["test", "pending"]]);
+  assert.equal(st.subagents.length, 1);
+  assert.equal(st.subagents[0].agent, "reviewer");
+  assert.equal(st.subagents[0].status, "running");
+  applyEvent(st, ev("tool_execution_end", { toolCallId: "s1", toolName: "subagent", isError: false, resultPreview: "LGTM" }));
+  assert.equal(st.subagents[0].status, "completed");
+  assert.equal(st.subagents[0].resultPreview, "LGTM");
+});
+
+test("todosFromArgs tolerates shapes and JSON strings", () => {
+  assert.deepEqual(todosFromArgs('{"tasks":[{"title":"a","done":true},{"text":"b"}]}').map((t) => t.status), ["completed", "pending"]);
+  assert.deepEqual(todosFromArgs(["x", "y"]).map((t) => t.text), ["x", "y"]);
+  assert.equal(todosFromArgs({ action: "list" }), null);
+  assert.equal(todosFromArgs("not json"), null);
+});
+
+test("tool calls in message_end without execution events show as called", () => {
+  seq = 0;
+  const st = createSession(S);
+  applyEvent(st, ev("message_end", { message: { role: "assistant", id: "a", text: "", toolCalls: [{ id: "x", name: "read", argsJson: "{\"path\":\"/etc/hosts\"}" }] } }));
+  const tool = st.byKey.get("t:x");
+  assert.equal(tool.status, "pending");
+  assert.deepEqual(tool.args, { path: "/etc/hosts" });
+});
+
+test("garbage never throws", () => {
+  const st = createSession(S);
+  for (const g of [null, 1, "x", [], {}, { type: 5 }, { type: "message_end" }, { type: "message_end", message: 3 },
+    { type: "tool_execution_end" }, { type: "approval_resolved" }, { type: "attachment_added", attachment: null },
+    { seq: "7", type: "agent_end", usage: "lots" }, { type: "message_update", delta: { x: 1 } }]) {
+    applyEvent(st, g);
+  }
+  assert.ok(true);
+});
+
+test("session list: online first, then most recent", () => {
+  const list = sortSessions([
+    { id: "a", online: false, lastEventAt: 300 },
+    { id: "b", online: true, lastEventAt: 100 },
+    { id: "c", online: true, lastEventAt: 200 },
+    null,
+  ]);
+  assert.deepEqual(list.map((s) => s.id), ["c", "b", "a"]);
+});
+
+test("formatting helpers", () => {
+  assert.equal(relativeTime(Date.now()), "just now");
+  assert.equal(relativeTime(Date.now() - 5 * 60000), "5 min ago");
+  assert.equal(formatUsage({ inputTokens: 1200, outputTokens: 7, totalCost: 0 }), "1,200 in · 7 out");
+});

@@ -1,0 +1,96 @@
+"""The web UI's static routes (lvmh_adapter.web.static_routes), without a browser."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from lvmh_adapter.web import CSP, WEB_DIR, static_routes, web_files
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+async def client(aiohttp_client):
+    app = web.Application()
+    app.add_routes(static_routes())
+    return await aiohttp_client(app)
+
+
+async def test_index_served_without_auth_and_not_cached(client):
+    resp = await client.get("/")
+    assert resp.status == 200
+    assert resp.headers["Content-Type"].startswith("text/html")
+    assert resp.headers["Cache-Control"] == "no-cache"
+    assert resp.headers["Content-Security-Policy"] == CSP
+    assert resp.headers["X-Content-Type-Options"] == "nosniff"
+    body = await resp.text()
+    assert '<script type="module" src="/static/app.js">' in body
+
+
+async def test_every_shipped_file_is_served_with_its_type(client):
+    types = {".js": "text/javascript", ".css": "text/css", ".svg": "image/svg+xml"}
+    for name in web_files():
+        if name == "index.html":
+            continue
+        resp = await client.get(f"/static/{name}")
+        assert resp.status == 200, name
+        assert resp.headers["Content-Type"].startswith(types[Path(name).suffix]), name
+        assert resp.headers["Cache-Control"] == "no-cache"
+        assert await resp.read() == (WEB_DIR / name).read_bytes()
+
+
+async def test_etag_revalidation(client):
+    resp = await client.get("/static/app.js")
+    etag = resp.headers["ETag"]
+    again = await client.get("/static/app.js", headers={"If-None-Match": etag})
+    assert again.status == 304
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/static/__init__.py", "/static/..%2F__init__.py", "/static/../web/__init__.py", "/static/nope.js", "/static/"],
+)
+async def test_unknown_or_traversal_paths_are_404(client, path):
+    resp = await client.get(path)
+    assert resp.status == 404
+
+
+def test_modules_import_only_local_files():
+    """No CDN, no network at run time: every import and asset URL is local."""
+    for name in web_files():
+        text = (WEB_DIR / name).read_text().replace('xmlns="http://www.w3.org/2000/svg"', "")
+        assert "http://" not in text and "https://" not in text, name
+        for spec in re.findall(r'from\s+"([^"]+)"', text):
+            assert spec.startswith("./") and (WEB_DIR / spec[2:]).is_file(), (name, spec)
+
+
+def test_no_inner_html_with_data():
+    """Everything is placed as text: the sources never assign innerHTML/outerHTML or use insertAdjacentHTML."""
+    for name in web_files():
+        if name.endswith(".js"):
+            text = (WEB_DIR / name).read_text()
+            assert not re.search(r"\.(innerHTML|outerHTML)\s*=|insertAdjacentHTML|document\.write", text), name
+
+
+def test_reducer_node_tests():
+    """The pure event reducer (lvmh_adapter/web/reducer.js) under node's test runner."""
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed (needed for the reducer's node tests)")
+    version = subprocess.run([node, "--version"], capture_output=True, text=True).stdout.strip()
+    if int(version.lstrip("v").split(".")[0]) < 18:
+        pytest.skip(f"node {version} is too old for node --test (need >= 18)")
+    proc = subprocess.run(
+        [node, "--test", str(ROOT / "tests/browser/js/reducer.test.mjs")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
