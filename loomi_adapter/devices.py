@@ -222,7 +222,7 @@ class Registry:
     # --- pairing tokens -----------------------------------------------------------
 
     async def create_token(self, ttl: float) -> tuple[str, float]:
-        ttl = max(1.0, min(float(ttl), MAX_TTL))
+        ttl = min(float(ttl), MAX_TTL)
         now = time.time()
         for h, exp in list(self._tokens.items()):
             if exp <= now:

@@ -52,7 +52,8 @@ IDEMPOTENT = (codec.SessionSend, codec.ApprovalResolve, codec.ClarifyResolve, co
 def internal_allowed(peer: str, headers: Mapping[str, str]) -> bool:
     """Loopback-only endpoints: the socket peer must be loopback, and nothing may have
     been forwarded (a reverse proxy on this host would make every peer look local)."""
-    if not is_loopback(peer):
+    host = peer[7:] if peer.lower().startswith("::ffff:") else peer  # IPv4-mapped IPv6
+    if not is_loopback(host):
         return False
     return not any(h in headers for h in FORWARDING_HEADERS)
 

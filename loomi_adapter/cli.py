@@ -1,0 +1,220 @@
+"""``agent-bridge loomi pair|devices|revoke``: talk to the running server over loopback.
+
+The commands find the server's Loomi port in ``<data-dir>/run/ports.json`` and
+call its loopback-only endpoints. ``devices`` and ``revoke`` fall back to the
+database when no server is running (``revoke`` then has no socket to close).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import io
+import json
+import os
+import sys
+import urllib.error
+import urllib.request
+from typing import Any, Optional
+
+from bridge_core.config import build_config
+from bridge_core.redact import fingerprint
+
+from . import devices as devices_mod
+
+TIMEOUT = 10.0
+
+
+class NotRunning(Exception):
+    pass
+
+
+class ServerError(Exception):
+    pass
+
+
+def add_parser(subparsers: Any, common_options: Any) -> None:
+    loomi = subparsers.add_parser("loomi", help="Loomi phones: pair a device, list and revoke devices")
+    sub = loomi.add_subparsers(dest="loomi_command", metavar="COMMAND")
+
+    pair = sub.add_parser("pair", help="print a one-time pairing QR code (the server must be running)")
+    common_options(pair)
+    pair.add_argument("--json", action="store_true", help="print only the QR payload, as one JSON line")
+    pair.add_argument("--ttl", type=float, default=None, metavar="SECONDS",
+                      help="token lifetime (default 300, or [loomi] pair_ttl)")
+    pair.set_defaults(func=cmd_pair)
+
+    devs = sub.add_parser("devices", help="list paired devices")
+    common_options(devs)
+    devs.add_argument("--json", action="store_true", help="print a JSON list")
+    devs.set_defaults(func=cmd_devices)
+
+    revoke = sub.add_parser("revoke", help="revoke a device; its open sockets close at once")
+    common_options(revoke)
+    revoke.add_argument("device_id", metavar="DEVICE_ID")
+    revoke.set_defaults(func=cmd_revoke)
+
+    def usage(args: argparse.Namespace) -> int:
+        loomi.print_help()
+        return 2
+
+    loomi.set_defaults(func=usage)
+
+
+# --- talking to the running server -------------------------------------------------
+
+
+def _data_dir(args: argparse.Namespace) -> str:
+    cfg = build_config({"data_dir": getattr(args, "data_dir", None), "config": getattr(args, "config", None)},
+                       with_secrets=False)
+    return cfg.data_dir
+
+
+def _port(data_dir: str) -> int:
+    path = os.path.join(data_dir, "run", "ports.json")
+    try:
+        with open(path, "r", encoding="utf-8") as f:
+            ports = json.load(f)
+    except (OSError, ValueError):
+        raise NotRunning(f"agent-bridge is not running (no {path}); start it with `agent-bridge serve`")
+    port = ports.get("loomi") if isinstance(ports, dict) else None
+    if not isinstance(port, int):
+        raise NotRunning("the running agent-bridge has no Loomi front end (start it with --adapters ...,loomi)")
+    return port
+
+
+def _call(data_dir: str, method: str, path: str, body: Optional[dict] = None) -> tuple[int, Any]:
+    url = f"http://127.0.0.1:{_port(data_dir)}{path}"
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never through a proxy
+    try:
+        with opener.open(req, timeout=TIMEOUT) as resp:
+            return resp.status, json.loads(resp.read() or b"null")
+    except urllib.error.HTTPError as exc:
+        try:
+            return exc.code, json.loads(exc.read() or b"null")
+        except ValueError:
+            return exc.code, None
+    except (urllib.error.URLError, OSError) as exc:
+        raise NotRunning(f"agent-bridge is not answering on 127.0.0.1 ({getattr(exc, 'reason', exc)})")
+
+
+def _error_text(body: Any) -> str:
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        return str(body["error"].get("message", "error"))
+    return "unexpected answer"
+
+
+# --- pair -------------------------------------------------------------------------
+
+
+def render_qr(data: str) -> str:
+    import qrcode
+
+    qr = qrcode.QRCode(border=2, error_correction=qrcode.constants.ERROR_CORRECT_L)
+    qr.add_data(data)
+    qr.make(fit=True)
+    buf = io.StringIO()
+    qr.print_ascii(out=buf, invert=True)
+    return buf.getvalue()
+
+
+def _write_qr(text: str, out: Any) -> None:
+    try:
+        out.write(text)
+    except UnicodeEncodeError:  # a terminal without UTF-8: full blocks as '#'
+        table = {ord("█"): "##", ord("▀"): "\"\"", ord("▄"): "..", ord(" "): "  "}
+        out.write(text.translate(table))
+
+
+def cmd_pair(args: argparse.Namespace) -> int:
+    data_dir = _data_dir(args)
+    body = {} if args.ttl is None else {"ttl": args.ttl}
+    try:
+        status, answer = _call(data_dir, "POST", "/internal/pair/new", body)
+    except NotRunning as exc:
+        print(f"agent-bridge: {exc}", file=sys.stderr)
+        return 1
+    if status != 200 or not isinstance(answer, dict) or "payload" not in answer:
+        print(f"agent-bridge: pairing refused: {_error_text(answer)}", file=sys.stderr)
+        return 1
+    p = answer["payload"]
+    payload = {"v": p["v"], "url": p["url"], "token": p["token"], "name": p["name"], "fp": p["fp"]}
+    line = json.dumps(payload, separators=(",", ":"))
+    if args.json:
+        print(line, flush=True)
+        return 0
+    _write_qr(render_qr(line), sys.stdout)
+    ttl = answer.get("ttl")
+    print("Scan this code with the Loomi app to pair a device.")
+    print(f"  server:  {payload['url']}")
+    print(f"  name:    {payload['name']}")
+    print(f"  tls:     {'certificate sha256 ' + payload['fp'] if payload['fp'] else 'none (plain ws://)'}")
+    print(f"  expires: in {ttl:g} s; single use (token {fingerprint(payload['token'])})" if isinstance(ttl, (int, float))
+          else f"  single use (token {fingerprint(payload['token'])})")
+    sys.stdout.flush()
+    return 0
+
+
+# --- devices / revoke -------------------------------------------------------------------
+
+
+def _when(ts: Optional[float]) -> str:
+    if not ts:
+        return "-"
+    return datetime.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def cmd_devices(args: argparse.Namespace) -> int:
+    data_dir = _data_dir(args)
+    note = None
+    try:
+        status, answer = _call(data_dir, "GET", "/internal/devices")
+        if status != 200 or not isinstance(answer, dict):
+            print(f"agent-bridge: {_error_text(answer)}", file=sys.stderr)
+            return 1
+        items = answer["devices"]
+    except NotRunning:
+        items = devices_mod.offline_list(data_dir)
+        note = "agent-bridge is not running: devices read from the database, none online"
+    keys = ("device_id", "name", "model", "os", "app_version", "paired_at", "last_seen", "online")
+    items = [{k: d.get(k) for k in keys} for d in items]
+    if args.json:
+        print(json.dumps(items), flush=True)
+        return 0
+    if note:
+        print(note, file=sys.stderr)
+    if not items:
+        print("no paired devices (pair one with `agent-bridge loomi pair`)")
+        return 0
+    rows = [("DEVICE ID", "NAME / MODEL", "PAIRED", "LAST SEEN", "ONLINE")]
+    for d in items:
+        label = " / ".join(dict.fromkeys(x for x in (d["name"], d["model"]) if x)) or "-"
+        rows.append((d["device_id"], label, _when(d["paired_at"]), _when(d["last_seen"]),
+                     "yes" if d["online"] else "no"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    return 0
+
+
+def cmd_revoke(args: argparse.Namespace) -> int:
+    data_dir = _data_dir(args)
+    device_id = args.device_id
+    try:
+        status, answer = _call(data_dir, "POST", "/internal/devices/revoke", {"device_id": device_id})
+        if status == 404:
+            revoked = False
+        elif status != 200:
+            print(f"agent-bridge: {_error_text(answer)}", file=sys.stderr)
+            return 1
+        else:
+            revoked = True
+    except NotRunning:
+        revoked = devices_mod.offline_revoke(data_dir, device_id)
+    if not revoked:
+        print(f"agent-bridge: no paired device {device_id}", file=sys.stderr)
+        return 1
+    print(f"revoked device {device_id}")
+    return 0
