@@ -1,0 +1,1 @@
+"""Benchmarks (``python -m bench``): figures, never assertions in the test suite."""

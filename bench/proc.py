@@ -1,0 +1,87 @@
+"""Server processes for the benchmark: start, find ports, read CPU time and RSS from /proc."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Optional
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BENCH_SECRET = "bench-pheby-secret-0123456789abcdef"
+BENCH_TOKEN = "bench-lvmh-token-0123456789abcdef"
+
+
+class ProcWatch:
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.tick = os.sysconf("SC_CLK_TCK")
+
+    def cpu(self) -> float:
+        """User + system CPU seconds of the process so far."""
+        with open(f"/proc/{self.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / self.tick
+
+    def _status(self, key: str) -> int:
+        with open(f"/proc/{self.pid}/status") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) * 1024
+        return 0
+
+    def rss(self) -> int:
+        return self._status("VmRSS")
+
+    def peak_rss(self) -> int:
+        return self._status("VmHWM")
+
+    def fds(self) -> int:
+        return len(os.listdir(f"/proc/{self.pid}/fd"))
+
+
+class Server:
+    """A server subprocess (the bridge or the baseline) and its ports."""
+
+    def __init__(self, kind: str, adapters: str = "pheby,loomi,lvmh", extra_env: Optional[dict] = None):
+        self.kind = kind
+        self.tmp = tempfile.mkdtemp(prefix=f"bench-{kind}-")
+        env = dict(os.environ, PHEBY_SECRET=BENCH_SECRET, LVMH_TOKEN=BENCH_TOKEN, PYTHONPATH=ROOT)
+        env.update(extra_env or {})
+        if kind == "bridge":
+            cmd = [sys.executable, "-m", "cli", "serve", "--data-dir", self.tmp, "--adapters", adapters,
+                   "--pheby-port", "0", "--loomi-port", "0", "--lvmh-port", "0", "--log-level", "WARNING"]
+            self.portfile = os.path.join(self.tmp, "run", "ports.json")
+        else:
+            self.portfile = os.path.join(self.tmp, "ports.json")
+            cmd = [sys.executable, "-m", "bench.baseline", "--portfile", self.portfile]
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.ports = self._wait_ports()
+        self.watch = ProcWatch(self.proc.pid)
+
+    def _wait_ports(self, timeout: float = 30.0) -> dict:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.kind} exited: {self.proc.stderr.read().decode()[-2000:]}")
+            if os.path.exists(self.portfile):
+                with open(self.portfile) as f:
+                    return json.load(f)
+            time.sleep(0.05)
+        raise RuntimeError(f"{self.kind} did not start")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        import shutil
+
+        shutil.rmtree(self.tmp, ignore_errors=True)
