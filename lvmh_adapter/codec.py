@@ -1,0 +1,288 @@
+"""lvmh wire codec (pure): plugin and browser frames, session snapshots, REST inputs.
+
+Decoders take the raw text of one frame (or a query/body) and return typed
+values or raise ``FrameError``/``BadRequest``; nothing here does I/O.
+
+A plugin event is stored and re-served as the JSON text it arrived in (the
+"envelope+payload" object of lvmh-protocol.md), so the hot path parses each
+frame once and never re-encodes it. Only a frame whose ``ts`` is missing or
+unusable is re-encoded with the daemon's clock.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from typing import Any, Iterable, Optional, Union
+
+import attrs
+import orjson
+
+from bridge_core.errors import BadRequest, BridgeError, TooLarge
+
+PROTOCOL_VERSION = 1
+MAX_PLUGIN_FRAME = 4 * 1024 * 1024  # bytes; aiohttp closes the socket (1009) above this
+MAX_BROWSER_FRAME = 64 * 1024
+MAX_PROMPT = 64_000  # characters, as the core's MAX_TEXT
+MAX_SEQ = 2**53 - 1  # JavaScript's safe integers: the plugin counts with them
+EVENTS_LIMIT_DEFAULT = 1000
+EVENTS_LIMIT_MAX = 1000
+MAX_INFO_STRING = 1000
+
+SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@+=-]{0,127}$")
+EVENT_TYPE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+ENVELOPE_KEYS = ("v", "sessionId", "seq", "ts", "type")
+
+# daemon-bound types the daemon gives a meaning to; other well-formed types are stored as they are
+EPHEMERAL_TYPES = frozenset({"message_update"})
+
+
+class FrameError(BridgeError):
+    """A frame that cannot be accepted; answered with an error frame, the socket stays open."""
+
+    code = "invalid_frame"
+    default_message = "Invalid frame"
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def is_session_id(value: object) -> bool:
+    return isinstance(value, str) and bool(SESSION_ID.match(value))
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+# --- plugin -> daemon -------------------------------------------------------------------------
+
+
+@attrs.frozen(slots=True)
+class PluginFrame:
+    type: str
+    session_id: str
+    seq: int
+    ts: int
+    obj: dict  # the decoded frame (envelope and payload)
+    raw: str  # the JSON text stored and re-served (envelope and payload)
+
+    @property
+    def persisted(self) -> bool:
+        return self.type not in EPHEMERAL_TYPES
+
+
+def _loads(data: Union[str, bytes]) -> Any:
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        data = bytes(data)
+    try:
+        return orjson.loads(data)
+    except (orjson.JSONDecodeError, TypeError, ValueError):
+        raise FrameError("Frame is not valid JSON", code="invalid_json")
+
+
+def decode_plugin_frame(data: Union[str, bytes]) -> PluginFrame:
+    """One daemon-bound frame: a JSON object with the lvmh envelope."""
+    obj = _loads(data)
+    if not isinstance(obj, dict):
+        raise FrameError("Frame must be one JSON object", code="invalid_json")
+    ftype = obj.get("type")
+    if not isinstance(ftype, str) or not EVENT_TYPE.match(ftype):
+        raise FrameError("type must be a snake_case string", code="invalid_frame")
+    if obj.get("v") != PROTOCOL_VERSION or isinstance(obj.get("v"), bool):
+        raise FrameError(f"Unsupported protocol version (v must be {PROTOCOL_VERSION})", code="version_mismatch")
+    sid = obj.get("sessionId")
+    if not is_session_id(sid):
+        raise FrameError("sessionId must be 1-128 characters of [A-Za-z0-9._:@+=-]", code="invalid_frame")
+    seq = obj.get("seq")
+    if ftype == "hello":
+        seq = 0
+    elif not _is_int(seq) or not 1 <= seq <= MAX_SEQ:  # type: ignore[operator]
+        raise FrameError("seq must be an integer from 1", code="invalid_frame")
+    ts = obj.get("ts")
+    reencode = False
+    if _is_int(ts) and 0 <= ts <= MAX_SEQ:  # type: ignore[operator]
+        ts_ms = int(ts)  # type: ignore[arg-type]
+    elif isinstance(ts, float) and math.isfinite(ts) and 0 <= ts <= MAX_SEQ:
+        ts_ms = int(ts)
+        reencode = True
+    else:
+        ts_ms = now_ms()
+        reencode = True
+    if ftype == "message_update":
+        if not isinstance(obj.get("delta"), str):
+            raise FrameError("message_update needs a string delta", code="invalid_frame")
+    elif ftype in ("hello", "session_info"):
+        if not isinstance(obj.get("session"), dict):
+            raise FrameError(f"{ftype} needs a session object", code="invalid_frame")
+    if reencode:
+        obj["ts"] = ts_ms
+        raw = orjson.dumps(obj).decode()
+    elif isinstance(data, str):
+        raw = data
+    else:
+        raw = bytes(data).decode("utf-8")  # orjson accepted it, so it is valid UTF-8
+    return PluginFrame(type=ftype, session_id=sid, seq=seq, ts=ts_ms, obj=obj, raw=raw)  # type: ignore[arg-type]
+
+
+def _opt_str(value: object) -> Optional[str]:
+    if isinstance(value, str):
+        return value[:MAX_INFO_STRING]
+    return None
+
+
+def session_info(raw: object, session_id: str, previous: Optional[dict] = None) -> dict:
+    """The spec's session snapshot, normalised: known keys, right types, bounded strings."""
+    src = raw if isinstance(raw, dict) else {}
+    prev = previous or {}
+    started = src.get("startedAt")
+    if _is_int(started) and 0 <= started <= MAX_SEQ:  # type: ignore[operator]
+        started_at = int(started)  # type: ignore[arg-type]
+    elif isinstance(started, float) and math.isfinite(started) and 0 <= started <= MAX_SEQ:
+        started_at = int(started)
+    else:
+        started_at = prev.get("startedAt") or now_ms()
+    cwd = _opt_str(src.get("cwd"))
+    return {
+        "id": session_id,
+        "name": _opt_str(src.get("name")),
+        "cwd": cwd if cwd is not None else (prev.get("cwd") or ""),
+        "model": _opt_str(src.get("model")),
+        "provider": _opt_str(src.get("provider")),
+        "agent": src.get("agent") is True,
+        "repo": _opt_str(src.get("repo")),
+        "startedAt": started_at,
+    }
+
+
+# --- daemon -> plugin ---------------------------------------------------------------------------
+
+
+def _daemon_frame(ftype: str, session_id: str, **fields: Any) -> bytes:
+    frame = {"v": PROTOCOL_VERSION, "type": ftype, "sessionId": session_id, "seq": 0, "ts": now_ms()}
+    frame.update(fields)
+    return orjson.dumps(frame)
+
+
+def welcome(session_id: str, last_seq: int) -> bytes:
+    return _daemon_frame("welcome", session_id, lastSeq=last_seq)
+
+
+def prompt(session_id: str, prompt_id: str, message: str) -> bytes:
+    return _daemon_frame("prompt", session_id, promptId=prompt_id, message=message)
+
+
+def abort(session_id: str) -> bytes:
+    return _daemon_frame("abort", session_id)
+
+
+# --- browser --------------------------------------------------------------------------------------
+
+
+@attrs.frozen(slots=True)
+class BrowserFrame:
+    type: str  # subscribe | unsubscribe
+    session_id: Optional[str]
+    after: Optional[int] = None
+
+
+def decode_browser_frame(data: Union[str, bytes]) -> BrowserFrame:
+    obj = _loads(data)
+    if not isinstance(obj, dict):
+        raise FrameError("Frame must be one JSON object", code="invalid_json")
+    ftype = obj.get("type")
+    if ftype not in ("subscribe", "unsubscribe"):
+        if isinstance(ftype, str):
+            raise FrameError("Unknown frame type (subscribe or unsubscribe)", code="unknown_type")
+        raise FrameError("type must be a string", code="invalid_json")
+    sid = obj.get("sessionId")
+    if ftype == "subscribe" and not is_session_id(sid):
+        raise FrameError("subscribe needs a valid sessionId", code="invalid_frame")
+    if ftype == "unsubscribe" and sid is not None and not isinstance(sid, str):
+        raise FrameError("sessionId must be a string", code="invalid_frame")
+    after = obj.get("after")
+    if after is not None:
+        if not _is_int(after) or not 0 <= after <= MAX_SEQ:  # type: ignore[operator]
+            raise FrameError("after must be an integer >= 0", code="invalid_frame")
+    return BrowserFrame(type=ftype, session_id=sid, after=after)
+
+
+def events_frame(session_id: str, after: int, raws: Iterable[str]) -> str:
+    """``{"type":"events","sessionId":...,"after":N,"events":[...]}`` around stored JSON texts."""
+    return (
+        '{"type":"events","sessionId":'
+        + orjson.dumps(session_id).decode()
+        + ',"after":'
+        + str(int(after))
+        + ',"events":['
+        + ",".join(raws)
+        + "]}"
+    )
+
+
+def session_list_frame(sessions: list) -> bytes:
+    return orjson.dumps({"type": "session_list", "sessions": sessions})
+
+
+def spawn_status_frame(jobs: list) -> bytes:
+    return orjson.dumps({"type": "spawn_status", "jobs": jobs})
+
+
+def json_array(raws: Iterable[str]) -> str:
+    return "[" + ",".join(raws) + "]"
+
+
+# --- REST inputs ----------------------------------------------------------------------------------
+
+
+def query_int(query, name: str, default: int, lo: int, hi: int, *, clamp_high: bool = False) -> int:
+    raw = query.get(name)
+    if raw is None or raw == "":
+        return default
+    text = raw.strip()
+    if not re.fullmatch(r"[0-9]{1,18}", text):
+        raise BadRequest(f"{name} must be a non-negative integer")
+    value = int(text)
+    if value < lo:
+        raise BadRequest(f"{name} must be at least {lo}")
+    if value > hi:
+        if clamp_high:
+            return hi
+        raise BadRequest(f"{name} must be at most {hi}")
+    return value
+
+
+def events_query(query) -> tuple[int, int]:
+    after = query_int(query, "after", 0, 0, MAX_SEQ)
+    limit = query_int(query, "limit", EVENTS_LIMIT_DEFAULT, 1, EVENTS_LIMIT_MAX, clamp_high=True)
+    return after, limit
+
+
+def json_body(data: bytes, *, allow_empty: bool = False) -> dict:
+    if not data.strip():
+        if allow_empty:
+            return {}
+        raise BadRequest("Body must be a JSON object")
+    try:
+        obj = orjson.loads(data)
+    except (orjson.JSONDecodeError, ValueError):
+        raise BadRequest("Body is not valid JSON")
+    if not isinstance(obj, dict):
+        raise BadRequest("Body must be a JSON object")
+    return obj
+
+
+def body_string(obj: dict, name: str, *, max_len: int = MAX_PROMPT, required: bool = True,
+                allow_empty: bool = False) -> Optional[str]:
+    value = obj.get(name)
+    if value is None and not required:
+        return None
+    if not isinstance(value, str):
+        raise BadRequest(f"{name} must be a string")
+    if not allow_empty and not value.strip():
+        raise BadRequest(f"{name} must not be empty")
+    if len(value) > max_len:
+        raise TooLarge(f"{name} longer than {max_len} characters")
+    return value

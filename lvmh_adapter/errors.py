@@ -1,0 +1,99 @@
+"""The core's error codes as lvmh answers: HTTP statuses for REST, error frames for sockets.
+
+REST errors are ``{"error": "message"}`` with a status (lvmh-protocol.md,
+"Transport 2"); socket errors are an ``error`` frame the peer may ignore
+(unknown types are ignored by plugins and browsers). Anything that is not a
+``BridgeError`` becomes a detail-free internal error, with its traceback in
+the log and never on the wire.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Optional
+
+import orjson
+from aiohttp import web
+
+from bridge_core.errors import BridgeError, as_bridge_error
+
+log = logging.getLogger("agent_bridge.lvmh")
+
+# core error code -> HTTP status
+STATUS = {
+    "unauthorized": 401,
+    "bad_request": 400,
+    "invalid_json": 400,
+    "unknown_type": 400,
+    "not_found": 404,
+    "conversation_not_found": 404,
+    "approval_not_found": 404,
+    "clarify_not_found": 404,
+    "already_resolved": 409,
+    "run_active": 409,
+    "conflict": 409,
+    "offline": 409,
+    "too_large": 413,
+    "rate_limited": 429,
+    "not_implemented": 501,
+    "unavailable": 503,
+    "internal_error": 500,
+}
+
+
+class Offline(BridgeError):
+    """A known session whose agent is not connected (REST 409)."""
+
+    code = "offline"
+    default_message = "Session is offline"
+
+
+class SessionNotFound(BridgeError):
+    code = "not_found"
+    default_message = "Unknown session"
+
+
+def status_for(err: BridgeError) -> int:
+    return STATUS.get(err.code, 400 if not err.code.endswith("error") else 500)
+
+
+def json_response(data, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(data), status=status, content_type="application/json")
+
+
+def error_response(message: str, status: int, code: Optional[str] = None) -> web.Response:
+    body = {"error": message}
+    if code:
+        body["code"] = code
+    return json_response(body, status)
+
+
+def rest_error(exc: BaseException) -> web.Response:
+    """``{"error": ...}`` with the status that fits ``exc`` (never a traceback)."""
+    err = as_bridge_error(exc)
+    if err is not exc:
+        log.error("lvmh: unexpected error in a REST handler", exc_info=exc)
+    return error_response(err.message, status_for(err), err.code)
+
+
+def error_frame(message: str, code: str = "bad_request", *, session_id: Optional[str] = None,
+                ref_seq: Optional[int] = None) -> bytes:
+    """An ``error`` frame for a plugin or browser socket."""
+    frame: dict = {"type": "error", "code": code, "error": message}
+    if session_id is not None:
+        frame["sessionId"] = session_id
+    if ref_seq is not None:
+        frame["refSeq"] = ref_seq
+    return orjson.dumps(frame)
+
+
+# WebSocket close codes
+CLOSE_NORMAL = 1000
+CLOSE_GOING_AWAY = 1001
+CLOSE_POLICY = 1008
+CLOSE_TOO_BIG = 1009
+CLOSE_HELLO_TIMEOUT = 4001
+CLOSE_REPLACED = 4002
+CLOSE_CONFLICT = 4009
+CLOSE_VERSION = 4010
+CLOSE_SLOW = 4029

@@ -1,0 +1,284 @@
+"""lvmh persistence: the spec's ``events`` and ``sessions`` tables, written in batches.
+
+Every persisted event of a tick (plugin frames and the bridge's own rendered
+events) is gathered and written as one store operation (one ``executemany``
+of ``INSERT OR IGNORE``: a resent ``(sessionId, seq)`` never becomes a second
+row). The store's writer thread commits queued operations together, so an
+ingest burst costs one fsync per batch, never one per event.
+
+Durability of ``welcome.lastSeq``: the highest seq counted as persisted for a
+session (``committed``) only moves when the transaction holding those rows
+has committed, from the write's completion callback. A failed batch caps the
+session's reported seq below its first lost row until the next ``welcome``
+asks the plugin to resend from there. Before a ``welcome`` the server awaits
+the session's writes still in flight, so a plugin never renumbers over rows
+that are about to land.
+
+``payload`` holds the whole event object (envelope and payload, the JSON
+text REST and the browser stream serve), so reads never re-encode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+from typing import Any, Optional
+
+import orjson
+
+from bridge_core.store import Store
+
+log = logging.getLogger("agent_bridge.lvmh.store")
+
+MIGRATIONS = [
+    # 1: lvmh-protocol.md "Daemon persistence" (+ which side owns a session)
+    """
+    CREATE TABLE events(
+        sessionId TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        ts INTEGER NOT NULL,
+        type TEXT NOT NULL,
+        payload TEXT NOT NULL,
+        PRIMARY KEY(sessionId, seq)
+    ) WITHOUT ROWID;
+    CREATE TABLE sessions(
+        id TEXT PRIMARY KEY,
+        info TEXT NOT NULL,
+        lastSeq INTEGER NOT NULL DEFAULT 0,
+        lastEventAt INTEGER,
+        online INTEGER DEFAULT 0,
+        source TEXT NOT NULL DEFAULT 'plugin'
+    );
+    """,
+]
+
+FLUSH_ROWS = 2000  # flush before the end of the tick once this many rows wait
+BACKLOG_HIGH = 50_000  # rows in flight before ingest waits for the writer
+BACKLOG_LOW = 10_000
+
+
+class StoredSession:
+    __slots__ = ("id", "info", "last_seq", "last_event_at", "source")
+
+    def __init__(self, sid: str, info: dict, last_seq: int, last_event_at: Optional[int], source: str):
+        self.id = sid
+        self.info = info
+        self.last_seq = last_seq
+        self.last_event_at = last_event_at
+        self.source = source
+
+
+class _Batch:
+    __slots__ = ("rows", "sessions", "maxima", "done")
+
+    def __init__(self) -> None:
+        self.rows: list[tuple] = []
+        self.sessions: list[tuple] = []  # session row upserts, applied before the rows
+        self.maxima: dict[str, list[int]] = {}  # sid -> [max seq, min seq, max ts]
+        self.done: Optional[asyncio.Future] = None
+
+
+class EventLog:
+    def __init__(self, store: Store):
+        self.store = store
+        self.committed: dict[str, int] = {}
+        self._fail_cap: dict[str, int] = {}
+        self._batch = _Batch()
+        self._scheduled = False
+        self._inflight: dict[str, asyncio.Future] = {}  # sid -> completion of its latest batch
+        self.inflight_rows = 0
+        self._drained: Optional[asyncio.Event] = None
+        self.failures = 0
+
+    # --- startup -----------------------------------------------------------------------------
+
+    def migrate(self) -> None:
+        self.store.migrate("lvmh", MIGRATIONS)
+
+    def load(self) -> list[StoredSession]:
+        out = []
+        for sid, info, last_seq, last_at, source in self.store.query(
+            "SELECT id, info, lastSeq, lastEventAt, source FROM sessions"
+        ):
+            try:
+                data = orjson.loads(info)
+            except orjson.JSONDecodeError:
+                data = {}
+            if not isinstance(data, dict):
+                data = {}
+            self.committed[sid] = int(last_seq or 0)
+            out.append(StoredSession(sid, data, int(last_seq or 0), last_at, source))
+        # nobody is connected to a daemon that just started
+        self.store.write_later(lambda c: c.execute("UPDATE sessions SET online=0 WHERE online!=0"))
+        return out
+
+    # --- writes --------------------------------------------------------------------------------
+
+    def append(self, sid: str, seq: int, ts: int, etype: str, raw: str) -> None:
+        b = self._batch
+        b.rows.append((sid, seq, ts, etype, raw))
+        m = b.maxima.get(sid)
+        if m is None:
+            b.maxima[sid] = [seq, seq, ts]
+        else:
+            if seq > m[0]:
+                m[0] = seq
+            if seq < m[1]:
+                m[1] = seq
+            if ts > m[2]:
+                m[2] = ts
+        if len(b.rows) >= FLUSH_ROWS:
+            self.flush()
+        else:
+            self._schedule()
+
+    def upsert_session(self, sid: str, info: dict, source: str, online: Optional[bool] = None) -> None:
+        self._batch.sessions.append((sid, orjson.dumps(info).decode(), source, online))
+        self._schedule()
+
+    def set_online(self, sid: str, online: bool) -> None:
+        self._batch.sessions.append((sid, None, None, online))
+        self._schedule()
+
+    def delete_session(self, sid: str) -> None:
+        self.flush()
+        self.committed.pop(sid, None)
+        self._fail_cap.pop(sid, None)
+        self.store.write_later(
+            lambda c: (
+                c.execute("DELETE FROM events WHERE sessionId=?", (sid,)),
+                c.execute("DELETE FROM sessions WHERE id=?", (sid,)),
+            )
+        )
+
+    def _schedule(self) -> None:
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Hand the gathered rows to the store's writer as one operation."""
+        self._scheduled = False
+        batch = self._batch
+        if not batch.rows and not batch.sessions:
+            return
+        self._batch = _Batch()
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        rows, sessions, maxima = batch.rows, batch.sessions, batch.maxima
+
+        def op(conn: sqlite3.Connection) -> None:
+            for sid, info, source, online in sessions:
+                if info is not None:
+                    conn.execute(
+                        "INSERT INTO sessions(id, info, source, online) VALUES(?,?,?,?) "
+                        "ON CONFLICT(id) DO UPDATE SET info=excluded.info, "
+                        "online=COALESCE(?, sessions.online)",
+                        (sid, info, source, int(bool(online)), None if online is None else int(online)),
+                    )
+                elif online is not None:
+                    conn.execute("UPDATE sessions SET online=? WHERE id=?", (int(online), sid))
+            if rows:
+                conn.executemany(
+                    "INSERT OR IGNORE INTO events(sessionId, seq, ts, type, payload) VALUES(?,?,?,?,?)", rows
+                )
+                conn.executemany(
+                    "UPDATE sessions SET lastSeq=MAX(lastSeq, ?), lastEventAt=MAX(COALESCE(lastEventAt, 0), ?) "
+                    "WHERE id=?",
+                    [(m[0], m[2], sid) for sid, m in maxima.items()],
+                )
+
+        fut = self.store.submit(op)
+        if loop is None:  # shutdown path outside the loop: nothing waits on it
+            fut.add_done_callback(lambda f: f.exception())
+            return
+        done = loop.create_future()
+        batch.done = done
+        self.inflight_rows += len(rows)
+        for sid in maxima:
+            self._inflight[sid] = done
+        for sid, *_ in sessions:
+            self._inflight[sid] = done
+
+        def finished(f: Any) -> None:
+            try:
+                loop.call_soon_threadsafe(self._finished, batch, f)
+            except RuntimeError:  # loop closed during shutdown
+                pass
+
+        fut.add_done_callback(finished)
+
+    def _finished(self, batch: _Batch, fut: Any) -> None:
+        exc = fut.exception()
+        self.inflight_rows -= len(batch.rows)
+        if exc is None:
+            for sid, m in batch.maxima.items():
+                if m[0] > self.committed.get(sid, 0):
+                    self.committed[sid] = m[0]
+        else:
+            self.failures += 1
+            log.error("lvmh: writing %d event(s) failed: %s", len(batch.rows), exc)
+            for sid, m in batch.maxima.items():
+                cap = m[1] - 1
+                self._fail_cap[sid] = min(self._fail_cap.get(sid, cap), cap)
+        for sid in list(batch.maxima) + [s[0] for s in batch.sessions]:
+            if self._inflight.get(sid) is batch.done:
+                del self._inflight[sid]
+        if batch.done is not None and not batch.done.done():
+            batch.done.set_result(exc is None)
+        if self._drained is not None and self.inflight_rows <= BACKLOG_LOW:
+            self._drained.set()
+
+    # --- durability queries ----------------------------------------------------------------------
+
+    async def settle(self, sid: str, timeout: float = 10.0) -> None:
+        """Wait until the writes queued so far for ``sid`` have committed (or failed)."""
+        self.flush()
+        fut = self._inflight.get(sid)
+        if fut is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(fut), timeout)
+            except asyncio.TimeoutError:
+                log.warning("lvmh: writes of a session still pending after %.0f s", timeout)
+
+    def welcome_seq(self, sid: str) -> int:
+        """The highest seq of ``sid`` durably stored with nothing lost below it (clears a failure cap)."""
+        last = self.committed.get(sid, 0)
+        cap = self._fail_cap.pop(sid, None)
+        if cap is not None:
+            last = min(last, cap)
+        return max(0, last)
+
+    @property
+    def backlogged(self) -> bool:
+        return self.inflight_rows > BACKLOG_HIGH
+
+    async def drain(self) -> None:
+        """Ingest back-pressure: wait while too many rows are queued for the writer."""
+        while self.inflight_rows > BACKLOG_LOW:
+            if self._drained is None:
+                self._drained = asyncio.Event()
+            self._drained.clear()
+            await self._drained.wait()
+
+    async def aflush(self) -> None:
+        self.flush()
+        await self.store.aflush()
+
+    # --- reads ---------------------------------------------------------------------------------
+
+    def read(self, sid: str, after: int, limit: int) -> list[str]:
+        rows = self.store.query(
+            "SELECT payload FROM events WHERE sessionId=? AND seq>? ORDER BY seq LIMIT ?", (sid, after, limit)
+        )
+        return [r[0] for r in rows]
+
+    def count(self, sid: str) -> int:
+        row = self.store.query_one("SELECT COUNT(*) FROM events WHERE sessionId=?", (sid,))
+        return int(row[0]) if row else 0
+
+
+__all__ = ["EventLog", "MIGRATIONS", "StoredSession"]

@@ -1,0 +1,280 @@
+"""Shared events of the bridge's own conversations as lvmh session events (pure).
+
+DESIGN.md's mapping table, lvmh column:
+
+| shared event | lvmh events |
+|---|---|
+| UserMessageSent | ``message_start`` + ``message_end`` role user |
+| RunStarted | ``agent_start``, ``message_start`` assistant |
+| TextDelta (text) | ``message_update {delta}`` (never persisted; reasoning deltas dropped) |
+| InterimMessage | ``message_end`` assistant (intermediate); later text opens a new message |
+| MessageCompleted | ``message_end`` assistant (``kind: "notice"`` for notices) |
+| ToolStarted/Progress/Finished | ``tool_execution_start`` / ``_update`` / ``_end`` |
+| RunFinished | ``agent_end {usage, status, error?}``, ``agent_settled {aborted}`` |
+| Approval*/Clarify*/AttachmentAdded/Notification | extensions ``approval_request``, ``approval_resolved``, ``clarify_request``, ``clarify_resolved``, ``attachment_added``, ``notification`` |
+| ModelChanged (conversation scope) | ``session_info`` |
+
+Conversation lifecycle events become ``session_list`` frames (server.py), not events.
+Every payload here is what follows the envelope (``v, sessionId, seq, ts, type``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+from bridge_core import events as ev
+
+Rendered = list[tuple[str, dict]]
+
+
+def message(role: str, mid: str, text: Optional[str] = None, *, complete: bool = False) -> dict:
+    if not complete:
+        return {"role": role, "id": mid}
+    return {"role": role, "id": mid, "text": text or "", "thinking": None, "toolCalls": [], "toolCallId": None}
+
+
+def usage(u: Optional[ev.Usage]) -> dict:
+    if u is None:
+        return {}
+    out: dict = {}
+    if u.input_tokens is not None:
+        out["inputTokens"] = u.input_tokens
+    if u.output_tokens is not None:
+        out["outputTokens"] = u.output_tokens
+    if u.total_cost is not None:
+        out["totalCost"] = u.total_cost
+    return out
+
+
+def attachment(a: ev.Attachment) -> dict:
+    return {
+        "id": a.attachment_id,
+        "filename": a.filename,
+        "mimeType": a.mime_type,
+        "size": a.size,
+        "kind": a.kind,
+        "inlineImage": a.inline_image,
+        "messageId": a.message_id,
+        "url": f"/api/attachments/{a.attachment_id}",
+        "createdAt": int(a.created_at * 1000),
+        "expiresAt": int(a.expires_at * 1000) if a.expires_at is not None else None,
+    }
+
+
+class _Conv:
+    __slots__ = ("open_id", "run_id", "draft_id", "parts")
+
+    def __init__(self) -> None:
+        self.open_id: Optional[str] = None  # the assistant message currently open
+        self.run_id: Optional[str] = None
+        self.draft_id: Optional[str] = None
+        self.parts = 0  # assistant messages opened in this run
+
+
+class Renderer:
+    """Per-conversation rendering state (which assistant message is open)."""
+
+    def __init__(self, session_info: Callable[[str], dict]):
+        self._convs: dict[str, _Conv] = {}
+        self._session_info = session_info
+
+    def forget(self, cid: str) -> None:
+        self._convs.pop(cid, None)
+
+    def _conv(self, cid: str) -> _Conv:
+        c = self._convs.get(cid)
+        if c is None:
+            c = self._convs[cid] = _Conv()
+        return c
+
+    def _open(self, c: _Conv, out: Rendered, mid: Optional[str] = None) -> str:
+        if c.open_id is None:
+            if mid is None:
+                base = c.draft_id or "assistant"
+                mid = base if c.parts == 0 else f"{base}-{c.parts}"
+            c.parts += 1
+            c.open_id = mid
+            out.append(("message_start", {"message": message("assistant", mid)}))
+        return c.open_id
+
+    def render(self, e: Any) -> Rendered:
+        fn = _RENDER.get(type(e))
+        if fn is None:
+            return []
+        out: Rendered = []
+        fn(self, e, out)
+        return out
+
+    # --- per event type ----------------------------------------------------------------------------
+
+    def _user(self, e: ev.UserMessageSent, out: Rendered) -> None:
+        out.append(("message_start", {"message": message("user", e.message_id)}))
+        out.append(("message_end", {"message": message("user", e.message_id, e.text, complete=True)}))
+
+    def _run_started(self, e: ev.RunStarted, out: Rendered) -> None:
+        c = self._conv(e.conversation_id)
+        c.run_id, c.draft_id, c.parts, c.open_id = e.run_id, e.message_id, 0, None
+        payload: dict = {"runId": e.run_id}
+        if e.model:
+            payload["model"] = e.model
+        out.append(("agent_start", payload))
+        self._open(c, out, e.message_id)
+
+    def _delta(self, e: ev.TextDelta, out: Rendered) -> None:
+        if e.kind != "text":
+            return
+        c = self._conv(e.conversation_id)
+        self._open(c, out)
+        out.append(("message_update", {"delta": e.delta}))
+
+    def _interim(self, e: ev.InterimMessage, out: Rendered) -> None:
+        c = self._conv(e.conversation_id)
+        mid = self._open(c, out)
+        out.append(("message_end", {"message": message("assistant", mid, e.text, complete=True), "interim": True}))
+        c.open_id = None
+
+    def _completed(self, e: ev.MessageCompleted, out: Rendered) -> None:
+        c = self._conv(e.conversation_id)
+        if e.run_id is None or e.run_id != c.run_id:
+            mid = e.message_id  # a notice outside any run
+            out.append(("message_start", {"message": message("assistant", mid)}))
+        else:
+            mid = self._open(c, out)
+        payload: dict = {"message": message("assistant", mid, e.text, complete=True)}
+        if e.kind != "normal":
+            payload["kind"] = e.kind
+        out.append(("message_end", payload))
+        if e.run_id is not None and e.run_id == c.run_id:
+            c.open_id = None
+
+    def _tool_started(self, e: ev.ToolStarted, out: Rendered) -> None:
+        out.append(("tool_execution_start", {"toolCallId": e.call_id, "toolName": e.tool_name, "args": e.args}))
+
+    def _tool_progress(self, e: ev.ToolProgress, out: Rendered) -> None:
+        out.append(("tool_execution_update", {"toolCallId": e.call_id, "toolName": e.tool_name, "partial": e.partial}))
+
+    def _tool_finished(self, e: ev.ToolFinished, out: Rendered) -> None:
+        payload: dict = {
+            "toolCallId": e.call_id,
+            "toolName": e.tool_name,
+            "isError": e.status != "completed",
+            "resultPreview": e.result_preview[:2048],
+            "status": e.status,
+        }
+        if e.duration_ms is not None:
+            payload["durationMs"] = e.duration_ms
+        if e.error:
+            payload["error"] = e.error
+        out.append(("tool_execution_end", payload))
+
+    def _run_finished(self, e: ev.RunFinished, out: Rendered) -> None:
+        c = self._conv(e.conversation_id)
+        if c.open_id is not None and c.run_id == e.run_id:
+            # the run ended inside a message that was never completed: close it with what was said
+            out.append(("message_end", {"message": message("assistant", c.open_id, e.text, complete=True)}))
+        c.open_id = c.run_id = c.draft_id = None
+        end: dict = {"usage": usage(e.usage), "status": e.status, "runId": e.run_id}
+        if e.error:
+            end["error"] = e.error
+        out.append(("agent_end", end))
+        out.append(("agent_settled", {"aborted": e.status == "cancelled"}))
+
+    def _approval_requested(self, e: ev.ApprovalRequested, out: Rendered) -> None:
+        out.append(
+            (
+                "approval_request",
+                {
+                    "approvalId": e.approval_id,
+                    "runId": e.run_id,
+                    "command": e.command,
+                    "description": e.description,
+                    "choices": list(e.choices),
+                    "deadline": int(e.deadline_ts * 1000) if e.deadline_ts is not None else None,
+                },
+            )
+        )
+
+    def _approval_resolved(self, e: ev.ApprovalResolved, out: Rendered) -> None:
+        out.append(
+            (
+                "approval_resolved",
+                {
+                    "approvalId": e.approval_id,
+                    "choice": e.choice,
+                    "accepted": e.accepted,
+                    "decidedBy": e.decided_by,
+                    "surface": e.surface,
+                    "reason": e.reason,
+                },
+            )
+        )
+
+    def _clarify_requested(self, e: ev.ClarifyRequested, out: Rendered) -> None:
+        out.append(
+            (
+                "clarify_request",
+                {
+                    "clarifyId": e.clarify_id,
+                    "runId": e.run_id,
+                    "question": e.question,
+                    "choices": list(e.choices) if e.choices is not None else None,
+                    "allowFreeText": e.allow_free_text,
+                },
+            )
+        )
+
+    def _clarify_resolved(self, e: ev.ClarifyResolved, out: Rendered) -> None:
+        out.append(
+            (
+                "clarify_resolved",
+                {
+                    "clarifyId": e.clarify_id,
+                    "response": e.response,
+                    "accepted": e.accepted,
+                    "decidedBy": e.decided_by,
+                    "surface": e.surface,
+                },
+            )
+        )
+
+    def _attachment(self, e: ev.AttachmentAdded, out: Rendered) -> None:
+        out.append(("attachment_added", {"runId": e.run_id, "attachment": attachment(e.attachment)}))
+
+    def _notification(self, e: ev.Notification, out: Rendered) -> None:
+        out.append(
+            (
+                "notification",
+                {
+                    "messageId": e.message_id,
+                    "title": e.title,
+                    "text": e.text,
+                    "category": e.category,
+                    "source": e.source,
+                    "requiresAttention": e.requires_attention,
+                },
+            )
+        )
+
+    def _model(self, e: ev.ModelChanged, out: Rendered) -> None:
+        if e.conversation_id is not None:
+            out.append(("session_info", {"session": self._session_info(e.conversation_id)}))
+
+
+_RENDER: dict[type, Callable[[Renderer, Any, Rendered], None]] = {
+    ev.UserMessageSent: Renderer._user,
+    ev.RunStarted: Renderer._run_started,
+    ev.TextDelta: Renderer._delta,
+    ev.InterimMessage: Renderer._interim,
+    ev.MessageCompleted: Renderer._completed,
+    ev.ToolStarted: Renderer._tool_started,
+    ev.ToolProgress: Renderer._tool_progress,
+    ev.ToolFinished: Renderer._tool_finished,
+    ev.RunFinished: Renderer._run_finished,
+    ev.ApprovalRequested: Renderer._approval_requested,
+    ev.ApprovalResolved: Renderer._approval_resolved,
+    ev.ClarifyRequested: Renderer._clarify_requested,
+    ev.ClarifyResolved: Renderer._clarify_resolved,
+    ev.AttachmentAdded: Renderer._attachment,
+    ev.Notification: Renderer._notification,
+    ev.ModelChanged: Renderer._model,
+}

@@ -1,0 +1,160 @@
+"""lvmh REST (Transport 2) for sessions, decisions and attachments.
+
+Every error is ``{"error": "message"}`` (plus a machine-readable ``code``) with
+its status: 400 bad JSON or query values, 401 (the auth middleware), 404
+unknown session/approval/clarification/attachment, 409 offline session or
+conflicting state, 413 too large; never a 500 for anything a client sends.
+Spawn and GitLab routes come from ``spawn.py`` and ``gitlab.py``.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from bridge_core import commands as cmd
+from bridge_core.errors import Conflict, NotFound
+from bridge_core.frontend import peer_host
+
+from . import codec
+from .errors import Offline, SessionNotFound, error_response, json_response, rest_error
+
+if TYPE_CHECKING:
+    from .server import LvmhFrontEnd
+
+
+def _origin(request: web.Request) -> cmd.Origin:
+    return cmd.Origin(surface="lvmh", connection=peer_host(request), decided_by="remote")
+
+
+def _content_disposition(filename: str, inline: bool) -> str:
+    ascii_name = "".join(c if 0x20 <= ord(c) < 0x7F and c not in '"\\;' else "_" for c in filename) or "file"
+    quoted = urllib.parse.quote(filename, safe="")
+    return f"{'inline' if inline else 'attachment'}; filename=\"{ascii_name}\"; filename*=UTF-8''{quoted}"
+
+
+class Rest:
+    def __init__(self, fe: "LvmhFrontEnd"):
+        self.fe = fe
+
+    def routes(self) -> list[web.RouteDef]:
+        return [
+            web.get("/api/sessions", self.sessions),
+            web.get("/api/sessions/{id}/events", self.events),
+            web.post("/api/sessions/{id}/prompt", self.prompt),
+            web.post("/api/sessions/{id}/abort", self.abort),
+            web.post("/api/approvals/{id}", self.approval),
+            web.post("/api/clarifications/{id}", self.clarification),
+            web.get("/api/attachments/{id}", self.attachment),
+        ]
+
+    async def not_found(self, request: web.Request) -> web.Response:
+        return error_response("Not found", 404, "not_found")
+
+    def _known(self, sid: str) -> str:
+        """``plugin`` or ``bridge``; SessionNotFound otherwise."""
+        if self.fe.plugin_record(sid) is not None:
+            return "plugin"
+        if self.fe.is_bridge_session(sid):
+            return "bridge"
+        raise SessionNotFound()
+
+    async def _body(self, request: web.Request, allow_empty: bool = False) -> dict:
+        return codec.json_body(await request.read(), allow_empty=allow_empty)
+
+    # --- sessions --------------------------------------------------------------------------------------
+
+    async def sessions(self, request: web.Request) -> web.Response:
+        return json_response(self.fe.session_list())
+
+    async def events(self, request: web.Request) -> web.Response:
+        sid = request.match_info["id"]
+        try:
+            after, limit = codec.events_query(request.query)
+            self._known(sid)
+        except Exception as exc:
+            return rest_error(exc)
+        await self.fe.log.settle(sid)  # what the stream already showed is readable here
+        raws = self.fe.log.read(sid, after, limit)
+        return web.Response(text=codec.json_array(raws), content_type="application/json")
+
+    async def prompt(self, request: web.Request) -> web.Response:
+        sid = request.match_info["id"]
+        try:
+            kind = self._known(sid)
+            body = await self._body(request)
+            message = codec.body_string(body, "message")
+            assert message is not None
+            if kind == "plugin":
+                if not self.fe.plugin_online(sid):
+                    raise Offline()
+                prompt_id = self.fe.send_prompt(sid, message)
+                return json_response({"ok": True, "promptId": prompt_id})
+            result = await self.fe.bridge.execute(cmd.SendMessage(text=message, conversation_id=sid), _origin(request))
+            return json_response({"ok": True, "runId": result.run_id})
+        except Exception as exc:
+            return rest_error(exc)
+
+    async def abort(self, request: web.Request) -> web.Response:
+        sid = request.match_info["id"]
+        try:
+            kind = self._known(sid)
+            await self._body(request, allow_empty=True)
+            if kind == "plugin":
+                self.fe.send_abort(sid)  # Offline (409) when not connected
+                return json_response({"ok": True})
+            conv = self.fe.bridge.conversations.get(sid)
+            if conv is None or conv.run is None:
+                raise Conflict("No active run in this session")
+            try:
+                run_id = await self.fe.bridge.execute(cmd.CancelRun(conversation_id=sid), _origin(request))
+            except NotFound:
+                raise Conflict("No active run in this session")
+            return json_response({"ok": True, "runId": run_id})
+        except Exception as exc:
+            return rest_error(exc)
+
+    # --- decisions -------------------------------------------------------------------------------------
+
+    async def approval(self, request: web.Request) -> web.Response:
+        approval_id = request.match_info["id"]
+        try:
+            body = await self._body(request)
+            choice = codec.body_string(body, "choice", max_len=32)
+            reason = codec.body_string(body, "reason", max_len=2000, required=False, allow_empty=True)
+            assert choice is not None
+            res = await self.fe.bridge.execute(
+                cmd.ResolveApproval(approval_id=approval_id, choice=choice, reason=reason), _origin(request)
+            )
+            return json_response({"ok": True, "approvalId": res.approval_id, "choice": res.choice, "accepted": res.accepted})
+        except Exception as exc:
+            return rest_error(exc)
+
+    async def clarification(self, request: web.Request) -> web.Response:
+        clarify_id = request.match_info["id"]
+        try:
+            body = await self._body(request)
+            response = codec.body_string(body, "response", allow_empty=True)
+            assert response is not None
+            res = await self.fe.bridge.execute(cmd.AnswerClarify(clarify_id=clarify_id, response=response), _origin(request))
+            return json_response({"ok": True, "clarifyId": res.clarify_id, "accepted": res.accepted})
+        except Exception as exc:
+            return rest_error(exc)
+
+    # --- attachments -----------------------------------------------------------------------------------
+
+    async def attachment(self, request: web.Request) -> web.StreamResponse:
+        found = self.fe.bridge.attachments.get(request.match_info["id"])
+        if found is None:
+            return error_response("Attachment not found", 404, "not_found")
+        att, path = found
+        headers = {
+            "Content-Type": att.mime_type,
+            "Content-Disposition": _content_disposition(att.filename, att.inline_image),
+            "X-Content-Type-Options": "nosniff",
+            "Cache-Control": "private, no-store",
+            "Content-Security-Policy": "default-src 'none'; sandbox",
+        }
+        return web.FileResponse(path, headers=headers)

@@ -1,0 +1,606 @@
+"""The lvmh front end: plugin socket ``/agent/ws``, REST ``/api``, browser ``/ws``, web UI ``/``.
+
+Thin aiohttp layer over the pure pieces: ``codec`` (frames), ``session``
+(per-connection state), ``persistence`` (batched ``events``/``sessions``
+writes), ``stream`` (browser fan-out), ``render`` (the bridge's own
+conversations as lvmh events) and ``plugin_source`` (plugin sessions as a
+bridge agent source). REST handlers live in ``rest``.
+
+Every lvmh session is a record here: plugin sessions (their seq comes from
+the plugin) and the bridge's own conversations (their seq is assigned here).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import os
+from typing import Any, Optional
+
+import orjson
+from aiohttp import WSMsgType, web
+
+from bridge_core import events as ev
+from bridge_core.errors import BridgeError
+from bridge_core.frontend import FailedAuthLimiter, FrontEnd, peer_host, ws_text_sender
+from bridge_core.hub import Outbox
+from bridge_core.ids import new_id
+
+from . import codec, errors
+from .errors import error_frame, error_response
+from .persistence import EventLog
+from .plugin_source import SOURCE_NAME, PluginSource
+from .render import Renderer
+from .session import Event, Hello, PluginSession, Reject
+from .stream import BrowserConn, EventStream
+
+log = logging.getLogger("agent_bridge.lvmh")
+
+HELLO_TIMEOUT = 10.0
+HEARTBEAT = 30.0
+MAX_BODY = 1024 * 1024
+AUTH_FAIL_LIMIT = 30
+LIST_EVENTS = (ev.ConversationCreated, ev.ConversationRenamed, ev.ConversationUpdated)
+
+
+class SessionRecord:
+    __slots__ = ("id", "source", "info", "high", "last_event_at", "conn")
+
+    def __init__(self, sid: str, source: str, info: dict, high: int = 0, last_event_at: Optional[int] = None):
+        self.id = sid
+        self.source = source  # "plugin" | "bridge"
+        self.info = info
+        self.high = high  # plugin: highest seq accepted; bridge: last seq assigned
+        self.last_event_at = last_event_at
+        self.conn: Optional[PluginConn] = None
+
+
+class PluginConn:
+    __slots__ = ("ws", "outbox", "state", "record", "replaced", "peer")
+
+    def __init__(self, ws: web.WebSocketResponse, outbox: Outbox, peer: str):
+        self.ws = ws
+        self.outbox = outbox
+        self.state = PluginSession()
+        self.record: Optional[SessionRecord] = None
+        self.replaced = False
+        self.peer = peer
+
+
+def display_name(info: dict) -> str:
+    name = info.get("name")
+    if isinstance(name, str) and name.strip():
+        return name.strip()[:200]
+    cwd = info.get("cwd") or ""
+    base = os.path.basename(cwd.rstrip("/")) if isinstance(cwd, str) else ""
+    return f"pi: {base}" if base else "pi session"
+
+
+class LvmhFrontEnd(FrontEnd):
+    name = "lvmh"
+
+    def __init__(self, bridge, config):
+        super().__init__(bridge, config)
+        self._token = (config.lvmh_token or "").encode()
+        self.limiter = FailedAuthLimiter(limit=AUTH_FAIL_LIMIT, window=60.0)
+        self.log = EventLog(bridge.store)
+        self.records: dict[str, SessionRecord] = {}
+        self.stream = EventStream(self.session_list, self.spawn_jobs)
+        self.renderer = Renderer(self.bridge_info)
+        self.source = PluginSource(self)
+        self.spawn: Any = None
+        self.gitlab: Any = None
+        self._models: dict[str, tuple] = {}
+
+    # --- lifecycle ---------------------------------------------------------------------------------
+
+    async def prepare(self) -> None:
+        self.log.migrate()
+        for row in self.log.load():
+            source = "bridge" if row.source == "bridge" else "plugin"
+            info = row.info if source == "bridge" else codec.session_info(row.info, row.id)
+            self.records[row.id] = SessionRecord(row.id, source, info, row.last_seq, row.last_event_at)
+        self.bridge.add_source(self.source)
+        self._load_extensions()
+
+    def _load_extensions(self) -> None:
+        try:
+            from .gitlab import GitLabClient
+        except ImportError:
+            GitLabClient = None  # type: ignore[assignment]
+        if GitLabClient is not None:
+            self.gitlab = GitLabClient(self.bridge.store, self.config.gitlab_url)
+        try:
+            from . import spawn as spawn_mod
+        except ImportError:
+            spawn_mod = None  # type: ignore[assignment]
+        factory = getattr(spawn_mod, "make_spawner", None) if spawn_mod is not None else None
+        if factory is not None:
+            self.spawn = factory(self, on_change=self.spawn_changed)
+
+    async def stop(self) -> None:
+        for rec in self.records.values():
+            conn = rec.conn
+            if conn is not None:
+                rec.conn = None
+                self.log.set_online(rec.id, False)
+        await super().stop()
+        self.log.flush()
+        for ext in (self.spawn, self.gitlab):
+            close = getattr(ext, "close", None)
+            if close is not None:
+                try:
+                    await close()
+                except Exception:
+                    log.exception("lvmh: closing %s failed", type(ext).__name__)
+        await self.source.stop()
+
+    def build_app(self) -> web.Application:
+        from .rest import Rest
+
+        app = web.Application(middlewares=[self._errors, self._auth], client_max_size=MAX_BODY)
+        rest = Rest(self)
+        app.add_routes(rest.routes())
+        app.add_routes([web.get("/agent/ws", self._agent_ws), web.get("/ws", self._browser_ws)])
+        for ext in (self.spawn, self.gitlab):
+            if ext is not None:
+                app.add_routes(ext.routes())
+        try:
+            from .web import static_routes
+        except ImportError:
+            static_routes = None  # type: ignore[assignment]
+        if static_routes is not None:
+            app.add_routes(static_routes())
+        app.router.add_route("*", "/api/{tail:.*}", rest.not_found)
+        return app
+
+    # --- auth and errors ---------------------------------------------------------------------------
+
+    def check_token(self, presented: Optional[str]) -> bool:
+        if not presented or not self._token:
+            return False
+        return hmac.compare_digest(presented.encode("utf-8", "surrogateescape"), self._token)
+
+    @web.middleware
+    async def _auth(self, request: web.Request, handler):
+        path = request.path
+        if path == "/ws":
+            presented = _bearer(request) or request.query.get("token")
+        elif path.startswith("/api/") or path == "/api" or path == "/agent/ws":
+            presented = _bearer(request)
+        else:
+            return await handler(request)
+        addr = peer_host(request)
+        if self.limiter.locked(addr):
+            return error_response("Too many failed authentications; try again later", 429, "rate_limited")
+        if not self.check_token(presented):
+            self.limiter.fail(addr)
+            log.info("lvmh: refused an unauthenticated request to %s from %s", path, addr)
+            return error_response("Unauthorized: Authorization: Bearer <LVMH_TOKEN> required", 401, "unauthorized")
+        return await handler(request)
+
+    @web.middleware
+    async def _errors(self, request: web.Request, handler):
+        try:
+            return await handler(request)
+        except web.HTTPException as exc:
+            if exc.content_type == "application/json" or not request.path.startswith("/api"):
+                raise
+            return error_response(exc.reason or "Error", exc.status)
+        except BridgeError as exc:
+            return errors.rest_error(exc)
+        except (asyncio.CancelledError, ConnectionResetError):
+            raise
+        except Exception as exc:
+            return errors.rest_error(exc)
+
+    # --- sessions ------------------------------------------------------------------------------------
+
+    def plugin_record(self, sid: str) -> Optional[SessionRecord]:
+        rec = self.records.get(sid)
+        return rec if rec is not None and rec.source == "plugin" else None
+
+    def plugin_online(self, sid: str) -> bool:
+        rec = self.records.get(sid)
+        return rec is not None and rec.conn is not None
+
+    def plugin_info(self, sid: str) -> Optional[dict]:
+        rec = self.plugin_record(sid)
+        return rec.info if rec is not None else None
+
+    def is_bridge_session(self, sid: str) -> bool:
+        conv = self.bridge.conversations.get(sid)
+        return conv is not None and conv.source != SOURCE_NAME
+
+    def _model_of(self, cid: str) -> tuple:
+        cached = self._models.get(cid)
+        if cached is None:
+            conv = self.bridge.conversations.get(cid)
+            try:
+                cur = self.bridge.source_for(conv).current_model(cid)
+                cached = (cur.model, cur.provider)
+            except BridgeError:
+                cached = (None, None)
+            except Exception:
+                log.exception("lvmh: current model of a conversation")
+                cached = (None, None)
+            self._models[cid] = cached
+        return cached
+
+    def bridge_info(self, cid: str) -> dict:
+        conv = self.bridge.conversations.get(cid)
+        rec = self.records.get(cid)
+        if conv is None:
+            return dict(rec.info) if rec is not None else {"id": cid}
+        model, provider = self._model_of(cid)
+        return {
+            "id": cid,
+            "name": conv.name,
+            "cwd": "",
+            "model": model,
+            "provider": provider,
+            "agent": False,
+            "repo": None,
+            "startedAt": int(conv.created_at * 1000),
+        }
+
+    def session_view(self, sid: str) -> Optional[dict]:
+        rec = self.records.get(sid)
+        if rec is not None and rec.source == "plugin":
+            out = dict(rec.info)
+            out["online"] = rec.conn is not None
+            out["lastEventAt"] = rec.last_event_at
+            return out
+        conv = self.bridge.conversations.get(sid)
+        if conv is None or conv.source == SOURCE_NAME:
+            return None
+        out = self.bridge_info(sid)
+        try:
+            online = bool(self.bridge.source_for(conv).is_online(conv))
+        except Exception:
+            online = False
+        out["online"] = online
+        out["lastEventAt"] = rec.last_event_at if rec is not None else None
+        return out
+
+    def session_list(self) -> list:
+        ids = [sid for sid, r in self.records.items() if r.source == "plugin"]
+        ids += [cid for cid, c in self.bridge.conversations.items() if c.source != SOURCE_NAME]
+        out = []
+        seen = set()
+        for sid in ids:
+            if sid in seen:
+                continue
+            seen.add(sid)
+            view = self.session_view(sid)
+            if view is not None:
+                out.append(view)
+        out.sort(key=lambda s: (s.get("lastEventAt") or s.get("startedAt") or 0), reverse=True)
+        return out
+
+    def spawn_jobs(self) -> Optional[list]:
+        if self.spawn is None:
+            return None
+        try:
+            return list(self.spawn.jobs())
+        except Exception:
+            log.exception("lvmh: spawn job list failed")
+            return None
+
+    def spawn_changed(self, jobs: Any = None) -> None:
+        """``on_change`` callback of the spawner: push ``spawn_status`` to every browser."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        if jobs is not None:
+            self.stream.broadcast(codec.spawn_status_frame(list(jobs)), key="spawn_status")
+        else:
+            self.stream.spawn_changed()
+
+    # --- daemon -> plugin ------------------------------------------------------------------------------
+
+    def send_prompt(self, sid: str, text: str) -> str:
+        rec = self.records.get(sid)
+        if rec is None or rec.conn is None:
+            raise errors.Offline()
+        prompt_id = new_id()
+        rec.conn.outbox.put(codec.prompt(sid, prompt_id, text))
+        return prompt_id
+
+    def send_abort(self, sid: str) -> None:
+        rec = self.records.get(sid)
+        if rec is None or rec.conn is None:
+            raise errors.Offline()
+        rec.conn.outbox.put(codec.abort(sid))
+
+    # --- plugin socket -------------------------------------------------------------------------------
+
+    async def _agent_ws(self, request: web.Request) -> web.StreamResponse:
+        ws = web.WebSocketResponse(max_msg_size=codec.MAX_PLUGIN_FRAME, heartbeat=HEARTBEAT, compress=False)
+        await ws.prepare(request)
+        conn = PluginConn(ws, Outbox(ws_text_sender(ws), max_items=4096), peer_host(request))
+        conn.outbox._on_overflow = lambda: self.tasks.spawn(ws.close(code=errors.CLOSE_SLOW, message=b"slow"))
+        writer = self.tasks.spawn(conn.outbox.run(), name="lvmh-plugin-writer")
+        self.sockets.add(ws)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + HELLO_TIMEOUT
+        try:
+            while not conn.replaced:
+                if conn.state.state == "await_hello":
+                    remaining = deadline - loop.time()
+                    if remaining <= 0:
+                        raise asyncio.TimeoutError
+                    msg = await ws.receive(timeout=remaining)
+                else:
+                    msg = await ws.receive()
+                if msg.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED, WSMsgType.ERROR):
+                    break
+                if msg.type not in (WSMsgType.TEXT, WSMsgType.BINARY) or conn.replaced:
+                    continue
+                await self._plugin_frame(conn, msg.data)
+        except asyncio.TimeoutError:
+            conn.outbox.put(error_frame("No hello within the deadline", "auth_timeout"))
+            await conn.outbox.flush(1.0)
+            await ws.close(code=errors.CLOSE_HELLO_TIMEOUT, message=b"no hello")
+        except (ConnectionResetError, asyncio.CancelledError):
+            pass
+        finally:
+            self.sockets.discard(ws)
+            self._plugin_gone(conn)
+            if not ws.closed:
+                await conn.outbox.flush(1.0)
+            conn.outbox.close()
+            writer.cancel()
+            if not ws.closed:
+                await ws.close()
+        return ws
+
+    async def _plugin_frame(self, conn: PluginConn, data: Any) -> None:
+        action = conn.state.feed(data)
+        if type(action) is Event:
+            rec = conn.record
+            if rec is not None and rec.conn is conn:
+                self._ingest(rec, action.frame)
+                if self.log.backlogged:
+                    await self.log.drain()
+            return
+        if type(action) is Hello:
+            await self._hello(conn, action.frame, action.rebind)
+            return
+        assert type(action) is Reject
+        if action.answer:
+            conn.outbox.put(error_frame(action.message, action.code, session_id=conn.state.session_id,
+                                        ref_seq=action.ref_seq))
+        if action.fatal:
+            await conn.outbox.flush(1.0)
+            await conn.ws.close(code=errors.CLOSE_VERSION, message=b"unsupported protocol version")
+
+    async def _hello(self, conn: PluginConn, frame: codec.PluginFrame, rebind: bool) -> None:
+        sid = frame.session_id
+        rec = self.records.get(sid)
+        if self.is_bridge_session(sid) or (rec is not None and rec.source != "plugin"):
+            conn.outbox.put(error_frame("sessionId belongs to a bridge conversation", "conflict", session_id=sid))
+            await conn.outbox.flush(1.0)
+            await conn.ws.close(code=errors.CLOSE_CONFLICT, message=b"session id taken")
+            return
+        if rec is None:
+            rec = SessionRecord(sid, "plugin", {}, self.log.committed.get(sid, 0))
+            self.records[sid] = rec
+        self._take_over(rec, conn)
+        self._apply_info(rec, frame.obj.get("session"))
+        if sid not in self.bridge.conversations:
+            self.bridge.create_conversation(display_name(rec.info), source=SOURCE_NAME, conversation_id=sid)
+        await self.log.settle(sid)  # everything received for this session is committed (or failed)
+        if conn.replaced or conn.ws.closed:
+            if rec.conn is None:
+                self.log.set_online(sid, False)
+                self.source.disconnected(sid)
+                self.stream.list_changed()
+            return
+        self._take_over(rec, conn)  # a concurrent hello for the same session: the last one wins
+        last = self.log.welcome_seq(sid)
+        if last > rec.high:
+            rec.high = last
+        conn.outbox.put(codec.welcome(sid, last))
+        conn.record = rec
+        conn.state.bound_ok()
+        if rec.conn is not conn:
+            rec.conn = conn
+            self.log.set_online(sid, True)
+            self.source.connected(sid)
+            self.stream.list_changed()
+            if not rebind:
+                log.info("lvmh: plugin session %s connected from %s (lastSeq %d)", sid, conn.peer, last)
+
+    def _take_over(self, rec: SessionRecord, conn: PluginConn) -> None:
+        old = rec.conn
+        if old is None or old is conn:
+            return
+        old.replaced = True
+        rec.conn = None
+        log.info("lvmh: plugin session %s reconnected; closing its previous socket", rec.id)
+        self.tasks.spawn(old.ws.close(code=errors.CLOSE_REPLACED, message=b"replaced by a newer connection"))
+
+    def _apply_info(self, rec: SessionRecord, raw: Any) -> None:
+        before = rec.info
+        info = codec.session_info(raw, rec.id, before)
+        if info == before:
+            return
+        rec.info = info
+        self.log.upsert_session(rec.id, info, "plugin")
+        conv = self.bridge.conversations.get(rec.id)
+        if conv is not None and conv.source == SOURCE_NAME:
+            name = display_name(info)
+            if name != conv.name:
+                self.bridge.publish(ev.ConversationUpdated(conversation_id=rec.id, name=name))
+            if (info.get("model"), info.get("provider")) != (before.get("model"), before.get("provider")) and info.get(
+                "model"
+            ):
+                self.bridge.publish(
+                    ev.ModelChanged(
+                        model=info["model"], provider=info.get("provider"), scope="conversation", conversation_id=rec.id
+                    )
+                )
+        self.stream.list_changed()
+
+    def _ingest(self, rec: SessionRecord, frame: codec.PluginFrame) -> None:
+        etype = frame.type
+        if etype == "message_update":
+            if frame.seq > rec.high:
+                self.stream.push(rec.id, frame.seq, frame.raw)
+                self.source.translate(rec.id, etype, frame.obj)
+            return
+        self.log.append(rec.id, frame.seq, frame.ts, etype, frame.raw)
+        if frame.seq <= rec.high:
+            return  # a resend: stored once (INSERT OR IGNORE), not shown or translated twice
+        rec.high = frame.seq
+        if rec.last_event_at is None or frame.ts > rec.last_event_at:
+            rec.last_event_at = frame.ts
+        self.stream.push(rec.id, frame.seq, frame.raw)
+        if etype == "session_info":
+            self._apply_info(rec, frame.obj.get("session"))
+        self.source.translate(rec.id, etype, frame.obj)
+
+    def _plugin_gone(self, conn: PluginConn) -> None:
+        conn.state.close()
+        rec = conn.record
+        if rec is None or rec.conn is not conn:
+            return
+        rec.conn = None
+        self.log.set_online(rec.id, False)
+        self.source.disconnected(rec.id)
+        self.stream.list_changed()
+        log.info("lvmh: plugin session %s disconnected", rec.id)
+
+    # --- browser socket ------------------------------------------------------------------------------
+
+    async def _browser_ws(self, request: web.Request) -> web.StreamResponse:
+        from .session import BrowserSession, Subscribe
+
+        ws = web.WebSocketResponse(max_msg_size=codec.MAX_BROWSER_FRAME, heartbeat=HEARTBEAT, compress=False)
+        await ws.prepare(request)
+        conn = BrowserConn(ws, Outbox(ws_text_sender(ws)))
+        conn.outbox._on_overflow = lambda: self.tasks.spawn(
+            ws.close(code=errors.CLOSE_SLOW, message=b"slow consumer; reconnect")
+        )
+        writer = self.tasks.spawn(conn.outbox.run(), name="lvmh-browser-writer")
+        state = BrowserSession()
+        self.sockets.add(ws)
+        self.stream.add(conn)
+        conn.outbox.put(codec.session_list_frame(self.session_list()), key="session_list")
+        jobs = self.spawn_jobs()
+        if jobs is not None:
+            conn.outbox.put(codec.spawn_status_frame(jobs), key="spawn_status")
+        try:
+            async for msg in ws:
+                if msg.type not in (WSMsgType.TEXT, WSMsgType.BINARY):
+                    continue
+                action = state.feed(msg.data)
+                if type(action) is Subscribe:
+                    self.stream.subscribe(conn, action.session_id)
+                elif type(action) is Reject:
+                    if action.answer:
+                        conn.outbox.put(error_frame(action.message, action.code))
+                else:
+                    self.stream.unsubscribe(conn, action.session_id)
+        except (ConnectionResetError, asyncio.CancelledError):
+            pass
+        finally:
+            self.stream.remove(conn)
+            self.sockets.discard(ws)
+            conn.outbox.close()
+            writer.cancel()
+        return ws
+
+    # --- the bridge's own conversations --------------------------------------------------------------
+
+    def _bridge_record(self, cid: str) -> SessionRecord:
+        rec = self.records.get(cid)
+        if rec is None:
+            info = self.bridge_info(cid)
+            rec = SessionRecord(cid, "bridge", info, self.log.committed.get(cid, 0))
+            self.records[cid] = rec
+            self.log.upsert_session(cid, info, "bridge", online=True)
+        return rec
+
+    def _emit(self, cid: str, etype: str, payload: dict, ts: float) -> None:
+        rec = self._bridge_record(cid)
+        rec.high += 1
+        seq = rec.high
+        ts_ms = int(ts * 1000)
+        obj = {"v": codec.PROTOCOL_VERSION, "sessionId": cid, "seq": seq, "ts": ts_ms, "type": etype}
+        obj.update(payload)
+        raw = orjson.dumps(obj, default=_json_default).decode()
+        if etype != "message_update":
+            self.log.append(cid, seq, ts_ms, etype, raw)
+            rec.last_event_at = ts_ms
+        self.stream.push(cid, seq, raw)
+
+    def on_event(self, seq: int, e: Any) -> None:
+        t = type(e)
+        if t is ev.TextDelta:  # the hot path: only rendered for a browser that watches
+            cid = e.conversation_id
+            if e.kind != "text" or cid not in self.stream.subs:
+                return
+            conv = self.bridge.conversations.get(cid)
+            if conv is None or conv.source == SOURCE_NAME:
+                return
+            for etype, payload in self.renderer.render(e):
+                self._emit(cid, etype, payload, e.ts)
+            return
+        if t in LIST_EVENTS:
+            self._models.pop(e.conversation_id, None)
+            cid = e.conversation_id
+            if self.is_bridge_session(cid):
+                rec = self.records.get(cid)
+                if rec is None:
+                    self._bridge_record(cid)
+                else:
+                    rec.info = self.bridge_info(cid)
+                    self.log.upsert_session(cid, rec.info, "bridge")
+            self.stream.list_changed()
+            return
+        if t is ev.ConversationDeleted:
+            self._forget(e.conversation_id)
+            return
+        if t is ev.ModelChanged:
+            if e.conversation_id is None:
+                self._models.clear()
+            else:
+                self._models.pop(e.conversation_id, None)
+            self.stream.list_changed()
+        cid = getattr(e, "conversation_id", None)
+        if cid is None:
+            return
+        conv = self.bridge.conversations.get(cid)
+        if conv is None or conv.source == SOURCE_NAME:
+            return  # plugin sessions are stored as their plugin sent them, never re-rendered
+        for etype, payload in self.renderer.render(e):
+            self._emit(cid, etype, payload, e.ts)
+
+    def _forget(self, sid: str) -> None:
+        rec = self.records.pop(sid, None)
+        self._models.pop(sid, None)
+        self.renderer.forget(sid)
+        self.stream.forget(sid)
+        if rec is not None:
+            self.log.delete_session(sid)
+        self.stream.list_changed()
+
+
+def _bearer(request: web.Request) -> Optional[str]:
+    header = request.headers.get("Authorization")
+    if not header:
+        return None
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    return value.strip() or None
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, (set, frozenset, tuple)):
+        return list(obj)
+    return str(obj)
