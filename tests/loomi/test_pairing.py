@@ -1,0 +1,193 @@
+"""Pairing, device identity and the handshake, over real sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import time
+
+import aiohttp
+import pytest
+
+from loomi_adapter.server import internal_allowed
+
+from .helpers import Client, base, new_token, pair, resume
+
+
+async def test_health_is_exact(loomi):
+    async with aiohttp.ClientSession() as http:
+        async with http.get(base(loomi) + "/health") as r:
+            assert r.status == 200
+            assert await r.read() == b'{"ok":true,"v":1}'
+            assert r.content_type == "application/json"
+
+
+async def test_pair_payload_and_hello_ok(loomi):
+    qr = await new_token(loomi)
+    assert list(qr) == ["v", "url", "token", "name", "fp"]
+    assert qr["v"] == 1 and qr["fp"] == "" and qr["url"] == f"ws://127.0.0.1:{loomi.ports['loomi']}/ws"
+    c = await Client.connect(loomi)
+    ok = await c.hello(token=qr["token"])
+    assert ok["type"] == "hello.ok"
+    assert ok["v"] == 1 and ok["seq"] == 1 and ok["event_id"] == "e_1"
+    assert ok["task_id"] is None and ok["run_id"] is None and isinstance(ok["ts"], float)
+    p = ok["payload"]
+    assert set(p) == {"device_id", "credential", "server_name", "server_version", "protocol_version",
+                      "server_time", "truncated", "home_channel"}
+    assert p["protocol_version"] == 1 and p["truncated"] is False
+    assert abs(p["server_time"] - time.time()) < 60
+    assert len(base64.urlsafe_b64decode(p["credential"] + "=")) == 32
+    # the store keeps hashes only
+    rows = loomi.bridge.store.query("SELECT device_id, credential_hash FROM loomi_devices")
+    assert rows == [(p["device_id"], hashlib.sha256(p["credential"].encode()).hexdigest())]
+    await c.close()
+    # later hellos carry device_id + credential, and no new credential comes back
+    c2, ok2 = await resume(loomi, p, last_seq=1)
+    assert ok2["type"] == "hello.ok" and ok2["payload"]["device_id"] == p["device_id"]
+    assert "credential" not in ok2["payload"] and ok2["seq"] > 1
+    await c2.close()
+
+
+async def test_token_is_single_use(loomi):
+    qr = await new_token(loomi)
+    c1 = await Client.connect(loomi)
+    assert (await c1.hello(token=qr["token"]))["type"] == "hello.ok"
+    c2 = await Client.connect(loomi)
+    err = await c2.hello(token=qr["token"])
+    assert err["type"] == "error" and err["seq"] == 0
+    assert err["payload"] == {"code": "unauthorized", "message": "Invalid or expired pairing token", "fatal": True}
+    _, close = await c2.closed()
+    assert c2.ws.close_code == 4001
+    assert len(loomi.frontends["loomi"].registry.devices) == 1
+    await c1.close()
+    await c2.close()
+
+
+async def test_fifty_concurrent_hellos_with_one_token_make_one_device(loomi):
+    qr = await new_token(loomi)
+    clients = await asyncio.gather(*(Client.connect(loomi) for _ in range(50)))
+    answers = await asyncio.gather(*(c.hello(token=qr["token"]) for c in clients))
+    oks = [a for a in answers if a["type"] == "hello.ok"]
+    assert len(oks) == 1
+    assert all(a["type"] == "error" and a["payload"]["fatal"] for a in answers if a["type"] != "hello.ok")
+    assert len(loomi.frontends["loomi"].registry.devices) == 1
+    assert loomi.bridge.store.query("SELECT count(*) FROM loomi_devices") == [(1,)]
+    await asyncio.gather(*(c.close() for c in clients))
+
+
+async def test_token_expires(loomi):
+    qr = await new_token(loomi, ttl=0.2)
+    await asyncio.sleep(0.4)
+    c = await Client.connect(loomi)
+    err = await c.hello(token=qr["token"])
+    assert err["type"] == "error" and err["payload"]["code"] == "unauthorized"
+    await c.closed()
+    assert c.ws.close_code == 4001
+    await c.close()
+
+
+async def test_tokens_are_stored_hashed(loomi):
+    qr = await new_token(loomi)
+    rows = loomi.bridge.store.query("SELECT token_hash FROM loomi_pair_tokens")
+    assert rows == [(hashlib.sha256(qr["token"].encode()).hexdigest(),)]
+
+
+@pytest.mark.parametrize(
+    "hello",
+    [
+        {"token": "not-a-token"},
+        {"device_id": "0" * 32, "credential": "x" * 43},
+        {},
+        {"token": "", "device_id": "abc"},
+    ],
+)
+async def test_bad_hellos_are_refused_and_closed(loomi, hello):
+    c = await Client.connect(loomi)
+    err = await c.hello(**hello)
+    assert err["type"] == "error" and err["payload"]["code"] == "unauthorized" and err["payload"]["fatal"] is True
+    await c.closed()
+    assert c.ws.close_code == 4001
+    await c.close()
+
+
+async def test_wrong_credential_for_a_real_device(loomi):
+    c, creds = await pair(loomi)
+    await c.close()
+    c2, err = await resume(loomi, {"device_id": creds["device_id"], "credential": creds["credential"][:-2] + "AA"})
+    assert err["type"] == "error" and err["payload"]["code"] == "unauthorized"
+    await c2.close()
+
+
+async def test_version_mismatch(loomi):
+    qr = await new_token(loomi)
+    c = await Client.connect(loomi)
+    err = await c.hello(token=qr["token"], protocol_version=2)
+    assert err["payload"]["code"] == "version_mismatch" and err["payload"]["fatal"] is True
+    await c.closed()
+    assert c.ws.close_code == 4003
+    await c.close()
+
+
+async def test_first_frame_must_be_hello(loomi):
+    c = await Client.connect(loomi)
+    await c.send("ping")
+    err = await c.recv()
+    assert err["type"] == "error" and err["payload"]["code"] == "unauthorized" and err["payload"]["fatal"]
+    await c.closed()
+    await c.close()
+
+
+async def test_unauthenticated_socket_is_closed_by_its_deadline(loomi):
+    loomi.frontends["loomi"].hello_timeout = 0.2
+    c = await Client.connect(loomi)
+    frames, close = await c.closed()
+    assert [f["payload"]["code"] for f in frames] == ["auth_timeout"]
+    assert c.ws.close_code == 4002
+    await c.close()
+
+
+async def test_failed_hellos_are_rate_limited_per_address(loomi):
+    for _ in range(5):
+        c = await Client.connect(loomi)
+        assert (await c.hello(token="wrong"))["payload"]["code"] == "unauthorized"
+        await c.close()
+    qr = await new_token(loomi)
+    c = await Client.connect(loomi)
+    err = await c.recv()  # refused before any hello is read
+    assert err["payload"]["code"] == "rate_limited" and err["payload"]["fatal"] is True
+    await c.closed()
+    assert c.ws.close_code == 4029
+    await c.close()
+    # the token was not spent on a refused socket
+    assert len(loomi.frontends["loomi"].registry._tokens) == 1 and qr["token"]
+
+
+def test_internal_endpoints_judge_the_socket_peer_never_a_header():
+    assert internal_allowed("127.0.0.1", {})
+    assert internal_allowed("127.3.4.5", {})
+    assert internal_allowed("::1", {})
+    assert internal_allowed("::ffff:127.0.0.1", {})
+    assert not internal_allowed("10.0.0.5", {})
+    assert not internal_allowed("192.168.1.20", {"X-Forwarded-For": "127.0.0.1"})
+    assert not internal_allowed("::ffff:10.0.0.5", {"X-Real-IP": "127.0.0.1"})
+    assert not internal_allowed("unknown", {})
+    # a reverse proxy on this host makes every peer loopback: forwarded requests are refused
+    assert not internal_allowed("127.0.0.1", {"X-Forwarded-For": "203.0.113.9"})
+    assert not internal_allowed("127.0.0.1", {"Forwarded": "for=203.0.113.9"})
+
+
+async def test_internal_endpoints_over_loopback(loomi):
+    async with aiohttp.ClientSession() as http:
+        async with http.post(base(loomi) + "/internal/pair/new", json={"ttl": 60}) as r:
+            assert r.status == 200
+            body = await r.json()
+            assert abs(body["expires_at"] - (time.time() + 60)) < 30
+        async with http.post(base(loomi) + "/internal/pair/new", headers={"X-Forwarded-For": "127.0.0.1"}) as r:
+            assert r.status == 403
+        async with http.get(base(loomi) + "/internal/devices", headers={"X-Forwarded-For": "10.1.1.1"}) as r:
+            assert r.status == 403
+        async with http.post(base(loomi) + "/internal/pair/new", json={"ttl": -1}) as r:
+            assert r.status == 400
+        async with http.get(base(loomi) + "/internal/devices") as r:
+            assert r.status == 200 and (await r.json()) == {"devices": []}

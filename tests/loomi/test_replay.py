@@ -1,0 +1,211 @@
+"""Per-device seq, the replay window, truncation, restarts, slow devices."""
+
+from __future__ import annotations
+
+from bridge_core import events as ev
+from bridge_core.commands import Origin, SendMessage
+
+from .helpers import Client, pair, resume, wait_for
+
+CLI = Origin(surface="cli", decided_by="local")
+
+
+def notify(svc, n: int, text: str = "n") -> None:
+    """n notifications published synchronously (a fake agent source)."""
+    for i in range(n):
+        svc.bridge.publish(ev.Notification(conversation_id=None, message_id=f"m{i}", text=f"{text}{i}"))
+
+
+async def run_to_end(svc, text: str, conversation_id=None):
+    """Start a run from outside Loomi and wait until it finished."""
+    res = await svc.bridge.execute(SendMessage(text=text, conversation_id=conversation_id), CLI)
+    await wait_for(lambda: svc.bridge.conversations[res.conversation_id].run is None)
+    return res
+
+
+async def test_reconnect_replays_the_gap_in_order(loomi):
+    c, creds = await pair(loomi)
+    await c.send("session.send", {"text": "first", "request_id": "r1"})
+    live = await c.recv_until(lambda f: f["type"] == "run.completed")
+    last = live[-1]["seq"]
+    await c.close()
+    await wait_for(lambda: loomi.frontends["loomi"].registry.devices[creds["device_id"]].conn is None)
+
+    res = await run_to_end(loomi, "while you were away")
+    c2, ok = await resume(loomi, creds, last_seq=last)
+    assert ok["type"] == "hello.ok" and ok["payload"]["truncated"] is False
+    replayed = await c2.recv_until(lambda f: f["type"] == "run.completed")
+    assert all(f["replayed"] is True for f in replayed)
+    seqs = [f["seq"] for f in replayed]
+    assert seqs == list(range(last + 1, last + 1 + len(seqs)))  # events only, in order, no gaps, no duplicates
+    assert ok["seq"] > seqs[-1]  # hello.ok took the next seq; the replay keeps the original ones
+    assert [f["type"] for f in replayed] == [
+        "task.created", "session.message", "run.started", "run.delta", "run.delta", "run.delta", "run.delta",
+        "run.delta", "run.completed",
+    ]
+    assert replayed[-1]["payload"]["text"] == "Echo: while you were away"
+    assert replayed[-1]["task_id"] == res.conversation_id and replayed[-1]["event_id"] == f"e_{seqs[-1]}"
+    # then live frames, never marked
+    await c2.send("ping")
+    pong = await c2.recv()
+    assert pong["type"] == "pong" and "replayed" not in pong and pong["seq"] == ok["seq"] + 1
+    await c2.close()
+
+
+async def test_replayed_frames_are_the_original_frames(loomi):
+    c, creds = await pair(loomi)
+    await c.send("session.send", {"text": "a b c", "request_id": "r1"})
+    live = [f for f in await c.recv_until(lambda f: f["type"] == "run.completed") if f["type"] != "ack"]
+    await c.close()
+    await wait_for(lambda: loomi.frontends["loomi"].registry.devices[creds["device_id"]].conn is None)
+    c2, ok = await resume(loomi, creds, last_seq=1)
+    replayed = await c2.recv_until(lambda f: f["type"] == "run.completed")
+    assert replayed == [dict(f, replayed=True) for f in live]
+    await c2.close()
+
+
+async def test_gap_outside_the_window_is_truncated(loomi):
+    c, creds = await pair(loomi)
+    await c.close()
+    await wait_for(lambda: loomi.frontends["loomi"].registry.devices[creds["device_id"]].conn is None)
+    notify(loomi, 600)
+    c2, ok = await resume(loomi, creds, last_seq=1)
+    assert ok["payload"]["truncated"] is True
+    frames = [await c2.recv() for _ in range(512)]
+    assert [f["payload"]["text"] for f in frames] == [f"n{i}" for i in range(88, 600)]
+    assert [f["seq"] for f in frames] == list(range(90, 602))
+    await c2.send("ping")
+    assert (await c2.recv())["type"] == "pong"  # nothing more was replayed
+    await c2.close()
+
+
+async def test_in_window_gap_and_up_to_date_device_are_not_truncated(loomi):
+    c, creds = await pair(loomi)
+    await c.close()
+    await wait_for(lambda: loomi.frontends["loomi"].registry.devices[creds["device_id"]].conn is None)
+    notify(loomi, 512)
+    c2, ok = await resume(loomi, creds, last_seq=1)
+    assert ok["payload"]["truncated"] is False
+    frames = [await c2.recv() for _ in range(512)]
+    assert frames[0]["seq"] == 2 and frames[-1]["seq"] == 513
+    await c2.close()
+    await wait_for(lambda: loomi.frontends["loomi"].registry.devices[creds["device_id"]].conn is None)
+    c3, ok3 = await resume(loomi, creds, last_seq=ok["seq"])
+    assert ok3["payload"]["truncated"] is False and ok3["seq"] == ok["seq"] + 1
+    await c3.send("ping")
+    assert (await c3.recv())["type"] == "pong"
+    await c3.close()
+
+
+async def test_last_seq_the_server_never_gave_is_truncated(loomi):
+    c, creds = await pair(loomi)
+    await c.close()
+    c2, ok = await resume(loomi, creds, last_seq=10_000)
+    assert ok["payload"]["truncated"] is True
+    await c2.close()
+
+
+async def test_every_online_device_gets_every_event_with_its_own_seq(loomi):
+    a, _ = await pair(loomi, "A")
+    b, _ = await pair(loomi, "B")
+    res = await run_to_end(loomi, "to both")
+    fa = await a.recv_until(lambda f: f["type"] == "run.completed")
+    fb = await b.recv_until(lambda f: f["type"] == "run.completed")
+    strip = lambda fs: [(f["type"], f["payload"]) for f in fs if f["run_id"] == res.run_id]  # noqa: E731
+    assert strip(fa) == strip(fb) and len(strip(fa)) > 3
+    for fs in (fa, fb):
+        seqs = [f["seq"] for f in fs]
+        assert seqs == sorted(set(seqs))
+    await a.close()
+    await b.close()
+
+
+async def test_seq_continues_across_a_clean_restart(service_factory):
+    svc = await service_factory(adapters=("loomi",))
+    c, creds = await pair(svc)
+    await c.send("session.send", {"text": "before restart", "request_id": "r1"})
+    frames = await c.recv_until(lambda f: f["type"] == "run.completed")
+    last = frames[-1]["seq"]
+    await svc.stop()
+    await c.closed()
+    await c.close()
+
+    svc2 = await service_factory(adapters=("loomi",))
+    # the device saw everything: nothing to replay, nothing lost
+    c2, ok = await resume(svc2, creds, last_seq=last)
+    assert ok["type"] == "hello.ok" and ok["seq"] == last + 1 and ok["payload"]["truncated"] is False
+    await c2.close()
+    await wait_for(lambda: svc2.frontends["loomi"].registry.devices[creds["device_id"]].conn is None)
+    # a device behind the restart point: the replay window did not survive, say so
+    c3, ok3 = await resume(svc2, creds, last_seq=last - 3)
+    assert ok3["seq"] > ok["seq"] and ok3["payload"]["truncated"] is True
+    await c3.close()
+
+
+async def test_seq_jumps_past_the_reserved_block_after_a_crash(service_factory):
+    svc = await service_factory(adapters=("loomi",))
+    c, creds = await pair(svc)
+    await c.send("session.send", {"text": "before crash", "request_id": "r1"})
+    last = (await c.recv_until(lambda f: f["type"] == "run.completed"))[-1]["seq"]
+    fe = svc.frontends["loomi"]
+
+    async def crash() -> None:  # the exact seq is never stored, as when the process dies
+        return None
+
+    fe.registry.persist_exact = crash
+    await svc.stop()
+    await c.close()
+    svc2 = await service_factory(adapters=("loomi",))
+    (row,) = svc2.bridge.store.query("SELECT seq_reserved FROM loomi_devices")
+    c2, ok = await resume(svc2, creds, last_seq=last)
+    assert ok["seq"] > last and ok["payload"]["truncated"] is True
+    assert row[0] == ok["seq"] - 1 + svc2.frontends["loomi"].registry.block  # a fresh block reserved at start
+    await c2.close()
+
+
+async def test_seq_is_persisted_without_a_write_per_event(loomi):
+    c, creds = await pair(loomi)
+    store = loomi.bridge.store
+    await store.aflush()
+    commits = store.commits
+    notify(loomi, 1000)
+    await store.aflush()
+    assert store.commits - commits <= 2  # the flush itself, plus at most one block reservation
+    frames = [await c.recv() for _ in range(1000)]
+    assert [f["seq"] for f in frames] == list(range(2, 1002))
+    await c.close()
+
+
+async def test_long_bursts_reserve_blocks_and_stay_monotonic(loomi):
+    fe = loomi.frontends["loomi"]
+    fe.registry.block = 64
+    c, creds = await pair(loomi)
+    c_dev = fe.registry.devices[creds["device_id"]]
+    notify(loomi, 500)
+    frames = [await c.recv() for _ in range(500)]
+    assert [f["seq"] for f in frames] == list(range(2, 502))
+    await loomi.bridge.store.aflush()
+    (row,) = loomi.bridge.store.query("SELECT seq_reserved FROM loomi_devices")
+    assert row[0] >= c_dev.seq
+    await c.close()
+
+
+async def test_a_slow_device_is_disconnected_and_recovers_by_replay(loomi):
+    fe = loomi.frontends["loomi"]
+    fe.outbox_items = 50
+    c, creds = await pair(loomi)
+    notify(loomi, 200)  # far more than the outbox holds, before its writer can run
+    frames, close = await c.closed()
+    errors = [f for f in frames if f["type"] == "error"]
+    assert [e["payload"]["code"] for e in errors] == ["slow_consumer"]
+    assert errors[0]["payload"]["fatal"] is True
+    assert c.ws.close_code == 4009
+    await c.close()
+    await wait_for(lambda: fe.registry.devices[creds["device_id"]].conn is None)
+    last = max([1] + [f["seq"] for f in frames if f["type"] == "notification"])
+    fe.outbox_items = 2048
+    c2, ok = await resume(loomi, creds, last_seq=last)
+    assert ok["payload"]["truncated"] is False
+    got = [await c2.recv() for _ in range(200 - (last - 1))]
+    assert [f["payload"]["text"] for f in got] == [f"n{i}" for i in range(last - 1, 200)]
+    await c2.close()
