@@ -401,7 +401,8 @@ function renderPanelIfChanged(st) {
   app.rendered.panelRev = rev;
   replaceChildren(panel, renderPanel(st));
   const todos = st.todos ? st.todos.items.length : 0;
-  panel.classList.toggle("has-content", todos > 0 || st.subagents.length > 0 || st.totalUsage.runs > 0);
+  // at narrow widths the panel shows only when there is a task list or subagents
+  panel.classList.toggle("has-content", todos > 0 || st.subagents.length > 0);
 }
 
 // --- composer ----------------------------------------------------------------------

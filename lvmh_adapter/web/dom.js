@@ -1,13 +1,20 @@
 // Tiny DOM builder. Text is always set through text nodes / textContent: data never reaches innerHTML.
 
 /**
- * h("div.card.big", {title: "x", onclick: fn, dataset: {k: "v"}}, "text", child, [more])
+ * h("div.card.big#main", {title: "x", onclick: fn, dataset: {k: "v"}}, "text", child, [more])
  * Attribute values are set with setAttribute/properties; children strings become text nodes.
  */
 export function h(spec, attrs, ...children) {
-  const [tag, ...classes] = String(spec).split(".");
+  // "tag.class.class#id" (the id may come anywhere after the tag)
+  let id = "";
+  const rest = String(spec).replace(/#([\w-]+)/, (_, m) => {
+    id = m;
+    return "";
+  });
+  const [tag, ...classes] = rest.split(".");
   const el = document.createElement(tag || "div");
-  if (classes.length) el.className = classes.join(" ");
+  if (id) el.id = id;
+  if (classes.length) el.className = classes.filter(Boolean).join(" ");
   if (attrs && (typeof attrs !== "object" || attrs instanceof Node || Array.isArray(attrs))) {
     children.unshift(attrs);
     attrs = null;

@@ -51,7 +51,7 @@ export function createSession(id) {
     openAssistant: null, // id of the assistant message being streamed
     usage: null, // usage of the latest agent_end
     runUsage: null, // usage summed over the agent_end events of the current run
-    totalUsage: { inputTokens: 0, outputTokens: 0, totalCost: 0, runs: 0 },
+    totalUsage: { runs: 0 }, // summed over the runs that reported usage
     lastError: null,
     todos: null, // {items: [...], seq} derived from the latest `todo` tool call
     subagents: [], // derived from `subagent` tool calls
@@ -140,7 +140,8 @@ export function todosFromArgs(args) {
     if (!status) status = done === true ? "completed" : "pending";
     if (DONE_WORDS.has(status)) status = "completed";
     else if (ACTIVE_WORDS.has(status)) status = "in_progress";
-    else if (status !== "cancelled" && status !== "canceled") status = status === "pending" ? "pending" : status;
+    else if (status === "canceled") status = "cancelled";
+    else if (!/^[a-z_]{1,24}$/.test(status)) status = "pending"; // it becomes a class name
     return { id: str(pick(t, "id"), String(i)), text, status };
   });
 }
@@ -361,18 +362,12 @@ export function applyEvent(state, ev) {
       return true;
     case "agent_end": {
       const usage = ev.usage && typeof ev.usage === "object" ? ev.usage : null;
-      if (usage) {
-        const run = state.runUsage || { inputTokens: 0, outputTokens: 0, totalCost: 0 };
-        run.inputTokens += num(usage.inputTokens) || 0;
-        run.outputTokens += num(usage.outputTokens) || 0;
-        run.totalCost += num(usage.totalCost) || 0;
-        state.runUsage = run;
-        state.usage = usage;
-        state.totalUsage.inputTokens += num(usage.inputTokens) || 0;
-        state.totalUsage.outputTokens += num(usage.outputTokens) || 0;
-        state.totalUsage.totalCost += num(usage.totalCost) || 0;
+      if (usage && USAGE_FIELDS.some((k) => num(usage[k]) !== null)) {
+        state.runUsage = addUsage(state.runUsage || {}, usage);
+        state.usage = addUsage({}, usage);
+        addUsage(state.totalUsage, usage);
+        state.totalUsage.runs += 1;
       }
-      state.totalUsage.runs += 1;
       const err = pick(ev, "error", "errorMessage");
       if (err) {
         state.lastError = str(err);
@@ -477,6 +472,17 @@ export function applyEvent(state, ev) {
     default:
       return true; // unknown types are ignored (forward compatible)
   }
+}
+
+const USAGE_FIELDS = ["inputTokens", "outputTokens", "totalCost"];
+
+/** Add the numeric usage fields that are present into target (absent ones stay absent). */
+function addUsage(target, usage) {
+  for (const k of USAGE_FIELDS) {
+    const v = num(usage[k]);
+    if (v !== null) target[k] = (num(target[k]) || 0) + v;
+  }
+  return target;
 }
 
 function newMessage(id, role, ts) {

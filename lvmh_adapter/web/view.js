@@ -277,8 +277,8 @@ export function renderPanel(state) {
   parts.push(
     h("section.panel-section.usage",
       h("h3", "Usage"),
-      last ? h("div.usage-line", h("span.muted", "Last run: "), last) : h("div.muted.small", "No finished run yet."),
-      total && state.totalUsage.runs > 1 ? h("div.usage-line", h("span.muted", "This page: "), total) : null),
+      last ? h("div.usage-line", h("span.muted", "Last run: "), last) : h("div.muted.small", "No usage reported yet."),
+      total && state.totalUsage.runs > 1 ? h("div.usage-line", h("span.muted", `${state.totalUsage.runs} runs: `), total) : null),
   );
   return parts;
 }

@@ -232,6 +232,18 @@ test("session list: online first, then most recent", () => {
   assert.deepEqual(list.map((s) => s.id), ["c", "b", "a"]);
 });
 
+test("usage: absent fields stay absent, runs sum their agent_end usage", () => {
+  seq = 0;
+  const st = createSession(S);
+  applyEvents(st, [ev("agent_start"), ev("agent_end", { usage: {} }), ev("agent_settled")]);
+  assert.equal(st.items[0].usage, null);
+  assert.equal(formatUsage(st.totalUsage), "");
+  applyEvents(st, [ev("agent_start"), ev("agent_end", { usage: { inputTokens: 10, outputTokens: 2 } }),
+    ev("agent_start"), ev("agent_end", { usage: { inputTokens: 5, outputTokens: 1 } }), ev("agent_settled")]);
+  assert.deepEqual(st.items[1].usage, { inputTokens: 15, outputTokens: 3 });
+  assert.equal(st.totalUsage.runs, 2);
+});
+
 test("formatting helpers", () => {
   assert.equal(relativeTime(Date.now()), "just now");
   assert.equal(relativeTime(Date.now() - 5 * 60000), "5 min ago");
