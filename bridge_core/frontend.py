@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+import struct
 import time
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -36,19 +37,62 @@ def make_ssl_context(cert: Optional[str], key: Optional[str]) -> Optional[ssl.SS
     return ctx
 
 
-def ws_text_sender(ws: web.WebSocketResponse):
-    """An Outbox ``send`` that writes pre-encoded JSON (bytes or str) as one text frame."""
+_LEN1 = struct.Struct("!BB").pack
+_LEN2 = struct.Struct("!BBH").pack
+_LEN3 = struct.Struct("!BBQ").pack
 
-    async def send(data: Any) -> None:
-        if isinstance(data, str):
-            data = data.encode()
-        elif callable(data):  # lazily rendered frame (coalesced drafts)
-            data = data()
-            if data is None:
-                return
-        await ws.send_frame(data, WSMsgType.TEXT)
 
-    return send
+class ws_text_sender:
+    """An Outbox sender: pre-encoded JSON bytes as WebSocket text frames.
+
+    ``many`` writes a batch of frames with one transport write (server frames
+    are unmasked; uncompressed frames are valid even when permessage-deflate
+    was negotiated). It falls back to ``send_frame`` per frame whenever the
+    aiohttp writer is not in the plain state it expects.
+    """
+
+    __slots__ = ("ws",)
+
+    def __init__(self, ws: web.WebSocketResponse):
+        self.ws = ws
+
+    async def __call__(self, data: bytes) -> None:
+        await self.ws.send_frame(data, WSMsgType.TEXT)
+
+    async def many(self, frames: list) -> None:
+        writer = getattr(self.ws, "_writer", None)
+        transport = getattr(writer, "transport", None)
+        if (
+            writer is None
+            or transport is None
+            or getattr(writer, "_closing", True)
+            or not hasattr(writer, "_output_size")
+            or not hasattr(writer, "_limit")
+        ):
+            for data in frames:
+                await self.ws.send_frame(data, WSMsgType.TEXT)
+            return
+        if transport.is_closing():
+            raise ConnectionResetError("Cannot write to closing transport")
+        parts = []
+        total = 0
+        for data in frames:
+            n = len(data)
+            if n < 126:
+                parts.append(_LEN1(0x81, n))
+            elif n < 65536:
+                parts.append(_LEN2(0x81, 126, n))
+            else:
+                parts.append(_LEN3(0x81, 127, n))
+            parts.append(data)
+            total += n + 10
+        transport.write(b"".join(parts))
+        writer._output_size += total
+        if writer._output_size > writer._limit:
+            writer._output_size = 0
+            protocol = writer.protocol
+            if getattr(protocol, "_paused", False):
+                await protocol._drain_helper()
 
 
 class FailedAuthLimiter:

@@ -24,6 +24,9 @@ log = logging.getLogger("agent_bridge.hub")
 
 Subscriber = Callable[[int, Any], None]
 
+BATCH_FRAMES = 256
+BATCH_BYTES = 256 * 1024
+
 
 class Hub:
     def __init__(self) -> None:
@@ -125,8 +128,13 @@ class Outbox:
         self._wake.set()
 
     async def run(self) -> None:
-        """Writer loop: drain the queue into the connection until closed."""
+        """Writer loop: drain the queue into the connection until closed.
+
+        When several frames are waiting and the sender can take a batch
+        (``send.many``), they go out in one write: one syscall, not one each.
+        """
         q = self._q
+        many = getattr(self._send, "many", None)
         while True:
             if not q:
                 if self.closed:
@@ -134,13 +142,36 @@ class Outbox:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            slot = q.popleft()
-            if slot.key is not None and self._keyed.get(slot.key) is slot:
-                del self._keyed[slot.key]
-            self._bytes -= slot.size
-            await self._send(slot.data)
-            self.sent_frames += 1
-            self.sent_bytes += slot.size
+            if many is None or len(q) == 1:
+                data = self._pop()
+                if data is not None:
+                    await self._send(data)
+                    self.sent_frames += 1
+                    self.sent_bytes += len(data)
+                continue
+            batch: list = []
+            size = 0
+            while q and len(batch) < BATCH_FRAMES and size < BATCH_BYTES:
+                data = self._pop()
+                if data is not None:
+                    batch.append(data)
+                    size += len(data)
+            if batch:
+                await many(batch)
+                self.sent_frames += len(batch)
+                self.sent_bytes += size
+
+    def _pop(self) -> Any:
+        slot = self._q.popleft()
+        if slot.key is not None and self._keyed.get(slot.key) is slot:
+            del self._keyed[slot.key]
+        self._bytes -= slot.size
+        data = slot.data
+        if callable(data):  # rendered at send time (coalesced drafts)
+            data = data()
+        elif isinstance(data, str):
+            data = data.encode()
+        return data
 
     async def flush(self, timeout: float = 5.0) -> None:
         """Wait until the queue is empty (used before a deliberate close)."""
