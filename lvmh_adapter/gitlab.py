@@ -131,7 +131,7 @@ class GitLabClient:
         if not isinstance(token, str) or not token.strip():
             raise GitLabError(400, "token must be a non-empty string")
         token = token.strip()
-        if len(token) > MAX_TOKEN_LEN or not _TOKEN_OK.match(token):
+        if len(token) > MAX_TOKEN_LEN or not _TOKEN_OK.fullmatch(token):
             raise GitLabError(400, "token is not a valid GitLab personal access token")
         status, data, _ = await self._get("user", token)
         if status in (401, 403):
