@@ -1,0 +1,621 @@
+"""Spawned agent sessions: clone a GitLab repo into a volume, run a pi worker container.
+
+``POST /api/spawn {repo, branch?}`` follows the lvmh spec's four steps through the
+Docker Engine API (aiodocker):
+
+1. volume ``lvmh-repo-<slug>`` (slug = repo path with ``/`` -> ``-``); a short-lived
+   clone container (``[lvmh] git_image``, default ``alpine/git:latest``) clones or pulls
+   the repo into it. Clones on the same volume are serialised by an asyncio.Lock.
+   The GitLab PAT (if connected) reaches git through the container's environment and a
+   credential helper: never in argv, never in the checkout's ``.git/config``.
+2. image ``lvmh-worker:latest``, built from ``docker/worker.Dockerfile`` of the build
+   context (``[lvmh] worker_context``, default: this project's checkout) when missing;
+   container with env ``LVMH_TOKEN``, ``LVMH_URL``, ``LVMH_SESSION_ID``, ``LVMH_REPO``,
+   ``LVMH_AGENT=1``, ``ZAI_RENAUD_API_KEY`` (passed through from the daemon's
+   environment), the repo volume at ``/workspace``, the sessions volume at
+   ``/pi-sessions``, ``models.json`` (``[lvmh] models_json``) bind-mounted read-only,
+   labelled ``lvmh.session=<id>`` so ``DELETE /api/sessions/:id/container`` finds it.
+3. the container runs ``node /bridge/index.mjs``; its plugin's ``hello`` registers the session.
+4. the response ``{sessionId, containerId}`` is returned right after the container
+   starts; the job runs in a TaskSet task (a client that hangs up does not stop it) and
+   keeps watching the container until it exits. ``GET /api/spawn/status`` lists jobs.
+
+With no engine reachable the routes answer 503 ``{"error": "Docker engine not
+reachable at <url>"}``. Secrets (LVMH token, provider key, PAT) are never logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import logging
+import os
+import re
+import tarfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import aiohttp
+import attrs
+from aiohttp import web
+from yarl import URL
+
+from bridge_core.config import ConfigError, is_loopback
+from bridge_core.tasks import TaskSet
+
+from .gitlab import PAT_KEY
+
+log = logging.getLogger("agent_bridge.lvmh.spawn")
+
+WORKER_IMAGE = "lvmh-worker:latest"
+GIT_IMAGE = "alpine/git:latest"
+SESSIONS_VOLUME = "lvmh-pi-sessions"
+WORKER_DOCKERFILE = "docker/worker.Dockerfile"
+MODELS_JSON_TARGET = "/root/.pi/agent/models.json"
+WORKER_CMD = ["node", "/bridge/index.mjs"]
+ACTIVE_STATES = ("queued", "cloning", "building", "starting")
+TERMINAL_STATES = ("failed", "exited", "stopped", "cancelled")
+_CONTEXT_SKIP = {".git", "node_modules", "__pycache__", ".venv", "venv", ".mypy_cache", ".pytest_cache", ".hypothesis"}
+
+_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(?:/[A-Za-z0-9_][A-Za-z0-9_.-]*){1,19}$")
+_BRANCH = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._/+-]{0,199}$")
+_SESSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+
+# Runs in the clone container (sh -c). Inputs come from the environment only.
+CLONE_SCRIPT = r"""set -eu
+git config --global --add safe.directory /workspace
+if [ -n "${LVMH_GIT_TOKEN:-}" ]; then
+  git config --global credential.helper '!f() { test "$1" = get || exit 0; echo username=oauth2; echo "password=$LVMH_GIT_TOKEN"; }; f'
+fi
+if [ -d /workspace/.git ]; then
+  cd /workspace
+  git remote set-url origin "$LVMH_CLONE_URL"
+  git fetch --prune origin
+  br="${LVMH_BRANCH:-}"
+  if [ -z "$br" ]; then
+    git remote set-head origin --auto >/dev/null
+    br="$(git symbolic-ref --short refs/remotes/origin/HEAD)"
+    br="${br#origin/}"
+  fi
+  git checkout "$br"
+  git pull --ff-only origin "$br"
+else
+  find /workspace -mindepth 1 -maxdepth 1 -exec rm -rf {} +
+  if [ -n "${LVMH_BRANCH:-}" ]; then
+    git clone --branch "$LVMH_BRANCH" -- "$LVMH_CLONE_URL" /workspace
+  else
+    git clone -- "$LVMH_CLONE_URL" /workspace
+  fi
+fi
+"""
+
+
+class SpawnError(Exception):
+    """Answered as ``{"error": message}`` with ``status``."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def _json_error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": message}, status=status)
+
+
+def valid_repo(repo: Any) -> bool:
+    return (
+        isinstance(repo, str)
+        and len(repo) <= 255
+        and bool(_REPO.fullmatch(repo))
+        and not any(seg in (".", "..") or seg.endswith((".git", ".atom", ".")) for seg in repo.split("/"))
+    )
+
+
+def valid_branch(branch: Any) -> bool:
+    return (
+        isinstance(branch, str)
+        and bool(_BRANCH.fullmatch(branch))
+        and ".." not in branch
+        and "//" not in branch
+        and not branch.endswith(("/", ".lock", "."))
+    )
+
+
+def _number(section: dict, key: str, default: float) -> float:
+    val = section.get(key, default)
+    try:
+        out = float(val)
+    except (TypeError, ValueError):
+        out = -1.0
+    if not out > 0:
+        raise ConfigError(f"lvmh.{key} must be a positive number, not {val!r}")
+    return out
+
+
+def repo_volume(repo: str) -> str:
+    return "lvmh-repo-" + repo.replace("/", "-")
+
+
+def docker_url_of(config: Any) -> str:
+    url = getattr(config, "docker_url", None) or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    if url.startswith("tcp://"):
+        url = "http://" + url[len("tcp://"):]
+    return url
+
+
+def container_host(host: str) -> str:
+    """How a worker container reaches a daemon listening on ``host``.
+
+    Loopback and wildcard addresses mean the engine's host: ``host.docker.internal``
+    (mapped with ``ExtraHosts: host-gateway``). A daemon bound to loopback only is not
+    reachable from containers: set ``[lvmh] agent_url`` (or listen on another address).
+    """
+    if not host or host in ("0.0.0.0", "::", "[::]") or is_loopback(host):
+        return "host.docker.internal"
+    return host
+
+
+def agent_ws_url(url: str) -> str:
+    """``http(s)://host:port`` or ``ws(s)://host:port[/agent/ws]`` -> the plugin's ``ws(s)://.../agent/ws``."""
+    for a, b in (("http://", "ws://"), ("https://", "wss://")):
+        if url.startswith(a):
+            url = b + url[len(a):]
+    scheme, sep, rest = url.partition("://")
+    if sep and "/" not in rest.rstrip("/"):
+        url = url.rstrip("/") + "/agent/ws"
+    return url
+
+
+@attrs.define(eq=False)
+class Job:
+    session_id: str
+    repo: str
+    branch: Optional[str]
+    state: str = "queued"
+    container_id: Optional[str] = None
+    error: Optional[str] = None
+    exit_code: Optional[int] = None
+    created_at: float = attrs.field(factory=time.time)
+    ended: Optional[float] = None  # monotonic, for pruning
+    stopping: bool = False
+    started: Optional[asyncio.Future] = None
+    task: Optional[asyncio.Task] = None
+
+    def public(self) -> dict:
+        out: dict = {"repo": self.repo, "state": self.state, "containerId": self.container_id,
+                     "sessionId": self.session_id, "branch": self.branch}
+        if self.error is not None:
+            out["error"] = self.error
+        if self.exit_code is not None:
+            out["exitCode"] = self.exit_code
+        return out
+
+
+class SpawnManager:
+    def __init__(self, config: Any, store: Any, on_change: Optional[Callable[[list], None]] = None, *,
+                 daemon_url: Any = None, tasks: Optional[TaskSet] = None):
+        self.config = config
+        self.store = store
+        self.on_change = on_change
+        # the daemon's own URL for LVMH_URL (str, or a callable read at spawn time); [lvmh] agent_url wins
+        self.daemon_url = daemon_url
+        self.tasks = tasks or TaskSet("lvmh.spawn")
+        self._own_tasks = tasks is None
+        sec = config.section("lvmh") if hasattr(config, "section") else {}
+        self.docker_url = docker_url_of(config)
+        self.worker_image = str(sec.get("worker_image") or WORKER_IMAGE)
+        self.git_image = str(sec.get("git_image") or GIT_IMAGE)
+        self.sessions_volume = str(sec.get("sessions_volume") or SESSIONS_VOLUME)
+        self.models_json = sec.get("models_json") or None
+        self.models_json_target = str(sec.get("models_json_target") or MODELS_JSON_TARGET)
+        self.worker_context = sec.get("worker_context") or None
+        self.worker_dockerfile = str(sec.get("worker_dockerfile") or WORKER_DOCKERFILE)
+        self.agent_url = sec.get("agent_url") or None
+        self.network = sec.get("network") or None
+        self.clone_user = sec.get("clone_user") or None
+        self.clone_timeout = _number(sec, "clone_timeout", 900.0)
+        self.build_timeout = _number(sec, "build_timeout", 1800.0)
+        self.max_active = int(_number(sec, "max_active_spawns", 8))
+        self.retention = _number(sec, "job_retention", 600.0)
+        self._jobs: dict[str, Job] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._image_lock: Optional[asyncio.Lock] = None
+        self._docker: Any = None
+        self._closing = False
+        self._warned_loopback = False
+
+    # --- engine ------------------------------------------------------------
+
+    def _client(self) -> Any:
+        if self._docker is None:
+            import aiodocker
+
+            try:
+                self._docker = aiodocker.Docker(url=self.docker_url,
+                                                timeout=aiohttp.ClientTimeout(total=120, connect=5))
+            except Exception as exc:  # e.g. an ssh:// DOCKER_HOST without asyncssh, a URL without scheme
+                raise SpawnError(503, f"Docker engine URL {self.docker_url} is not usable ({type(exc).__name__})")
+        return self._docker
+
+    def _unreachable(self) -> SpawnError:
+        return SpawnError(503, f"Docker engine not reachable at {self.docker_url}")
+
+    def _map(self, exc: BaseException, what: str) -> SpawnError:
+        if isinstance(exc, SpawnError):
+            return exc
+        status = getattr(exc, "status", None)
+        if isinstance(exc, TimeoutError):  # asyncio.TimeoutError is TimeoutError (an OSError) since 3.11
+            return SpawnError(504, f"{what}: the Docker engine did not answer in time")
+        if status == 900 or isinstance(exc, (aiohttp.ClientConnectionError, OSError)):
+            return self._unreachable()
+        if isinstance(status, int):
+            return SpawnError(502, f"{what}: Docker engine answered {status}: {getattr(exc, 'message', '')}"[:500])
+        log.error("spawn: %s failed", what, exc_info=exc)
+        return SpawnError(500, f"{what}: internal error")
+
+    async def ping(self) -> None:
+        """Raise SpawnError(503) unless the engine answers."""
+        try:
+            async with asyncio.timeout(10):
+                await self._client().version()
+        except TimeoutError:
+            raise self._unreachable()
+        except Exception as exc:
+            raise self._map(exc, "Docker engine check")
+
+    async def close(self) -> None:
+        self._closing = True
+        if self._own_tasks:
+            await self.tasks.close()
+        else:
+            for job in self._jobs.values():
+                if job.task is not None and not job.task.done():
+                    job.task.cancel()
+        if self._docker is not None:
+            await self._docker.close()
+            self._docker = None
+
+    # --- jobs --------------------------------------------------------------
+
+    def jobs(self) -> list[dict]:
+        now = time.monotonic()
+        ended = [j for j in self._jobs.values() if j.ended is not None]
+        for j in ended[:-50] + [j for j in ended[-50:] if now - j.ended > self.retention]:
+            self._jobs.pop(j.session_id, None)
+        return [j.public() for j in self._jobs.values()]
+
+    def _set(self, job: Job, state: str, **fields: Any) -> None:
+        job.state = state
+        for k, v in fields.items():
+            setattr(job, k, v)
+        if state in TERMINAL_STATES and job.ended is None:
+            job.ended = time.monotonic()
+        if self.on_change is not None:
+            try:
+                self.on_change(self.jobs())
+            except Exception:
+                log.exception("spawn: on_change callback failed")
+
+    # --- spawn -------------------------------------------------------------
+
+    async def spawn(self, repo: Any, branch: Any = None) -> dict:
+        if not valid_repo(repo):
+            raise SpawnError(400, "repo must be a GitLab project path like group/project")
+        if branch is not None and not valid_branch(branch):
+            raise SpawnError(400, "branch is not a valid branch name")
+        if sum(1 for j in self._jobs.values() if j.state in ACTIVE_STATES) >= self.max_active:
+            raise SpawnError(429, f"too many spawns in progress (at most {self.max_active})")
+        await self.ping()
+        job = Job(session_id=str(uuid.uuid4()), repo=repo, branch=branch)
+        job.started = asyncio.get_running_loop().create_future()
+        job.started.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved: no warning
+        self._jobs[job.session_id] = job
+        self._set(job, "queued")
+        log.info("spawn %s: %s%s queued", job.session_id, repo, f"@{branch}" if branch else "")
+        job.task = self.tasks.spawn(self._run(job), name=f"lvmh-spawn-{job.session_id}")
+        return await asyncio.shield(job.started)
+
+    async def _run(self, job: Job) -> None:
+        docker = self._client()
+        try:
+            vol = repo_volume(job.repo)
+            lock = self._locks.setdefault(vol, asyncio.Lock())
+            async with lock:
+                self._set(job, "cloning")
+                await docker.volumes.create({"Name": vol, "Labels": {"lvmh.repo": job.repo, "lvmh.managed": "true"}})
+                await self._clone(docker, job, vol)
+            self._set(job, "starting")
+            await self._ensure_worker_image(docker, job)
+            await docker.volumes.create({"Name": self.sessions_volume, "Labels": {"lvmh.managed": "true"}})
+            container = await docker.containers.create(self._worker_config(job, vol), name=f"lvmh-agent-{job.session_id}")
+            job.container_id = container.id
+            try:
+                await container.start()
+            except BaseException:
+                await self._remove_quietly(docker, container.id)
+                job.container_id = None
+                raise
+        except asyncio.CancelledError:
+            if not job.started.done():
+                job.started.set_exception(SpawnError(409, "spawn cancelled"))
+            if not self._closing:
+                self._set(job, "cancelled")
+            raise
+        except Exception as exc:
+            err = self._map(exc, "spawn")
+            log.warning("spawn %s: %s failed: %s", job.session_id, job.repo, err.message)
+            self._set(job, "failed", error=err.message)
+            if not job.started.done():
+                job.started.set_exception(err)
+            return
+        self._set(job, "running")
+        log.info("spawn %s: container %s started for %s", job.session_id, container.id[:12], job.repo)
+        job.started.set_result({"sessionId": job.session_id, "containerId": container.id})
+        await self._watch(docker, job, container)
+
+    async def _watch(self, docker: Any, job: Job, container: Any) -> None:
+        """After the response: wait for the worker to exit, keep its exit code and log tail."""
+        try:
+            result = await container.wait()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if not job.stopping:
+                self._set(job, "failed", error=f"lost track of the container: {self._map(exc, 'wait').message}")
+            return
+        code = result.get("StatusCode") if isinstance(result, dict) else None
+        if job.stopping:
+            self._set(job, "stopped", exit_code=code)
+            return
+        error = None
+        if code not in (0, None):
+            error = f"worker exited with {code}: {await self._log_tail(container)}".strip().rstrip(":")
+        self._set(job, "exited", exit_code=code, error=error)
+
+    async def _clone(self, docker: Any, job: Job, vol: str) -> None:
+        await self._ensure_image(docker, self.git_image, pull=True)
+        token = self.store.get_setting(PAT_KEY) if self.store is not None else None
+        base = str(getattr(self.config, "gitlab_url", "https://gitlab.com")).rstrip("/")
+        env = [f"LVMH_CLONE_URL={base}/{job.repo}.git", f"LVMH_BRANCH={job.branch or ''}", "GIT_TERMINAL_PROMPT=0"]
+        if token:
+            env.append(f"LVMH_GIT_TOKEN={token}")
+        cfg: dict = {
+            "Image": self.git_image,
+            "Entrypoint": ["/bin/sh", "-c"],
+            "Cmd": [CLONE_SCRIPT],
+            "Env": env,
+            "WorkingDir": "/",
+            "Labels": {"lvmh.role": "clone", "lvmh.repo": job.repo, "lvmh.spawn": job.session_id},
+            "HostConfig": {"Mounts": [{"Type": "volume", "Source": vol, "Target": "/workspace"}]},
+        }
+        if self.clone_user:
+            cfg["User"] = str(self.clone_user)
+        if self.network:
+            cfg["HostConfig"]["NetworkMode"] = str(self.network)
+        container = await docker.containers.create(cfg, name=f"lvmh-clone-{job.session_id}")
+        try:
+            await container.start()
+            try:
+                async with asyncio.timeout(self.clone_timeout):
+                    result = await container.wait()
+            except TimeoutError:
+                raise SpawnError(504, f"cloning {job.repo} took longer than {self.clone_timeout:g}s")
+            code = result.get("StatusCode") if isinstance(result, dict) else None
+            if code != 0:
+                tail = await self._log_tail(container, secrets=(token,))
+                raise SpawnError(502, f"git clone/pull of {job.repo} failed (exit {code}): {tail}"[:500])
+        finally:
+            await self._remove_quietly(docker, container.id)
+
+    async def _log_tail(self, container: Any, secrets: tuple = ()) -> str:
+        try:
+            async with asyncio.timeout(10):
+                lines = await container.log(stdout=True, stderr=True, tail=20)
+        except Exception:
+            return ""
+        text = "".join(lines).strip()
+        for s in secrets + (getattr(self.config, "lvmh_token", None), os.environ.get("ZAI_RENAUD_API_KEY")):
+            if s:
+                text = text.replace(s, "***")
+        return text[-400:]
+
+    async def _remove_quietly(self, docker: Any, container_id: str) -> None:
+        try:
+            await docker.containers.container(container_id).delete(force=True)
+        except Exception as exc:
+            log.warning("spawn: could not remove container %s: %s", container_id[:12], type(exc).__name__)
+
+    async def _ensure_image(self, docker: Any, image: str, *, pull: bool) -> bool:
+        """True if present (after pulling when asked); False if missing and not pulled."""
+        try:
+            await docker.images.inspect(image)
+            return True
+        except Exception as exc:
+            if getattr(exc, "status", None) != 404:
+                raise
+        if not pull:
+            return False
+        log.info("spawn: pulling %s", image)
+        async with asyncio.timeout(self.build_timeout):
+            await docker.images.pull(image)
+        return True
+
+    def _build_context_dir(self) -> Optional[Path]:
+        candidates = [Path(self.worker_context)] if self.worker_context else [Path(__file__).resolve().parent.parent]
+        for c in candidates:
+            if (c / self.worker_dockerfile).is_file():
+                return c
+        return None
+
+    async def _ensure_worker_image(self, docker: Any, job: Job) -> None:
+        if self._image_lock is None:
+            self._image_lock = asyncio.Lock()
+        async with self._image_lock:
+            if await self._ensure_image(docker, self.worker_image, pull=False):
+                return
+            ctx = self._build_context_dir()
+            if ctx is None:
+                raise SpawnError(
+                    503,
+                    f"worker image {self.worker_image} is missing and there is no {self.worker_dockerfile} to build it "
+                    f"from: build it (docker build -f {self.worker_dockerfile} -t {self.worker_image} .) or set "
+                    f"[lvmh] worker_context to a directory holding {self.worker_dockerfile}",
+                )
+            self._set(job, "building")
+            log.info("spawn: building %s from %s/%s", self.worker_image, ctx, self.worker_dockerfile)
+            data = await asyncio.to_thread(_tar_context, ctx)
+            try:
+                async with asyncio.timeout(self.build_timeout):
+                    await docker.images.build(fileobj=io.BytesIO(data), encoding="gzip", tag=self.worker_image,
+                                              path_dockerfile=self.worker_dockerfile, rm=True, stream=False)
+            except TimeoutError:
+                raise SpawnError(504, f"building {self.worker_image} took longer than {self.build_timeout:g}s")
+            except Exception as exc:
+                if getattr(exc, "status", None) == 900:
+                    raise
+                raise SpawnError(502, f"building {self.worker_image} failed: {getattr(exc, 'message', exc)}"[:500])
+            self._set(job, "starting")
+
+    def _lvmh_url(self) -> str:
+        """The plugin's ``LVMH_URL``: ``[lvmh] agent_url``, else ``daemon_url`` (a string or a callable)."""
+        if self.agent_url:
+            return agent_ws_url(str(self.agent_url))
+        url = self.daemon_url() if callable(self.daemon_url) else self.daemon_url
+        cfg = self.config
+        if not url:
+            url = f"{'wss' if getattr(cfg, 'tls', False) else 'ws'}://{cfg.host}:{cfg.ports.get('lvmh', 8686)}"
+        url = agent_ws_url(str(url))
+        u = URL(url)
+        if u.host and (u.host in ("0.0.0.0", "::") or is_loopback(u.host)):
+            if is_loopback(u.host) and not self._warned_loopback:
+                self._warned_loopback = True
+                log.warning("spawn: the daemon listens on %s, which worker containers cannot reach; "
+                            "set [lvmh] agent_url or listen on another address", u.host)
+            url = str(u.with_host(container_host(u.host)))
+        return url
+
+    def _worker_config(self, job: Job, vol: str) -> dict:
+        env = [
+            f"LVMH_TOKEN={self.config.lvmh_token}",
+            f"LVMH_URL={self._lvmh_url()}",
+            f"LVMH_SESSION_ID={job.session_id}",
+            f"LVMH_REPO={job.repo}",
+            "LVMH_AGENT=1",
+        ]
+        if job.branch:
+            env.append(f"LVMH_BRANCH={job.branch}")
+        key = os.environ.get("ZAI_RENAUD_API_KEY")
+        if key:
+            env.append(f"ZAI_RENAUD_API_KEY={key}")
+        else:
+            log.warning("spawn: ZAI_RENAUD_API_KEY is not set; the worker gets no provider key")
+        mounts: list = [
+            {"Type": "volume", "Source": vol, "Target": "/workspace"},
+            {"Type": "volume", "Source": self.sessions_volume, "Target": "/pi-sessions"},
+        ]
+        if self.models_json:
+            mounts.append({"Type": "bind", "Source": str(self.models_json), "Target": self.models_json_target,
+                           "ReadOnly": True})
+        host: dict = {"Mounts": mounts}
+        if self.network:
+            host["NetworkMode"] = str(self.network)
+        if "://host.docker.internal:" in self._lvmh_url():  # Linux engines need the alias spelled out
+            host["ExtraHosts"] = ["host.docker.internal:host-gateway"]
+        return {
+            "Image": self.worker_image,
+            "Cmd": list(WORKER_CMD),
+            "WorkingDir": "/workspace",
+            "Env": env,
+            "Labels": {"lvmh.session": job.session_id, "lvmh.repo": job.repo, "lvmh.role": "agent",
+                       "lvmh.managed": "true"},
+            "HostConfig": host,
+        }
+
+    # --- stop --------------------------------------------------------------
+
+    async def stop_container(self, session_id: str) -> None:
+        """Stop and remove the session's spawned container (or cancel its spawn still in flight)."""
+        if not isinstance(session_id, str) or not _SESSION.fullmatch(session_id):
+            raise SpawnError(400, "invalid session id")
+        job = self._jobs.get(session_id)
+        cancelled = False
+        if job is not None and job.state in ACTIVE_STATES and job.task is not None and not job.task.done():
+            job.task.cancel()
+            await asyncio.wait([job.task], timeout=30)
+            cancelled = True
+        docker = self._client()
+        try:
+            found = await docker.containers.list(all=True, filters={"label": [f"lvmh.session={session_id}"]})
+        except Exception as exc:
+            raise self._map(exc, "listing containers")
+        if not found and not cancelled:
+            raise SpawnError(404, f"no spawned container for session {session_id}")
+        if job is not None:
+            job.stopping = True
+        for c in found:
+            try:
+                await c.stop(t=10)
+            except Exception as exc:
+                if getattr(exc, "status", None) not in (304, 404):
+                    raise self._map(exc, "stopping the container")
+            try:
+                await c.delete(force=True)
+            except Exception as exc:
+                if getattr(exc, "status", None) not in (404, 409):  # 409: removal already in progress
+                    raise self._map(exc, "removing the container")
+            log.info("spawn %s: container %s stopped and removed", session_id, c.id[:12])
+        if job is not None and job.state not in TERMINAL_STATES:
+            self._set(job, "stopped")
+
+    # --- routes ------------------------------------------------------------
+
+    def routes(self) -> list[web.RouteDef]:
+        return [
+            web.post("/api/spawn", self._h_spawn),
+            web.get("/api/spawn/status", self._h_status),
+            web.delete("/api/sessions/{id}/container", self._h_stop),
+        ]
+
+    async def _h_spawn(self, request: web.Request) -> web.Response:
+        try:
+            body = await request.json(loads=json.loads)
+        except (ValueError, UnicodeDecodeError):
+            return _json_error(400, 'body must be JSON: {"repo": "group/project", "branch": "main"}')
+        if not isinstance(body, dict):
+            return _json_error(400, 'body must be a JSON object: {"repo": "group/project"}')
+        try:
+            return web.json_response(await self.spawn(body.get("repo"), body.get("branch")))
+        except SpawnError as exc:
+            return _json_error(exc.status, exc.message)
+
+    async def _h_status(self, request: web.Request) -> web.Response:
+        try:
+            await self.ping()
+        except SpawnError as exc:
+            return _json_error(exc.status, exc.message)
+        return web.json_response(self.jobs())
+
+    async def _h_stop(self, request: web.Request) -> web.Response:
+        try:
+            await self.stop_container(request.match_info["id"])
+        except SpawnError as exc:
+            return _json_error(exc.status, exc.message)
+        return web.json_response({"ok": True})
+
+
+def _tar_context(root: Path) -> bytes:
+    """The build context as a gzipped tar, without VCS and dependency directories."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames[:] = sorted(d for d in dirnames if d not in _CONTEXT_SKIP)
+            for name in sorted(filenames):
+                full = Path(dirpath) / name
+                if full.is_symlink() or not full.is_file():
+                    continue
+                tar.add(str(full), arcname=str(full.relative_to(root)), recursive=False)
+    return buf.getvalue()
