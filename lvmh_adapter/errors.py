@@ -70,6 +70,8 @@ def error_response(message: str, status: int, code: Optional[str] = None) -> web
 
 def rest_error(exc: BaseException) -> web.Response:
     """``{"error": ...}`` with the status that fits ``exc`` (never a traceback)."""
+    if isinstance(exc, web.HTTPException):  # e.g. 413 from reading a body over client_max_size
+        return error_response(exc.reason or "Error", exc.status)
     err = as_bridge_error(exc)
     if err is not exc:
         log.error("lvmh: unexpected error in a REST handler", exc_info=exc)

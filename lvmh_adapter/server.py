@@ -112,12 +112,19 @@ class LvmhFrontEnd(FrontEnd):
         if GitLabClient is not None:
             self.gitlab = GitLabClient(self.bridge.store, self.config.gitlab_url)
         try:
-            from . import spawn as spawn_mod
+            from .spawn import SpawnManager
         except ImportError:
-            spawn_mod = None  # type: ignore[assignment]
-        factory = getattr(spawn_mod, "make_spawner", None) if spawn_mod is not None else None
-        if factory is not None:
-            self.spawn = factory(self, on_change=self.spawn_changed)
+            SpawnManager = None  # type: ignore[assignment]
+        if SpawnManager is not None:
+            self.spawn = SpawnManager(self.config, self.bridge.store, on_change=self.spawn_changed)
+
+    async def start(self, host: str, port: int, ssl_context=None) -> int:
+        bound = await super().start(host, port, ssl_context)
+        if self.spawn is not None and getattr(self.spawn, "daemon_url", None) is None:
+            scheme = "https" if ssl_context is not None else "http"
+            shown = f"[{host}]" if ":" in host else host
+            self.spawn.daemon_url = f"{scheme}://{shown}:{bound}"
+        return bound
 
     async def stop(self) -> None:
         for rec in self.records.values():
@@ -289,15 +296,12 @@ class LvmhFrontEnd(FrontEnd):
             return None
 
     def spawn_changed(self, jobs: Any = None) -> None:
-        """``on_change`` callback of the spawner: push ``spawn_status`` to every browser."""
+        """``on_change`` callback of the spawner: ``spawn_status`` to every browser (coalesced per tick)."""
         try:
             asyncio.get_running_loop()
         except RuntimeError:
             return
-        if jobs is not None:
-            self.stream.broadcast(codec.spawn_status_frame(list(jobs)), key="spawn_status")
-        else:
-            self.stream.spawn_changed()
+        self.stream.spawn_changed()
 
     # --- daemon -> plugin ------------------------------------------------------------------------------
 
