@@ -89,6 +89,7 @@ class Connection:
         self.queue: asyncio.Queue = asyncio.Queue(MAX_QUEUED_REQUESTS)
         self.tasks: list[asyncio.Task] = []
         self.closing = False
+        self.closer: Optional[asyncio.Task] = None  # a close started from elsewhere (_kick)
 
 
 class LoomiFrontEnd(FrontEnd):
@@ -206,6 +207,8 @@ class LoomiFrontEnd(FrontEnd):
             conn.session.closed()
             for t in conn.tasks:
                 t.cancel()
+            if conn.closer is not None and not conn.closer.done():
+                await asyncio.wait([conn.closer], timeout=3.0)  # let the close handshake finish
             conn.outbox.close()
             self.sockets.discard(ws)
             if not ws.closed:
@@ -413,7 +416,7 @@ class LoomiFrontEnd(FrontEnd):
             return
         conn.closing = True
         self._detach(conn)
-        self.tasks.spawn(self._fatal(conn, exc), name="loomi-kick")
+        conn.closer = self.tasks.spawn(self._fatal(conn, exc), name="loomi-kick")
 
     async def _fatal(self, conn: Connection, exc: BridgeError) -> None:
         """Send ``error`` (fatal) and close with its close code."""

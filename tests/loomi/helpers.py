@@ -70,14 +70,15 @@ class Client:
                 return out
 
     async def closed(self, timeout: float = TIMEOUT) -> tuple[list[dict], Any]:
-        """Read until the socket closes: (frames before it, close message)."""
-        frames = []
+        """Read until the socket closes: (frames before it, the server's close code)."""
+        frames = self.backlog
+        self.backlog = []
         while True:
             msg = await self.ws.receive(timeout=timeout)
             if msg.type is aiohttp.WSMsgType.TEXT:
                 frames.append(orjson.loads(msg.data))
                 continue
-            return frames, msg
+            return frames, (msg.data if msg.type is aiohttp.WSMsgType.CLOSE else self.ws.close_code)
 
     async def hello(self, **payload: Any) -> dict:
         p = {"protocol_version": 1, "device_info": {"model": "Pixel 9", "os": "Android 16", "app_version": "1.0"}}

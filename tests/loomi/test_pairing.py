@@ -58,7 +58,7 @@ async def test_token_is_single_use(loomi):
     assert err["type"] == "error" and err["seq"] == 0
     assert err["payload"] == {"code": "unauthorized", "message": "Invalid or expired pairing token", "fatal": True}
     _, close = await c2.closed()
-    assert c2.ws.close_code == 4001
+    assert close == 4001
     assert len(loomi.frontends["loomi"].registry.devices) == 1
     await c1.close()
     await c2.close()
@@ -82,8 +82,8 @@ async def test_token_expires(loomi):
     c = await Client.connect(loomi)
     err = await c.hello(token=qr["token"])
     assert err["type"] == "error" and err["payload"]["code"] == "unauthorized"
-    await c.closed()
-    assert c.ws.close_code == 4001
+    _, close = await c.closed()
+    assert close == 4001
     await c.close()
 
 
@@ -106,8 +106,8 @@ async def test_bad_hellos_are_refused_and_closed(loomi, hello):
     c = await Client.connect(loomi)
     err = await c.hello(**hello)
     assert err["type"] == "error" and err["payload"]["code"] == "unauthorized" and err["payload"]["fatal"] is True
-    await c.closed()
-    assert c.ws.close_code == 4001
+    _, close = await c.closed()
+    assert close == 4001
     await c.close()
 
 
@@ -124,8 +124,8 @@ async def test_version_mismatch(loomi):
     c = await Client.connect(loomi)
     err = await c.hello(token=qr["token"], protocol_version=2)
     assert err["payload"]["code"] == "version_mismatch" and err["payload"]["fatal"] is True
-    await c.closed()
-    assert c.ws.close_code == 4003
+    _, close = await c.closed()
+    assert close == 4003
     await c.close()
 
 
@@ -134,7 +134,8 @@ async def test_first_frame_must_be_hello(loomi):
     await c.send("ping")
     err = await c.recv()
     assert err["type"] == "error" and err["payload"]["code"] == "unauthorized" and err["payload"]["fatal"]
-    await c.closed()
+    _, close = await c.closed()
+    assert close == 4001
     await c.close()
 
 
@@ -143,7 +144,7 @@ async def test_unauthenticated_socket_is_closed_by_its_deadline(loomi):
     c = await Client.connect(loomi)
     frames, close = await c.closed()
     assert [f["payload"]["code"] for f in frames] == ["auth_timeout"]
-    assert c.ws.close_code == 4002
+    assert close == 4002
     await c.close()
 
 
@@ -156,8 +157,8 @@ async def test_failed_hellos_are_rate_limited_per_address(loomi):
     c = await Client.connect(loomi)
     err = await c.recv()  # refused before any hello is read
     assert err["payload"]["code"] == "rate_limited" and err["payload"]["fatal"] is True
-    await c.closed()
-    assert c.ws.close_code == 4029
+    _, close = await c.closed()
+    assert close == 4029
     await c.close()
     # the token was not spent on a refused socket
     assert len(loomi.frontends["loomi"].registry._tokens) == 1 and qr["token"]

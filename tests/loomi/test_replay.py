@@ -127,7 +127,8 @@ async def test_seq_continues_across_a_clean_restart(service_factory):
     frames = await c.recv_until(lambda f: f["type"] == "run.completed")
     last = frames[-1]["seq"]
     await svc.stop()
-    await c.closed()
+    _, close = await c.closed()
+    assert close == 1001  # going away
     await c.close()
 
     svc2 = await service_factory(adapters=("loomi",))
@@ -199,7 +200,7 @@ async def test_a_slow_device_is_disconnected_and_recovers_by_replay(loomi):
     errors = [f for f in frames if f["type"] == "error"]
     assert [e["payload"]["code"] for e in errors] == ["slow_consumer"]
     assert errors[0]["payload"]["fatal"] is True
-    assert c.ws.close_code == 4009
+    assert close == 4009
     await c.close()
     await wait_for(lambda: fe.registry.devices[creds["device_id"]].conn is None)
     last = max([1] + [f["seq"] for f in frames if f["type"] == "notification"])
