@@ -129,9 +129,13 @@ function setSessions(list) {
   app.sessions = sortSessions(list);
   app.sessionsById = new Map(app.sessions.map((s) => [String(s.id), s]));
   app.listLoaded = true;
+  // a session we could not load (spawned, not connected yet) has appeared: load it now
+  const st = app.current ? app.states.get(app.current) : null;
+  if (st && st.notFound && app.sessionsById.has(app.current) && !st.syncing) syncSession(app.current);
   renderList();
   renderHead();
   renderComposer();
+  spawn.renderJobs();
 }
 
 function sessionTitle(s) {
@@ -316,11 +320,12 @@ function renderHead() {
   if (key === app.rendered.headKey) return;
   app.rendered.headKey = key;
   const chips = [];
+  const known = Boolean(s || (st && st.info));
   if (info.repo) chips.push(h("span.chip", { title: "repository" }, info.repo));
   if (info.cwd) chips.push(h("span.chip.mono", { title: info.cwd }, shortPath(info.cwd)));
   const model = [info.model, info.provider].filter(Boolean).join(" · ");
   if (model) chips.push(h("span.chip", { title: "model" }, model));
-  chips.push(h(`span.chip${info.agent ? ".chip-agent" : ""}`, info.agent ? "agent container" : "local"));
+  if (known) chips.push(h(`span.chip${info.agent ? ".chip-agent" : ""}`, info.agent ? "agent container" : "local"));
   const status =
     phase === "running" ? h("span.pill.pill-running", { "data-phase": "running" }, h("span.spinner", { "aria-hidden": "true" }), "running")
     : phase === "done" ? h(`span.pill${st.aborted ? ".pill-aborted" : ".pill-done"}`, { "data-phase": "done" }, st.aborted ? "aborted" : "done")
@@ -338,7 +343,7 @@ function renderHead() {
       h("div.head-title",
         h(`span.dot${online ? ".online" : ".offline"}`, { title: online ? "online" : "offline" }),
         h("h2#session-title", sessionTitle(info)),
-        h("span.muted.small", online ? "online" : "offline"),
+        h("span.muted.small", online ? "online" : known ? "offline" : "not connected yet"),
         status),
       h("div.chips", chips)),
     actions);
@@ -382,7 +387,7 @@ function renderTimeline(st) {
   const foot = $("timeline-foot");
   clear(foot);
   if (!st.loaded) foot.appendChild(h("div.muted.small", "Loading history…"));
-  else if (st.notFound && !currentSession()) foot.appendChild(h("div.notice", "This session is not known to the daemon (yet). It appears here once its agent connects."));
+  else if (st.notFound && !currentSession()) foot.appendChild(h("div.notice#waiting-session", h("span.spinner.small"), " Waiting for this session's agent to connect…"));
   else if (st.loadError) foot.appendChild(h("div.notice.notice-error", `Could not load the history: ${st.loadError}`));
   else if (!st.items.length && st.phase !== "running") foot.appendChild(h("div.muted.small.center", "No messages yet."));
   if (st.phase === "running" && !st.openAssistant) foot.appendChild(h("div.working", h("span.spinner"), "working…"));

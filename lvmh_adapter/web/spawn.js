@@ -5,18 +5,18 @@ import { ApiError } from "./api.js";
 import { h, clear, replaceChildren } from "./dom.js";
 import { relativeTime } from "./reducer.js";
 
-const JOB_STATES = {
+// the daemon's job states (lvmh spawn): active, then running, or a terminal state
+const ACTIVE = new Set(["queued", "cloning", "pulling", "building", "creating", "starting"]);
+const JOB_LABELS = {
   queued: "queued",
   cloning: "cloning",
-  pulling: "pulling",
   building: "building image",
-  creating: "creating container",
-  starting: "starting",
+  starting: "starting container",
   running: "running",
-  started: "started",
-  done: "started",
   failed: "failed",
-  error: "failed",
+  exited: "exited",
+  stopped: "stopped",
+  cancelled: "cancelled",
 };
 
 export class SpawnDialog {
@@ -210,29 +210,34 @@ export class SpawnDialog {
   }
 
   renderJobs() {
-    // the sidebar strip (always) and the dialog's list (when open)
+    // the sidebar strip shows what is in flight (and failures); the dialog lists every job
     const strip = this.jobsEl;
     clear(strip);
-    const active = this.jobs;
-    strip.hidden = !active.length;
-    for (const j of active) strip.appendChild(this.jobRow(j));
+    const shown = this.jobs.filter((j) => {
+      const state = String(j.state);
+      if (ACTIVE.has(state) || state === "failed") return true;
+      // a running container whose agent has not connected yet
+      return state === "running" && j.sessionId && !this.sessionKnown(String(j.sessionId));
+    });
+    strip.hidden = !shown.length;
+    for (const j of shown) strip.appendChild(this.jobRow(j));
     const inDialog = document.getElementById("spawn-dialog-jobs");
     if (inDialog) {
       clear(inDialog);
-      if (!active.length) inDialog.appendChild(h("li.muted.small", "No spawn in progress."));
-      for (const j of active) inDialog.appendChild(this.jobRow(j));
+      if (!this.jobs.length) inDialog.appendChild(h("li.muted.small", "No spawn jobs."));
+      for (const j of this.jobs) inDialog.appendChild(this.jobRow(j));
     }
   }
 
   jobRow(j) {
     const state = String(j.state || "");
-    const label = JOB_STATES[state] || state || "pending";
-    const failed = label === "failed";
+    const label = JOB_LABELS[state] || state || "pending";
+    const failed = state === "failed";
     const sid = j.sessionId ? String(j.sessionId) : "";
-    return h(`li.job${failed ? ".job-failed" : ""}`, { "data-state": state },
+    return h(`li.job${failed ? ".job-failed" : ""}`, { "data-state": state, "data-session-id": sid || null },
       h("span.job-repo", String(j.repo || "")),
-      h("span.job-state", failed || label === "started" || label === "running" ? null : h("span.spinner.small", { "aria-hidden": "true" }), label),
+      h("span.job-state", ACTIVE.has(state) ? h("span.spinner.small", { "aria-hidden": "true" }) : null, label),
       j.error ? h("div.error-text.small", String(j.error)) : null,
-      sid ? h("a.job-link", { href: `#/s/${encodeURIComponent(sid)}`, onclick: () => this.dialog.open && this.dialog.close() }, "open") : null);
+      sid && !failed ? h("a.job-link", { href: `#/s/${encodeURIComponent(sid)}`, onclick: () => this.dialog.open && this.dialog.close() }, "open") : null);
   }
 }

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 
 import aiohttp
@@ -160,6 +161,14 @@ async def test_watch_a_run_stream_in_then_prompt(ui):
     await expect(page.locator(".msg-assistant").last).to_contain_text("Echo: hello from the page")
     await expect(settled(page)).to_have_count(2)
 
+    # data is text, never markup
+    evil = '<img src=x onerror="window.pwned=1"><b>bold</b>'
+    await send(page, evil)
+    await expect(page.locator(".msg-assistant").last).to_contain_text("Echo: " + evil)
+    assert await page.locator("#timeline img, #timeline b").count() == 0
+    assert await page.evaluate("window.pwned") is None
+    await expect(settled(page)).to_have_count(3)
+
     # a tool call as a compact component, completed
     await send(page, "/tool grep")
     tool = page.locator('details.tool[data-status="completed"]')
@@ -169,14 +178,14 @@ async def test_watch_a_run_stream_in_then_prompt(ui):
     await expect(tool.locator(".tool-body")).to_contain_text('"input": "demo"')
     await expect(tool.locator(".tool-body")).to_contain_text("ok")
     await expect(page.locator(".msg-assistant").last).to_contain_text("Tool grep completed.")
-    await expect(settled(page)).to_have_count(3)
+    await expect(settled(page)).to_have_count(4)
     await shot(page, "04-session-desktop-light")
 
     # the same session after a reload is rebuilt from persisted events only, without duplicates
     await page.reload()
-    await expect(settled(page)).to_have_count(3)
-    await expect(page.locator(".msg-user")).to_have_count(3)
-    await expect(page.locator(".msg-assistant")).to_have_count(3)
+    await expect(settled(page)).to_have_count(4)
+    await expect(page.locator(".msg-user")).to_have_count(4)
+    await expect(page.locator(".msg-assistant")).to_have_count(4)
     await expect(page.locator("details.tool")).to_have_count(1)
 
     # dark theme via the toggle (auto -> dark)
@@ -380,3 +389,84 @@ async def test_reconnect_after_server_restart(ui):
     assert len(keys) == len(set(keys))
     await send(page, "typed after the restart")
     await expect(page.locator(".msg-assistant").last).to_contain_text("Echo: typed after the restart")
+
+
+async def test_spawn_from_gitlab_then_stop_container(browser, service_factory, tmp_path, monkeypatch):
+    """Connect a PAT, pick a repo and branch, watch the job, see the session connect, stop its container
+    (a fake Docker Engine and a fake GitLab started by the test; the daemon talks to them)."""
+    fake_docker = pytest.importorskip("tests.fakes.fake_docker")
+    fake_gitlab = pytest.importorskip("tests.fakes.fake_gitlab")
+    from .conftest import UI
+
+    pat = "glpat-BROWSERsecret0123456789"
+    monkeypatch.setenv("ZAI_RENAUD_API_KEY", "zai-browser-test-key")
+    docker = await fake_docker.FakeDocker().start()
+    gitlab = await fake_gitlab.FakeGitLab().start()
+    gitlab.add_user(pat, "alice")
+    gitlab.projects = [
+        fake_gitlab.project("group/project", "2026-11-28T10:00:00Z", default_branch="main"),
+        fake_gitlab.project("tools/widgets", "2026-11-20T10:00:00Z", default_branch="trunk"),
+    ]
+    plugin = None
+    ui = None
+    try:
+        svc = await service_factory(adapters=("lvmh",), docker_url=docker.url, gitlab_url=gitlab.url)
+        ui = UI(svc, browser, service_factory, tmp_path)
+        page = await ui.page()
+        await expect(page.locator("#conn")).to_contain_text("live")
+        await page.click("#spawn-btn")
+        dialog = page.locator("#spawn-dialog")
+        await expect(dialog).to_be_visible()
+        await page.fill("#pat-input", pat)
+        await shot(page, "14-spawn-connect-gitlab")
+        await page.click("#pat-connect")
+        await expect(dialog).to_contain_text("@alice")
+        repos = page.locator("#repo-list .repo")
+        await expect(repos).to_have_count(2)
+        await page.fill("#repo-filter", "widg")
+        await expect(repos).to_have_count(1)
+        await page.fill("#repo-filter", "")
+        await expect(repos).to_have_count(2)
+        await page.click('#repo-list .repo[data-repo="group/project"]')
+        await expect(page.locator("#branch-input")).to_have_attribute("placeholder", "main")
+        await page.fill("#branch-input", "main")
+        await shot(page, "15-spawn-pick-repo")
+        await page.click("#spawn-go")
+
+        # the page goes to the new session, which waits for its agent; the job is watched live
+        await expect(dialog).to_be_hidden()
+        await expect(page).to_have_url(re.compile(r"#/s/"))
+        sid = page.url.split("#/s/", 1)[1]
+        await expect(page.locator("#waiting-session")).to_be_visible()
+        job = page.locator(f'#spawn-jobs .job[data-session-id="{sid}"]')
+        await expect(job).to_be_visible()
+        await expect(job).to_contain_text("group/project")
+
+        # the worker's plugin says hello with the pre-chosen id: the session shows up, open
+        plugin = FakePlugin(ui.base, sid, {
+            "id": sid, "name": None, "cwd": "/workspace", "model": "glm-5.3", "provider": "zai-renaud",
+            "agent": True, "repo": "group/project", "startedAt": int(time.time() * 1000)})
+        await plugin.connect()
+        await expect(page.locator(f'[data-session-id="{sid}"] .badge')).to_have_text("agent")
+        await expect(page.locator("#session-title")).to_have_text("group/project")
+        await expect(page.locator("#waiting-session")).to_have_count(0)
+        await expect(page.locator("#prompt-input")).to_be_enabled()
+        await shot(page, "16-spawned-session")
+
+        # stop the container: a second click confirms
+        stop = page.locator("#stop-btn")
+        await stop.click()
+        await expect(stop).to_have_text("Confirm stop")
+        await stop.click()
+        await expect(page.locator("#toasts")).to_contain_text("Container stopped.")
+        assert any(r.method == "DELETE" and "/containers/" in r.path for r in docker.requests)
+        html = await page.content()
+        assert pat not in html
+    finally:
+        if plugin is not None:
+            await plugin.close()
+        if ui is not None:
+            await ui.close()
+        await docker.stop()
+        await gitlab.stop()
+    assert not ui.page_errors, ui.page_errors
