@@ -13,8 +13,9 @@ import io
 import json
 import os
 import sys
-import urllib.error
-import urllib.request
+import hashlib
+import http.client
+import ssl
 from typing import Any, Optional
 
 from bridge_core.config import build_config
@@ -70,8 +71,17 @@ def _data_dir(args: argparse.Namespace) -> str:
     return cfg.data_dir
 
 
-def _port(data_dir: str) -> int:
-    path = os.path.join(data_dir, "run", "ports.json")
+def _endpoint(data_dir: str) -> tuple[int, bool, str]:
+    """(port, tls, certificate fingerprint) of the running server's Loomi front end."""
+    run = os.path.join(data_dir, "run")
+    try:  # written by the Loomi front end itself: knows TLS and the certificate pin
+        with open(os.path.join(run, "loomi.json"), "r", encoding="utf-8") as f:
+            info = json.load(f)
+        if isinstance(info, dict) and isinstance(info.get("port"), int):
+            return info["port"], bool(info.get("tls")), str(info.get("fp") or "")
+    except (OSError, ValueError):
+        pass
+    path = os.path.join(run, "ports.json")
     try:
         with open(path, "r", encoding="utf-8") as f:
             ports = json.load(f)
@@ -80,24 +90,37 @@ def _port(data_dir: str) -> int:
     port = ports.get("loomi") if isinstance(ports, dict) else None
     if not isinstance(port, int):
         raise NotRunning("the running agent-bridge has no Loomi front end (start it with --adapters ...,loomi)")
-    return port
+    return port, False, ""
 
 
 def _call(data_dir: str, method: str, path: str, body: Optional[dict] = None) -> tuple[int, Any]:
-    url = f"http://127.0.0.1:{_port(data_dir)}{path}"
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never through a proxy
+    """One request to 127.0.0.1 (never through a proxy); with TLS the certificate must match the pin."""
+    port, tls, fp = _endpoint(data_dir)
+    if tls:
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE  # verified below against the pinned fingerprint instead
+        conn: http.client.HTTPConnection = http.client.HTTPSConnection("127.0.0.1", port, timeout=TIMEOUT, context=ctx)
+    else:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=TIMEOUT)
     try:
-        with opener.open(req, timeout=TIMEOUT) as resp:
-            return resp.status, json.loads(resp.read() or b"null")
-    except urllib.error.HTTPError as exc:
+        conn.connect()
+        if tls:
+            der = conn.sock.getpeercert(binary_form=True)  # type: ignore[union-attr]
+            if not fp or not der or hashlib.sha256(der).hexdigest() != fp:
+                raise ServerError("the server on 127.0.0.1 does not present the configured certificate")
+        data = json.dumps(body).encode() if body is not None else None
+        conn.request(method, path, body=data, headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        raw = resp.read()
         try:
-            return exc.code, json.loads(exc.read() or b"null")
+            return resp.status, json.loads(raw or b"null")
         except ValueError:
-            return exc.code, None
-    except (urllib.error.URLError, OSError) as exc:
-        raise NotRunning(f"agent-bridge is not answering on 127.0.0.1 ({getattr(exc, 'reason', exc)})")
+            return resp.status, None
+    except (OSError, http.client.HTTPException) as exc:
+        raise NotRunning(f"agent-bridge is not answering on 127.0.0.1:{port} ({exc})")
+    finally:
+        conn.close()
 
 
 def _error_text(body: Any) -> str:
@@ -133,7 +156,7 @@ def cmd_pair(args: argparse.Namespace) -> int:
     body = {} if args.ttl is None else {"ttl": args.ttl}
     try:
         status, answer = _call(data_dir, "POST", "/internal/pair/new", body)
-    except NotRunning as exc:
+    except (NotRunning, ServerError) as exc:
         print(f"agent-bridge: {exc}", file=sys.stderr)
         return 1
     if status != 200 or not isinstance(answer, dict) or "payload" not in answer:
@@ -175,6 +198,9 @@ def cmd_devices(args: argparse.Namespace) -> int:
             print(f"agent-bridge: {_error_text(answer)}", file=sys.stderr)
             return 1
         items = answer["devices"]
+    except ServerError as exc:
+        print(f"agent-bridge: {exc}", file=sys.stderr)
+        return 1
     except NotRunning:
         items = devices_mod.offline_list(data_dir)
         note = "agent-bridge is not running: devices read from the database, none online"
@@ -211,6 +237,9 @@ def cmd_revoke(args: argparse.Namespace) -> int:
             return 1
         else:
             revoked = True
+    except ServerError as exc:
+        print(f"agent-bridge: {exc}", file=sys.stderr)
+        return 1
     except NotRunning:
         revoked = devices_mod.offline_revoke(data_dir, device_id)
     if not revoked:

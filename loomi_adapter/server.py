@@ -9,6 +9,7 @@ import collections
 import hashlib
 import importlib.metadata
 import logging
+import os
 import socket
 import ssl
 from typing import Any, Mapping, Optional
@@ -116,7 +117,29 @@ class LoomiFrontEnd(FrontEnd):
     async def prepare(self) -> None:
         await self.registry.prepare()
 
+    async def start(self, host: str, port: int, ssl_context: Optional[ssl.SSLContext] = None) -> int:
+        port = await super().start(host, port, ssl_context)
+        self._write_runtime_file()
+        return port
+
+    @property
+    def runtime_file(self) -> str:
+        return os.path.join(self.config.run_dir, "loomi.json")
+
+    def _write_runtime_file(self) -> None:
+        """How ``agent-bridge loomi ...`` reaches this server: its port, scheme and certificate pin."""
+        os.makedirs(self.config.run_dir, mode=0o700, exist_ok=True)
+        tmp = self.runtime_file + ".tmp"
+        with open(tmp, "wb") as f:
+            f.write(orjson.dumps({"port": self.port, "tls": self.config.tls, "fp": self.fp}))
+        os.replace(tmp, self.runtime_file)
+
     async def stop(self) -> None:
+        if not self._stopped:
+            try:
+                os.unlink(self.runtime_file)
+            except OSError:
+                pass
         await super().stop()
         if self._stopped:
             return

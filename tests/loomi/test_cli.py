@@ -165,3 +165,50 @@ async def test_serve_binds_when_insecure_bind_is_allowed_and_logs_no_secrets(tmp
     text = out.decode() + err.decode()
     assert "paired device" in text and "refused hello" in text  # it did log, at DEBUG even
     assert payload["token"] not in text and credential not in text
+
+
+def self_signed(tmp_path) -> tuple[str, str, bytes]:
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=30)).sign(key, hashes.SHA256()))
+    cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return str(cert_path), str(key_path), cert.public_bytes(serialization.Encoding.DER)
+
+
+async def test_tls_puts_the_certificate_fingerprint_into_the_qr_payload(service_factory, tmp_path):
+    import hashlib
+
+    cert, key, der = self_signed(tmp_path)
+    svc = await service_factory(adapters=("loomi",), tls_cert=cert, tls_key=key)
+    rc, line, err = await cli("loomi", "pair", "--json", "--data-dir", data_dir(svc))
+    assert rc == 0, err
+    payload = json.loads(line)
+    assert payload["fp"] == hashlib.sha256(der).hexdigest()
+    assert payload["url"] == f"wss://127.0.0.1:{svc.ports['loomi']}/ws"
+    async with aiohttp.ClientSession() as http:
+        async with http.ws_connect(payload["url"], ssl=False) as ws:
+            await ws.send_json({"v": 1, "type": "hello", "payload": {"token": payload["token"]}})
+            assert (await ws.receive_json(timeout=10))["type"] == "hello.ok"
+    rc, out, err = await cli("loomi", "devices", "--json", "--data-dir", data_dir(svc))
+    assert rc == 0 and json.loads(out)[0]["online"] is False
+    # the CLI pins the certificate: another one on that port gets no token request
+    run_file = os.path.join(data_dir(svc), "run", "loomi.json")
+    with open(run_file) as f:
+        info = json.load(f)
+    with open(run_file, "w") as f:
+        json.dump(dict(info, fp="0" * 64), f)
+    rc, out, err = await cli("loomi", "pair", "--json", "--data-dir", data_dir(svc))
+    assert rc == 1 and out == "" and "does not present the configured certificate" in err
