@@ -1,0 +1,114 @@
+"""welcome.lastSeq only ever names seqs that are committed, with nothing lost below them."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from lvmh_adapter.persistence import EventLog
+from tests.lvmh.helpers import FakePlugin
+
+SID = "durable-session-1"
+
+
+async def test_welcome_waits_for_writes_in_flight(lvmh, plugins):
+    fe = lvmh.frontends["lvmh"]
+    store = lvmh.bridge.store
+    p = plugins(SID)
+    await p.connect()
+    await p.event("agent_start")
+    await fe.log.aflush()
+    assert fe.log.committed[SID] == 1
+
+    release = threading.Event()
+    blocked = store.submit(lambda c: release.wait(30))  # the writer thread is busy: nothing commits
+    try:
+        for _ in range(3):
+            await p.event("tool_execution_update", toolCallId="c", toolName="bash", partial="...")
+        await p.event("message_update", delta="live")
+        # received (the browser stream could show them) but not committed: not counted as persisted
+        for _ in range(100):
+            if fe.records[SID].high == 4:
+                break
+            await asyncio.sleep(0.01)
+        assert fe.records[SID].high == 4
+        assert fe.log.committed[SID] == 1 and fe.log.welcome_seq(SID) == 1
+
+        # a reconnecting plugin gets its welcome only once those writes have landed
+        q = FakePlugin(lvmh.ports["lvmh"], SID)
+        await q.open()
+        await q.send_raw({"v": 1, "type": "hello", "sessionId": SID, "seq": 0, "ts": 1, "session": {}})
+        waiting = asyncio.ensure_future(q.recv_type("welcome", timeout=30))
+        await asyncio.sleep(0.2)
+        assert not waiting.done()
+    finally:
+        release.set()
+    welcome = await waiting
+    assert welcome["lastSeq"] == 4
+    await asyncio.wrap_future(blocked)
+    await q.close()
+
+
+async def test_a_failed_batch_caps_last_seq_below_the_lost_rows(lvmh):
+    """A batch that did not commit is never reported as persisted, even after later ones did."""
+    store = lvmh.bridge.store
+    log = EventLog(store)
+    real_submit = store.submit
+    calls = {"n": 0}
+
+    def flaky_submit(op):
+        calls["n"] += 1
+        if calls["n"] == 2:  # the second batch fails inside the writer's transaction
+            def failing(conn):
+                raise RuntimeError("disk full")
+
+            return real_submit(failing)
+        return real_submit(op)
+
+    store.submit = flaky_submit  # type: ignore[method-assign]
+    try:
+        log.upsert_session(SID, {"id": SID}, "plugin")
+        for seq in (1, 2, 3):
+            log.append(SID, seq, seq, "agent_start", '{"seq": %d}' % seq)
+        log.flush()
+        for seq in (4, 5, 6):
+            log.append(SID, seq, seq, "agent_start", '{"seq": %d}' % seq)
+        log.flush()
+        for seq in (7, 8):
+            log.append(SID, seq, seq, "agent_start", '{"seq": %d}' % seq)
+        await log.settle(SID)
+    finally:
+        store.submit = real_submit  # type: ignore[method-assign]
+    assert log.committed[SID] == 8  # batch 7..8 committed after the failed one
+    assert log.failures == 1
+    assert log.welcome_seq(SID) == 3  # ...but the plugin must resend from 4
+    assert [r[0] for r in store.query("SELECT seq FROM events WHERE sessionId=? ORDER BY seq", (SID,))] == [
+        1, 2, 3, 7, 8,
+    ]
+    # the resend fills the gap (7 and 8 again are ignored), and then 8 is the truth
+    for seq in (4, 5, 6, 7, 8):
+        log.append(SID, seq, seq, "agent_start", '{"seq": %d}' % seq)
+    await log.settle(SID)
+    assert log.welcome_seq(SID) == 8
+    assert store.query("SELECT COUNT(*) FROM events WHERE sessionId=?", (SID,)) == [(8,)]
+
+
+async def test_a_burst_is_written_in_few_transactions(lvmh, plugins, api):
+    store = lvmh.bridge.store
+    p = plugins(SID)
+    await p.connect()
+    before = store.commits
+    n = 3000
+    frames = []
+    for seq in range(1, n + 1):
+        frames.append(
+            '{"v":1,"sessionId":"%s","seq":%d,"ts":1700000000000,"type":"tool_execution_update",'
+            '"toolCallId":"c","toolName":"bash","partial":"line %d"}' % (SID, seq, seq)
+        )
+    for f in frames:
+        await p.ws.send_str(f)
+    evs = await api.wait_events(SID, lambda e: len(e) == 1000, timeout=30)
+    assert evs[-1]["seq"] == 1000
+    await lvmh.frontends["lvmh"].log.aflush()
+    assert store.query("SELECT COUNT(*) FROM events WHERE sessionId=?", (SID,)) == [(n,)]
+    assert store.commits - before < n / 10  # batched: never one transaction per event
