@@ -214,6 +214,7 @@ function openSession(id) {
   resetRendered();
   renderList();
   if (!id) {
+    document.title = "lvmh · agent sessions";
     renderView();
     return;
   }
@@ -319,6 +320,7 @@ function renderHead() {
   const key = JSON.stringify([info, phase, st && st.aborted, online, app.stopArmed]);
   if (key === app.rendered.headKey) return;
   app.rendered.headKey = key;
+  document.title = `${phase === "running" ? "● " : ""}${sessionTitle(info)} · lvmh`;
   const chips = [];
   const known = Boolean(s || (st && st.info));
   if (info.repo) chips.push(h("span.chip", { title: "repository" }, info.repo));
@@ -390,7 +392,12 @@ function renderTimeline(st) {
   else if (st.notFound && !currentSession()) foot.appendChild(h("div.notice#waiting-session", h("span.spinner.small"), " Waiting for this session's agent to connect…"));
   else if (st.loadError) foot.appendChild(h("div.notice.notice-error", `Could not load the history: ${st.loadError}`));
   else if (!st.items.length && st.phase !== "running") foot.appendChild(h("div.muted.small.center", "No messages yet."));
-  if (st.phase === "running" && !st.openAssistant) foot.appendChild(h("div.working", h("span.spinner"), "working…"));
+  if (st.phase === "running") {
+    const draft = st.openAssistant ? st.byKey.get(`m:${st.openAssistant}`) : null;
+    const waiting = pendingDecisions(st).length > 0;
+    if (waiting) foot.appendChild(h("div.working", "waiting for a decision above…"));
+    else if (!(draft && draft.streaming)) foot.appendChild(h("div.working", h("span.spinner"), "working…"));
+  }
   if (nearBottom) wrap.scrollTop = wrap.scrollHeight;
 }
 

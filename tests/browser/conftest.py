@@ -101,6 +101,13 @@ class UI:
         page = await ctx.new_page()
         page.set_default_timeout(TIMEOUT_MS)
         page.on("pageerror", lambda exc: self.page_errors.append(str(exc)))
+
+        def console(msg):
+            # CSP violations and module load failures; network errors of a restarting daemon are expected
+            if msg.type == "error" and ("Refused to" in msg.text or "module script" in msg.text):
+                self.page_errors.append(msg.text)
+
+        page.on("console", console)
         await page.goto(self.base + path)
         return page
 

@@ -376,14 +376,21 @@ async def test_reconnect_after_server_restart(ui):
 
     svc2 = await ui.service_factory(adapters=("lvmh",), data_dir=ui.tmp_path, lvmh_port=port)
     assert svc2.ports["lvmh"] == port
+    # a run that completes before the page is back (most likely): only the refetch can show it
+    await svc2.bridge.execute(SendMessage(text="while you were away", conversation_id=cid), Origin(surface="cli"))
+    for _ in range(200):
+        if svc2.bridge.conversations[cid].run is None:
+            break
+        await asyncio.sleep(0.05)
     await expect(page.locator("#conn")).to_contain_text("live")
+    await expect(page.locator(".msg-assistant").last).to_contain_text("Echo: while you were away")
 
     # re-subscribed: a run started elsewhere streams in, and the history has no duplicates
     await svc2.bridge.execute(SendMessage(text="after the restart", conversation_id=cid), Origin(surface="cli"))
     await expect(page.locator(".msg-assistant").last).to_contain_text("Echo: after the restart")
-    await expect(settled(page)).to_have_count(2)
-    await expect(page.locator(".msg-user")).to_have_count(2)
-    await expect(page.locator(".msg-assistant")).to_have_count(2)
+    await expect(settled(page)).to_have_count(3)
+    await expect(page.locator(".msg-user")).to_have_count(3)
+    await expect(page.locator(".msg-assistant")).to_have_count(3)
     keys = await page.eval_on_selector_all("#timeline > *", "els => els.map(e => e.dataset.key)")
     assert len(keys) == len(set(keys))
     await send(page, "typed after the restart")
