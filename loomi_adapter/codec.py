@@ -48,9 +48,12 @@ def body(type_: str, payload: dict, *, task_id: Optional[str] = None, run_id: Op
     )
 
 
+SEQ_PREFIX = b'{"seq":%d,"event_id":"e_%d",'
+
+
 def stamp(body_: bytes, seq: int) -> bytes:
-    """Splice a device's ``seq`` and ``event_id`` into an encoded body."""
-    return b'{"seq":%d,"event_id":"e_%d",' % (seq, seq) + body_[1:]
+    """Splice a device's ``seq`` and ``event_id`` into an encoded body (``body_[1:]`` drops its ``{``)."""
+    return SEQ_PREFIX % (seq, seq) + body_[1:]
 
 
 def mark_replayed(frame: bytes) -> bytes:

@@ -84,21 +84,15 @@ class Device:
         self.last_seen = last_seen
         self.seq = seq  # the last seq given out
         self.reserved = reserved  # committed upper bound of seq
+        self.limit = reserved  # above this seq, Registry.advance must run (set by the registry)
         self.floor = seq  # every replayable frame with seq <= floor is gone
-        self.window: collections.deque[tuple[int, bytes]] = collections.deque()
-        self.window_size = window
+        # (seq, frame) of the last events, appended by the server's fan-out (which updates floor)
+        self.window: collections.deque[tuple[int, bytes]] = collections.deque(maxlen=window)
         self.conn: Any = None  # the live connection (server.Connection), if any
         self.requests: collections.OrderedDict = collections.OrderedDict()
         self._pending: Any = None  # concurrent.futures.Future of a block reservation
         self._pending_target = 0
         self._store_failed = False
-
-    def record(self, seq: int, frame: bytes) -> None:
-        """Keep a replayable frame in the window."""
-        w = self.window
-        if len(w) >= self.window_size:
-            self.floor = w.popleft()[0]
-        w.append((seq, frame))
 
     def replay(self, last_seq: Optional[int]) -> tuple[list[bytes], bool]:
         """Frames after ``last_seq`` (marked replayed), and whether the gap was truncated."""
@@ -153,6 +147,7 @@ class Registry:
         rows = []
         for d in self.devices.values():
             d.reserved = d.seq + self.block
+            self._relimit(d)
             rows.append((d.reserved, d.device_id))
 
         def write(c: sqlite3.Connection) -> None:
@@ -177,7 +172,14 @@ class Registry:
     # --- seq --------------------------------------------------------------------
 
     def next_seq(self, d: Device) -> int:
-        d.seq += 1
+        s = d.seq + 1
+        d.seq = s
+        if s > d.limit:
+            self.advance(d)
+        return s
+
+    def advance(self, d: Device) -> None:
+        """The slow path of ``next_seq`` (``d.seq`` is past ``d.limit``): settle or reserve a block."""
         s = d.seq
         if d._pending is not None and d._pending.done():
             self._settle(d)
@@ -185,7 +187,10 @@ class Registry:
             self._reserve_now(d)
         elif d._pending is None and s > d.reserved - self.block // 2:
             self._reserve(d)
-        return s
+        self._relimit(d)
+
+    def _relimit(self, d: Device) -> None:
+        d.limit = d.reserved if d._pending is not None else d.reserved - self.block // 2
 
     def _reserve(self, d: Device) -> None:
         target = max(d.reserved, d.seq) + self.block
@@ -263,6 +268,7 @@ class Registry:
             (d.device_id, d.credential_hash, d.name, d.model, d.os, d.app_version, d.paired_at, d.last_seen,
              d.reserved),
         ))
+        self._relimit(d)
         self.devices[d.device_id] = d
         return d, credential
 

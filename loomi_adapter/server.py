@@ -77,6 +77,12 @@ def _version() -> str:
         return "0"
 
 
+# events whose frames need the conversation (task shape, session id) or the run's final text
+_NEEDS_EXTRA = frozenset({ev.ConversationCreated, ev.ConversationRenamed, ev.ConversationUpdated, ev.RunStarted,
+                          ev.RunFinished})
+_NO_EXTRA = codec.Extra()
+
+
 class Connection:
     """One socket: its outbox, protocol session, device (once authenticated) and tasks."""
 
@@ -180,22 +186,37 @@ class LoomiFrontEnd(FrontEnd):
         devices = self.registry.devices
         if not devices:
             return
-        cid = getattr(event, "conversation_id", None)
-        extra = codec.Extra(conv=self.bridge.conversations.get(cid) if cid is not None else None)
-        if t is ev.RunFinished:
-            extra.final_text = self._final_text.pop(event.run_id, None)
-        bodies = codec.render(event, extra)
+        render = codec.RENDERERS.get(t)
+        if render is None:
+            return
+        if t in _NEEDS_EXTRA:
+            extra = codec.Extra(conv=self.bridge.conversations.get(event.conversation_id))
+            if t is ev.RunFinished:
+                extra.final_text = self._final_text.pop(event.run_id, None)
+        else:
+            extra = _NO_EXTRA
+        bodies = render(event, extra)
         if not bodies:
             return
-        next_seq = self.registry.next_seq
-        for d in tuple(devices.values()):
+        # the hot path: per device only a seq, a small prefix, and a concatenation
+        tails = [b[1:] for b in bodies]
+        advance = self.registry.advance
+        prefix = codec.SEQ_PREFIX
+        for d in devices.values():
             conn = d.conn
-            for b in bodies:
-                s = next_seq(d)
-                f = codec.stamp(b, s)
-                d.record(s, f)
-                if conn is not None:
-                    conn.outbox.put(f)
+            put = conn.outbox.put if conn is not None else None
+            window = d.window
+            for tail in tails:
+                s = d.seq + 1
+                d.seq = s
+                if s > d.limit:
+                    advance(d)
+                f = prefix % (s, s) + tail
+                if len(window) == window.maxlen:
+                    d.floor = window[0][0]
+                window.append((s, f))
+                if put is not None:
+                    put(f)
 
     def _send(self, conn: Connection, type_: str, payload: dict) -> None:
         """A reply frame (not replayed): the device's next seq, or 0 before authentication."""
@@ -265,7 +286,7 @@ class LoomiFrontEnd(FrontEnd):
                 if not self.registry.consume_token(hs.token):
                     raise Unauthorized("Invalid or expired pairing token")
                 device, credential = await self.registry.pair(hs.info)
-                log.info("loomi: paired device %s (%s) with token %s", device.device_id,
+                log.info("loomi: paired device %s (%s), pairing token fingerprint %s", device.device_id,
                          device.model or "unknown model", token_fp)
                 last_seq = None
             else:
