@@ -215,7 +215,7 @@ function renderAttachment(item, ctx) {
   const meta = [item.mimeType, formatBytes(item.size)].filter(Boolean).join(" · ");
   card.appendChild(
     h("div.attachment-row",
-      h("span.file-icon", { "aria-hidden": "true" }, isImage ? "🖼" : "📄"),
+      h(`span.file-icon${isImage ? ".file-image" : ""}`, { "aria-hidden": "true" }, fileBadge(item.filename, item.mimeType)),
       h("div.attachment-meta", h("div.filename", item.filename), h("div.muted.small", meta)),
       h("button.download", { type: "button", onclick: () => ctx.download(item) }, "Download")),
   );
@@ -227,6 +227,13 @@ function renderAttachment(item, ctx) {
   const err = ctx.errors.get(item.key);
   if (err) card.appendChild(h("div.error-text", { role: "alert" }, err));
   return card;
+}
+
+/** A short badge for a file: its extension (or the MIME subtype), at most 4 characters. */
+export function fileBadge(filename, mimeType) {
+  const m = /\.([A-Za-z0-9]{1,8})$/.exec(filename || "");
+  const ext = m ? m[1] : String(mimeType || "").split("/")[1] || "file";
+  return ext.replace(/[^A-Za-z0-9]/g, "").slice(0, 4).toUpperCase() || "FILE";
 }
 
 function renderSettled(item) {
