@@ -105,7 +105,8 @@ class LoomiFrontEnd(FrontEnd):
     def __init__(self, bridge, config):
         super().__init__(bridge, config)
         sec = config.section("loomi")
-        self.hello_timeout = float(sec.get("hello_timeout", 10.0))
+        # unauthenticated sockets are closed within 10 s: the hello deadline, then a short close
+        self.hello_timeout = float(sec.get("hello_timeout", 9.0))
         self.ping_interval = float(sec.get("ping_interval", 25.0))
         self.max_missed = int(sec.get("max_missed_pongs", 3))
         self.outbox_items = int(sec.get("outbox_items", 2048))
@@ -469,7 +470,7 @@ class LoomiFrontEnd(FrontEnd):
         payload["fatal"] = True
         if not conn.outbox.closed:
             self._send(conn, "error", payload)
-            await conn.outbox.flush(1.0)
+            await conn.outbox.flush(1.0 if conn.device is not None else 0.3)
         else:  # overflowed: write the error past the dropped queue (uncompressed frames are atomic)
             d = conn.device
             seq = self.registry.next_seq(d) if d is not None else 0
@@ -480,8 +481,10 @@ class LoomiFrontEnd(FrontEnd):
         await self._close(conn, close_code(payload["code"]), payload["code"])
 
     async def _close(self, conn: Connection, code: int, reason: str) -> None:
+        # an unauthenticated peer gets little time to answer the close: it is gone by 10 s
+        wait = 2.0 if conn.device is not None else 0.5
         try:
-            await asyncio.wait_for(conn.ws.close(code=code, message=reason.encode()[:120]), 2.0)
+            await asyncio.wait_for(conn.ws.close(code=code, message=reason.encode()[:120]), wait)
         except Exception:
             if conn.transport is not None:
                 conn.transport.abort()

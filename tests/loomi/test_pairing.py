@@ -140,6 +140,7 @@ async def test_first_frame_must_be_hello(loomi):
 
 
 async def test_unauthenticated_socket_is_closed_by_its_deadline(loomi):
+    assert loomi.frontends["loomi"].hello_timeout == 9.0  # + at most 0.3 s flush and 0.5 s close: gone by 10 s
     loomi.frontends["loomi"].hello_timeout = 0.2
     c = await Client.connect(loomi)
     frames, close = await c.closed()
