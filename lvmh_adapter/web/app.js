@@ -316,8 +316,8 @@ function renderHead() {
   const st = app.states.get(app.current);
   const info = s || (st && st.info) || { id: app.current };
   const phase = st ? st.phase : "idle";
-  const online = Boolean(s && s.online);
-  const key = JSON.stringify([info, phase, st && st.aborted, online, app.stopArmed]);
+  const online = Boolean(s && s.online) && app.conn === "open";
+  const key = JSON.stringify([info, phase, st && st.aborted, online, app.stopArmed, app.conn === "open"]);
   if (key === app.rendered.headKey) return;
   app.rendered.headKey = key;
   document.title = `${phase === "running" ? "● " : ""}${sessionTitle(info)} · lvmh`;
@@ -345,7 +345,7 @@ function renderHead() {
       h("div.head-title",
         h(`span.dot${online ? ".online" : ".offline"}`, { title: online ? "online" : "offline" }),
         h("h2#session-title", sessionTitle(info)),
-        h("span.muted.small", online ? "online" : known ? "offline" : "not connected yet"),
+        h("span.muted.small", app.conn !== "open" ? "status unknown" : online ? "online" : known ? "offline" : "not connected yet"),
         status),
       h("div.chips", chips)),
     actions);
@@ -439,6 +439,8 @@ function buildComposer() {
 function offlineReason() {
   const s = currentSession();
   if (!app.listLoaded) return "Loading…";
+  if (app.conn === "waiting") return "Not connected to the daemon: reconnecting… Prompts can be sent once the connection is back.";
+  if (app.conn !== "open") return "Connecting to the daemon…";
   if (!s) return "This session is not connected to the daemon, so prompts cannot be delivered.";
   if (!s.online) {
     return s.agent
@@ -635,7 +637,9 @@ const socket = new LiveSocket({
   },
   onState: (state, sock) => {
     app.conn = state;
+    document.body.classList.toggle("disconnected", state !== "open");
     renderConn(sock);
+    renderHead();
     if (state === "waiting" && sock.failures >= 3 && sock.failures % 3 === 0) {
       // the upgrade keeps failing: is it the token?
       api.sessions().then(setSessions, () => {});

@@ -372,6 +372,8 @@ async def test_reconnect_after_server_restart(ui):
     port = ui.port
     await ui.svc.stop()
     await expect(page.locator("#conn")).to_contain_text("reconnecting")
+    await expect(page.locator("#prompt-input")).to_be_disabled()
+    await expect(page.locator("#composer-reason")).to_contain_text("Not connected to the daemon")
     await shot(page, "13-reconnecting")
 
     svc2 = await ui.service_factory(adapters=("lvmh",), data_dir=ui.tmp_path, lvmh_port=port)
