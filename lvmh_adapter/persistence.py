@@ -51,6 +51,9 @@ MIGRATIONS = [
         source TEXT NOT NULL DEFAULT 'plugin'
     );
     """,
+    # 2: seqs handed out ahead of storage (the bridge's own sessions number their unstored
+    # message_update events too; after a restart numbering resumes above this, never reusing one)
+    "ALTER TABLE sessions ADD COLUMN seqReserved INTEGER NOT NULL DEFAULT 0",
 ]
 
 FLUSH_ROWS = 2000  # flush before the end of the tick once this many rows wait
@@ -59,14 +62,16 @@ BACKLOG_LOW = 10_000
 
 
 class StoredSession:
-    __slots__ = ("id", "info", "last_seq", "last_event_at", "source")
+    __slots__ = ("id", "info", "last_seq", "last_event_at", "source", "reserved")
 
-    def __init__(self, sid: str, info: dict, last_seq: int, last_event_at: Optional[int], source: str):
+    def __init__(self, sid: str, info: dict, last_seq: int, last_event_at: Optional[int], source: str,
+                 reserved: int = 0):
         self.id = sid
         self.info = info
         self.last_seq = last_seq
         self.last_event_at = last_event_at
         self.source = source
+        self.reserved = reserved
 
 
 class _Batch:
@@ -98,8 +103,8 @@ class EventLog:
 
     def load(self) -> list[StoredSession]:
         out = []
-        for sid, info, last_seq, last_at, source in self.store.query(
-            "SELECT id, info, lastSeq, lastEventAt, source FROM sessions"
+        for sid, info, last_seq, last_at, source, reserved in self.store.query(
+            "SELECT id, info, lastSeq, lastEventAt, source, seqReserved FROM sessions"
         ):
             try:
                 data = orjson.loads(info)
@@ -108,7 +113,7 @@ class EventLog:
             if not isinstance(data, dict):
                 data = {}
             self.committed[sid] = int(last_seq or 0)
-            out.append(StoredSession(sid, data, int(last_seq or 0), last_at, source))
+            out.append(StoredSession(sid, data, int(last_seq or 0), last_at, source, int(reserved or 0)))
         # nobody is connected to a daemon that just started
         self.store.write_later(lambda c: c.execute("UPDATE sessions SET online=0 WHERE online!=0"))
         return out
@@ -134,11 +139,16 @@ class EventLog:
             self._schedule()
 
     def upsert_session(self, sid: str, info: dict, source: str, online: Optional[bool] = None) -> None:
-        self._batch.sessions.append((sid, orjson.dumps(info).decode(), source, online))
+        self._batch.sessions.append((sid, "upsert", orjson.dumps(info).decode(), source, online))
         self._schedule()
 
     def set_online(self, sid: str, online: bool) -> None:
-        self._batch.sessions.append((sid, None, None, online))
+        self._batch.sessions.append((sid, "online", None, None, online))
+        self._schedule()
+
+    def reserve(self, sid: str, upto: int) -> None:
+        """Record that seqs up to ``upto`` of ``sid`` may be handed out (the row must exist)."""
+        self._batch.sessions.append((sid, "reserve", upto, None, None))
         self._schedule()
 
     def delete_session(self, sid: str) -> None:
@@ -171,16 +181,18 @@ class EventLog:
         rows, sessions, maxima = batch.rows, batch.sessions, batch.maxima
 
         def op(conn: sqlite3.Connection) -> None:
-            for sid, info, source, online in sessions:
-                if info is not None:
+            for sid, kind, value, source, online in sessions:
+                if kind == "upsert":
                     conn.execute(
                         "INSERT INTO sessions(id, info, source, online) VALUES(?,?,?,?) "
                         "ON CONFLICT(id) DO UPDATE SET info=excluded.info, "
                         "online=COALESCE(?, sessions.online)",
-                        (sid, info, source, int(bool(online)), None if online is None else int(online)),
+                        (sid, value, source, int(bool(online)), None if online is None else int(online)),
                     )
-                elif online is not None:
+                elif kind == "online":
                     conn.execute("UPDATE sessions SET online=? WHERE id=?", (int(online), sid))
+                else:
+                    conn.execute("UPDATE sessions SET seqReserved=MAX(seqReserved, ?) WHERE id=?", (value, sid))
             if rows:
                 conn.executemany(
                     "INSERT OR IGNORE INTO events(sessionId, seq, ts, type, payload) VALUES(?,?,?,?,?)", rows

@@ -41,11 +41,12 @@ HELLO_TIMEOUT = 10.0
 HEARTBEAT = 30.0
 MAX_BODY = 1024 * 1024
 AUTH_FAIL_LIMIT = 30
+SEQ_BLOCK = 1000  # seqs of a bridge session reserved at a time (message_update numbers are never stored)
 LIST_EVENTS = (ev.ConversationCreated, ev.ConversationRenamed, ev.ConversationUpdated)
 
 
 class SessionRecord:
-    __slots__ = ("id", "source", "info", "high", "last_event_at", "conn")
+    __slots__ = ("id", "source", "info", "high", "last_event_at", "conn", "reserved")
 
     def __init__(self, sid: str, source: str, info: dict, high: int = 0, last_event_at: Optional[int] = None):
         self.id = sid
@@ -54,6 +55,7 @@ class SessionRecord:
         self.high = high  # plugin: highest seq accepted; bridge: last seq assigned
         self.last_event_at = last_event_at
         self.conn: Optional[PluginConn] = None
+        self.reserved = high  # bridge: seqs up to here are recorded as handed out
 
 
 class PluginConn:
@@ -100,7 +102,8 @@ class LvmhFrontEnd(FrontEnd):
         for row in self.log.load():
             source = "bridge" if row.source == "bridge" else "plugin"
             info = row.info if source == "bridge" else codec.session_info(row.info, row.id)
-            self.records[row.id] = SessionRecord(row.id, source, info, row.last_seq, row.last_event_at)
+            high = max(row.last_seq, row.reserved) if source == "bridge" else row.last_seq
+            self.records[row.id] = SessionRecord(row.id, source, info, high, row.last_event_at)
         self.bridge.add_source(self.source)
         self._load_extensions()
 
@@ -324,8 +327,8 @@ class LvmhFrontEnd(FrontEnd):
     async def _agent_ws(self, request: web.Request) -> web.StreamResponse:
         ws = web.WebSocketResponse(max_msg_size=codec.MAX_PLUGIN_FRAME, heartbeat=HEARTBEAT, compress=False)
         await ws.prepare(request)
-        conn = PluginConn(ws, Outbox(ws_text_sender(ws), max_items=4096), peer_host(request))
-        conn.outbox._on_overflow = lambda: self.tasks.spawn(ws.close(code=errors.CLOSE_SLOW, message=b"slow"))
+        outbox = Outbox(ws_text_sender(ws), max_items=4096, on_overflow=lambda: self._close_later(ws, b"slow peer"))
+        conn = PluginConn(ws, outbox, peer_host(request))
         writer = self.tasks.spawn(conn.outbox.run(), name="lvmh-plugin-writer")
         self.sockets.add(ws)
         loop = asyncio.get_running_loop()
@@ -418,6 +421,10 @@ class LvmhFrontEnd(FrontEnd):
             if not rebind:
                 log.info("lvmh: plugin session %s connected from %s (lastSeq %d)", sid, conn.peer, last)
 
+    def _close_later(self, ws: web.WebSocketResponse, reason: bytes) -> None:
+        """An outbox overflowed (the peer does not read): drop the socket, never wait for it."""
+        self.tasks.spawn(ws.close(code=errors.CLOSE_SLOW, message=reason), name="lvmh-close-slow")
+
     def _take_over(self, rec: SessionRecord, conn: PluginConn) -> None:
         old = rec.conn
         if old is None or old is conn:
@@ -485,9 +492,8 @@ class LvmhFrontEnd(FrontEnd):
 
         ws = web.WebSocketResponse(max_msg_size=codec.MAX_BROWSER_FRAME, heartbeat=HEARTBEAT, compress=False)
         await ws.prepare(request)
-        conn = BrowserConn(ws, Outbox(ws_text_sender(ws)))
-        conn.outbox._on_overflow = lambda: self.tasks.spawn(
-            ws.close(code=errors.CLOSE_SLOW, message=b"slow consumer; reconnect")
+        conn = BrowserConn(
+            ws, Outbox(ws_text_sender(ws), on_overflow=lambda: self._close_later(ws, b"slow consumer; reconnect"))
         )
         writer = self.tasks.spawn(conn.outbox.run(), name="lvmh-browser-writer")
         state = BrowserSession()
@@ -533,6 +539,9 @@ class LvmhFrontEnd(FrontEnd):
         rec = self._bridge_record(cid)
         rec.high += 1
         seq = rec.high
+        if seq + SEQ_BLOCK // 2 > rec.reserved:  # reserve ahead, so a restart never reuses a seq
+            rec.reserved = seq + SEQ_BLOCK
+            self.log.reserve(cid, rec.reserved)
         ts_ms = int(ts * 1000)
         obj = {"v": codec.PROTOCOL_VERSION, "sessionId": cid, "seq": seq, "ts": ts_ms, "type": etype}
         obj.update(payload)

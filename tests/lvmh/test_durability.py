@@ -17,7 +17,10 @@ async def test_welcome_waits_for_writes_in_flight(lvmh, plugins):
     p = plugins(SID)
     await p.connect()
     await p.event("agent_start")
-    await fe.log.aflush()
+    for _ in range(500):
+        await fe.log.aflush()
+        if fe.log.committed.get(SID) == 1:
+            break
     assert fe.log.committed[SID] == 1
 
     release = threading.Event()
@@ -109,6 +112,46 @@ async def test_a_burst_is_written_in_few_transactions(lvmh, plugins, api):
         await p.ws.send_str(f)
     evs = await api.wait_events(SID, lambda e: len(e) == 1000, timeout=30)
     assert evs[-1]["seq"] == 1000
+    for _ in range(3000):
+        if await api.events(SID, after=n - 1):
+            break
+        await asyncio.sleep(0.01)
     await lvmh.frontends["lvmh"].log.aflush()
     assert store.query("SELECT COUNT(*) FROM events WHERE sessionId=?", (SID,)) == [(n,)]
     assert store.commits - before < n / 10  # batched: never one transaction per event
+
+
+async def test_bridge_session_seqs_are_never_reused_after_a_restart(service_factory, tmp_path):
+    """Deltas take seqs that are never stored; a restart mid-run must not hand those numbers out again."""
+    from bridge_core import commands as cmd
+    from tests.lvmh.helpers import Api, Browser
+
+    data = tmp_path / "shared"
+    svc = await service_factory(adapters=("lvmh",), data_dir=data)
+    conv = await svc.bridge.execute(cmd.CreateConversation(name="restart"), cmd.LOCAL)
+    sid = conv.conversation_id
+    b = await Browser(svc.ports["lvmh"]).open()
+    api = Api(svc.ports["lvmh"])
+    try:
+        await b.send({"type": "subscribe", "sessionId": sid})
+        await asyncio.sleep(0.05)
+        await api.post(f"/api/sessions/{sid}/prompt", {"message": "/slow 30"})
+        seen = await b.events_until(sid, lambda e: e["type"] == "message_update" and e["delta"] == " w3")
+        top = max(e["seq"] for e in seen)
+    finally:
+        await b.close()
+        await api.close()
+    await svc.stop()  # mid-run: the last seqs handed out were deltas, never stored
+
+    svc2 = await service_factory(adapters=("lvmh",), data_dir=data)
+    api = Api(svc2.ports["lvmh"])
+    try:
+        stored = await api.events(sid)
+        assert stored and max(e["seq"] for e in stored) < top
+        status, _ = await api.post(f"/api/sessions/{sid}/prompt", {"message": "after the restart"})
+        assert status == 200
+        evs = await api.wait_events(sid, lambda e: e and e[-1]["type"] == "agent_settled")
+        new = [e for e in evs if e["seq"] > max(x["seq"] for x in stored)]
+        assert new and min(e["seq"] for e in new) > top
+    finally:
+        await api.close()
