@@ -249,3 +249,22 @@ test("formatting helpers", () => {
   assert.equal(relativeTime(Date.now() - 5 * 60000), "5 min ago");
   assert.equal(formatUsage({ inputTokens: 1200, outputTokens: 7, totalCost: 0 }), "1,200 in · 7 out");
 });
+
+test("reconnect backoff: exponential with jitter, capped", async () => {
+  const { backoffDelay } = await import("../../../lvmh_adapter/web/socket.js");
+  assert.equal(backoffDelay(0, 500, 15000, () => 0), 250);
+  assert.equal(backoffDelay(0, 500, 15000, () => 1), 500);
+  assert.equal(backoffDelay(3, 500, 15000, () => 1), 4000);
+  assert.equal(backoffDelay(50, 500, 15000, () => 1), 15000);
+  assert.ok(backoffDelay(50, 500, 15000, () => 0) >= 7500);
+});
+
+test("file badges", async () => {
+  // view.js imports dom.js, which only touches `document` when called
+  const { fileBadge, argsSummary } = await import("../../../lvmh_adapter/web/view.js");
+  assert.equal(fileBadge("demo.txt", "text/plain"), "TXT");
+  assert.equal(fileBadge("archive", "application/zip"), "ZIP");
+  assert.equal(fileBadge("x.<b>", "a/<script>"), "SCRI");
+  assert.equal(argsSummary({ command: "ls -la\nmore" }), "ls -la");
+  assert.equal(argsSummary({ todos: [1, 2] }), "2 items");
+});
