@@ -7,6 +7,7 @@ import logging
 import time
 from typing import Any, Optional
 
+import attrs
 from aiohttp import WSMsgType, web
 
 from bridge_core import commands as cmd
@@ -225,8 +226,12 @@ class PhebyFrontEnd(FrontEnd):
 
     async def _execute(self, conn: Connection, command: Any, origin: cmd.Origin) -> None:
         rid = getattr(command, "request_id", None)
+        if rid is not None:
+            core_command = attrs.evolve(command, request_id=codec.core_request_id(rid))
+        else:
+            core_command = command
         try:
-            result = await self.bridge.execute(command, origin)
+            result = await self.bridge.execute(core_command, origin)
         except BridgeError as err:
             self._queue(conn, codec.error_frame(to_pheby_error(err, command), rid, time.time()))
             return

@@ -179,3 +179,12 @@ def test_decode_request_only_raises_bridge_errors(value):
         codec.decode_request(value if isinstance(value, dict) else {"type": "chat.send", "text": value})
     except BridgeError:
         pass
+
+
+def test_only_phebys_own_request_ids_are_echoed_on_broadcasts():
+    mine = ev.RunStarted(conversation_id="c", run_id="r", message_id="draft-r", request_id="pheby:r6")
+    other = ev.RunStarted(conversation_id="c", run_id="r", message_id="draft-r", request_id="loomi:r6")
+    assert codec.render_event(mine)[0] == {"type": "run.accepted", "conversation_id": "c", "run_id": "r", "request_id": "r6"}
+    assert codec.render_event(other)[0] == {"type": "run.accepted", "conversation_id": "c", "run_id": "r"}
+    resolved = ev.ApprovalResolved(conversation_id="c", run_id="r", approval_id="a", choice="once", request_id="loomi:x")
+    assert "request_id" not in codec.render_event(resolved)[0]
