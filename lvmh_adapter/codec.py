@@ -185,7 +185,6 @@ def abort(session_id: str) -> bytes:
 class BrowserFrame:
     type: str  # subscribe | unsubscribe
     session_id: Optional[str]
-    after: Optional[int] = None
 
 
 def decode_browser_frame(data: Union[str, bytes]) -> BrowserFrame:
@@ -202,11 +201,7 @@ def decode_browser_frame(data: Union[str, bytes]) -> BrowserFrame:
         raise FrameError("subscribe needs a valid sessionId", code="invalid_frame")
     if ftype == "unsubscribe" and sid is not None and not isinstance(sid, str):
         raise FrameError("sessionId must be a string", code="invalid_frame")
-    after = obj.get("after")
-    if after is not None:
-        if not _is_int(after) or not 0 <= after <= MAX_SEQ:  # type: ignore[operator]
-            raise FrameError("after must be an integer >= 0", code="invalid_frame")
-    return BrowserFrame(type=ftype, session_id=sid, after=after)
+    return BrowserFrame(type=ftype, session_id=sid)
 
 
 def events_frame(session_id: str, after: int, raws: Iterable[str]) -> str:

@@ -47,10 +47,11 @@ MAX_PREVIEW = 2048
 
 
 class _Run:
-    __slots__ = ("run_id", "message_id", "draft", "completions", "text", "inp", "out", "cost")
+    __slots__ = ("run_id", "message_id", "draft", "completions", "text", "inp", "out", "cost", "seen")
 
     def __init__(self, run_id: str):
         self.run_id = run_id
+        self.seen = False  # an event of pi's for this run arrived (a prompted run may not have begun yet)
         self.message_id = draft_message_id(run_id)
         self.draft = ev.Draft()
         self.completions = 0
@@ -114,8 +115,9 @@ class PluginSource(AgentSource):
             raise NotFound("Run not found")
         if self.fe.plugin_online(sid):
             self.fe.send_abort(sid)  # the run ends with the plugin's agent_settled {aborted: true}
-        else:
-            self._finish(sid, "cancelled", None)
+            if run.seen:
+                return
+        self._finish(sid, "cancelled", None)  # pi never began it (or is gone): nothing will settle it
 
     async def pause(self, conv: "ConversationState", run_id: str, request_id: Optional[str]) -> None:
         await self.cancel(conv, run_id, request_id)
@@ -194,7 +196,10 @@ class PluginSource(AgentSource):
 
     def _run(self, sid: str) -> _Run:
         run = self.runs.get(sid)
-        return run if run is not None else self._start(sid)
+        if run is None:
+            run = self._start(sid)
+        run.seen = True
+        return run
 
     def _finish(self, sid: str, status: str, error: Optional[str]) -> None:
         run = self.runs.pop(sid, None)

@@ -346,7 +346,13 @@ class LvmhFrontEnd(FrontEnd):
                     break
                 if msg.type not in (WSMsgType.TEXT, WSMsgType.BINARY) or conn.replaced:
                     continue
-                await self._plugin_frame(conn, msg.data)
+                try:
+                    await self._plugin_frame(conn, msg.data)
+                except (asyncio.CancelledError, ConnectionResetError):
+                    raise
+                except Exception:  # a bug on one frame never ends the session
+                    log.exception("lvmh: handling a plugin frame failed")
+                    conn.outbox.put(error_frame("Internal error", "internal_error", session_id=conn.state.session_id))
         except asyncio.TimeoutError:
             conn.outbox.put(error_frame("No hello within the deadline", "auth_timeout"))
             await conn.outbox.flush(1.0)
@@ -470,9 +476,12 @@ class LvmhFrontEnd(FrontEnd):
         if rec.last_event_at is None or frame.ts > rec.last_event_at:
             rec.last_event_at = frame.ts
         self.stream.push(rec.id, frame.seq, frame.raw)
-        if etype == "session_info":
-            self._apply_info(rec, frame.obj.get("session"))
-        self.source.translate(rec.id, etype, frame.obj)
+        try:
+            if etype == "session_info":
+                self._apply_info(rec, frame.obj.get("session"))
+            self.source.translate(rec.id, etype, frame.obj)
+        except Exception:  # the event is stored and shown; only its shared-event form is lost
+            log.exception("lvmh: translating a %s event of a plugin session failed", etype)
 
     def _plugin_gone(self, conn: PluginConn) -> None:
         conn.state.close()

@@ -102,7 +102,7 @@ async def test_bad_browser_frames_are_answered_and_the_socket_stays(browsers, pl
     b = await browsers()
     await b.session_list()
     for frame in ["nope", "[]", '{"type": 3}', '{"type": "dance"}', '{"type": "subscribe"}',
-                  '{"type": "subscribe", "sessionId": "../x"}', '{"type": "subscribe", "sessionId": "a", "after": -1}']:
+                  '{"type": "subscribe", "sessionId": "../x"}', '{"type": "unsubscribe", "sessionId": 5}']:
         await b.send(frame)
         err = await b.recv_until(lambda f: f["type"] == "error")
         assert isinstance(err["error"], str) and err["code"]

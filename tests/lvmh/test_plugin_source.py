@@ -100,6 +100,11 @@ async def test_abort_from_pheby_and_offline_send(both):
         accepted = await pheby.recv_type("run.accepted")
         await plugin.recv_type("prompt")
         await plugin.event("agent_start")
+        source = both.frontends["lvmh"].source
+        for _ in range(500):  # pi has begun the run (a run pi never began is cancelled at once)
+            if source.runs[SID].seen:
+                break
+            await asyncio.sleep(0.01)
         await pheby.send({"type": "run.cancel", "conversation_id": SID, "run_id": accepted["run_id"], "request_id": "c"})
         await plugin.recv_type("abort")
         await plugin.event("agent_end", usage={})
@@ -155,3 +160,21 @@ async def test_disconnect_mid_run_fails_the_run_after_the_grace(both, monkeypatc
         assert fin["status"] == "failed"
     finally:
         await pheby.close()
+
+
+async def test_cancel_before_pi_began_the_run_ends_it_at_once(both):
+    plugin = FakePlugin(both.ports["lvmh"], SID)
+    pheby = await PhebyClient.connect(both.ports["pheby"])
+    try:
+        await plugin.connect()
+        await pheby.send({"type": "chat.send", "conversation_id": SID, "text": "x", "request_id": "r1"})
+        accepted = await pheby.recv_type("run.accepted")
+        await plugin.recv_type("prompt")
+        await pheby.send({"type": "run.cancel", "conversation_id": SID, "run_id": accepted["run_id"], "request_id": "c"})
+        await plugin.recv_type("abort")
+        fin = await pheby.recv_type("run.finished")
+        assert fin["status"] == "cancelled" and fin["run_id"] == accepted["run_id"]
+        assert both.bridge.conversations[SID].run is None
+    finally:
+        await pheby.close()
+        await plugin.close()
