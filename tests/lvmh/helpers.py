@@ -214,7 +214,10 @@ class Api:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
-            evs = await self.events(sid)
+            status, evs = await self.get(f"/api/sessions/{sid}/events")
+            assert status in (200, 404), (status, evs)
+            if status == 404:  # not connected yet
+                evs = []
             if pred(evs):
                 return evs
             if loop.time() > deadline:
