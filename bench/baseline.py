@@ -39,8 +39,8 @@ class Baseline:
                     await ws.send_frame(orjson.dumps({"type": "ready", "protocol_version": 1, "server": "pheby", "ts": _iso()}), TEXT)
                     self.pheby.add(ws)
                 elif t == "chat.send":
-                    n = _bench_n(frame.get("text", ""))
-                    asyncio.get_running_loop().create_task(self.run_pheby(frame.get("conversation_id", "c"), n))
+                    n, rate = _bench_n(frame.get("text", ""))
+                    asyncio.get_running_loop().create_task(self.run_pheby(frame.get("conversation_id", "c"), n, rate))
                 elif t == "conversation.create":
                     await ws.send_frame(orjson.dumps({"type": "conversation.created", "conversation_id": "c" * 32, "name": "b", "request_id": frame.get("request_id")}), TEXT)
         finally:
@@ -54,17 +54,17 @@ class Baseline:
             except Exception:
                 self.pheby.discard(ws)
 
-    async def run_pheby(self, cid: str, n: int) -> None:
+    async def run_pheby(self, cid: str, n: int, rate: float = 0.0) -> None:
         run_id = os.urandom(16).hex()
         mid = f"draft-{run_id}"
         await self._broadcast_pheby(orjson.dumps({"type": "run.accepted", "conversation_id": cid, "run_id": run_id}))
         await self._broadcast_pheby(orjson.dumps({"type": "message.start", "conversation_id": cid, "run_id": run_id, "message_id": mid}))
         text = ""
+        start = asyncio.get_running_loop().time()
         for i in range(n):
             text += "tok "
             await self._broadcast_pheby(orjson.dumps({"type": "message.delta", "conversation_id": cid, "message_id": mid, "text": text, "ts": _iso()}))
-            if i % 32 == 31:
-                await asyncio.sleep(0)
+            await _pace(i, start, rate)
         await self._broadcast_pheby(orjson.dumps({"type": "message.complete", "conversation_id": cid, "message_id": mid, "text": text, "ts": _iso()}))
         await self._broadcast_pheby(orjson.dumps({"type": "run.finished", "conversation_id": cid, "run_id": run_id, "status": "completed"}))
 
@@ -83,10 +83,10 @@ class Baseline:
                     await self._send_loomi(ws, b'"type":"hello.ok","task_id":null,"run_id":null,"payload":' + orjson.dumps(
                         {"device_id": "d", "credential": "c", "protocol_version": 1, "server_time": time.time(), "truncated": False}))
                 elif t == "session.send":
-                    n = _bench_n(payload.get("text", ""))
+                    n, rate = _bench_n(payload.get("text", ""))
                     await self._send_loomi(ws, b'"type":"ack","task_id":null,"run_id":null,"payload":' + orjson.dumps(
                         {"request_id": payload.get("request_id"), "ok": True, "result": {"task_id": "t", "run_id": "r"}}))
-                    asyncio.get_running_loop().create_task(self.run_loomi(n))
+                    asyncio.get_running_loop().create_task(self.run_loomi(n, rate))
         finally:
             self.loomi.pop(ws, None)
         return ws
@@ -111,29 +111,43 @@ class Baseline:
             except Exception:
                 self.loomi.pop(ws, None)
 
-    async def run_loomi(self, n: int) -> None:
+    async def run_loomi(self, n: int, rate: float = 0.0) -> None:
         run_id = os.urandom(16).hex()
         task_id = "t" * 32
         ids = b'"task_id":"%s","run_id":"%s",' % (task_id.encode(), run_id.encode())
         await self._broadcast_loomi(b'"type":"run.started",' + ids + b'"payload":' + orjson.dumps(
             {"run_id": run_id, "task_id": task_id, "model": "demo-small", "provider": "demo"}))
+        start = asyncio.get_running_loop().time()
         for i in range(n):
             await self._broadcast_loomi(b'"type":"run.delta",' + ids + b'"payload":' + orjson.dumps(
                 {"run_id": run_id, "text": "tok ", "kind": "text", "iteration": 0}))
-            if i % 32 == 31:
-                await asyncio.sleep(0)
+            await _pace(i, start, rate)
         await self._broadcast_loomi(b'"type":"run.completed",' + ids + b'"payload":' + orjson.dumps(
             {"run_id": run_id, "status": "completed", "text": "tok " * n, "error": None, "finished": True}))
 
 
-def _bench_n(text: str) -> int:
+def _bench_n(text: str) -> tuple[int, float]:
     parts = text.split()
+    n, rate = 10, 0.0
     if len(parts) >= 2 and parts[0] == "/bench":
         try:
-            return int(parts[1])
+            n = int(parts[1])
+            rate = float(parts[2]) if len(parts) > 2 else 0.0
         except ValueError:
             pass
-    return 10
+    return n, rate
+
+
+async def _pace(i: int, start: float, rate: float) -> None:
+    """The demo agent's pacing: sleep to keep ``rate`` per second, else yield every 32."""
+    if rate > 0:
+        loop = asyncio.get_running_loop()
+        wait = start + (i + 1) / rate - loop.time()
+        if wait > 0.0005:
+            await asyncio.sleep(wait)
+            return
+    if i % 32 == 31:
+        await asyncio.sleep(0)
 
 
 def _iso() -> str:

@@ -138,7 +138,8 @@ async def _count_pheby(ws, st: ClientStats) -> None:
             return
 
 
-async def loomi_run(port: int, devices: list, n: int, watch: Optional[ProcWatch], timeout: float = 300.0) -> dict:
+async def loomi_run(port: int, devices: list, n: int, watch: Optional[ProcWatch], timeout: float = 300.0,
+                    rate: float = 0.0) -> dict:
     """One measured run: every device connected, the first sends /bench n."""
     async with aiohttp.ClientSession() as http:
         socks = [await connect_loomi(http, port, d) for d in devices]
@@ -147,7 +148,7 @@ async def loomi_run(port: int, devices: list, n: int, watch: Optional[ProcWatch]
         readers = [asyncio.create_task(_count_loomi(ws, st, started)) for (ws, _), st in zip(socks, stats)]
         cpu0 = watch.cpu() if watch else 0.0
         t0 = time.time()
-        await socks[0][0].send_str(orjson.dumps({"v": 1, "type": "session.send", "payload": {"text": f"/bench {n}", "request_id": f"b{t0}"}}).decode())
+        await socks[0][0].send_str(orjson.dumps({"v": 1, "type": "session.send", "payload": {"text": f"/bench {n} {rate:g}" if rate else f"/bench {n}", "request_id": f"b{t0}"}}).decode())
         await asyncio.wait_for(asyncio.gather(*(st.done.wait() for st in stats)), timeout)
         elapsed = time.time() - t0
         cpu = (watch.cpu() - cpu0) if watch else 0.0

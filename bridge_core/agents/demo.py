@@ -167,15 +167,32 @@ class DemoAgent(ManagedAgentSource):
         )
 
     async def _bench(self, ctx: RunContext, rest: str) -> None:
+        """``/bench <n> [per_second]``: n deltas of "tok ", as fast as accepted or paced."""
+        parts = rest.split()
         try:
-            n = int(rest.split()[0]) if rest else 1000
+            n = int(parts[0]) if parts else 1000
         except ValueError:
             n = 1000
         n = max(0, min(n, 10_000_000))
-        for i in range(n):
-            ctx.delta(BENCH_PIECE)
-            if i % BENCH_YIELD_EVERY == BENCH_YIELD_EVERY - 1:
-                await asyncio.sleep(0)
+        try:
+            rate = float(parts[1]) if len(parts) > 1 else 0.0
+        except ValueError:
+            rate = 0.0
+        if rate > 0:
+            loop = asyncio.get_running_loop()
+            start = loop.time()
+            for i in range(n):
+                ctx.delta(BENCH_PIECE)
+                wait = start + (i + 1) / rate - loop.time()
+                if wait > 0.0005:
+                    await asyncio.sleep(wait)
+                elif i % BENCH_YIELD_EVERY == BENCH_YIELD_EVERY - 1:
+                    await asyncio.sleep(0)
+        else:
+            for i in range(n):
+                ctx.delta(BENCH_PIECE)
+                if i % BENCH_YIELD_EVERY == BENCH_YIELD_EVERY - 1:
+                    await asyncio.sleep(0)
         ctx.complete()
 
     # --- settings -----------------------------------------------------------
