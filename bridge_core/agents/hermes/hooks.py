@@ -55,6 +55,7 @@ class HookSet:
         ctx.register_hook("pre_tool_call", self.pre_tool_call)
         ctx.register_hook("post_tool_call", self.post_tool_call)
         ctx.register_hook("post_approval_response", self.post_approval_response)
+        ctx.register_hook("pre_llm_call", self.pre_llm_call)
         ctx.register_hook("on_session_end", self.on_session_end)
         if stream_hooks:  # feature-detected: registering unknown hooks only logs warnings
             ctx.register_hook("on_stream_delta", self.on_stream_delta)
@@ -120,6 +121,17 @@ class HookSet:
             log.debug("post_approval_response hook failed", exc_info=True)
         return None
 
+    def pre_llm_call(self, **kw: Any) -> None:
+        try:
+            t = self._target(kw)
+            if t is None:
+                return None
+            host, platform, chat = t
+            self._post(host, host.source.turn_started, platform, chat, str(kw.get("turn_id") or ""))
+        except Exception:
+            log.debug("pre_llm_call hook failed", exc_info=True)
+        return None  # nothing injected into the prompt
+
     def on_session_end(self, **kw: Any) -> None:
         try:
             if not kw.get("interrupted"):
@@ -128,7 +140,7 @@ class HookSet:
             if t is None:
                 return None
             host, platform, chat = t
-            self._post(host, host.source.turn_ended, platform, chat, True)
+            self._post(host, host.source.turn_ended, platform, chat, str(kw.get("turn_id") or ""), True)
         except Exception:
             log.debug("on_session_end hook failed", exc_info=True)
         return None

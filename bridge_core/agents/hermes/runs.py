@@ -54,6 +54,7 @@ class HermesRun:
         self.cancelling = False
         self.cancel_request_id: Optional[str] = None
         self.interrupted = False
+        self.turn_ids: set[str] = set()  # Hermes turns (pre_llm_call) of this run
         self.failed_notice: Optional[str] = None
         self.stream_final: Optional[str] = None  # on_stream_end's final text (newer Hermes)
         self.finished = False

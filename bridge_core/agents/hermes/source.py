@@ -632,9 +632,15 @@ class HermesAgent(AgentSource):
             )
         )
 
-    def turn_ended(self, platform: str, chat_id: str, interrupted: bool) -> None:
+    def turn_started(self, platform: str, chat_id: str, turn_id: str) -> None:
         run = self.runs.get((platform, chat_id))
-        if run is not None and interrupted:
+        if run is not None and not run.finished and turn_id:
+            run.turn_ids.add(turn_id)
+
+    def turn_ended(self, platform: str, chat_id: str, turn_id: str, interrupted: bool) -> None:
+        """Hook ``on_session_end``: only the turns of the active run count (a late hook of an older turn does not)."""
+        run = self.runs.get((platform, chat_id))
+        if run is not None and interrupted and turn_id and turn_id in run.turn_ids:
             run.interrupted = True
 
     # upstream stream hooks (feature-detected; never fire on 0.19.0)
