@@ -123,6 +123,10 @@ class LvmhFrontEnd(FrontEnd):
 
     async def start(self, host: str, port: int, ssl_context=None) -> int:
         bound = await super().start(host, port, ssl_context)
+        # the bridge has loaded its conversations: drop sessions of conversations deleted meanwhile
+        for sid, rec in list(self.records.items()):
+            if rec.source == "bridge" and sid not in self.bridge.conversations:
+                self._forget(sid)
         if self.spawn is not None and getattr(self.spawn, "daemon_url", None) is None:
             scheme = "https" if ssl_context is not None else "http"
             shown = f"[{host}]" if ":" in host else host
