@@ -80,6 +80,9 @@ class PhebyFrontEnd(FrontEnd):
         self.conns: dict[str, Connection] = {}
         self._drafts: dict[str, ev.TextDelta] = {}
         self._draft_cache: dict[str, tuple[int, bytes]] = {}
+        self._draft_sent: dict[str, float] = {}
+        self._draft_timers: dict[str, asyncio.TimerHandle] = {}
+        self.draft_interval = float(opts.get("draft_interval_ms", 40)) / 1000.0
         self._next_id = 0
         self.stats = {"connections": 0, "slow_disconnects": 0, "rate_limited": 0, "auth_failures": 0}
 
@@ -103,16 +106,23 @@ class PhebyFrontEnd(FrontEnd):
                 return
             mid = event.message_id
             self._drafts[mid] = event
-            key = ("draft", mid)
-            frame = _DraftFrame(self, mid)
-            for conn in self.conns.values():
-                if conn.outbox is not None:
-                    conn.outbox.put(frame, key)
+            if mid in self._draft_timers:
+                return  # a flush is already scheduled; it will send the newest draft
+            loop = asyncio.get_running_loop()
+            wait = self._draft_sent.get(mid, -1e9) + self.draft_interval - loop.time()
+            if wait <= 0:
+                self._push_draft(mid)
+            else:
+                self._draft_timers[mid] = loop.call_later(wait, self._push_draft, mid)
             return
         if t is ev.MessageCompleted or t is ev.RunFinished:
             mid = event.message_id if t is ev.MessageCompleted else f"draft-{event.run_id}"
             self._drafts.pop(mid, None)
             self._draft_cache.pop(mid, None)
+            self._draft_sent.pop(mid, None)
+            timer = self._draft_timers.pop(mid, None)
+            if timer is not None:
+                timer.cancel()
         frames = codec.render_event(event)
         if not frames:
             return
@@ -122,6 +132,23 @@ class PhebyFrontEnd(FrontEnd):
             if box is not None:
                 for data in encoded:
                     box.put(data)
+
+    def _push_draft(self, mid: str) -> None:
+        """Queue the newest cumulative draft of ``mid`` to every client (at most once per draft_interval).
+
+        Cumulative drafts are O(n^2) bytes if every delta is sent; a client
+        only ever replaces the bubble, so it gets the newest text at a steady
+        rate, and a slow client's unsent draft is replaced in place.
+        """
+        self._draft_timers.pop(mid, None)
+        if mid not in self._drafts:
+            return
+        self._draft_sent[mid] = asyncio.get_running_loop().time()
+        key = ("draft", mid)
+        frame = _DraftFrame(self, mid)
+        for conn in self.conns.values():
+            if conn.outbox is not None:
+                conn.outbox.put(frame, key)
 
     # --- WebSocket ----------------------------------------------------------------
 

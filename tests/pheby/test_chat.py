@@ -28,10 +28,10 @@ async def test_echo_run_exact_frames(pheby):
     assert frames[1] == {"type": "message.start", "conversation_id": cid, "run_id": run_id, "message_id": mid}
     deltas = frames[2:-2]
     assert deltas and all(f["type"] == "message.delta" for f in deltas)
-    # cumulative: each delta extends the previous one, and the last is the whole text
-    texts = [f["text"] for f in deltas]
+    # cumulative: each draft extends the previous one and the final text (drafts are paced, newest wins)
+    texts = [f["text"] for f in deltas] + ["Echo: hello there"]
     assert all(b.startswith(a) for a, b in zip(texts, texts[1:]))
-    assert texts[-1] == "Echo: hello there"
+    assert texts[0].startswith("Echo:")  # the first draft goes out at once
     assert all(set(f) == {"type", "conversation_id", "message_id", "text", "ts"} for f in deltas)
     assert strip_ts(frames[-2]) == {
         "type": "message.complete", "conversation_id": cid, "message_id": mid, "text": "Echo: hello there",
@@ -336,3 +336,17 @@ async def test_slow_client_does_not_slow_others(pheby):
     await fast.close()
     await slow.close()
     await slow_session.close()
+
+
+async def test_drafts_are_paced_newest_wins(pheby):
+    """Cumulative drafts go out at most once per draft interval: the first at once, then the newest text."""
+    pheby.frontends["pheby"].draft_interval = 3600.0  # nothing after the first within this test
+    c = await PhebyClient.connect(pheby.ports["pheby"])
+    cid = await c.create()
+    await c.send({"type": "chat.send", "conversation_id": cid, "text": "/bench 5000"})
+    frames = await c.collect_until("run.finished")
+    drafts = [f for f in frames if f["type"] == "message.delta"]
+    assert len(drafts) == 1  # rendered when sent: the newest text at that moment
+    complete = [f for f in frames if f["type"] == "message.complete"][0]
+    assert complete["text"] == "tok " * 5000 and complete["text"].startswith(drafts[0]["text"])
+    await c.close()
