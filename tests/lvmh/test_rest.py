@@ -273,3 +273,18 @@ async def test_deleted_conversation_leaves_the_session_list(lvmh, api):
     assert status == 404
     await lvmh.frontends["lvmh"].log.aflush()
     assert lvmh.bridge.store.query("SELECT COUNT(*) FROM events WHERE sessionId=?", (sid,)) == [(0,)]
+
+
+async def test_many_failures_get_429_but_the_right_token_still_works(lvmh):
+    from lvmh_adapter import server
+
+    api = Api(lvmh.ports["lvmh"])
+    try:
+        statuses = [(await api.get("/api/sessions", headers={"Authorization": "Bearer wrong"}))[0]
+                    for _ in range(server.AUTH_FAIL_LIMIT + 3)]
+        assert statuses[: server.AUTH_FAIL_LIMIT] == [401] * server.AUTH_FAIL_LIMIT
+        assert statuses[-1] == 429
+        status, body = await api.get("/api/sessions")
+        assert status == 200 and isinstance(body, list)
+    finally:
+        await api.close()
