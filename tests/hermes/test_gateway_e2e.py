@@ -287,4 +287,5 @@ async def test_hermes_loomi_pair_json_pairs_a_device(hermes_gateway):
     listed = gw.hermes("loomi", "devices", "--json")
     assert listed.returncode == 0, listed.stderr
     assert device_id in {d["device_id"] for d in json.loads(listed.stdout)}
-    assert qr["token"] not in gw.log()  # tokens never logged
+    log = gw.log()
+    assert qr["token"] not in log and PHEBY_SECRET not in log  # tokens and secrets never logged
