@@ -42,6 +42,7 @@ log = logging.getLogger("agent_bridge.bridge")
 MAX_TEXT = 64_000
 HISTORY_CAP = 500
 RESOLVED_MEMORY = 4096
+INTERRUPTED = "interrupted by a restart"
 CLEANUP_INTERVAL = 3600.0
 
 
@@ -154,11 +155,40 @@ class Bridge:
             rows = [(now, r) for _, r in self.interrupted_runs]
             self.store.submit(
                 lambda c: c.executemany(
-                    "UPDATE runs SET status='failed', finished_at=?, error='interrupted by a restart' WHERE run_id=?",
-                    rows,
+                    "UPDATE runs SET status='failed', finished_at=?, error=? WHERE run_id=?",
+                    [(t, INTERRUPTED, r) for t, r in rows],
                 )
             ).result(timeout=30)
             log.warning("%d run(s) interrupted by a restart were marked failed", len(rows))
+
+    def report_interrupted(self) -> int:
+        """Tell every front end about the runs a crash interrupted (call once they are listening).
+
+        ``_load`` marked them failed in the runs table; here each one still in a
+        known conversation gets a notice in its transcript (so a snapshot shows
+        why the reply is missing) and a ``RunFinished`` failed, which every
+        protocol renders as the run's end (and Loomi keeps for replay).
+        """
+        if getattr(self, "_interrupted_reported", False):
+            return 0
+        self._interrupted_reported = True
+        reported = 0
+        for cid, run_id in self.interrupted_runs:
+            if cid not in self.conversations:
+                continue
+            self.publish(
+                ev.Notification(
+                    conversation_id=cid,
+                    message_id=f"n-{new_id()}",
+                    text="This run was interrupted by a restart of the bridge and did not finish.",
+                    title="Run interrupted",
+                    category="diagnostic",
+                    source="bridge",
+                )
+            )
+            self.publish(ev.RunFinished(conversation_id=cid, run_id=run_id, status="failed", error=INTERRUPTED))
+            reported += 1
+        return reported
 
     async def _cleanup_loop(self) -> None:
         while True:

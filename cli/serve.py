@@ -54,7 +54,7 @@ def make_agent(cfg: Config) -> AgentSource:
     if cfg.agent == "hermes":
         raise ConfigError(
             "the Hermes agent runs inside Hermes's own gateway: enable the agent-bridge plugin and run "
-            "`hermes gateway run` (see README, Hermes)"
+            "`hermes gateway run` (see docs/hermes.md)"
         )
     raise ConfigError(f"unknown agent {cfg.agent!r}; choose demo or hermes")
 
@@ -125,6 +125,7 @@ class Service:
         except PortInUse as exc:
             await self.stop()
             raise ConfigError(str(exc.args[1] if len(exc.args) > 1 else exc))
+        self.bridge.report_interrupted()  # every front end listens now: runs a crash cut short end as failed
         os.makedirs(cfg.run_dir, mode=0o700, exist_ok=True)
         tmp = os.path.join(cfg.run_dir, "ports.json.tmp")
         with open(tmp, "w") as f:

@@ -128,3 +128,32 @@ async def test_task_list_status(bridge):
 def test_demo_png_is_valid():
     data = demo_png()
     assert data.startswith(b"\x89PNG\r\n\x1a\n") and data.endswith(b"IEND\xaeB`\x82")
+
+
+async def test_interrupted_run_is_reported_failed_once_front_ends_listen(tmp_path):
+    """report_interrupted (called by Service.start after the front ends start): a notice and RunFinished failed."""
+    d = str(tmp_path / "d")
+    b = Bridge(d, DemoAgent())
+    await b.start()
+    res = await b.execute(cmd.SendMessage(text="/slow 30"), PHEBY)
+    await asyncio.sleep(0.05)
+    b.store.flush()
+    b.store.close()  # a crash: the run never finished
+    b2 = Bridge(d, DemoAgent())
+    await b2.start()
+    try:
+        seen = []
+        b2.hub.subscribe(lambda s, e: seen.append(e))
+        assert b2.report_interrupted() == 1
+        assert b2.report_interrupted() == 0  # once
+        notice, finished = seen
+        assert isinstance(notice, ev.Notification) and "interrupted by a restart" in notice.text
+        assert notice.conversation_id == res.conversation_id
+        assert isinstance(finished, ev.RunFinished)
+        assert (finished.run_id, finished.status, finished.error) == (res.run_id, "failed", "interrupted by a restart")
+        assert [m.text for m in b2.conversation(res.conversation_id).messages] == ["/slow 30", notice.text]
+        assert b2.conversation(res.conversation_id).run is None
+    finally:
+        await b2.stop()
+        for t in list(b.tasks._tasks):
+            t.cancel()
