@@ -1,9 +1,9 @@
-"""Import agent-bridge's ``cli`` modules inside Hermes.
+"""Import agent-bridge's command-line modules inside Hermes.
 
-hermes-agent ships a top-level ``cli.py`` module; in the Hermes process
-``import cli`` finds that one, not agent-bridge's ``cli`` package. Until the
-package is renamed, its modules are loaded from their files under a private
-name (they only import ``bridge_core``).
+hermes-agent ships a top-level ``cli.py`` module, so agent-bridge's ``cli/``
+folder installs as the package ``agent_bridge_cli``. From a source checkout
+that was not installed, the modules are loaded from their files under that
+same name (they only import ``bridge_core``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ ALIAS = "agent_bridge_cli"
 def cli_module(name: str) -> ModuleType:
     """``cli.<name>`` of agent-bridge (``serve``, ``main``)."""
     try:
-        mod = importlib.import_module(f"cli.{name}")
+        mod = importlib.import_module(f"{ALIAS}.{name}")
         if os.path.dirname(os.path.dirname(os.path.abspath(mod.__file__ or ""))) == _root():
             return mod
     except ImportError:
