@@ -134,6 +134,10 @@ def peer_host(request: web.Request) -> str:
 
 class FrontEnd:
     name = "frontend"
+    # a connection that sends no complete HTTP request (or idles between keep-alive
+    # requests) this long is closed: an idle or slowloris socket never holds a descriptor
+    # for aiohttp's default hour. Upgraded WebSockets are not affected.
+    keepalive_timeout = 10.0
 
     def __init__(self, bridge: "Bridge", config: "Config"):
         self.bridge = bridge
@@ -155,7 +159,9 @@ class FrontEnd:
 
     async def start(self, host: str, port: int, ssl_context: Optional[ssl.SSLContext] = None) -> int:
         app = self.build_app()
-        self.runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=2.0)
+        self.runner = web.AppRunner(
+            app, handle_signals=False, access_log=None, shutdown_timeout=2.0, keepalive_timeout=self.keepalive_timeout
+        )
         await self.runner.setup()
         site = web.TCPSite(self.runner, host, port, ssl_context=ssl_context, backlog=4096)
         try:
