@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 
-
 from bridge_core.frontend import FrontEnd
 
 
