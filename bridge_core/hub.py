@@ -132,7 +132,15 @@ class Outbox:
 
         When several frames are waiting and the sender can take a batch
         (``send.many``), they go out in one write: one syscall, not one each.
+        A peer that is gone (the transport is closing or reset) ends the loop
+        quietly: the connection's handler sees the close and cleans up.
         """
+        try:
+            await self._run()
+        except ConnectionError:
+            self.close()
+
+    async def _run(self) -> None:
         q = self._q
         many = getattr(self._send, "many", None)
         while True:

@@ -76,3 +76,16 @@ async def test_outbox_byte_limit():
     assert box.put(b"x" * 60)
     assert not box.put(b"x" * 60)
     writer.cancel()
+
+
+async def test_writer_ends_quietly_when_the_peer_is_gone():
+    """A reset transport ends the writer loop without an exception (no traceback logged per vanished client)."""
+
+    async def send(data):
+        raise ConnectionResetError("Cannot write to closing transport")
+
+    box = Outbox(send)
+    box.put(b"a")
+    await asyncio.wait_for(box.run(), 1.0)  # returns, does not raise
+    assert box.closed
+    assert box.put(b"b") is False
