@@ -335,3 +335,59 @@ async def test_rpc_session_prompt_abort_rename_and_new_session(pi_cli, pi_env, d
     log = pi_env["log"].read_text()
     assert TOKEN not in log
     assert "prompt p1" in log and "abort from the daemon" in log
+
+
+async def test_real_pi_against_the_bridge_lvmh_daemon(pi_cli, pi_env, llm, service_factory):
+    """The same long-lived pi, pointed at agent-bridge's own lvmh front end: REST prompt and abort."""
+    from tests.conftest import LVMH_TOKEN
+    from tests.lvmh.helpers import Api
+
+    svc = await service_factory(adapters=("lvmh",))
+    port = svc.ports["lvmh"]
+    env = dict(pi_env["env"], LVMH_URL=f"ws://127.0.0.1:{port}/agent/ws", LVMH_TOKEN=LVMH_TOKEN)
+    proc = await asyncio.create_subprocess_exec(
+        *_pi_args(pi_cli, "--mode", "rpc"), cwd=pi_env["cwd"], env=env,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    rpc = Rpc(proc)
+    api = Api(port)
+    try:
+        sid = None
+        deadline = time.monotonic() + 60
+        while sid is None:
+            status, sessions = await api.get("/api/sessions")
+            assert status == 200, sessions
+            pi_sessions = [s for s in sessions if s.get("agent") is True and s.get("online")]
+            if pi_sessions:
+                sid = pi_sessions[0]["id"]
+                assert pi_sessions[0]["repo"] == "group/project" and pi_sessions[0]["model"] == "fake-model"
+            elif time.monotonic() > deadline:
+                raise AssertionError(f"pi never showed up: {sessions}")
+            else:
+                await asyncio.sleep(0.05)
+
+        status, body = await api.post(f"/api/sessions/{sid}/prompt", {"message": "Please run echo (from web)"})
+        assert status == 200, body
+        evs = await api.wait_events(sid, lambda e: any(x["type"] == "agent_settled" for x in e), timeout=60)
+        assert "message_update" not in [e["type"] for e in evs]
+        users = [e["message"]["text"] for e in evs if e["type"] == "message_end" and e["message"]["role"] == "user"]
+        assert users == ["Please run echo (from web)"]
+        assert any(e["type"] == "tool_execution_end" and e["resultPreview"] == "hello-from-tool\n" for e in evs)
+
+        status, body = await api.post(f"/api/sessions/{sid}/prompt", {"message": "SLOW please"})
+        assert status == 200, body
+        await api.wait_events(sid, lambda e: sum(x["type"] == "message_start" for x in e) >= 6, timeout=30)
+        await asyncio.sleep(0.3)
+        status, body = await api.post(f"/api/sessions/{sid}/abort")
+        assert status == 200, body
+        evs = await api.wait_events(sid, lambda e: sum(x["type"] == "agent_settled" for x in e) == 2, timeout=30)
+        assert [e["aborted"] for e in evs if e["type"] == "agent_settled"] == [False, True]
+        seqs = [e["seq"] for e in evs]
+        assert seqs == sorted(set(seqs)) and seqs[0] == 1
+
+        assert await rpc.close() == 0
+        evs = await api.wait_events(sid, lambda e: e[-1]["type"] == "bye", timeout=20)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        await api.close()
