@@ -3,7 +3,8 @@
 //
 //   pi -e /path/to/pi_extension            (or -e /path/to/pi_extension/lvmh-agent.mjs)
 //
-// Environment: LVMH_URL (default ws://127.0.0.1:8686/agent/ws), LVMH_TOKEN (or LVMH_TOKEN_FILE),
+// Environment: LVMH_URL (default ws://127.0.0.1:8686/agent/ws), LVMH_TOKEN (or LVMH_TOKEN_FILE, or
+// the local bridge's ~/.agent-bridge/secrets/lvmh_token),
 // LVMH_LOG (default ~/.pi/lvmh-agent.log), LVMH_AGENT=1 / LVMH_REPO (daemon-spawned sessions),
 // LVMH_DISABLE=1. See README.md next to this file.
 //
@@ -13,6 +14,7 @@
 
 import { readFileSync, realpathSync, statSync } from "node:fs";
 import { createRequire } from "node:module";
+import { homedir } from "node:os";
 import { dirname, join, resolve as resolvePath } from "node:path";
 
 import { Backoff } from "./lib/backoff.mjs";
@@ -39,6 +41,7 @@ export function readConfig(env = process.env) {
     disabled: truthy(env.LVMH_DISABLE),
     url: String(env.LVMH_URL || DEFAULT_URL).trim(),
     token: "",
+    tokenSource: "none",
     logPath: defaultLogPath(env),
     agent: truthy(env.LVMH_AGENT),
     repo: env.LVMH_REPO ? String(env.LVMH_REPO) : null,
@@ -49,11 +52,23 @@ export function readConfig(env = process.env) {
   };
   if (env.LVMH_TOKEN) {
     config.token = String(env.LVMH_TOKEN).trim();
+    config.tokenSource = "LVMH_TOKEN";
   } else if (env.LVMH_TOKEN_FILE) {
     try {
       config.token = readFileSync(env.LVMH_TOKEN_FILE, "utf8").trim();
+      config.tokenSource = env.LVMH_TOKEN_FILE;
     } catch (err) {
       config.problems.push(`cannot read LVMH_TOKEN_FILE ${env.LVMH_TOKEN_FILE}: ${err.code || err.message}`);
+    }
+  } else {
+    // The token a local `agent-bridge serve` generated (<data-dir>/secrets/lvmh_token), if any.
+    const dataDir = env.AGENT_BRIDGE_DATA || join(env.HOME || homedir(), ".agent-bridge");
+    const file = join(dataDir, "secrets", "lvmh_token");
+    try {
+      config.token = readFileSync(file, "utf8").trim();
+      config.tokenSource = file;
+    } catch {
+      /* none: connect without a token (and say so in the log) */
     }
   }
   let parsed = null;
@@ -204,7 +219,8 @@ export function createLvmhAgent(pi, options = {}) {
     if (state.announced) return;
     state.announced = true;
     log.info(
-      `lvmh-agent: url=${config.url} token=${fingerprint(config.token)} agent=${config.agent}` +
+      `lvmh-agent: url=${config.url} token=${fingerprint(config.token)} (from ${config.tokenSource}) ` +
+        `agent=${config.agent}` +
         (config.disabled ? " (disabled)" : ""),
     );
     for (const p of config.problems) log.warn(`lvmh-agent: ${p}`);

@@ -391,3 +391,42 @@ async def test_real_pi_against_the_bridge_lvmh_daemon(pi_cli, pi_env, llm, servi
             proc.kill()
             await proc.wait()
         await api.close()
+
+
+async def test_rpc_resumed_session_continues_after_the_daemons_last_seq(pi_cli, pi_env, daemon, llm, tmp_path):
+    args = [a for a in _pi_args(pi_cli, "--mode", "rpc") if a != "--no-session"]
+    args += ["--session-dir", str(tmp_path / "sessions")]
+    proc = await asyncio.create_subprocess_exec(*args, cwd=pi_env["cwd"], env=pi_env["env"],
+                                                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                                                stderr=asyncio.subprocess.PIPE)
+    rpc = Rpc(proc)
+    try:
+        hello = await daemon.wait_for(lambda: next((f for f in daemon.frames if f["type"] == "hello"), None), 60,
+                                      "hello")
+        sid = hello["sessionId"]
+        await daemon.wait_for(lambda: sid in daemon.sockets, 10, "welcome")
+        await daemon.send(sid, {"type": "prompt", "promptId": "p1", "message": "hi"})
+        await daemon.wait_for(lambda: any(e["type"] == "agent_settled" for e in daemon.events(sid)), 60, "turn 1")
+        state = await rpc.command("get_state")
+        session_file = state["data"]["sessionFile"]
+        assert (await rpc.command("new_session"))["success"]
+        last = await daemon.wait_for(
+            lambda: next((e["seq"] for e in daemon.events(sid) if e["type"] == "bye"), None), 20, "bye")
+        # /resume: the same session id again, in the same process; its seqs follow the daemon's
+        assert (await rpc.command("switch_session", sessionPath=session_file))["success"]
+        await daemon.wait_for(lambda: sum(f["type"] == "hello" and f["sessionId"] == sid for f in daemon.frames) == 2,
+                              20, "hello again")
+        await daemon.send(sid, {"type": "prompt", "promptId": "p2", "message": "again"})
+        await daemon.wait_for(lambda: sum(e["type"] == "agent_settled" for e in daemon.events(sid)) == 2, 60,
+                              "turn 2")
+        evs = daemon.events(sid)
+        _check_envelopes(evs, sid)
+        after = [e for e in evs if e["seq"] > last]
+        assert after[0]["seq"] == last + 1 and after[0]["type"] == "agent_start"
+        assert len(daemon.persisted[sid]) == len([e for e in evs if e["type"] != "message_update"])
+        assert await rpc.close() == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert f"daemon has seq <= {last}, continuing after it" in pi_env["log"].read_text()

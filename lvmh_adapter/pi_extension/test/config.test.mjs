@@ -6,10 +6,10 @@ import { DEFAULT_URL, readConfig, repoFromGit, repoFromGitConfig, repoFromUrl } 
 import { tempLog } from "./helpers/fake-pi.mjs";
 
 test("defaults: local daemon, ~/.pi log, not an agent session", () => {
-  const c = readConfig({ HOME: "/home/u" });
+  const c = readConfig({ HOME: "/nonexistent/home/u" });
   assert.equal(c.url, DEFAULT_URL);
   assert.equal(DEFAULT_URL, "ws://127.0.0.1:8686/agent/ws");
-  assert.equal(c.logPath, "/home/u/.pi/lvmh-agent.log");
+  assert.equal(c.logPath, "/nonexistent/home/u/.pi/lvmh-agent.log");
   assert.equal(c.agent, false);
   assert.equal(c.disabled, false);
   assert.match(c.problems.join("\n"), /LVMH_TOKEN is not set/);
@@ -26,6 +26,18 @@ test("token from LVMH_TOKEN or LVMH_TOKEN_FILE; problems never contain it", () =
   assert.ok(!c.problems.join("\n").includes("env-secret"));
   assert.equal(readConfig({ LVMH_TOKEN: "s", LVMH_URL: "wss://alarm/agent/ws" }).problems.length, 0);
   assert.match(readConfig({ LVMH_TOKEN_FILE: join(t.dir, "missing") }).problems.join("\n"), /cannot read LVMH_TOKEN_FILE/);
+});
+
+test("without LVMH_TOKEN(_FILE): the local bridge's generated token, if there is one", () => {
+  const t = tempLog();
+  mkdirSync(join(t.dir, ".agent-bridge", "secrets"), { recursive: true });
+  writeFileSync(join(t.dir, ".agent-bridge", "secrets", "lvmh_token"), "generated\n");
+  assert.equal(readConfig({ HOME: t.dir }).token, "generated");
+  mkdirSync(join(t.dir, "data", "secrets"), { recursive: true });
+  writeFileSync(join(t.dir, "data", "secrets", "lvmh_token"), "other");
+  assert.equal(readConfig({ HOME: t.dir, AGENT_BRIDGE_DATA: join(t.dir, "data") }).token, "other");
+  assert.equal(readConfig({ HOME: t.dir, LVMH_TOKEN: "env" }).token, "env");
+  assert.equal(readConfig({ HOME: join(t.dir, "nowhere") }).token, "");
 });
 
 test("bad URL or LVMH_DISABLE disables the plugin", () => {
