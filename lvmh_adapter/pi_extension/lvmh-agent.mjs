@@ -20,7 +20,7 @@ import { dirname, join, resolve as resolvePath } from "node:path";
 import { Backoff } from "./lib/backoff.mjs";
 import { createLogger, defaultLogPath, fingerprint } from "./lib/log.mjs";
 import { MessageIds, head, resultText, tail, usageOf } from "./lib/mapping.mjs";
-import { SessionLink } from "./lib/link.mjs";
+import { SessionLink, redactUrl } from "./lib/link.mjs";
 
 export const DEFAULT_URL = "ws://127.0.0.1:8686/agent/ws";
 const REGISTRY_KEY = Symbol.for("agent-bridge.lvmh-agent.links");
@@ -78,7 +78,7 @@ export function readConfig(env = process.env) {
     /* below */
   }
   if (!parsed || (parsed.protocol !== "ws:" && parsed.protocol !== "wss:")) {
-    config.problems.push(`LVMH_URL is not a ws:// or wss:// URL: ${config.url}; plugin disabled`);
+    config.problems.push(`LVMH_URL is not a ws:// or wss:// URL (${redactUrl(config.url)}); plugin disabled`);
     config.disabled = true;
   } else if (config.token && parsed.protocol === "ws:" && !isLoopback(parsed.hostname)) {
     config.problems.push(`LVMH_URL is plain ws:// to ${parsed.hostname}: the token travels unencrypted`);
@@ -219,7 +219,7 @@ export function createLvmhAgent(pi, options = {}) {
     if (state.announced) return;
     state.announced = true;
     log.info(
-      `lvmh-agent: url=${config.url} token=${fingerprint(config.token)} (from ${config.tokenSource}) ` +
+      `lvmh-agent: url=${redactUrl(config.url)} token=${fingerprint(config.token)} (from ${config.tokenSource}) ` +
         `agent=${config.agent}` +
         (config.disabled ? " (disabled)" : ""),
     );

@@ -21,6 +21,17 @@ import { payloadJson, safeStringify } from "./mapping.mjs";
 const OPEN = 1;
 const PUMP_BATCH = 256;
 
+/** The URL for the log: no userinfo, no query (a token could hide there). */
+export function redactUrl(url) {
+  try {
+    const u = new URL(url);
+    const q = u.search ? "?…" : "";
+    return `${u.protocol}//${u.host}${u.pathname}${q}`;
+  } catch {
+    return "<bad url>";
+  }
+}
+
 export function buildFrame(sessionId, seq, ts, type, json) {
   const pre = `{"v":1,"sessionId":${JSON.stringify(sessionId)},"seq":${seq},"ts":${ts},"type":${JSON.stringify(type)}`;
   return json.length > 2 ? pre + "," + json.slice(1) : pre + "}";
@@ -52,6 +63,7 @@ export class SessionLink {
   }) {
     this.sessionId = sessionId;
     this.url = url;
+    this.safeUrl = redactUrl(url);
     this.token = token;
     this.log = log;
     this.resolveWebSocket = resolveWebSocket;
@@ -243,7 +255,7 @@ export class SessionLink {
       ws = new WS(this.url, options);
     } catch (err) {
       this._failures += 1;
-      this.log.error(`lvmh: cannot open ${this.url}`, err);
+      this.log.error(`lvmh: cannot open ${this.safeUrl}`, err);
       this._scheduleReconnect();
       return;
     }
@@ -308,6 +320,12 @@ export class SessionLink {
       case "abort":
         if (!this.closing && this.handlers.onAbort) this.handlers.onAbort(msg);
         break;
+      case "error": // agent-bridge's daemon answers a frame it refused (lvmh_adapter/errors.py)
+        this.log.warn(
+          `lvmh session ${this.sessionId}: daemon error ${safeStringify(msg.code ?? "?")}: ` +
+            `${safeStringify(msg.error ?? msg.message ?? "")}` + (msg.refSeq != null ? ` (seq ${msg.refSeq})` : ""),
+        );
+        break;
       default:
         this.log.debug(`lvmh: ignoring unknown frame type ${safeStringify(msg.type)}`);
     }
@@ -337,7 +355,7 @@ export class SessionLink {
     this.backoff.reset();
     this.state = "ready";
     this.log.info(
-      `lvmh session ${this.sessionId}: ${wasDown ? "reconnected" : "connected"} to ${this.url}, ` +
+      `lvmh session ${this.sessionId}: ${wasDown ? "reconnected" : "connected"} to ${this.safeUrl}, ` +
         `lastSeq=${lastSeq}, replaying ${this.buffer.unsentCount}`,
     );
     this._pump();
@@ -370,7 +388,7 @@ export class SessionLink {
       // Quiet when the daemon stays down: the first failure, then every 20th.
       if (this._failures === 1 || this._failures % 20 === 0) {
         this.log.warn(
-          `lvmh session ${this.sessionId}: cannot reach ${this.url} (${why}); attempt ${this._failures}, ` +
+          `lvmh session ${this.sessionId}: cannot reach ${this.safeUrl} (${why}); attempt ${this._failures}, ` +
             `${this.buffer.size} events buffered`,
         );
       }

@@ -308,6 +308,8 @@ test("errors are caught and logged, never thrown into pi; the token never reache
   d.lastConn.send("this is not json");
   d.lastConn.send("[1,2]");
   d.lastConn.send({ type: "welcome-ish", sessionId: sid });
+  d.lastConn.send({ type: "error", code: "bad_request", error: "no such thing", sessionId: sid, refSeq: 4 });
+  await until(() => /daemon error "bad_request": "no such thing" \(seq 4\)/.test(log.read()), 3000, "error frame logged");
   await until(() => /not JSON/.test(log.read()), 3000, "junk logged");
   assert.ok(agent.link.ready, "still connected");
   pi.fire("agent_settled", { aborted: false }, ctx);

@@ -3,6 +3,7 @@ import assert from "node:assert/strict";
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { DEFAULT_URL, readConfig, repoFromGit, repoFromGitConfig, repoFromUrl } from "../lvmh-agent.mjs";
+import { redactUrl } from "../lib/link.mjs";
 import { tempLog } from "./helpers/fake-pi.mjs";
 
 test("defaults: local daemon, ~/.pi log, not an agent session", () => {
@@ -63,4 +64,12 @@ test("repo from git remotes", () => {
   writeFileSync(join(repo, ".git", "config"), '[remote "origin"]\n\turl = git@gitlab:team/app.git\n');
   assert.equal(repoFromGit(join(repo, "src", "deep")), "team/app");
   assert.equal(repoFromGit("/nonexistent/place"), null);
+});
+
+test("URLs in the log carry no credentials", () => {
+  assert.equal(redactUrl("wss://user:pw@host:8686/agent/ws?token=abc"), "wss://host:8686/agent/ws?…");
+  assert.equal(redactUrl("ws://127.0.0.1:8686/agent/ws"), "ws://127.0.0.1:8686/agent/ws");
+  assert.equal(redactUrl("::"), "<bad url>");
+  const c = readConfig({ LVMH_URL: "http://u:secretpw@x/agent/ws", HOME: "/nonexistent" });
+  assert.ok(!c.problems.join(" ").includes("secretpw"));
 });
