@@ -19,6 +19,8 @@ from typing import Any, Iterable, Optional, Union
 import attrs
 import orjson
 
+from bridge_core.redact import redact
+
 from bridge_core.errors import BadRequest, BridgeError, TooLarge
 
 PROTOCOL_VERSION = 1
@@ -117,6 +119,8 @@ def decode_plugin_frame(data: Union[str, bytes]) -> PluginFrame:
     elif ftype in ("hello", "session_info"):
         if not isinstance(obj.get("session"), dict):
             raise FrameError(f"{ftype} needs a session object", code="invalid_frame")
+    if ftype == "tool_execution_start" or ftype == "message_end":
+        reencode |= _redact_tool_args(obj)
     if reencode:
         obj["ts"] = ts_ms
         raw = orjson.dumps(obj).decode()
@@ -125,6 +129,34 @@ def decode_plugin_frame(data: Union[str, bytes]) -> PluginFrame:
     else:
         raw = bytes(data).decode("utf-8")  # orjson accepted it, so it is valid UTF-8
     return PluginFrame(type=ftype, session_id=sid, seq=seq, ts=ts_ms, obj=obj, raw=raw)  # type: ignore[arg-type]
+
+
+def _redact_tool_args(obj: dict) -> bool:
+    """Redact secret-looking keys in tool arguments before they are stored or sent on; True if changed."""
+    changed = False
+    args = obj.get("args")
+    if isinstance(args, (dict, list)):
+        safe = redact(args)
+        if safe != args:
+            obj["args"] = safe
+            changed = True
+    message = obj.get("message")
+    calls = message.get("toolCalls") if isinstance(message, dict) else None
+    if isinstance(calls, list):
+        for call in calls:
+            raw_args = call.get("argsJson") if isinstance(call, dict) else None
+            if not isinstance(raw_args, str) or not raw_args:
+                continue
+            try:
+                parsed = orjson.loads(raw_args)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(parsed, (dict, list)):
+                safe = redact(parsed)
+                if safe != parsed:
+                    call["argsJson"] = orjson.dumps(safe).decode()
+                    changed = True
+    return changed
 
 
 def _opt_str(value: object) -> Optional[str]:

@@ -285,3 +285,19 @@ async def test_unknown_session_is_404(api, path):
     kw = {} if path == "/events" else {"body": {"message": "x"}}
     status, body = await method(f"/api/sessions/nope{path}", **kw)
     assert status == 404 and isinstance(body["error"], str)
+
+
+async def test_tool_arguments_are_redacted_before_they_are_stored_or_served(lvmh, plugins, api):
+    p = plugins(SID)
+    await p.connect()
+    await p.event("tool_execution_start", seq=1, toolCallId="t1", toolName="bash",
+                  args={"command": "deploy", "env": {"API_KEY": "sk-live-123", "region": "eu"}})
+    await p.event("message_end", seq=2, message={
+        "role": "assistant", "id": "a1", "text": "", "thinking": None, "toolCallId": None,
+        "toolCalls": [{"id": "t1", "name": "bash", "argsJson": json.dumps({"password": "hunter2", "user": "me"})}],
+    })
+    evs = await api.wait_events(SID, lambda e: len(e) >= 2)
+    assert evs[0]["args"] == {"command": "deploy", "env": {"API_KEY": "<redacted>", "region": "eu"}}
+    assert json.loads(evs[1]["message"]["toolCalls"][0]["argsJson"]) == {"password": "<redacted>", "user": "me"}
+    rows = await db_rows(lvmh, "SELECT payload FROM events WHERE sessionId=?", (SID,))
+    assert rows and not any("sk-live-123" in r[0] or "hunter2" in r[0] for r in rows)
