@@ -6,6 +6,9 @@
   through ``pi.sendUserMessage(..., {deliverAs: "steer"})``, ``abort`` stops a slow one,
   ``set_session_name`` gives ``session_info``, ``new_session`` a new sessionId with seq from 1.
 
+Real pi against agent-bridge's own daemon (REST, browser stream, Pheby, a daemon restart) is
+``test_pi_bridge_e2e.py``; the shared pieces live in ``helpers.py``.
+
 Offline: PI_OFFLINE, no version check, no telemetry, HOME and PI_CODING_AGENT_DIR in tmp_path.
 """
 
@@ -22,6 +25,7 @@ from aiohttp import WSMsgType, web
 
 from tests.fakes.fake_openai import FakeOpenAI, Reply, ToolCall, last_role, last_user_text
 from tests.pi.conftest import EXTENSION_DIR
+from tests.pi.helpers import check_envelopes, pi_args, pi_environment, start_rpc
 
 pytestmark = pytest.mark.pi
 
@@ -128,44 +132,15 @@ def llm():
 
 @pytest.fixture
 def pi_env(tmp_path, llm, daemon, node22):
-    agent_dir = tmp_path / "agent"
-    agent_dir.mkdir()
-    (agent_dir / "models.json").write_text(json.dumps({"providers": {"fake": {
-        "baseUrl": llm.base_url, "api": "openai-completions", "apiKey": "fake-key",
-        "models": [{"id": "fake-model", "reasoning": False, "input": ["text"], "contextWindow": 32000,
-                    "maxTokens": 1024, "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0}}]}}}))
-    (tmp_path / "home").mkdir()
-    project = tmp_path / "project"
-    project.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("LVMH_", "PI_", "OPENAI", "ANTHROPIC"))}
-    env.update(
-        PATH=os.path.dirname(node22) + os.pathsep + os.environ.get("PATH", ""),
-        HOME=str(tmp_path / "home"), PI_CODING_AGENT_DIR=str(agent_dir),
-        PI_OFFLINE="1", PI_SKIP_VERSION_CHECK="1", PI_TELEMETRY="0",
-        LVMH_URL=daemon.url, LVMH_TOKEN=TOKEN, LVMH_LOG=str(tmp_path / "lvmh-agent.log"),
-        LVMH_AGENT="1", LVMH_REPO="group/project",
-    )
-    return {"env": env, "cwd": str(project), "log": tmp_path / "lvmh-agent.log"}
-
-
-def _pi_args(pi_cli: str, *extra: str, extension: str = EXTENSION_DIR) -> list[str]:
-    return [pi_cli, "--no-extensions", "-e", extension, "--model", "fake/fake-model", "--no-session",
-            "--no-skills", "--no-prompt-templates", "--no-context-files", *extra]
-
-
-def _check_envelopes(frames: list[dict], sid: str) -> None:
-    for f in frames:
-        assert f["v"] == 1 and f["sessionId"] == sid and isinstance(f["ts"], int), f
-    seqs = [f["seq"] for f in frames]
-    assert seqs == sorted(set(seqs)) and seqs[0] == 1, seqs
+    return pi_environment(tmp_path, node22, llm.base_url, daemon.url, TOKEN)
 
 
 async def test_print_mode_run_with_a_tool_call(pi_cli, pi_env, daemon, llm):
     proc = await asyncio.create_subprocess_exec(
-        *_pi_args(pi_cli, "-p", "Please run echo"), cwd=pi_env["cwd"], env=pi_env["env"],
+        *pi_args(pi_cli, "-p", "Please run echo"), cwd=pi_env.cwd, env=pi_env.env,
         stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(proc.communicate(), 120)
-    log = pi_env["log"].read_text() if pi_env["log"].exists() else ""
+    log = pi_env.log.read_text() if pi_env.log.exists() else ""
     assert proc.returncode == 0, (out, err, log)
     assert b"Done." in out
 
@@ -173,12 +148,12 @@ async def test_print_mode_run_with_a_tool_call(pi_cli, pi_env, daemon, llm):
     sid = hello["sessionId"]
     session = hello["session"]
     assert hello["seq"] == 0 and session["id"] == sid
-    assert session["cwd"] == pi_env["cwd"] and session["model"] == "fake-model" and session["provider"] == "fake"
+    assert session["cwd"] == pi_env.cwd and session["model"] == "fake-model" and session["provider"] == "fake"
     assert session["agent"] is True and session["repo"] == "group/project" and isinstance(session["startedAt"], int)
 
     await daemon.wait_for(lambda: any(f["type"] == "bye" for f in daemon.events(sid)), 10, "bye")
     evs = daemon.events(sid)
-    _check_envelopes(evs, sid)
+    check_envelopes(evs, sid)
     types = [e["type"] for e in evs]
     # message_update deltas and bash's tool_execution_update partials vary with timing (the run
     # starts before the handshake, and deltas are never buffered); the rest is exact.
@@ -207,77 +182,27 @@ async def test_print_mode_run_with_a_tool_call(pi_cli, pi_env, daemon, llm):
     usage = next(e for e in evs if e["type"] == "agent_end")["usage"]
     assert usage["inputTokens"] > 0 and usage["outputTokens"] > 0
     assert next(e for e in evs if e["type"] == "agent_settled")["aborted"] is False
-    assert TOKEN not in pi_env["log"].read_text()
+    assert TOKEN not in pi_env.log.read_text()
 
 
 async def test_daemon_down_pi_works_and_exits_promptly(pi_cli, pi_env, llm, unused_tcp_port):
-    env = dict(pi_env["env"], LVMH_URL=f"ws://127.0.0.1:{unused_tcp_port}/agent/ws")
+    env = dict(pi_env.env, LVMH_URL=f"ws://127.0.0.1:{unused_tcp_port}/agent/ws")
     started = time.monotonic()
     proc = await asyncio.create_subprocess_exec(
-        *_pi_args(pi_cli, "-p", "Please run echo", extension=os.path.join(EXTENSION_DIR, "lvmh-agent.mjs")),
-        cwd=pi_env["cwd"], env=env, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+        *pi_args(pi_cli, "-p", "Please run echo", extension=os.path.join(EXTENSION_DIR, "lvmh-agent.mjs")),
+        cwd=pi_env.cwd, env=env, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(proc.communicate(), 120)
     elapsed = time.monotonic() - started
     assert proc.returncode == 0, (out, err)
     assert b"Done." in out and b"lvmh" not in out + err, (out, err)
     assert elapsed < 30, elapsed
-    log = pi_env["log"].read_text()
+    log = pi_env.log.read_text()
     assert "cannot reach" in log and "events not delivered" in log, log
 
 
-class Rpc:
-    """pi --mode rpc on stdin/stdout (JSONL)."""
-
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
-        self.proc = proc
-        self.records: list[dict] = []
-        self._reader = asyncio.create_task(self._read())
-        self._n = 0
-
-    async def _read(self) -> None:
-        assert self.proc.stdout is not None
-        while True:
-            line = await self.proc.stdout.readline()
-            if not line:
-                return
-            try:
-                self.records.append(json.loads(line))
-            except ValueError:
-                pass
-
-    async def command(self, type_: str, timeout: float = 30, **fields: Any) -> dict:
-        self._n += 1
-        rid = f"r{self._n}"
-        assert self.proc.stdin is not None
-        self.proc.stdin.write((json.dumps({"id": rid, "type": type_, **fields}) + "\n").encode())
-        await self.proc.stdin.drain()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for r in self.records:
-                if r.get("type") == "response" and r.get("id") == rid:
-                    return r
-            await asyncio.sleep(0.02)
-        raise AssertionError(f"no response to {type_}")
-
-    async def close(self, timeout: float = 30) -> int:
-        assert self.proc.stdin is not None
-        self.proc.stdin.close()
-        try:
-            await asyncio.wait_for(self.proc.wait(), timeout)
-        finally:
-            if self.proc.returncode is None:
-                self.proc.kill()
-                await self.proc.wait()
-            self._reader.cancel()
-        return self.proc.returncode
-
-
 async def test_rpc_session_prompt_abort_rename_and_new_session(pi_cli, pi_env, daemon, llm):
-    proc = await asyncio.create_subprocess_exec(
-        *_pi_args(pi_cli, "--mode", "rpc"), cwd=pi_env["cwd"], env=pi_env["env"],
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    rpc = Rpc(proc)
+    rpc = await start_rpc(pi_cli, pi_env)
     try:
         hello = await daemon.wait_for(lambda: next((f for f in daemon.frames if f["type"] == "hello"), None), 60,
                                       "hello")
@@ -319,7 +244,7 @@ async def test_rpc_session_prompt_abort_rename_and_new_session(pi_cli, pi_env, d
             "second hello")
         sid2 = hello2["sessionId"]
         await daemon.wait_for(lambda: any(e["type"] == "bye" for e in daemon.events(sid)), 10, "bye of the first")
-        _check_envelopes(daemon.events(sid), sid)
+        check_envelopes(daemon.events(sid), sid)
         await daemon.wait_for(lambda: sid2 in daemon.sockets, 10, "welcome 2")
         await daemon.send(sid2, {"type": "prompt", "promptId": "p3", "message": "hello again"})
         await daemon.wait_for(lambda: any(e["type"] == "agent_settled" for e in daemon.events(sid2)), 60, "turn 2")
@@ -327,79 +252,16 @@ async def test_rpc_session_prompt_abort_rename_and_new_session(pi_cli, pi_env, d
 
         assert await rpc.close() == 0
         await daemon.wait_for(lambda: any(e["type"] == "bye" for e in daemon.events(sid2)), 10, "bye on exit")
-        _check_envelopes(daemon.events(sid2), sid2)
+        check_envelopes(daemon.events(sid2), sid2)
     finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-    log = pi_env["log"].read_text()
+        await rpc.kill()
+    log = pi_env.log.read_text()
     assert TOKEN not in log
     assert "prompt p1" in log and "abort from the daemon" in log
 
 
-async def test_real_pi_against_the_bridge_lvmh_daemon(pi_cli, pi_env, llm, service_factory):
-    """The same long-lived pi, pointed at agent-bridge's own lvmh front end: REST prompt and abort."""
-    from tests.conftest import LVMH_TOKEN
-    from tests.lvmh.helpers import Api
-
-    svc = await service_factory(adapters=("lvmh",))
-    port = svc.ports["lvmh"]
-    env = dict(pi_env["env"], LVMH_URL=f"ws://127.0.0.1:{port}/agent/ws", LVMH_TOKEN=LVMH_TOKEN)
-    proc = await asyncio.create_subprocess_exec(
-        *_pi_args(pi_cli, "--mode", "rpc"), cwd=pi_env["cwd"], env=env,
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    rpc = Rpc(proc)
-    api = Api(port)
-    try:
-        sid = None
-        deadline = time.monotonic() + 60
-        while sid is None:
-            status, sessions = await api.get("/api/sessions")
-            assert status == 200, sessions
-            pi_sessions = [s for s in sessions if s.get("agent") is True and s.get("online")]
-            if pi_sessions:
-                sid = pi_sessions[0]["id"]
-                assert pi_sessions[0]["repo"] == "group/project" and pi_sessions[0]["model"] == "fake-model"
-            elif time.monotonic() > deadline:
-                raise AssertionError(f"pi never showed up: {sessions}")
-            else:
-                await asyncio.sleep(0.05)
-
-        status, body = await api.post(f"/api/sessions/{sid}/prompt", {"message": "Please run echo (from web)"})
-        assert status == 200, body
-        evs = await api.wait_events(sid, lambda e: any(x["type"] == "agent_settled" for x in e), timeout=60)
-        assert "message_update" not in [e["type"] for e in evs]
-        users = [e["message"]["text"] for e in evs if e["type"] == "message_end" and e["message"]["role"] == "user"]
-        assert users == ["Please run echo (from web)"]
-        assert any(e["type"] == "tool_execution_end" and e["resultPreview"] == "hello-from-tool\n" for e in evs)
-
-        status, body = await api.post(f"/api/sessions/{sid}/prompt", {"message": "SLOW please"})
-        assert status == 200, body
-        await api.wait_events(sid, lambda e: sum(x["type"] == "message_start" for x in e) >= 6, timeout=30)
-        await asyncio.sleep(0.3)
-        status, body = await api.post(f"/api/sessions/{sid}/abort")
-        assert status == 200, body
-        evs = await api.wait_events(sid, lambda e: sum(x["type"] == "agent_settled" for x in e) == 2, timeout=30)
-        assert [e["aborted"] for e in evs if e["type"] == "agent_settled"] == [False, True]
-        seqs = [e["seq"] for e in evs]
-        assert seqs == sorted(set(seqs)) and seqs[0] == 1
-
-        assert await rpc.close() == 0
-        evs = await api.wait_events(sid, lambda e: e[-1]["type"] == "bye", timeout=20)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-        await api.close()
-
-
 async def test_rpc_resumed_session_continues_after_the_daemons_last_seq(pi_cli, pi_env, daemon, llm, tmp_path):
-    args = [a for a in _pi_args(pi_cli, "--mode", "rpc") if a != "--no-session"]
-    args += ["--session-dir", str(tmp_path / "sessions")]
-    proc = await asyncio.create_subprocess_exec(*args, cwd=pi_env["cwd"], env=pi_env["env"],
-                                                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                                                stderr=asyncio.subprocess.PIPE)
-    rpc = Rpc(proc)
+    rpc = await start_rpc(pi_cli, pi_env, "--session-dir", str(tmp_path / "sessions"), persist=True)
     try:
         hello = await daemon.wait_for(lambda: next((f for f in daemon.frames if f["type"] == "hello"), None), 60,
                                       "hello")
@@ -420,13 +282,11 @@ async def test_rpc_resumed_session_continues_after_the_daemons_last_seq(pi_cli, 
         await daemon.wait_for(lambda: sum(e["type"] == "agent_settled" for e in daemon.events(sid)) == 2, 60,
                               "turn 2")
         evs = daemon.events(sid)
-        _check_envelopes(evs, sid)
+        check_envelopes(evs, sid)
         after = [e for e in evs if e["seq"] > last]
         assert after[0]["seq"] == last + 1 and after[0]["type"] == "agent_start"
         assert len(daemon.persisted[sid]) == len([e for e in evs if e["type"] != "message_update"])
         assert await rpc.close() == 0
     finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-    assert f"daemon has seq <= {last}, continuing after it" in pi_env["log"].read_text()
+        await rpc.kill()
+    assert f"daemon has seq <= {last}, continuing after it" in pi_env.log.read_text()
