@@ -127,7 +127,7 @@ class PhebyFrontEnd(FrontEnd):
         if not frames:
             return
         encoded = [dumps(f) for f in frames]
-        for conn in self.conns.values():
+        for conn in tuple(self.conns.values()):  # an overflowing outbox removes its conn (_slow)
             box = conn.outbox
             if box is not None:
                 for data in encoded:
@@ -146,7 +146,7 @@ class PhebyFrontEnd(FrontEnd):
         self._draft_sent[mid] = asyncio.get_running_loop().time()
         key = ("draft", mid)
         frame = _DraftFrame(self, mid)
-        for conn in self.conns.values():
+        for conn in tuple(self.conns.values()):  # an overflowing outbox removes its conn (_slow)
             if conn.outbox is not None:
                 conn.outbox.put(frame, key)
 
