@@ -8,8 +8,9 @@ Docker Engine API (aiodocker):
    the repo into it. Clones on the same volume are serialised by an asyncio.Lock.
    The GitLab PAT (if connected) reaches git through the container's environment and a
    credential helper: never in argv, never in the checkout's ``.git/config``.
-2. image ``lvmh-worker:latest``, built from ``docker/worker.Dockerfile`` of the build
-   context (``[lvmh] worker_context``, default: this project's checkout) when missing;
+2. image ``lvmh-worker:latest``, built when missing: by default from the worker this package
+   ships (context: the ``lvmh_adapter`` folder, Dockerfile ``worker/Dockerfile``), or from
+   ``docker/worker.Dockerfile`` of ``[lvmh] worker_context`` (``[lvmh] worker_dockerfile``);
    container with env ``LVMH_TOKEN``, ``LVMH_URL``, ``LVMH_SESSION_ID``, ``LVMH_REPO``,
    ``LVMH_AGENT=1``, ``ZAI_RENAUD_API_KEY`` (passed through from the daemon's
    environment), the repo volume at ``/workspace``, the sessions volume at
@@ -53,7 +54,9 @@ log = logging.getLogger("agent_bridge.lvmh.spawn")
 WORKER_IMAGE = "lvmh-worker:latest"
 GIT_IMAGE = "alpine/git:latest"
 SESSIONS_VOLUME = "lvmh-pi-sessions"
-WORKER_DOCKERFILE = "docker/worker.Dockerfile"
+WORKER_DOCKERFILE = "docker/worker.Dockerfile"  # in a [lvmh] worker_context (the spec's repo layout)
+PACKAGE_DIR = Path(__file__).resolve().parent
+SHIPPED_DOCKERFILE = "worker/Dockerfile"  # in PACKAGE_DIR: worker/index.mjs + pi_extension/, shipped in the wheel
 MODELS_JSON_TARGET = "/root/.pi/agent/models.json"
 WORKER_CMD = ["node", "/bridge/index.mjs"]
 ACTIVE_STATES = ("queued", "cloning", "building", "starting")
@@ -213,7 +216,8 @@ class SpawnManager:
         self.models_json = sec.get("models_json") or None
         self.models_json_target = str(sec.get("models_json_target") or MODELS_JSON_TARGET)
         self.worker_context = sec.get("worker_context") or None
-        self.worker_dockerfile = str(sec.get("worker_dockerfile") or WORKER_DOCKERFILE)
+        self.worker_dockerfile = str(
+            sec.get("worker_dockerfile") or (WORKER_DOCKERFILE if self.worker_context else SHIPPED_DOCKERFILE))
         self.agent_url = sec.get("agent_url") or None
         self.network = sec.get("network") or None
         self.clone_user = sec.get("clone_user") or None
@@ -445,7 +449,7 @@ class SpawnManager:
         return True
 
     def _build_context_dir(self) -> Optional[Path]:
-        candidates = [Path(self.worker_context)] if self.worker_context else [Path(__file__).resolve().parent.parent]
+        candidates = [Path(self.worker_context)] if self.worker_context else [PACKAGE_DIR]
         for c in candidates:
             if (c / self.worker_dockerfile).is_file():
                 return c

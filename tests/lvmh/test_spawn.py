@@ -340,6 +340,21 @@ async def test_builds_missing_worker_image_from_context(tmp_path, monkeypatch):
         assert status == 200 and e.fake.lines().count(f"POST {V}/build") == 1
 
 
+async def test_builds_missing_worker_image_from_the_shipped_worker_by_default(tmp_path, monkeypatch):
+    """No [lvmh] worker_context: the context is the lvmh_adapter package, Dockerfile worker/Dockerfile."""
+    monkeypatch.setenv("ZAI_RENAUD_API_KEY", ZAI_KEY)
+    async with Env(tmp_path) as e:
+        e.fake.images.discard("lvmh-worker:latest")
+        status, body = await e.call("POST", "/api/spawn", json={"repo": "group/project"})
+        assert status == 200, body
+        build = next(r for r in e.fake.requests if r.path.endswith("/build"))
+        assert build.query["dockerfile"] == "worker/Dockerfile"
+        members = set(e.fake.build_members)
+        assert {"worker/Dockerfile", "worker/index.mjs", "pi_extension/lvmh-agent.mjs", "pi_extension/package.json",
+                "pi_extension/lib/link.mjs"} <= members
+        assert not any("__pycache__" in m or "node_modules" in m for m in members)
+
+
 async def test_missing_worker_image_without_context_is_a_clear_503(tmp_path):
     async with Env(tmp_path, lvmh_toml=f'worker_context = "{tmp_path / "nothing"}"\n') as e:
         e.fake.images.discard("lvmh-worker:latest")
