@@ -3,11 +3,16 @@
 Order: ``AGENT_BRIDGE_NODE`` / ``AGENT_BRIDGE_PI``, then the cache's ``env.sh`` that the install
 script writes (``${AGENT_BRIDGE_CACHE:-~/.cache/agent-bridge}/pi/env.sh``), then ``node`` / ``pi``
 on PATH (``pi`` only at the pinned version). Tests skip with the reason when nothing fits.
+
+``pi_modules`` is the ``node_modules`` folder holding ``@earendil-works/pi-coding-agent`` (for code
+that imports pi's SDK, like the worker): ``AGENT_BRIDGE_PI_MODULES``, else where the ``pi`` found
+above lives (the install script's wrapper names it; a global install is a symlink into it).
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 import shutil
@@ -76,6 +81,45 @@ def find_pi() -> Optional[str]:
     return None
 
 
+PI_PACKAGE = os.path.join("@earendil-works", "pi-coding-agent")
+
+
+def _modules_of(path: str) -> Optional[str]:
+    """The node_modules folder above ``path`` that holds pi's package at the pinned version."""
+    parts = os.path.realpath(path).split(os.sep)
+    for i in range(len(parts) - 1, 0, -1):
+        if parts[i] == "node_modules":
+            modules = os.sep.join(parts[:i + 1])
+            try:
+                with open(os.path.join(modules, PI_PACKAGE, "package.json"), encoding="utf-8") as f:
+                    if json.load(f).get("version") == PI_VERSION:
+                        return modules
+            except (OSError, ValueError):
+                pass
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def find_pi_modules() -> Optional[str]:
+    explicit = os.environ.get("AGENT_BRIDGE_PI_MODULES")
+    if explicit:
+        return explicit if os.path.isfile(os.path.join(explicit, PI_PACKAGE, "package.json")) else None
+    pi = find_pi()
+    if pi is None:
+        return None
+    candidates = [pi]
+    try:  # scripts/install-pi.sh's wrapper: exec '<node>' '<.../node_modules/@earendil-works/.../cli.js>' "$@"
+        with open(pi, encoding="utf-8", errors="replace") as f:
+            candidates += re.findall(r"'([^']*node_modules[^']*)'", f.read(4096))
+    except OSError:
+        pass
+    for cand in candidates:
+        found = _modules_of(cand)
+        if found:
+            return found
+    return None
+
+
 @pytest.fixture
 def node22() -> str:
     node = find_node()
@@ -90,3 +134,11 @@ def pi_cli(node22) -> str:
     if pi is None:
         pytest.skip(f"needs pi {PI_VERSION} (run scripts/install-pi.sh, or set AGENT_BRIDGE_PI)")
     return pi
+
+
+@pytest.fixture
+def pi_modules(pi_cli) -> str:
+    modules = find_pi_modules()
+    if modules is None:
+        pytest.skip(f"needs pi {PI_VERSION}'s node_modules (run scripts/install-pi.sh, or set AGENT_BRIDGE_PI_MODULES)")
+    return modules
