@@ -30,6 +30,7 @@ from .errors import (
     NotFound,
     RunActive,
     TooLarge,
+    Unavailable,
 )
 from .hub import Hub
 from .ids import new_id
@@ -369,6 +370,14 @@ class Bridge:
     async def _send(self, c: cmd.SendMessage, origin: cmd.Origin) -> SendResult:
         if len(c.text) > MAX_TEXT:
             raise TooLarge(f"Text longer than {MAX_TEXT} characters")
+        if self.store.failed is not None:
+            # the last commit failed (disk full, read-only directory): nothing said now could be kept,
+            # so refuse clearly instead of running a turn that a restart forgets; a write that works
+            # again (space freed) clears it
+            try:
+                await self.store.probe()
+            except Unavailable:
+                raise Unavailable("The bridge cannot save anything right now (disk full or read-only); try again later")
         created = False
         if c.conversation_id is None:
             title = " ".join(c.text.split())[:60] or "New chat"

@@ -81,7 +81,7 @@ class Store:
         self._thread: Optional[threading.Thread] = None
         self._wconn: Optional[sqlite3.Connection] = None
         self._rconn: Optional[sqlite3.Connection] = None
-        self.failed: Optional[BaseException] = None
+        self.failed: Optional[BaseException] = None  # the last storage error (disk full, read-only), until probe() works
         self.commits = 0
 
     # --- lifecycle ---------------------------------------------------------
@@ -174,6 +174,7 @@ class Store:
                     break
                 batch.append(nxt)
             results: list[tuple[concurrent.futures.Future, Any, Optional[BaseException]]] = []
+            storage_error: Optional[BaseException] = None
             try:
                 conn.execute("BEGIN IMMEDIATE")
                 for fn, fut in batch:
@@ -186,8 +187,12 @@ class Store:
                         conn.execute("ROLLBACK TO op")
                         conn.execute("RELEASE op")
                         results.append((fut, None, exc))
+                        if is_storage_error(exc):
+                            storage_error = exc
                 conn.execute("COMMIT")
                 self.commits += 1
+                if storage_error is not None:
+                    self.failed = storage_error  # sticky: cleared by a probe() that works
             except sqlite3.Error as exc:
                 log.error("store commit failed: %s", exc)
                 self.failed = exc
@@ -213,6 +218,26 @@ class Store:
 
     async def aflush(self) -> None:
         await self.write(lambda c: None)
+
+    async def probe(self, size: int = 256 * 1024) -> None:
+        """Write (and drop, in one transaction) ``size`` bytes: room for a message and its reply?
+
+        Raises Unavailable while the disk is full or the directory read-only.
+        """
+
+        def write(c: sqlite3.Connection) -> None:
+            c.execute(
+                "INSERT INTO settings(key, value) VALUES('store.probe', zeroblob(?)) "
+                "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+                (size,),
+            )
+            c.execute("DELETE FROM settings WHERE key='store.probe'")
+
+        try:
+            await self.write(write)
+        except sqlite3.Error as exc:
+            raise Unavailable(f"database write failed: {exc}")
+        self.failed = None
 
     # --- reads -------------------------------------------------------------
 
@@ -266,6 +291,14 @@ def _apply_migrations(conn: sqlite3.Connection, component: str, migrations: Sequ
                 conn.execute("ROLLBACK")
             raise
     return max(version, len(migrations))
+
+
+def is_storage_error(exc: BaseException) -> bool:
+    """SQLite could not write (disk full, read-only, I/O error), as opposed to a bad statement."""
+    name = getattr(exc, "sqlite_errorname", "") or ""
+    return isinstance(exc, sqlite3.Error) and name.startswith(
+        ("SQLITE_FULL", "SQLITE_READONLY", "SQLITE_IOERR", "SQLITE_CANTOPEN", "SQLITE_CORRUPT")
+    )
 
 
 def _log_failure(fut: concurrent.futures.Future) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 
 import pytest
@@ -62,3 +63,35 @@ async def test_settings(tmp_path):
     await s.set_setting("k", None)
     assert s.get_setting("k") is None
     s.close()
+
+
+async def test_disk_full_refuses_sends_clearly_and_recovers(tmp_path):
+    """A write SQLite cannot make (here: max_page_count, as a full disk) makes the next send fail with
+    ``unavailable`` instead of running a turn nothing keeps; once writes work again, sends work."""
+    from bridge_core import commands as cmd
+    from bridge_core.agents.demo import DemoAgent
+    from bridge_core.bridge import Bridge
+    from bridge_core.errors import Unavailable
+
+    b = Bridge(str(tmp_path / "d"), DemoAgent())
+    await b.start()
+    origin = cmd.Origin(surface="pheby")
+    try:
+        res = await b.execute(cmd.SendMessage(text="before"), origin)
+        await asyncio.sleep(0.05)
+        await b.store.aflush()
+        pages = b.store.query("PRAGMA page_count")[0][0]
+        await b.store.write(lambda c: c.execute(f"PRAGMA max_page_count={pages}"))
+        big = "x" * 60_000
+        with pytest.raises(Unavailable):
+            for _ in range(20):  # the first turns may be accepted before a commit has failed
+                await b.execute(cmd.SendMessage(text=big, conversation_id=res.conversation_id), origin)
+                await asyncio.sleep(0.05)
+                await b.store.aflush()
+        assert b.store.failed is not None
+        await b.store.write(lambda c: c.execute("PRAGMA max_page_count=1073741823"))
+        again = await b.execute(cmd.SendMessage(text="after", conversation_id=res.conversation_id), origin)
+        assert again.run_id and b.store.failed is None
+        assert b.store.query("PRAGMA integrity_check") == [("ok",)]
+    finally:
+        await b.stop()
