@@ -5,9 +5,9 @@ No Docker engine runs here, so the container's ``/bridge`` is rebuilt in tmp_pat
 ``node_modules``) and started with the environment ``lvmh_adapter/spawn.py`` gives the container
 (``LVMH_URL``, ``LVMH_TOKEN``, ``LVMH_SESSION_ID``, ``LVMH_REPO``; the workspace and the session dir
 are the container's ``/workspace`` and ``/pi-sessions``, moved into tmp_path), against the real bridge
-and the fake model. It registers the daemon-chosen session (agent: true, the repo), a REST prompt
-runs a turn in the workspace, SIGTERM ends it with ``bye``, and a restarted worker resumes the same
-session (its history, seqs after the daemon's).
+and the fake model. Started before the daemon listens, it waits; then it registers the daemon-chosen
+session (agent: true, the repo), a REST prompt runs a turn in the workspace, SIGTERM ends it with
+``bye``, and a restarted worker resumes the same session (its history, seqs after the daemon's).
 """
 
 from __future__ import annotations
@@ -118,9 +118,9 @@ class _Cfg:
         return {}
 
 
-async def test_worker_registers_runs_stops_and_resumes(node22, bridge_dir, llm, service_factory, tmp_path):
-    svc = await service_factory(adapters=("lvmh",))
-    port = svc.ports["lvmh"]
+async def test_worker_registers_runs_stops_and_resumes(node22, bridge_dir, llm, service_factory, tmp_path,
+                                                       unused_tcp_port):
+    port = unused_tcp_port
     sid = str(uuid.uuid4())  # chosen by the daemon before the container starts (spawn.py)
     penv = pi_environment(tmp_path, node22, llm.base_url, f"ws://127.0.0.1:{port}/agent/ws", LVMH_TOKEN,
                           agent=False, repo="group/project")
@@ -130,9 +130,15 @@ async def test_worker_registers_runs_stops_and_resumes(node22, bridge_dir, llm, 
                PI_CODING_AGENT_SESSION_DIR=str(sessions), LVMH_BACKOFF_BASE_MS="50", LVMH_BACKOFF_MAX_MS="300")
     assert "LVMH_AGENT" not in env  # the worker says agent: true by itself
     out_path = tmp_path / "worker.out"
-    api = Api(port)
+    # the daemon is not up yet: the worker starts anyway and waits (the extension keeps retrying)
     worker = await Worker.start(node22, bridge_dir, env, out_path)
+    api = Api(port)
     try:
+        await wait_until(lambda: "cannot reach" in penv.log_text(), 60, "a first failed connection",
+                         interval=0.05, detail=lambda: out_path.read_text())
+        assert worker.proc.returncode is None
+        await service_factory(adapters=("lvmh",), lvmh_port=port)
+
         async def online():
             status, listed = await api.get("/api/sessions")
             assert status == 200
