@@ -196,8 +196,11 @@ def build_config(args: dict, environ: Optional[dict] = None, *, with_secrets: bo
         if path and not os.access(path, os.R_OK):
             raise ConfigError(f"TLS file not readable: {path}")
     if with_secrets:
-        os.makedirs(data_dir, mode=0o700, exist_ok=True)
-        cfg.pheby_secret, p1 = load_secret(data_dir, "pheby_secret", env.get("PHEBY_SECRET"))
-        cfg.lvmh_token, p2 = load_secret(data_dir, "lvmh_token", env.get("LVMH_TOKEN"))
+        try:
+            os.makedirs(data_dir, mode=0o700, exist_ok=True)
+            cfg.pheby_secret, p1 = load_secret(data_dir, "pheby_secret", env.get("PHEBY_SECRET"))
+            cfg.lvmh_token, p2 = load_secret(data_dir, "lvmh_token", env.get("LVMH_TOKEN"))
+        except OSError as exc:
+            raise ConfigError(f"cannot use the data directory {data_dir}: {exc.strerror or exc}")
         cfg.secret_paths = {k: v for k, v in (("pheby_secret", p1), ("lvmh_token", p2)) if v}
     return cfg

@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import signal
+import sqlite3
 import sys
 from typing import Any
 
@@ -113,7 +114,12 @@ class Service:
                 ssl_ctx = make_ssl_context(cfg.tls_cert, cfg.tls_key)
             except (OSError, ValueError) as exc:
                 raise ConfigError(f"cannot load TLS certificate/key: {exc}")
-        self.bridge.store.open()
+        try:
+            self.bridge.store.open()
+        except (sqlite3.Error, OSError) as exc:
+            raise ConfigError(
+                f"cannot open the database in {cfg.data_dir}: {exc} (is the data directory writable, with space left?)"
+            )
         for name, cls in classes.items():
             fe = cls(self.bridge, cfg)
             await fe.prepare()
