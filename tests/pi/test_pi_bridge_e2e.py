@@ -188,7 +188,13 @@ async def test_real_pi_through_the_bridge(pi_cli, node22, llm, service_factory, 
         await live.pump(lambda got: any(e["type"] == "message_update" and e["seq"] > done for e in got))
         await browser.close()
         to_close.remove(browser)
-        await svc.stop()  # pi keeps streaming into its buffer
+        # held still while the bridge shuts down, so it cannot reconnect into the closing daemon;
+        # then it streams the rest of the reply with no daemon at all (into its buffer)
+        rpc.pause()
+        try:
+            await svc.stop()
+        finally:
+            rpc.resume()
         await rpc.settled(4, timeout=15)
         offline = "typed into pi while the daemon was down"
         assert (await rpc.command("prompt", message=offline))["success"]
