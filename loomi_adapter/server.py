@@ -110,6 +110,8 @@ class LoomiFrontEnd(FrontEnd):
         self.ping_interval = float(sec.get("ping_interval", 25.0))
         self.max_missed = int(sec.get("max_missed_pongs", 3))
         self.outbox_items = int(sec.get("outbox_items", 2048))
+        self.rate = float(sec.get("rate", 100.0))  # frames per second per socket (pongs exempt)
+        self.burst = float(sec.get("burst", 200.0))
         self.pair_ttl = float(config.loomi_pair_ttl)
         self.limiter = FailedAuthLimiter()
         self.registry = Registry(bridge.store)
@@ -236,7 +238,7 @@ class LoomiFrontEnd(FrontEnd):
         addr = peer_host(request)
         ws = web.WebSocketResponse(max_msg_size=MAX_FRAME, heartbeat=None, autoping=True, compress=False)
         await ws.prepare(request)
-        conn = Connection(ws, addr, Session(self.max_missed), request.transport)
+        conn = Connection(ws, addr, Session(self.max_missed, rate=self.rate, burst=self.burst), request.transport)
         conn.outbox = Outbox(ws_text_sender(ws), max_items=self.outbox_items,
                              on_overflow=lambda: self._overflow(conn))
         self.sockets.add(ws)
@@ -344,10 +346,14 @@ class LoomiFrontEnd(FrontEnd):
                 return
 
     def _on_text(self, conn: Connection, data: str) -> None:
+        now = asyncio.get_running_loop().time()
         try:
             frame = codec.parse_frame(data)
         except BridgeError as exc:
-            self._error(conn, exc)
+            self._error(conn, exc if conn.session.allow(now) else RateLimited("Too many frames; slow down"))
+            return
+        if frame.type != "pong" and not conn.session.allow(now):
+            self._error(conn, RateLimited("Too many frames; slow down"), frame.request_id)
             return
         try:
             req = conn.session.request(frame)

@@ -80,13 +80,29 @@ def classify_hello(h: codec.Hello) -> Handshake:
 
 
 class Session:
-    """One socket's protocol state: handshake phase and heartbeat accounting."""
+    """One socket's protocol state: handshake phase, heartbeat accounting, request rate."""
 
-    def __init__(self, max_missed: int = 3):
+    def __init__(self, max_missed: int = 3, *, rate: float = 100.0, burst: float = 200.0):
         self.phase = Phase.HELLO
         self.device_id: Optional[str] = None
         self.max_missed = max_missed
         self.unanswered = 0
+        self.rate = rate
+        self.burst = burst
+        self._tokens = burst
+        self._at: Optional[float] = None
+        self.rate_limited = 0
+
+    def allow(self, now: float) -> bool:
+        """Token bucket: ``rate`` frames per second, bursts up to ``burst``; False = answer rate_limited."""
+        if self._at is not None:
+            self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate)
+        self._at = now
+        if self._tokens >= 1.0:
+            self._tokens -= 1.0
+            return True
+        self.rate_limited += 1
+        return False
 
     def receive_hello(self, data: Union[str, bytes]) -> Handshake:
         """The first frame: a hello, or a fatal error."""
