@@ -181,6 +181,21 @@ class Outbox:
             data = data.encode()
         return data
 
+    async def wait_room(self, limit: int, timeout: float = 60.0) -> None:
+        """Wait until at most ``limit`` frames are queued (or the outbox closed, or ``timeout``).
+
+        Reader back-pressure: a front end that answers every inbound frame
+        stops reading a client whose own answers pile up, so a burst of
+        requests is answered at the pace the client reads them, instead of
+        overflowing its outbox in one go.
+        """
+        if len(self._q) <= limit:
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while len(self._q) > limit and not self.closed and loop.time() < deadline:
+            await asyncio.sleep(0.005)
+
     async def flush(self, timeout: float = 5.0) -> None:
         """Wait until the queue is empty (used before a deliberate close)."""
         loop = asyncio.get_running_loop()

@@ -89,3 +89,25 @@ async def test_writer_ends_quietly_when_the_peer_is_gone():
     await asyncio.wait_for(box.run(), 1.0)  # returns, does not raise
     assert box.closed
     assert box.put(b"b") is False
+
+
+async def test_wait_room_returns_once_the_writer_drained():
+    release = asyncio.Event()
+    sent = []
+
+    async def send(data):
+        await release.wait()
+        sent.append(data)
+
+    box = Outbox(send)
+    for i in range(100):
+        box.put(b"x%d" % i)
+    writer = asyncio.ensure_future(box.run())
+    waiting = asyncio.ensure_future(box.wait_room(10))
+    await asyncio.sleep(0.02)
+    assert not waiting.done()  # 100 queued
+    release.set()
+    await asyncio.wait_for(waiting, 2.0)
+    assert len(box) <= 10
+    box.close()
+    await asyncio.wait_for(writer, 2.0)
