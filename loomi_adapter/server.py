@@ -336,6 +336,8 @@ class LoomiFrontEnd(FrontEnd):
             msg = await ws.receive()
             if msg.type is WSMsgType.TEXT:
                 self._on_text(conn, msg.data)
+                if len(conn.outbox) > self.outbox_items // 2:
+                    await conn.outbox.wait_room(self.outbox_items // 4)  # a burst is answered as fast as it is read
             elif msg.type is WSMsgType.BINARY:
                 self._error(conn, BadRequest("Binary frames are reserved"))
             elif msg.type is WSMsgType.ERROR:

@@ -240,6 +240,8 @@ class PhebyFrontEnd(FrontEnd):
             step = conn.session.feed(data, time.time())
             for f in step.frames:
                 self._queue(conn, f)
+            if conn.outbox is not None and len(conn.outbox) > self.outbox_items // 2:
+                await conn.outbox.wait_room(self.outbox_items // 4)  # a burst is answered as fast as it is read
             if step.close is not None:
                 if conn.outbox is not None:
                     await conn.outbox.flush(1.0)
