@@ -92,6 +92,34 @@ class PhebyClient:
             await self.http.close()
 
 
+async def create_conversations(port: int, n: int, prefix: str = "c") -> list[str]:
+    """``n`` conversations through Pheby, at most 150 per connection (its rate limit allows bursts of 200)."""
+    out: list[str] = []
+    per = 150
+    clients = [await PhebyClient.connect(port) for _ in range((n + per - 1) // per)]
+    try:
+        async def make(c: PhebyClient, start: int, count: int) -> list[str]:
+            rids = [f"{prefix}{start + j}" for j in range(count)]
+            for j, rid in enumerate(rids):
+                await c.send({"type": "conversation.create", "name": f"{prefix}{start + j}", "request_id": rid})
+            got: dict[str, str] = {}
+            while len(got) < count:
+                f = await c.recv(30)
+                if f.get("type") == "conversation.created" and f.get("request_id") in rids:
+                    got[f["request_id"]] = f["conversation_id"]
+                elif f.get("type") == "error":
+                    raise AssertionError(f)
+            return [got[r] for r in rids]
+
+        parts = await asyncio.gather(*(make(c, i * per, min(per, n - i * per)) for i, c in enumerate(clients)))
+        for part in parts:
+            out += part
+    finally:
+        for c in clients:
+            await c.close()
+    return out
+
+
 async def pair_token(port: int, http: aiohttp.ClientSession, ttl: Optional[float] = None) -> str:
     body = {} if ttl is None else {"ttl": ttl}
     async with http.post(f"http://127.0.0.1:{port}/internal/pair/new", json=body) as r:
