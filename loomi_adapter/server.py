@@ -352,6 +352,8 @@ class LoomiFrontEnd(FrontEnd):
         try:
             frame = codec.parse_frame(data)
         except BridgeError as exc:
+            if exc.fatal:  # one bad frame on an open socket is answered, never a reason to close it
+                exc = BridgeError(exc.message, code=exc.code, fatal=False)
             self._error(conn, exc if conn.session.allow(now) else RateLimited("Too many frames; slow down"))
             return
         if frame.type != "pong" and not conn.session.allow(now):
