@@ -87,6 +87,25 @@ def check_bind(cfg: Config) -> None:
         )
 
 
+class MalformedRequestFilter(logging.Filter):
+    """aiohttp logs a malformed HTTP request (the client's fault, answered 400) at ERROR with a full
+    traceback; anyone could fill the log with them. Keep one INFO line without the traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from aiohttp.http_exceptions import HttpProcessingError
+
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError):
+            if not logging.getLogger(record.name).isEnabledFor(logging.INFO):
+                return False
+            reason = " ".join(str(getattr(exc, "message", "") or type(exc).__name__).split())[:120]
+            record.msg = "malformed request from %s answered %s (%s)"
+            record.args = (record.args[0] if record.args else "?", getattr(exc, "code", 400), reason)
+            record.levelno, record.levelname = logging.INFO, "INFO"
+            record.exc_info = record.exc_text = None
+        return True
+
+
 def setup_logging(level: str) -> None:
     logging.basicConfig(
         level=getattr(logging, level.upper(), logging.INFO),
@@ -94,6 +113,7 @@ def setup_logging(level: str) -> None:
         stream=sys.stderr,
     )
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    logging.getLogger("aiohttp.server").addFilter(MalformedRequestFilter())
 
 
 class Service:
