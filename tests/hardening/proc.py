@@ -82,6 +82,10 @@ class BridgeProcess:
         self.env = dict(os.environ, PHEBY_SECRET=PHEBY_SECRET, LVMH_TOKEN=LVMH_TOKEN, PYTHONPATH=ROOT)
         self.env.pop("AGENT_BRIDGE_DATA", None)
         self.env.pop("AGENT_BRIDGE_CONFIG", None)
+        self.env.pop("DOCKER_HOST", None)
+        # never reach out: GitLab and Docker point at nothing unless a test gives its fake
+        self.env["LVMH_GITLAB_URL"] = "http://127.0.0.1:9"
+        self.env["LVMH_DOCKER_URL"] = "unix:///nonexistent/agent-bridge-hardening/docker.sock"
         self.env.update(env or {})
         self.log_level = log_level
         self.extra_args = list(extra_args or [])
