@@ -88,6 +88,7 @@ class Store:
 
     def open(self) -> "Store":
         os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+        _owner_only(self.path)
         self._wconn = self._connect()
         self._wconn.execute("PRAGMA journal_mode=WAL")
         self._wconn.execute(
@@ -291,6 +292,20 @@ def _apply_migrations(conn: sqlite3.Connection, component: str, migrations: Sequ
                 conn.execute("ROLLBACK")
             raise
     return max(version, len(migrations))
+
+
+def _owner_only(path: str) -> None:
+    """The database holds credential hashes and the GitLab token: mode 0600 whatever the umask or the
+    data directory's mode (SQLite gives its -wal and -shm files the database file's mode)."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            if os.fstat(fd).st_mode & 0o077:
+                os.fchmod(fd, 0o600)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass  # read-only or missing directory: sqlite3 reports it next
 
 
 def is_storage_error(exc: BaseException) -> bool:

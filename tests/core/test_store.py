@@ -95,3 +95,25 @@ async def test_disk_full_refuses_sends_clearly_and_recovers(tmp_path):
         assert b.store.query("PRAGMA integrity_check") == [("ok",)]
     finally:
         await b.stop()
+
+
+def test_database_files_are_owner_only(tmp_path):
+    """Credential hashes and the GitLab token live in the database: 0600 even in a 0755 directory, umask 022."""
+    import os
+    import stat
+
+    old = os.umask(0o022)
+    try:
+        os.chmod(tmp_path, 0o755)
+        s = Store(str(tmp_path / "bridge.db")).open()
+        s.submit(lambda c: c.execute("INSERT INTO settings(key, value) VALUES('k', 'v')")).result(10)
+        for name in ("bridge.db", "bridge.db-wal", "bridge.db-shm"):
+            mode = stat.S_IMODE(os.stat(tmp_path / name).st_mode)
+            assert mode & 0o077 == 0, (name, oct(mode))
+        s.close()
+        os.chmod(tmp_path / "bridge.db", 0o644)  # an older, looser file is tightened on open
+        s = Store(str(tmp_path / "bridge.db")).open()
+        assert stat.S_IMODE(os.stat(tmp_path / "bridge.db").st_mode) == 0o600
+        s.close()
+    finally:
+        os.umask(old)
