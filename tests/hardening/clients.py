@@ -19,7 +19,7 @@ from tests.lvmh.helpers import Api, Browser, FakePlugin, message, session_snapsh
 from .proc import LVMH_TOKEN, PHEBY_SECRET
 
 __all__ = [
-    "Api", "Browser", "FakePlugin", "LoomiClient", "PhebyClient", "lvmh_api", "lvmh_browser", "lvmh_plugin",
+    "Api", "Browser", "FakePlugin", "all_events", "LoomiClient", "PhebyClient", "lvmh_api", "lvmh_browser", "lvmh_plugin",
     "message", "pair_token", "session_snapshot",
 ]
 
@@ -74,6 +74,7 @@ class PhebyClient:
 
     async def create(self, name: str = "hardening") -> str:
         f = await self.request({"type": "conversation.create", "name": name}, "conversation.created")
+        assert f["type"] == "conversation.created", f
         return f["conversation_id"]
 
     async def run(self, cid: str, text: str, timeout: float = 30.0) -> list[dict]:
@@ -193,6 +194,16 @@ class LoomiClient:
         await self.ws.close()
         if self.own_http:
             await self.http.close()
+
+
+async def all_events(api: Api, sid: str) -> list[dict]:
+    """Every persisted event of a session, page by page (the server caps a page at 1000)."""
+    out: list[dict] = []
+    while True:
+        page = await api.events(sid, out[-1]["seq"] if out else 0, 1000)
+        if not page:
+            return out
+        out += page
 
 
 def lvmh_plugin(port: int, sid: str, **kw: Any) -> FakePlugin:

@@ -22,7 +22,7 @@ import sqlite3
 import orjson
 import pytest
 
-from .clients import LoomiClient, PhebyClient, lvmh_api, lvmh_plugin, message
+from .clients import LoomiClient, PhebyClient, all_events, lvmh_api, lvmh_plugin, message
 from .summary import SUMMARY
 
 pytestmark = pytest.mark.hardening
@@ -166,7 +166,7 @@ async def test_kill9_mid_run_then_restart(bridge_factory):
         plugin2 = lvmh_plugin(ports["lvmh"], plugin_sid)
         last = (await plugin2.connect())["lastSeq"]
         assert last >= acked
-        stored = persisted_seqs(await api.events(plugin_sid, 0, 10000))
+        stored = persisted_seqs(await all_events(api, plugin_sid))
         expected = [s for s in range(1, last + 1) if s % 3 != 0]
         missing = sorted(set(expected) - set(stored))
         SUMMARY.events(len(expected), len(missing), len(stored) - len(set(stored)))
@@ -177,7 +177,7 @@ async def test_kill9_mid_run_then_restart(bridge_factory):
         plugin3 = lvmh_plugin(ports["lvmh"], plugin_sid)
         final = (await plugin3.connect())["lastSeq"]
         await plugin3.close()
-        stored = persisted_seqs(await api.events(plugin_sid, 0, 10000))
+        stored = persisted_seqs(await all_events(api, plugin_sid))
         assert final == max(s for s in range(1, sent + 1) if s % 3 != 0)
         assert stored == [s for s in range(1, sent + 1) if s % 3 != 0]
     finally:

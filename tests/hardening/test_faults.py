@@ -18,7 +18,7 @@ import pytest
 
 from bench.load import pair_loomi_devices
 
-from .clients import LoomiClient, PhebyClient, lvmh_api, lvmh_browser, lvmh_plugin, pair_token
+from .clients import LoomiClient, PhebyClient, all_events, lvmh_api, lvmh_browser, lvmh_plugin, pair_token
 from .proc import LVMH_TOKEN, PHEBY_SECRET
 from .summary import SUMMARY
 from .wsraw import OP_CLOSE, OP_PING, OP_TEXT, RawWS, encode_frame
@@ -382,7 +382,7 @@ async def test_slow_consumers_are_dropped_and_recover(bridge_factory):
     assert b[0] and b[1] == 4029 and b"slow" in slow_b.close_reason, (b, slow_b.close_reason)
     api = lvmh_api(ports["lvmh"])
     try:  # it recovers by refetching the events over REST
-        evs = await api.events(cid, 0, 100000)
+        evs = await all_events(api, cid)
         ends = [e for e in evs if e["type"] == "agent_end"]
         assert len(ends) == runs
     finally:
