@@ -42,6 +42,9 @@ _LEN2 = struct.Struct("!BBH").pack
 _LEN3 = struct.Struct("!BBQ").pack
 
 
+STORE_KEY: web.AppKey = web.AppKey("agent_bridge_store")
+
+
 class ws_text_sender:
     """An Outbox sender: pre-encoded JSON bytes as WebSocket text frames.
 
@@ -49,17 +52,36 @@ class ws_text_sender:
     are unmasked; uncompressed frames are valid even when permessage-deflate
     was negotiated). It falls back to ``send_frame`` per frame whenever the
     aiohttp writer is not in the plain state it expects.
+
+    Durable before delivered: frames leave only once the store has committed
+    every write queued before them (``Store.synced``; the front end's app
+    carries its store under ``STORE_KEY``), so a client never holds an event a
+    crash could take back.
     """
 
-    __slots__ = ("ws",)
+    __slots__ = ("ws", "_store")
 
     def __init__(self, ws: web.WebSocketResponse):
         self.ws = ws
+        self._store: Any = False
+
+    def _durable_store(self) -> Any:
+        if self._store is False:
+            req = getattr(self.ws, "_req", None)
+            app = getattr(req, "app", None) if req is not None else None
+            self._store = app.get(STORE_KEY) if app is not None else None
+        return self._store
 
     async def __call__(self, data: bytes) -> None:
+        store = self._durable_store()
+        if store is not None and store.processed < store.submitted:
+            await store.synced()
         await self.ws.send_frame(data, WSMsgType.TEXT)
 
     async def many(self, frames: list) -> None:
+        store = self._durable_store()
+        if store is not None and store.processed < store.submitted:
+            await store.synced()
         writer = getattr(self.ws, "_writer", None)
         transport = getattr(writer, "transport", None)
         if (
@@ -159,6 +181,7 @@ class FrontEnd:
 
     async def start(self, host: str, port: int, ssl_context: Optional[ssl.SSLContext] = None) -> int:
         app = self.build_app()
+        app[STORE_KEY] = self.bridge.store  # frames wait for the writes queued before them (ws_text_sender)
         self.runner = web.AppRunner(
             app, handle_signals=False, access_log=None, shutdown_timeout=2.0, keepalive_timeout=self.keepalive_timeout
         )

@@ -83,6 +83,11 @@ class Store:
         self._rconn: Optional[sqlite3.Connection] = None
         self.failed: Optional[BaseException] = None  # the last storage error (disk full, read-only), until probe() works
         self.commits = 0
+        # durability barrier: writes queued so far, and how many of them have committed (or failed)
+        self.submitted = 0
+        self.processed = 0
+        self._sync_lock = threading.Lock()
+        self._sync_waiters: list[tuple[int, asyncio.AbstractEventLoop, asyncio.Future]] = []
 
     # --- lifecycle ---------------------------------------------------------
 
@@ -124,6 +129,7 @@ class Store:
             self._q.put(_STOP)
             self._thread.join(timeout=30)
         self._thread = None
+        self._processed(None)  # nothing more will commit: release every waiter
         for conn in (self._wconn, self._rconn):
             if conn is not None:
                 try:
@@ -141,8 +147,42 @@ class Store:
         if self._thread is None:
             fut.set_exception(Unavailable("store is closed"))
             return fut
-        self._q.put((fn, fut))
+        with self._sync_lock:  # queue order and count agree, whatever thread submits
+            self.submitted += 1
+            self._q.put((fn, fut))
         return fut
+
+    async def synced(self, upto: Optional[int] = None) -> None:
+        """Wait until the writes queued so far (or the first ``upto``) have committed or failed.
+
+        Front ends await this before a frame leaves (``frontend.ws_text_sender``),
+        so whatever a client has received is on disk: a crash never takes back an
+        event someone already saw. It costs the commit latency (a batch, no fsync
+        in WAL mode), never a write per frame.
+        """
+        target = self.submitted if upto is None else upto
+        if self.processed >= target or self._thread is None:
+            return
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        with self._sync_lock:
+            if self.processed >= target:
+                return
+            self._sync_waiters.append((target, loop, fut))
+        await fut
+
+    def _processed(self, count: Optional[int]) -> None:
+        """The writer finished ``count`` more writes (None: all of them); wake whoever waited for them."""
+        with self._sync_lock:
+            self.processed = self.submitted if count is None else self.processed + count
+            ready = [w for w in self._sync_waiters if w[0] <= self.processed]
+            if ready:
+                self._sync_waiters = [w for w in self._sync_waiters if w[0] > self.processed]
+        for _, loop, fut in ready:
+            try:
+                loop.call_soon_threadsafe(_wake, fut)
+            except RuntimeError:  # that loop is closed
+                pass
 
     async def write(self, fn: WriteFn) -> Any:
         return await asyncio.wrap_future(self.submit(fn))
@@ -208,6 +248,7 @@ class Store:
                     fut.set_result(res)
                 else:
                     fut.set_exception(exc)
+            self._processed(len(batch))
             if stop:
                 return
 
@@ -314,6 +355,11 @@ def is_storage_error(exc: BaseException) -> bool:
     return isinstance(exc, sqlite3.Error) and name.startswith(
         ("SQLITE_FULL", "SQLITE_READONLY", "SQLITE_IOERR", "SQLITE_CANTOPEN", "SQLITE_CORRUPT")
     )
+
+
+def _wake(fut: asyncio.Future) -> None:
+    if not fut.done():
+        fut.set_result(None)
 
 
 def _log_failure(fut: concurrent.futures.Future) -> None:

@@ -1,0 +1,48 @@
+"""Durable before delivered: a frame leaves only once the writes queued before it have committed, so a
+client never holds an event that a crash (kill -9) could take back."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from tests.pheby.client import PhebyClient
+
+
+async def test_frames_wait_for_the_writes_before_them(service_factory):
+    svc = await service_factory(adapters=("pheby",))
+    client = await PhebyClient.connect(svc.ports["pheby"])
+    store = svc.bridge.store
+    gate = threading.Event()
+    try:
+        blocked = store.submit(lambda c: gate.wait(10))  # the writer is busy with an earlier write
+        conv = svc.bridge.create_conversation("durable")  # its row is queued behind it; the broadcast waits
+        try:
+            f = await client.recv(timeout=0.5)
+            raise AssertionError(f"a frame left before its write committed: {f}")
+        except asyncio.TimeoutError:
+            pass
+        assert store.query("SELECT id FROM conversations WHERE id=?", (conv.conversation_id,)) == []
+        gate.set()
+        f = await client.recv(timeout=5)
+        assert f["type"] == "conversation.updated" and f["conversation_id"] == conv.conversation_id
+        # by the time it arrived, the row was on disk
+        assert store.query("SELECT id FROM conversations WHERE id=?", (conv.conversation_id,)) == [(conv.conversation_id,)]
+        blocked.result(5)
+    finally:
+        gate.set()
+        await client.close()
+
+
+async def test_synced_returns_at_once_without_pending_writes(tmp_path):
+    from bridge_core.store import Store
+
+    s = Store(str(tmp_path / "b.db")).open()
+    try:
+        await asyncio.wait_for(s.synced(), 1)
+        s.submit(lambda c: None).result(5)
+        await asyncio.wait_for(s.synced(), 1)
+        assert s.processed == s.submitted == 1
+    finally:
+        s.close()
+    await asyncio.wait_for(s.synced(), 1)  # closed: nothing to wait for
