@@ -141,11 +141,15 @@ class PhebyFrontEnd(FrontEnd):
         rate, and a slow client's unsent draft is replaced in place.
         """
         self._draft_timers.pop(mid, None)
-        if mid not in self._drafts:
+        e = self._drafts.get(mid)
+        if e is None:
             return
+        first = mid not in self._draft_sent
         self._draft_sent[mid] = asyncio.get_running_loop().time()
         key = ("draft", mid)
-        frame = _DraftFrame(self, mid)
+        # the first draft is rendered now, so it goes out even if the message completes before it is sent
+        # (frames wait for the store's commit of what came before them); later ones render when sent
+        frame = dumps(codec.delta_frame(e)) if first else _DraftFrame(self, mid)
         for conn in tuple(self.conns.values()):  # an overflowing outbox removes its conn (_slow)
             if conn.outbox is not None:
                 conn.outbox.put(frame, key)
