@@ -53,10 +53,10 @@ class ws_text_sender:
     was negotiated). It falls back to ``send_frame`` per frame whenever the
     aiohttp writer is not in the plain state it expects.
 
-    Durable before delivered: frames leave only once the store has committed
-    every write queued before them (``Store.synced``; the front end's app
-    carries its store under ``STORE_KEY``), so a client never holds an event a
-    crash could take back.
+    Durable before delivered: ``durable_store`` is the front end's store (its
+    app carries it under ``STORE_KEY``); the Outbox lets frames leave only once
+    the store has committed every write queued before them (``Store.synced``),
+    so a client never holds an event a crash could take back.
     """
 
     __slots__ = ("ws", "_store")
@@ -65,7 +65,8 @@ class ws_text_sender:
         self.ws = ws
         self._store: Any = False
 
-    def _durable_store(self) -> Any:
+    def durable_store(self) -> Any:
+        """The store whose writes this connection's frames wait for (the Outbox awaits it)."""
         if self._store is False:
             req = getattr(self.ws, "_req", None)
             app = getattr(req, "app", None) if req is not None else None
@@ -73,15 +74,9 @@ class ws_text_sender:
         return self._store
 
     async def __call__(self, data: bytes) -> None:
-        store = self._durable_store()
-        if store is not None and store.processed < store.submitted:
-            await store.synced()
         await self.ws.send_frame(data, WSMsgType.TEXT)
 
     async def many(self, frames: list) -> None:
-        store = self._durable_store()
-        if store is not None and store.processed < store.submitted:
-            await store.synced()
         writer = getattr(self.ws, "_writer", None)
         transport = getattr(writer, "transport", None)
         if (

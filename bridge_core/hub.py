@@ -25,6 +25,7 @@ log = logging.getLogger("agent_bridge.hub")
 Subscriber = Callable[[int, Any], None]
 
 BATCH_FRAMES = 256
+GRACE = 4  # how many times max_items an outbox may hold while the durability barrier holds it
 BATCH_BYTES = 256 * 1024
 
 
@@ -56,12 +57,13 @@ class Hub:
 
 
 class _Slot:
-    __slots__ = ("data", "key", "size")
+    __slots__ = ("data", "key", "size", "ticket")
 
-    def __init__(self, data: Any, key: Optional[Hashable], size: int):
+    def __init__(self, data: Any, key: Optional[Hashable], size: int, ticket: int = 0):
         self.data = data
         self.key = key
         self.size = size
+        self.ticket = ticket  # the store's write count when queued: it leaves once those committed
 
 
 class Outbox:
@@ -85,6 +87,11 @@ class Outbox:
         self._wake = asyncio.Event()
         self.closed = False
         self.overflowed = False
+        # frames held back by the durability barrier (Store.synced) are the server's delay, not the
+        # client's: until the queue drains below max_items again, it may hold GRACE times as many
+        self._grace = False
+        durable = getattr(send, "durable_store", None)
+        self._store = durable() if durable is not None else None  # see frontend.ws_text_sender
         self.sent_frames = 0
         self.sent_bytes = 0
 
@@ -96,14 +103,19 @@ class Outbox:
         if self.closed:
             return False
         size = len(data)
+        ticket = self._store.submitted if self._store is not None else 0
         if key is not None:
             slot = self._keyed.get(key)
             if slot is not None:
                 self._bytes += size - slot.size
                 slot.data = data
                 slot.size = size
+                slot.ticket = ticket
                 return True
-        if len(self._q) >= self.max_items or self._bytes + size > self.max_bytes:
+        n = len(self._q)
+        if (n >= self.max_items and not (n < self.max_items * GRACE and self._held())) or (
+            self._bytes + size > self.max_bytes
+        ):
             self.overflowed = True
             self.close()
             if self._on_overflow is not None:
@@ -112,13 +124,23 @@ class Outbox:
                 except Exception:
                     log.exception("overflow handler failed")
             return False
-        slot = _Slot(data, key, size)
+        slot = _Slot(data, key, size, ticket)
         self._q.append(slot)
         if key is not None:
             self._keyed[key] = slot
         self._bytes += size
         self._wake.set()
         return True
+
+    def _held(self) -> bool:
+        """Is (or was, until the queue drains) this queue held by the durability barrier?"""
+        if self._grace:
+            return True
+        store = self._store
+        if store is not None and self._q and self._q[0].ticket > store.processed:
+            self._grace = True
+            return True
+        return False
 
     def close(self) -> None:
         self.closed = True
@@ -143,6 +165,7 @@ class Outbox:
     async def _run(self) -> None:
         q = self._q
         many = getattr(self._send, "many", None)
+        store = self._store
         while True:
             if not q:
                 if self.closed:
@@ -150,6 +173,13 @@ class Outbox:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
+            if store is not None and q[0].ticket > store.processed:
+                # durable before delivered: the head leaves once the writes queued before it committed
+                self._grace = True
+                await store.synced(q[0].ticket)
+                continue
+            if self._grace and len(q) < self.max_items:
+                self._grace = False
             if many is None or len(q) == 1:
                 data = self._pop()
                 if data is not None:
@@ -159,7 +189,9 @@ class Outbox:
                 continue
             batch: list = []
             size = 0
-            while q and len(batch) < BATCH_FRAMES and size < BATCH_BYTES:
+            while q and len(batch) < BATCH_FRAMES and size < BATCH_BYTES and (
+                store is None or q[0].ticket <= store.processed
+            ):
                 data = self._pop()
                 if data is not None:
                     batch.append(data)

@@ -193,8 +193,7 @@ class Store:
         fut.add_done_callback(_log_failure)
 
     def execute_later(self, sql: str, params: Iterable[Any] = ()) -> None:
-        params = tuple(params)
-        self.write_later(lambda c: c.execute(sql, params))
+        self.write_later(_Stmt(sql, tuple(params)))
 
     def _writer(self) -> None:
         conn = self._wconn
@@ -218,7 +217,26 @@ class Store:
             storage_error: Optional[BaseException] = None
             try:
                 conn.execute("BEGIN IMMEDIATE")
-                for fn, fut in batch:
+                i, n = 0, len(batch)
+                while i < n:
+                    fn, fut = batch[i]
+                    if type(fn) is _Stmt:
+                        # a run of the same statement (execute_later): one executemany, not a call (and a
+                        # GIL round trip) per row; if it fails, the rows go one by one below
+                        j = i + 1
+                        while j < n and type(batch[j][0]) is _Stmt and batch[j][0].sql == fn.sql:
+                            j += 1
+                        if j - i > 1:
+                            conn.execute("SAVEPOINT grp")
+                            try:
+                                conn.executemany(fn.sql, [b[0].params for b in batch[i:j]])
+                                conn.execute("RELEASE grp")
+                                results.extend((b[1], None, None) for b in batch[i:j])
+                                i = j
+                                continue
+                            except Exception:
+                                conn.execute("ROLLBACK TO grp")
+                                conn.execute("RELEASE grp")
                     conn.execute("SAVEPOINT op")
                     try:
                         res = fn(conn)
@@ -230,6 +248,7 @@ class Store:
                         results.append((fut, None, exc))
                         if is_storage_error(exc):
                             storage_error = exc
+                    i += 1
                 conn.execute("COMMIT")
                 self.commits += 1
                 if storage_error is not None:
@@ -355,6 +374,19 @@ def is_storage_error(exc: BaseException) -> bool:
     return isinstance(exc, sqlite3.Error) and name.startswith(
         ("SQLITE_FULL", "SQLITE_READONLY", "SQLITE_IOERR", "SQLITE_CANTOPEN", "SQLITE_CORRUPT")
     )
+
+
+class _Stmt:
+    """One statement queued by execute_later (the writer runs a run of equal ones as one executemany)."""
+
+    __slots__ = ("sql", "params")
+
+    def __init__(self, sql: str, params: tuple):
+        self.sql = sql
+        self.params = params
+
+    def __call__(self, conn: sqlite3.Connection) -> Any:
+        return conn.execute(self.sql, self.params)
 
 
 def _wake(fut: asyncio.Future) -> None:

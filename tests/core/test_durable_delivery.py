@@ -46,3 +46,44 @@ async def test_synced_returns_at_once_without_pending_writes(tmp_path):
     finally:
         s.close()
     await asyncio.wait_for(s.synced(), 1)  # closed: nothing to wait for
+
+
+class _FakeStore:
+    def __init__(self):
+        self.submitted = 0
+        self.processed = 0
+        self.released = asyncio.Event()
+
+    async def synced(self, upto=None):
+        await self.released.wait()
+        self.processed = self.submitted
+
+
+async def test_outbox_holds_frames_for_their_writes_with_grace():
+    from bridge_core.hub import GRACE, Outbox
+
+    store = _FakeStore()
+    sent = []
+
+    class Sender:
+        async def __call__(self, data):
+            sent.append(data)
+
+        def durable_store(self):
+            return store
+
+    box = Outbox(Sender(), max_items=10)
+    writer = asyncio.ensure_future(box.run())
+    box.put(b"before")  # no write pending: leaves at once
+    await asyncio.sleep(0.01)
+    assert sent == [b"before"]
+    store.submitted += 1  # a write is queued; frames after it wait
+    for i in range(10 * GRACE - 1):
+        assert box.put(b"f%d" % i)  # the barrier's wait is the server's, not a slow client: grace
+    await asyncio.sleep(0.01)
+    assert sent == [b"before"] and not box.overflowed
+    store.released.set()
+    await asyncio.sleep(0.05)
+    assert len(sent) == 10 * GRACE and not box.overflowed
+    box.close()
+    await asyncio.wait_for(writer, 1)

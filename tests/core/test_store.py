@@ -117,3 +117,19 @@ def test_database_files_are_owner_only(tmp_path):
         s.close()
     finally:
         os.umask(old)
+
+
+def test_runs_of_one_statement_are_batched_and_a_bad_row_is_isolated(tmp_path):
+    s = Store(str(tmp_path / "b.db")).open()
+    try:
+        s.migrate("t", ["CREATE TABLE t(k INTEGER PRIMARY KEY, v TEXT NOT NULL)"])
+        gate = __import__("threading").Event()
+        s.submit(lambda c: gate.wait(5))  # hold the writer so the rows below form one batch
+        for i in range(100):
+            s.execute_later("INSERT INTO t(k, v) VALUES(?, ?)", (i, None if i == 50 else f"v{i}"))
+        last = s.submit(lambda c: c.execute("SELECT count(*) FROM t").fetchone()[0])
+        gate.set()
+        assert last.result(10) == 99  # row 50 broke NOT NULL: only it is missing
+        assert s.query("SELECT count(*) FROM t WHERE k=50") == [(0,)]
+    finally:
+        s.close()
