@@ -17,7 +17,7 @@ import pytest
 
 from bridge_core.ids import new_id
 
-from .clients import LoomiClient, PhebyClient, lvmh_api
+from .clients import LoomiClient, PhebyClient
 from .flood import open_ws
 from .proc import LVMH_TOKEN, PHEBY_SECRET, ROOT
 from .summary import SUMMARY

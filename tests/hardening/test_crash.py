@@ -19,10 +19,9 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 
-import orjson
 import pytest
 
-from .clients import LoomiClient, PhebyClient, all_events, lvmh_api, lvmh_plugin, message
+from .clients import LoomiClient, PhebyClient, all_events, lvmh_api, lvmh_plugin
 from .summary import SUMMARY
 
 pytestmark = pytest.mark.hardening

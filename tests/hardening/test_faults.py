@@ -8,8 +8,6 @@ production takes a few seconds here: Pheby heartbeat 2 s, Loomi pings every
 from __future__ import annotations
 
 import asyncio
-import socket
-import struct
 import time
 
 import aiohttp
@@ -18,10 +16,10 @@ import pytest
 
 from bench.load import pair_loomi_devices
 
-from .clients import LoomiClient, PhebyClient, all_events, lvmh_api, lvmh_browser, lvmh_plugin, pair_token
+from .clients import LoomiClient, PhebyClient, all_events, lvmh_api, lvmh_browser
 from .proc import LVMH_TOKEN, PHEBY_SECRET
 from .summary import SUMMARY
-from .wsraw import OP_CLOSE, OP_PING, OP_TEXT, RawWS, encode_frame
+from .wsraw import OP_CLOSE, OP_TEXT, RawWS, encode_frame
 
 pytestmark = pytest.mark.hardening
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import struct
 import threading
 import urllib.parse
 from typing import Any, Optional
@@ -32,8 +31,7 @@ from hypothesis import strategies as st
 
 from lvmh_adapter import codec as lvmh_codec
 
-from .clients import PhebyClient, pair_token
-from .flood import open_ws
+from .clients import PhebyClient
 from .proc import LVMH_TOKEN, PHEBY_SECRET, BridgeProcess
 from .summary import SUMMARY, scaled
 from .wsraw import OP_BINARY, OP_CLOSE, OP_TEXT, RawWS, encode_frame
