@@ -117,6 +117,12 @@ class FakeModel:
             if m.get("role") == "user":
                 user = _text_of(m.get("content"))
                 break
+        # Hermes folds a message that interrupted a turn into the next user message
+        # ("SLOW story please" ... "hello again"): the script answers the newest line
+        # (Hermes's own bracketed notes, which may span lines, are not what the user typed)
+        typed = re.sub(r"\[[^\]]*\]", "", user, flags=re.S)
+        lines = [ln.strip() for ln in typed.splitlines() if ln.strip()]
+        user = lines[-1] if lines else ""
         if "DANGER" in user:
             target = (re.search(r"DANGER\s+(\S+)", user) or [None, "/tmp/nothing-here"])[1]
             return [], {"name": "terminal", "arguments": {"command": f"rm -rf {target}"}}, 0.0
@@ -130,8 +136,7 @@ class FakeModel:
             return _pieces("Here is your report.") + [f"\nMEDIA:{path}"], None, 0.0
         if "SLOW" in user:
             return [("w%d " % i) for i in range(SLOW_WORDS)], None, SLOW_DELAY
-        lines = [ln for ln in user.strip().splitlines() if ln.strip() and not ln.lstrip().startswith("[")]
-        said = lines[0][:200] if lines else ""
+        said = user.strip()[:200]
         return _pieces(f"Hello from fake model! You said: {said}"), None, 0.0
 
     def respond(self, h: BaseHTTPRequestHandler, req: dict) -> None:
