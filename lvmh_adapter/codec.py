@@ -121,6 +121,9 @@ def decode_plugin_frame(data: Union[str, bytes]) -> PluginFrame:
             raise FrameError(f"{ftype} needs a session object", code="invalid_frame")
     if ftype == "tool_execution_start" or ftype == "message_end":
         reencode |= _redact_tool_args(obj)
+    if obj.get("seq") != seq:  # a hello may omit seq (always 0)
+        obj["seq"] = seq
+        reencode = True
     if reencode:
         obj["ts"] = ts_ms
         raw = orjson.dumps(obj).decode()

@@ -89,6 +89,7 @@ class LvmhFrontEnd(FrontEnd):
         self.log = EventLog(bridge.store)
         self.records: dict[str, SessionRecord] = {}
         self.stream = EventStream(self.session_list, self.spawn_jobs)
+        self._list_cache: Optional[tuple[int, float, bytes]] = None
         self.renderer = Renderer(self.bridge_info)
         self.source = PluginSource(self)
         self.spawn: Any = None
@@ -295,6 +296,17 @@ class LvmhFrontEnd(FrontEnd):
                 out.append(view)
         out.sort(key=lambda s: (s.get("lastEventAt") or s.get("startedAt") or 0), reverse=True)
         return out
+
+    def _session_list_frame(self) -> bytes:
+        """The encoded list for a browser that just connected: rebuilt when the list changed
+        (or after a second, for lastEventAt), not once per connection: a reconnect storm of
+        browsers costs one encoding, not one each."""
+        now = asyncio.get_running_loop().time()
+        cached = self._list_cache
+        if cached is None or cached[0] != self.stream.list_version or now - cached[1] > 1.0:
+            cached = (self.stream.list_version, now, codec.session_list_frame(self.session_list()))
+            self._list_cache = cached
+        return cached[2]
 
     def spawn_jobs(self) -> Optional[list]:
         if self.spawn is None:
@@ -515,7 +527,7 @@ class LvmhFrontEnd(FrontEnd):
         state = BrowserSession()
         self.sockets.add(ws)
         self.stream.add(conn)
-        conn.outbox.put(codec.session_list_frame(self.session_list()), key="session_list")
+        conn.outbox.put(self._session_list_frame(), key="session_list")
         jobs = self.spawn_jobs()
         if jobs is not None:
             conn.outbox.put(codec.spawn_status_frame(jobs), key="spawn_status")

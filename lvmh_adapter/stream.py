@@ -47,6 +47,7 @@ class EventStream:
         self._list_dirty = False
         self._spawn_dirty = False
         self._session_list = session_list
+        self.list_version = 0  # bumped on every change; lets a reader cache the encoded list
         self._spawn_jobs = spawn_jobs
 
     # --- subscriptions -------------------------------------------------------------------------
@@ -99,6 +100,7 @@ class EventStream:
         self._pending.pop(sid, None)
 
     def list_changed(self) -> None:
+        self.list_version += 1
         self._list_dirty = True
         self._schedule()
 
