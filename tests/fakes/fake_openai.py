@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Iterable, Optional, Union
 
-__all__ = ["FakeOpenAI", "Reply", "ToolCall", "last_role", "last_user_text", "tool_then_text"]
+__all__ = ["FakeOpenAI", "Reply", "ToolCall", "last_role", "last_user_text", "text_of", "tool_then_text"]
 
 _ids = itertools.count(1)
 
@@ -89,11 +89,12 @@ class Reply:
         return re.findall(r"\S+\s*|\s+", self.text) if self.text else []
 
 
-def _text_of(content: Any) -> str:
+def text_of(content: Any, sep: str = "") -> str:
+    """The text of a message's ``content`` (a string, or a list of parts joined with ``sep``)."""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+        return sep.join(str(p.get("text", "")) for p in content if isinstance(p, dict))
     return ""
 
 
@@ -102,10 +103,10 @@ def last_role(body: dict) -> Optional[str]:
     return messages[-1].get("role") if messages else None
 
 
-def last_user_text(body: dict) -> str:
+def last_user_text(body: dict, sep: str = "") -> str:
     for m in reversed(body.get("messages") or []):
         if m.get("role") == "user":
-            return _text_of(m.get("content"))
+            return text_of(m.get("content"), sep)
     return ""
 
 
@@ -146,6 +147,7 @@ class FakeOpenAI:
         self._lock = threading.Lock()
         self._server: Optional[ThreadingHTTPServer] = None
         self._thread: Optional[threading.Thread] = None
+        self._stopping = threading.Event()  # set by stop(): streams in progress end early
 
     # ------------------------------------------------------------------ scripting
 
@@ -182,6 +184,7 @@ class FakeOpenAI:
     def start(self) -> "FakeOpenAI":
         if self._server is not None:
             return self
+        self._stopping.clear()
         self._server = ThreadingHTTPServer((self.host, self._port), self._handler_class())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="fake-openai", daemon=True)
@@ -191,6 +194,7 @@ class FakeOpenAI:
     def stop(self) -> None:
         if self._server is None:
             return
+        self._stopping.set()
         self._server.shutdown()
         self._server.server_close()
         self._server = None
@@ -281,6 +285,8 @@ class FakeOpenAI:
                 for i, chunk in enumerate(fake._chunks(body, reply)):
                     if i and reply.chunk_delay:
                         time.sleep(reply.chunk_delay)
+                    if fake._stopping.is_set():
+                        return  # the server is stopping: end the stream without [DONE]
                     self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
                     self.wfile.flush()
                 self.wfile.write(b"data: [DONE]\n\n")
@@ -298,7 +304,7 @@ class FakeOpenAI:
     def _usage(body: dict, reply: Reply) -> dict:
         if reply.usage is not None:
             return reply.usage
-        prompt = sum(_approx_tokens(_text_of(m.get("content"))) for m in body.get("messages") or [])
+        prompt = sum(_approx_tokens(text_of(m.get("content"))) for m in body.get("messages") or [])
         completion = _approx_tokens(reply.text) + sum(_approx_tokens(tc.arguments_json()) for tc in reply.tool_calls)
         return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
