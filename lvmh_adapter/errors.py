@@ -41,6 +41,18 @@ STATUS = {
 }
 
 
+class HttpError(Exception):
+    """An error answered over REST as ``{"error": message}`` with ``status`` (spawn, GitLab)."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+    def response(self) -> web.Response:
+        return error_response(self.message, self.status)
+
+
 class Offline(BridgeError):
     """A known session whose agent is not connected (REST 409)."""
 

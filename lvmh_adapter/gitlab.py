@@ -28,6 +28,8 @@ from aiohttp import web
 
 from bridge_core.redact import fingerprint
 
+from .errors import HttpError
+
 log = logging.getLogger("agent_bridge.lvmh.gitlab")
 
 PAT_KEY = "lvmh.gitlab.pat"
@@ -39,17 +41,8 @@ MAX_TOKEN_LEN = 512
 _TOKEN_OK = re.compile(r"^[\x21-\x7e]+$")  # printable ASCII, no spaces or control characters
 
 
-class GitLabError(Exception):
+class GitLabError(HttpError):
     """An error answered to the web UI as ``{"error": message}`` with ``status``."""
-
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
-def _json_error(status: int, message: str) -> web.Response:
-    return web.json_response({"error": message}, status=status)
 
 
 def _map_project(p: dict) -> Optional[dict]:
@@ -211,13 +204,13 @@ class GitLabClient:
         try:
             body = await request.json(loads=json.loads)
         except (ValueError, UnicodeDecodeError):
-            return _json_error(400, "body must be JSON: {\"token\": \"...\"}")
+            return HttpError(400, "body must be JSON: {\"token\": \"...\"}").response()
         if not isinstance(body, dict):
-            return _json_error(400, "body must be a JSON object: {\"token\": \"...\"}")
+            return HttpError(400, "body must be a JSON object: {\"token\": \"...\"}").response()
         try:
             username = await self.connect(body.get("token"))
         except GitLabError as exc:
-            return _json_error(exc.status, exc.message)
+            return exc.response()
         return web.json_response({"username": username})
 
     async def _h_disconnect(self, request: web.Request) -> web.Response:
@@ -228,4 +221,4 @@ class GitLabClient:
         try:
             return web.json_response(await self.repos())
         except GitLabError as exc:
-            return _json_error(exc.status, exc.message)
+            return exc.response()

@@ -47,6 +47,7 @@ from yarl import URL
 from bridge_core.config import ConfigError, is_loopback
 from bridge_core.tasks import TaskSet
 
+from .errors import HttpError
 from .gitlab import PAT_KEY
 
 log = logging.getLogger("agent_bridge.lvmh.spawn")
@@ -96,17 +97,8 @@ fi
 """
 
 
-class SpawnError(Exception):
+class SpawnError(HttpError):
     """Answered as ``{"error": message}`` with ``status``."""
-
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
-def _json_error(status: int, message: str) -> web.Response:
-    return web.json_response({"error": message}, status=status)
 
 
 def valid_repo(repo: Any) -> bool:
@@ -588,26 +580,26 @@ class SpawnManager:
         try:
             body = await request.json(loads=json.loads)
         except (ValueError, UnicodeDecodeError):
-            return _json_error(400, 'body must be JSON: {"repo": "group/project", "branch": "main"}')
+            return HttpError(400, 'body must be JSON: {"repo": "group/project", "branch": "main"}').response()
         if not isinstance(body, dict):
-            return _json_error(400, 'body must be a JSON object: {"repo": "group/project"}')
+            return HttpError(400, 'body must be a JSON object: {"repo": "group/project"}').response()
         try:
             return web.json_response(await self.spawn(body.get("repo"), body.get("branch")))
         except SpawnError as exc:
-            return _json_error(exc.status, exc.message)
+            return exc.response()
 
     async def _h_status(self, request: web.Request) -> web.Response:
         try:
             await self.ping()
         except SpawnError as exc:
-            return _json_error(exc.status, exc.message)
+            return exc.response()
         return web.json_response(self.jobs())
 
     async def _h_stop(self, request: web.Request) -> web.Response:
         try:
             await self.stop_container(request.match_info["id"])
         except SpawnError as exc:
-            return _json_error(exc.status, exc.message)
+            return exc.response()
         return web.json_response({"ok": True})
 
 
