@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import resource
 import statistics
 import time
 
@@ -11,17 +10,7 @@ import aiohttp
 import orjson
 
 from .load import connect_loomi, connect_pheby, loomi_run, pair_loomi_devices, pheby_run
-from .proc import BENCH_SECRET, BENCH_TOKEN, Server
-
-
-def _raise_fd_limit(want: int) -> int:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    target = min(max(soft, want), hard)
-    try:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-    except (ValueError, OSError):
-        pass
-    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+from .proc import BENCH_SECRET, BENCH_TOKEN, Server, raise_fd_limit
 
 
 def _ms(values: list[float]) -> str:
@@ -30,7 +19,7 @@ def _ms(values: list[float]) -> str:
 
 
 async def idle_connections(counts: list[int]) -> bool:
-    limit = _raise_fd_limit(max(counts) + 1000)  # each side (client, server process) holds one fd per socket
+    limit = raise_fd_limit(max(counts) + 1000)  # each side (client, server process) holds one fd per socket
     ok = True
     print(f"\nIdle authenticated Pheby connections (descriptor limit {limit})")
     for count in counts:

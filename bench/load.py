@@ -82,22 +82,30 @@ async def connect_pheby(http, port, secret):
     return ws
 
 
-async def _count_loomi(ws, st: ClientStats, run_started: asyncio.Event) -> None:
+def _delta_seen(st: ClientStats, now: float, ts: float) -> None:
+    if not st.events:
+        st.first = now
+    st.events += 1
+    st.last = now
+    st.latencies.append(now - ts)
+
+
+async def _frames(ws, st: ClientStats):
+    """Each text frame decoded, with its receipt time; frames and bytes counted on the way."""
     async for msg in ws:
         if msg.type != aiohttp.WSMsgType.TEXT:
-            break
+            return
         now = time.time()
-        data = msg.data
         st.frames += 1
-        st.bytes += len(data)
-        frame = orjson.loads(data)
+        st.bytes += len(msg.data)
+        yield now, orjson.loads(msg.data)
+
+
+async def _count_loomi(ws, st: ClientStats, run_started: asyncio.Event) -> None:
+    async for now, frame in _frames(ws, st):
         t = frame.get("type")
         if t == "run.delta":
-            if not st.events:
-                st.first = now
-            st.events += 1
-            st.last = now
-            st.latencies.append(now - frame["ts"])
+            _delta_seen(st, now, frame["ts"])
         elif t == "run.completed":
             st.final_text = frame["payload"].get("text")
             st.final_at = now
@@ -112,23 +120,12 @@ def _parse_iso(value: str) -> float:
 
 
 async def _count_pheby(ws, st: ClientStats) -> None:
-    async for msg in ws:
-        if msg.type != aiohttp.WSMsgType.TEXT:
-            break
-        now = time.time()
-        data = msg.data
-        st.frames += 1
-        st.bytes += len(data)
-        frame = orjson.loads(data)
+    async for now, frame in _frames(ws, st):
         t = frame.get("type")
         if t == "message.delta":
-            if not st.events:
-                st.first = now
-            st.events += 1
-            st.last = now
             ts = _parse_iso(frame["ts"])
             st.last_delta_ts = max(st.last_delta_ts, ts)
-            st.latencies.append(now - ts)
+            _delta_seen(st, now, ts)
         elif t == "message.complete" and frame.get("kind") != "notice":
             st.final_text = frame["text"]
             st.final_at = now

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -14,6 +15,17 @@ from typing import Optional
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH_SECRET = "bench-pheby-secret-0123456789abcdef"
 BENCH_TOKEN = "bench-lvmh-token-0123456789abcdef"
+
+
+def raise_fd_limit(want: int = 1 << 20) -> int:
+    """Raise this process's RLIMIT_NOFILE towards ``want`` (children inherit it); returns the new soft limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = min(max(soft, want), hard)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (ValueError, OSError):
+        pass
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
 class ProcWatch:

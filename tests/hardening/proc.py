@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import signal
 import subprocess
 import sys
 import time
 from typing import Optional
 
-from bench.proc import ProcWatch
+from bench.proc import ProcWatch, raise_fd_limit  # noqa: F401 (re-exported for the suite)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -27,15 +26,6 @@ PHEBY_SECRET = "hardening-pheby-secret-7f3a9c1e5b2d4f60"
 LVMH_TOKEN = "hardening-lvmh-token-2c8e4a6b0d1f3957"
 
 
-def raise_fd_limit(want: int = 1 << 20) -> int:
-    """Raise this process's RLIMIT_NOFILE towards ``want`` (children inherit it); returns the new soft limit."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    target = min(max(soft, want), hard)
-    try:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-    except (ValueError, OSError):
-        pass
-    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
 def _toml_value(v) -> str:
