@@ -65,3 +65,18 @@ async def test_a_loomi_message_streams_to_pheby(service_factory):
     assert started["payload"]["surface"] == "loomi"
     await pheby.close()
     await phone.close()
+
+
+async def test_another_front_ends_request_id_never_reaches_pheby(service_factory):
+    svc = await service_factory(adapters=("pheby", "loomi"))
+    phone, _ = await pair(svc)
+    pheby = await PhebyClient.connect(svc.ports["pheby"])
+    ack = await phone.request("session.send", {"text": "hi", "request_id": "loomi-r1"})
+    result = ack["payload"]["result"]
+    accepted = await pheby.recv_type("run.accepted")
+    assert accepted == {"type": "run.accepted", "conversation_id": result["task_id"], "run_id": result["run_id"]}
+    frames = await pheby.collect_until("run.finished", run_id=result["run_id"])
+    assert frames[-1] == {"type": "run.finished", "conversation_id": result["task_id"],
+                          "run_id": result["run_id"], "status": "completed"}
+    await pheby.close()
+    await phone.close()
