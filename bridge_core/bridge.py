@@ -220,24 +220,19 @@ class Bridge:
         elif t is ev.ClarifyRequested:
             self._clarifications[event.clarify_id] = event.conversation_id
         elif t is ev.RunFinished:
-            self._drop_decisions_of_run(event.run_id)
+            self._forget_settled_decisions(event.conversation_id)
         seq = self.hub.publish(event)
         if t is ev.ConversationDeleted:
             self.conversations.pop(event.conversation_id, None)
         return seq
 
-    def _drop_decisions_of_run(self, run_id: str) -> None:
-        for table in (self._approvals, self._clarifications):
-            for key in [k for k, cid in table.items() if self._decision_run(k) == run_id]:
-                table.pop(key, None)
-
-    def _decision_run(self, key: str) -> Optional[str]:
-        cid = self._approvals.get(key) or self._clarifications.get(key)
-        conv = self.conversations.get(cid) if cid else None
-        if conv is None:
-            return None
-        item = conv.approvals.get(key) or conv.clarifications.get(key)
-        return item.run_id if item is not None else None
+    def _forget_settled_decisions(self, conversation_id: str) -> None:
+        """A finished run leaves no decision pending (the state already dropped them): forget their ids."""
+        conv = self.conversations.get(conversation_id)
+        for table, pending in ((self._approvals, conv.approvals if conv else {}),
+                               (self._clarifications, conv.clarifications if conv else {})):
+            for key in [k for k, cid in table.items() if cid == conversation_id and k not in pending]:
+                del table[key]
 
     def _persist(self, seq: int, e: Any) -> None:
         t = type(e)

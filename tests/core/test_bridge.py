@@ -157,3 +157,13 @@ async def test_interrupted_run_is_reported_failed_once_front_ends_listen(tmp_pat
         await b2.stop()
         for t in list(b.tasks._tasks):
             t.cancel()
+
+
+async def test_a_finished_run_leaves_no_pending_decision_ids(bridge):
+    res = await bridge.execute(cmd.SendMessage(text="/approve ls"), PHEBY)
+    await asyncio.sleep(0.01)
+    (aid,) = bridge.conversation(res.conversation_id).approvals
+    await bridge.execute(cmd.CancelRun(conversation_id=res.conversation_id, run_id=res.run_id), PHEBY)
+    assert aid not in bridge._approvals
+    with pytest.raises(ApprovalNotFound):
+        await bridge.execute(cmd.ResolveApproval(approval_id=aid, choice="once"), PHEBY)
