@@ -31,7 +31,21 @@ class Closed(Exception):
         self.data = data
 
 
-class PhebyClient:
+class _Frames:
+    """``until``, for any client with ``recv``."""
+
+    async def until(self, pred: Callable[[dict], bool], timeout: float = 10.0) -> list[dict]:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        out = []
+        while True:
+            f = await self.recv(max(0.01, deadline - loop.time()))
+            out.append(f)
+            if pred(f):
+                return out
+
+
+class PhebyClient(_Frames):
     def __init__(self, http: aiohttp.ClientSession, ws: aiohttp.ClientWebSocketResponse, own_http: bool = False):
         self.http = http
         self.ws = ws
@@ -56,15 +70,6 @@ class PhebyClient:
         self.frames.append(f)
         return f
 
-    async def until(self, pred: Callable[[dict], bool], timeout: float = 10.0) -> list[dict]:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        out = []
-        while True:
-            f = await self.recv(max(0.01, deadline - loop.time()))
-            out.append(f)
-            if pred(f):
-                return out
 
     async def request(self, frame: dict, reply_type: Optional[str] = None, timeout: float = 10.0) -> dict:
         rid = frame.setdefault("request_id", f"r{time.monotonic_ns()}")
@@ -128,7 +133,7 @@ async def pair_token(port: int, http: aiohttp.ClientSession, ttl: Optional[float
         return (await r.json())["payload"]["token"]
 
 
-class LoomiClient:
+class LoomiClient(_Frames):
     """One Loomi device socket: records every frame's seq, answers server pings."""
 
     def __init__(self, http, ws, hello_ok: dict, own_http: bool = False):
@@ -170,15 +175,6 @@ class LoomiClient:
                 await self.send("pong")
             return f
 
-    async def until(self, pred: Callable[[dict], bool], timeout: float = 10.0) -> list[dict]:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        out = []
-        while True:
-            f = await self.recv(max(0.01, deadline - loop.time()))
-            out.append(f)
-            if pred(f):
-                return out
 
     async def request(self, type_: str, payload: dict, timeout: float = 10.0) -> dict:
         rid = payload.setdefault("request_id", f"r{time.monotonic_ns()}")
