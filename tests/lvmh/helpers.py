@@ -8,10 +8,25 @@ import time
 from typing import Any, Callable, Optional
 
 import aiohttp
+from aiohttp import web
 
 from tests.conftest import LVMH_TOKEN
 
 AUTH = {"Authorization": f"Bearer {LVMH_TOKEN}"}
+
+
+def bearer_app(routes) -> web.Application:
+    """A bare aiohttp app serving ``routes`` behind the lvmh bearer check (spawn / GitLab route tests)."""
+
+    @web.middleware
+    async def auth(request, handler):
+        if request.headers.get("Authorization") != f"Bearer {LVMH_TOKEN}":
+            return web.json_response({"error": "unauthorized"}, status=401)
+        return await handler(request)
+
+    app = web.Application(middlewares=[auth])
+    app.add_routes(routes)
+    return app
 
 
 def session_snapshot(sid: str, **over: Any) -> dict:

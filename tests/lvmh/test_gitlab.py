@@ -13,22 +13,11 @@ from aiohttp import web
 from bridge_core.store import Store
 from lvmh_adapter.gitlab import PAT_KEY, USERNAME_KEY, GitLabClient
 from tests.fakes.fake_gitlab import FakeGitLab, project
+from tests.lvmh.helpers import bearer_app
 
 API_TOKEN = "test-lvmh-token-0123456789"
 PAT = "glpat-SECRETsecret0123456789"
 OTHER_PAT = "glpat-WRONGwrong9876543210"
-
-
-def bearer_app(routes) -> web.Application:
-    @web.middleware
-    async def auth(request, handler):
-        if request.headers.get("Authorization") != f"Bearer {API_TOKEN}":
-            return web.json_response({"error": "unauthorized"}, status=401)
-        return await handler(request)
-
-    app = web.Application(middlewares=[auth])
-    app.add_routes(routes)
-    return app
 
 
 class Env:

@@ -19,6 +19,7 @@ from bridge_core.store import Store
 from lvmh_adapter.gitlab import PAT_KEY
 from lvmh_adapter.spawn import CLONE_SCRIPT, SpawnManager, agent_ws_url, repo_volume, valid_branch, valid_repo
 from tests.fakes.fake_docker import FakeDocker
+from tests.lvmh.helpers import bearer_app
 
 API_TOKEN = "test-lvmh-token-0123456789"
 PAT = "glpat-SECRETsecret0123456789"
@@ -26,18 +27,6 @@ ZAI_KEY = "zai-SECRET-provider-key-0123"
 GITLAB = "http://gitlab.test:8929"
 DAEMON_URL = "ws://bridge.test:8686/agent/ws"
 V = "/v1.50"
-
-
-def bearer_app(routes) -> web.Application:
-    @web.middleware
-    async def auth(request, handler):
-        if request.headers.get("Authorization") != f"Bearer {API_TOKEN}":
-            return web.json_response({"error": "unauthorized"}, status=401)
-        return await handler(request)
-
-    app = web.Application(middlewares=[auth])
-    app.add_routes(routes)
-    return app
 
 
 async def wait_until(pred, what="condition", timeout=10.0):
