@@ -233,6 +233,22 @@ def git_host(url: str) -> tuple[str, str]:
     return (u.scheme or ""), host
 
 
+def fetch_env(clone_url: str, token: Optional[str]) -> list[str]:
+    """The fetch container's environment: the only place the GitLab token goes, with the one
+    host (and scheme) the credential helper may answer for."""
+    proto, host = git_host(clone_url)
+    env = [f"LVMH_CLONE_URL={clone_url}", f"LVMH_GIT_PROTOCOL={proto}", f"LVMH_GIT_HOST={host}",
+           "GIT_TERMINAL_PROMPT=0"]
+    if token:
+        env.append(f"LVMH_GIT_TOKEN={token}")
+    return env
+
+
+def checkout_env(clone_url: str, branch: Optional[str]) -> list[str]:
+    """The checkout container's environment: no token of any kind."""
+    return [f"LVMH_CLONE_URL={clone_url}", f"LVMH_BRANCH={branch or ''}", "GIT_TERMINAL_PROMPT=0"]
+
+
 def docker_url_of(config: Any, env: Any = None) -> str:
     """``[lvmh] docker_url`` / ``LVMH_DOCKER_URL``, else ``LVMH_CONTAINER_DOCKER_SOCK`` (the spec's),
     else ``DOCKER_HOST``, else the default socket."""
@@ -498,20 +514,14 @@ class SpawnManager:
     async def _fetch(self, docker: Any, job: Job, mirror: str) -> None:
         """Fetch into the mirror volume, with the PAT: this container mounts nothing a worker wrote."""
         token = self.store.get_setting(PAT_KEY) if self.store is not None else None
-        url = self._clone_url(job.repo)
-        proto, host = git_host(url)
-        env = [f"LVMH_CLONE_URL={url}", f"LVMH_GIT_PROTOCOL={proto}", f"LVMH_GIT_HOST={host}",
-               "GIT_TERMINAL_PROMPT=0"]
-        if token:
-            env.append(f"LVMH_GIT_TOKEN={token}")
+        env = fetch_env(self._clone_url(job.repo), token)
         mounts = [{"Type": "volume", "Source": mirror, "Target": MIRROR_DIR}]
         await self._aux(docker, job, "fetch", FETCH_SCRIPT, env, mounts, secrets=(token,),
                         failed=f"git fetch of {job.repo} failed")
 
     async def _checkout(self, docker: Any, job: Job, mirror: str, vol: str) -> None:
         """Bring the repo volume up to date from the mirror (read-only), without any token."""
-        env = [f"LVMH_CLONE_URL={self._clone_url(job.repo)}", f"LVMH_BRANCH={job.branch or ''}",
-               "GIT_TERMINAL_PROMPT=0"]
+        env = checkout_env(self._clone_url(job.repo), job.branch)
         mounts = [{"Type": "volume", "Source": mirror, "Target": MIRROR_DIR, "ReadOnly": True},
                   {"Type": "volume", "Source": vol, "Target": "/workspace"}]
         await self._aux(docker, job, "checkout", CHECKOUT_SCRIPT, env, mounts, secrets=(),
