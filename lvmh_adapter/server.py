@@ -28,7 +28,7 @@ from bridge_core.ids import new_id
 
 from . import codec, errors
 from .auth import PRINCIPAL_KEY as PRINCIPAL
-from .auth import USER, Authenticator, Principal, WorkerCredentials, check_origin, principal_of, public_url
+from .auth import Authenticator, Principal, WorkerCredentials, check_origin, principal_of, public_url
 from .errors import error_frame, error_response
 from .persistence import EventLog
 from .plugin_source import SOURCE_NAME, PluginSource
@@ -357,10 +357,13 @@ class LvmhFrontEnd(FrontEnd):
     # --- plugin socket -------------------------------------------------------------------------------
 
     async def _agent_ws(self, request: web.Request) -> web.StreamResponse:
+        principal = principal_of(request)
+        if principal is None:  # the middleware always sets it; never serve a socket without one
+            return error_response("Unauthorized", 401, "unauthorized")
         ws = web.WebSocketResponse(max_msg_size=codec.MAX_PLUGIN_FRAME, heartbeat=HEARTBEAT, compress=False)
         await ws.prepare(request)
         outbox = Outbox(ws_text_sender(ws), max_items=4096, on_overflow=lambda: self._close_later(ws, b"slow peer"))
-        conn = PluginConn(ws, outbox, peer_host(request), principal_of(request) or USER)
+        conn = PluginConn(ws, outbox, peer_host(request), principal)
         writer = self.tasks.spawn(conn.outbox.run(), name="lvmh-plugin-writer")
         self.sockets.add(ws)
         self.plugin_conns.add(conn)
