@@ -488,7 +488,7 @@ class LvmhFrontEnd(FrontEnd):
         old = rec.conn
         if old is None or old is conn:
             return True
-        if old.principal.credential != conn.principal.credential:
+        if old.principal.credential != conn.principal.credential and not old.ws.closed:
             return False
         old.replaced = True
         rec.conn = None

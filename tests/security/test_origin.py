@@ -147,3 +147,46 @@ async def test_public_url_is_an_allowed_origin(bridges):
     # the address it is bound to stays its own origin too
     status, _ = await rest(port, "/api/sessions", headers={"Origin": f"http://127.0.0.1:{port}"})
     assert status == 200
+
+
+# --- the rule itself (lvmh_adapter/auth.py), pure ------------------------------------------------
+
+
+@pytest.mark.parametrize("origin, scheme, host, public, allowed", [
+    ("http://127.0.0.1:8686", "http", "127.0.0.1:8686", None, True),
+    ("HTTP://LOCALHOST:8686", "http", "localhost:8686", None, True),  # scheme and host are case-insensitive
+    ("http://example.com", "http", "example.com:80", None, True),  # default ports normalised
+    ("https://example.com:443", "https", "example.com", None, True),
+    ("http://[::1]:8686", "http", "[::1]:8686", None, True),
+    ("http://127.0.0.1:8686", "https", "127.0.0.1:8686", None, False),  # scheme differs
+    ("http://127.0.0.1:8687", "http", "127.0.0.1:8686", None, False),  # port differs
+    ("http://localhost:8686", "http", "127.0.0.1:8686", None, False),  # host differs
+    ("http://127.0.0.1:8686/", "http", "127.0.0.1:8686", None, True),
+    ("null", "http", "127.0.0.1:8686", None, False),
+    ("", "http", "127.0.0.1:8686", None, False),
+    ("http://127.0.0.1:8686", "http", None, None, False),
+    ("https://lvmh.example.com", "http", "127.0.0.1:8686", "https://lvmh.example.com", True),
+    ("https://lvmh.example.com", "http", "127.0.0.1:8686", "https://lvmh.example.com/", True),
+    ("https://lvmh.example.com", "http", "127.0.0.1:8686", "wss://lvmh.example.com", True),
+    ("http://lvmh.example.com", "http", "127.0.0.1:8686", "https://lvmh.example.com", False),
+    ("https://evil.example.com", "http", "127.0.0.1:8686", "https://lvmh.example.com", False),
+])
+def test_origin_rule(origin, scheme, host, public, allowed):
+    from lvmh_adapter.auth import origin_allowed
+
+    assert origin_allowed(origin, scheme, host, public) is allowed
+
+
+def test_public_url_hook_reads_the_config(tmp_path):
+    from bridge_core.config import build_config
+    from lvmh_adapter.auth import public_url
+
+    cfg = build_config({"data_dir": str(tmp_path)}, {}, with_secrets=False)
+    assert public_url(cfg) is None
+    cfg.extra["lvmh"] = {"public_url": PUBLIC}
+    assert public_url(cfg) == PUBLIC
+    # a --public-url lvmh=URL option, once the config has one, wins
+    import types
+
+    later = types.SimpleNamespace(public_urls={"lvmh": "https://other.example"}, section=cfg.section)
+    assert public_url(later) == "https://other.example"
