@@ -60,7 +60,7 @@ class SessionRecord:
 
 
 class PluginConn:
-    __slots__ = ("ws", "outbox", "state", "record", "replaced", "peer", "principal")
+    __slots__ = ("ws", "outbox", "state", "record", "replaced", "revoked", "peer", "principal")
 
     def __init__(self, ws: web.WebSocketResponse, outbox: Outbox, peer: str, principal: Principal):
         self.ws = ws
@@ -68,6 +68,7 @@ class PluginConn:
         self.state = PluginSession()
         self.record: Optional[SessionRecord] = None
         self.replaced = False
+        self.revoked = False  # its credential was revoked: frames are dropped until the close completes
         self.peer = peer
         self.principal = principal  # the credential it opened with (lvmh_adapter/auth.py)
 
@@ -380,7 +381,7 @@ class LvmhFrontEnd(FrontEnd):
                     msg = await ws.receive()
                 if msg.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED, WSMsgType.ERROR):
                     break
-                if msg.type not in (WSMsgType.TEXT, WSMsgType.BINARY) or conn.replaced:
+                if msg.type not in (WSMsgType.TEXT, WSMsgType.BINARY) or conn.replaced or conn.revoked:
                     continue
                 try:
                     await self._plugin_frame(conn, msg.data)
@@ -477,9 +478,16 @@ class LvmhFrontEnd(FrontEnd):
             if not rebind:
                 log.info("lvmh: plugin session %s connected from %s (lastSeq %d)", sid, conn.peer, last)
 
-    def _close_later(self, ws: web.WebSocketResponse, reason: bytes) -> None:
-        """An outbox overflowed (the peer does not read): drop the socket, never wait for it."""
-        self.tasks.spawn(ws.close(code=errors.CLOSE_SLOW, message=reason), name="lvmh-close-slow")
+    def _close_later(self, ws: web.WebSocketResponse, reason: bytes, code: int = errors.CLOSE_SLOW,
+                     flush: Optional[Outbox] = None) -> None:
+        """Close ``ws`` from a task of its own (an outbox overflowed: never wait for the peer; a
+        credential was revoked: after what ``flush`` still holds, at most a second)."""
+        async def close() -> None:
+            if flush is not None:
+                await flush.flush(1.0)
+            await ws.close(code=code, message=reason)
+
+        self.tasks.spawn(close(), name="lvmh-close")
 
     def _take_over(self, rec: SessionRecord, conn: PluginConn) -> bool:
         """Make ``conn`` the session's connection, closing an older one of the same credential
@@ -506,13 +514,9 @@ class LvmhFrontEnd(FrontEnd):
         for conn in list(self.plugin_conns):
             p = conn.principal
             if p.kind == "worker" and p.session_id == session_id and not conn.ws.closed:
-                conn.replaced = True  # read no more frames from it
+                conn.revoked = True  # its frames are dropped from now on
                 conn.outbox.put(error_frame("The worker credential was revoked", "revoked", session_id=session_id))
-                self.tasks.spawn(self._close_revoked(conn), name="lvmh-close-revoked")
-
-    async def _close_revoked(self, conn: PluginConn) -> None:
-        await conn.outbox.flush(1.0)
-        await conn.ws.close(code=errors.CLOSE_REVOKED, message=b"credential revoked")
+                self._close_later(conn.ws, b"credential revoked", errors.CLOSE_REVOKED, conn.outbox)
 
     def _apply_info(self, rec: SessionRecord, raw: Any) -> None:
         before = rec.info

@@ -705,6 +705,9 @@ class SpawnManager:
             raise SpawnError(404, f"no spawned container for session {session_id}")
         if job is not None:
             job.stopping = True
+        # first the credential (its socket closes now): even if the engine then fails to stop the
+        # container, what runs in it can no longer reach the daemon
+        await self.credentials.revoke(session_id)
         for c in found:
             try:
                 await c.stop(t=10)
@@ -717,7 +720,6 @@ class SpawnManager:
                 if getattr(exc, "status", None) not in (404, 409):  # 409: removal already in progress
                     raise self._map(exc, "removing the container")
             log.info("spawn %s: container %s stopped and removed", session_id, c.id[:12])
-        await self.credentials.revoke(session_id)  # its token is dead and its socket closed, now
         if job is not None and job.state not in TERMINAL_STATES:
             self._set(job, "stopped")
 

@@ -97,7 +97,7 @@ def worker_plugin(world, sid, token, **kw) -> FakePlugin:
 
 
 async def closed(ws, timeout=5.0):
-    """Read to the close; (close code, frames received before it)."""
+    """Read to the close; (the code of the server's close frame, frames received before it)."""
     frames = []
     async with asyncio.timeout(timeout):
         while True:
@@ -105,7 +105,9 @@ async def closed(ws, timeout=5.0):
             if msg.type == aiohttp.WSMsgType.TEXT:
                 frames.append(json.loads(msg.data))
                 continue
-            if msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED):
+            if msg.type == aiohttp.WSMsgType.CLOSE:  # the code the server sent (ws.close_code may say 1006
+                return msg.data, frames  # when the server dropped the transport before our reply)
+            if msg.type in (aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR):
                 return ws.close_code, frames
 
 
