@@ -492,6 +492,7 @@ async def test_worker_create_refused_is_502(env):
     env.fake.create_error = (400, "invalid mount config for type \"bind\": bind source path does not exist")
     status, body = await env.call("POST", "/api/spawn", json={"repo": "group/project"})
     assert status == 502 and "bind source path does not exist" in body["error"]
+    assert env.mgr.credentials.sessions() == []  # the token issued for it is revoked again
 
 
 async def test_worker_exit_is_tracked_with_log_tail(env):
@@ -513,6 +514,7 @@ async def test_worker_exit_is_tracked_with_log_tail(env):
 async def test_delete_container_stops_and_removes_by_label(env):
     _, body = await env.call("POST", "/api/spawn", json={"repo": "group/project"})
     sid, wid = body["sessionId"], body["containerId"]
+    assert env.mgr.credentials.sessions() == [sid]
     await wait_until(lambda: f"POST {V}/containers/{wid}/wait" in env.fake.lines())
     n = len(env.fake.requests)
     status, out = await env.call("DELETE", f"/api/sessions/{sid}/container")
@@ -522,6 +524,7 @@ async def test_delete_container_stops_and_removes_by_label(env):
                                       f"DELETE {V}/containers/{wid}"]
     assert reqs[0].query == {"all": "1", "filters": json.dumps({"label": [f"lvmh.session={sid}"]})}
     assert reqs[1].query == {"t": "10"} and reqs[2].query == {"force": "1"}
+    assert env.mgr.credentials.sessions() == []  # deleting the container revoked the worker's token
     await wait_until(lambda: env.mgr.jobs()[0].get("exitCode") is not None)
     assert env.mgr.jobs()[0]["state"] == "stopped"
     status, out = await env.call("DELETE", f"/api/sessions/{sid}/container")
