@@ -33,6 +33,8 @@ STATUS = {
     "run_active": 409,
     "conflict": 409,
     "offline": 409,
+    "forbidden": 403,
+    "forbidden_origin": 403,
     "too_large": 413,
     "rate_limited": 429,
     "not_implemented": 501,
@@ -108,6 +110,8 @@ CLOSE_POLICY = 1008
 CLOSE_TOO_BIG = 1009
 CLOSE_HELLO_TIMEOUT = 4001
 CLOSE_REPLACED = 4002
+CLOSE_FORBIDDEN = 4003  # a worker credential's hello for another session
+CLOSE_REVOKED = 4004  # the worker credential was revoked (its container deleted)
 CLOSE_CONFLICT = 4009
 CLOSE_VERSION = 4010
 CLOSE_SLOW = 4029

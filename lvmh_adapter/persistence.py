@@ -54,6 +54,15 @@ MIGRATIONS = [
     # 2: seqs handed out ahead of storage (the bridge's own sessions number their unstored
     # message_update events too; after a restart numbering resumes above this, never reusing one)
     "ALTER TABLE sessions ADD COLUMN seqReserved INTEGER NOT NULL DEFAULT 0",
+    # 3: spawned workers' own credentials, SHA-256 only (lvmh_adapter/auth.py WorkerCredentials)
+    """
+    CREATE TABLE lvmh_worker_tokens(
+        hash TEXT PRIMARY KEY,
+        sessionId TEXT NOT NULL,
+        createdAt INTEGER NOT NULL
+    );
+    CREATE INDEX lvmh_worker_tokens_session ON lvmh_worker_tokens(sessionId);
+    """,
 ]
 
 FLUSH_ROWS = 2000  # flush before the end of the tick once this many rows wait

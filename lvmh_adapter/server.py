@@ -13,7 +13,6 @@ the plugin) and the bridge's own conversations (their seq is assigned here).
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import os
 from typing import Any, Optional
@@ -28,6 +27,8 @@ from bridge_core.hub import Outbox
 from bridge_core.ids import new_id
 
 from . import codec, errors
+from .auth import PRINCIPAL_KEY as PRINCIPAL
+from .auth import Authenticator, Principal, WorkerCredentials, check_origin, principal_of, public_url
 from .errors import error_frame, error_response
 from .persistence import EventLog
 from .plugin_source import SOURCE_NAME, PluginSource
@@ -59,15 +60,17 @@ class SessionRecord:
 
 
 class PluginConn:
-    __slots__ = ("ws", "outbox", "state", "record", "replaced", "peer")
+    __slots__ = ("ws", "outbox", "state", "record", "replaced", "revoked", "peer", "principal")
 
-    def __init__(self, ws: web.WebSocketResponse, outbox: Outbox, peer: str):
+    def __init__(self, ws: web.WebSocketResponse, outbox: Outbox, peer: str, principal: Principal):
         self.ws = ws
         self.outbox = outbox
         self.state = PluginSession()
         self.record: Optional[SessionRecord] = None
         self.replaced = False
+        self.revoked = False  # its credential was revoked: frames are dropped until the close completes
         self.peer = peer
+        self.principal = principal  # the credential it opened with (lvmh_adapter/auth.py)
 
 
 def display_name(info: dict) -> str:
@@ -84,7 +87,11 @@ class LvmhFrontEnd(FrontEnd):
 
     def __init__(self, bridge, config):
         super().__init__(bridge, config)
-        self._token = (config.lvmh_token or "").encode()
+        self.workers = WorkerCredentials(bridge.store)
+        self.workers.on_revoke(self._worker_revoked)
+        self.auth = Authenticator(config.lvmh_token or "", self.workers)
+        self.public_url = public_url(config)
+        self.plugin_conns: set[PluginConn] = set()
         self.limiter = FailedAuthLimiter(limit=AUTH_FAIL_LIMIT, window=60.0)
         self.log = EventLog(bridge.store)
         self.records: dict[str, SessionRecord] = {}
@@ -100,6 +107,7 @@ class LvmhFrontEnd(FrontEnd):
 
     async def prepare(self) -> None:
         self.log.migrate()
+        self.workers.migrated()
         for row in self.log.load():
             source = "bridge" if row.source == "bridge" else "plugin"
             info = row.info if source == "bridge" else codec.session_info(row.info, row.id)
@@ -120,7 +128,8 @@ class LvmhFrontEnd(FrontEnd):
         except ImportError:
             SpawnManager = None  # type: ignore[assignment]
         if SpawnManager is not None:
-            self.spawn = SpawnManager(self.config, self.bridge.store, on_change=self.spawn_changed)
+            self.spawn = SpawnManager(self.config, self.bridge.store, on_change=self.spawn_changed,
+                                      credentials=self.workers)
 
     async def start(self, host: str, port: int, ssl_context=None) -> int:
         bound = await super().start(host, port, ssl_context)
@@ -172,13 +181,9 @@ class LvmhFrontEnd(FrontEnd):
 
     # --- auth and errors ---------------------------------------------------------------------------
 
-    def check_token(self, presented: Optional[str]) -> bool:
-        if not presented or not self._token:
-            return False
-        return hmac.compare_digest(presented.encode("utf-8", "surrogateescape"), self._token)
-
     @web.middleware
     async def _auth(self, request: web.Request, handler):
+        """Origin, then credential -> principal, then the principal's scope (lvmh_adapter/auth.py)."""
         path = request.path
         if path == "/ws":
             presented = _bearer(request) or request.query.get("token")
@@ -186,7 +191,16 @@ class LvmhFrontEnd(FrontEnd):
             presented = _bearer(request)
         else:
             return await handler(request)
-        if self.check_token(presented):
+        refused = check_origin(request, self.public_url)
+        if refused is not None:
+            log.info("lvmh: refused a request to %s with a foreign Origin from %s", path, peer_host(request))
+            return error_response(refused, 403, "forbidden_origin")
+        principal = self.auth.resolve(presented)
+        if principal is not None:
+            if not principal.may_open(path):
+                return error_response("Forbidden: a worker credential may only open /agent/ws for its own session",
+                                      403, "forbidden")
+            request[PRINCIPAL] = principal
             return await handler(request)
         # A wrong token from an address with many recent failures gets 429 (and no log line).
         # The right token always passes: with a 256-bit token a lockout would only let anyone
@@ -344,12 +358,16 @@ class LvmhFrontEnd(FrontEnd):
     # --- plugin socket -------------------------------------------------------------------------------
 
     async def _agent_ws(self, request: web.Request) -> web.StreamResponse:
+        principal = principal_of(request)
+        if principal is None:  # the middleware always sets it; never serve a socket without one
+            return error_response("Unauthorized", 401, "unauthorized")
         ws = web.WebSocketResponse(max_msg_size=codec.MAX_PLUGIN_FRAME, heartbeat=HEARTBEAT, compress=False)
         await ws.prepare(request)
         outbox = Outbox(ws_text_sender(ws), max_items=4096, on_overflow=lambda: self._close_later(ws, b"slow peer"))
-        conn = PluginConn(ws, outbox, peer_host(request))
+        conn = PluginConn(ws, outbox, peer_host(request), principal)
         writer = self.tasks.spawn(conn.outbox.run(), name="lvmh-plugin-writer")
         self.sockets.add(ws)
+        self.plugin_conns.add(conn)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + HELLO_TIMEOUT
         try:
@@ -363,7 +381,7 @@ class LvmhFrontEnd(FrontEnd):
                     msg = await ws.receive()
                 if msg.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED, WSMsgType.ERROR):
                     break
-                if msg.type not in (WSMsgType.TEXT, WSMsgType.BINARY) or conn.replaced:
+                if msg.type not in (WSMsgType.TEXT, WSMsgType.BINARY) or conn.replaced or conn.revoked:
                     continue
                 try:
                     await self._plugin_frame(conn, msg.data)
@@ -380,6 +398,7 @@ class LvmhFrontEnd(FrontEnd):
             pass
         finally:
             self.sockets.discard(ws)
+            self.plugin_conns.discard(conn)
             self._plugin_gone(conn)
             if not ws.closed:
                 await conn.outbox.flush(1.0)
@@ -409,18 +428,29 @@ class LvmhFrontEnd(FrontEnd):
             await conn.outbox.flush(1.0)
             await conn.ws.close(code=errors.CLOSE_VERSION, message=b"unsupported protocol version")
 
+    async def _refuse(self, conn: PluginConn, message: str, code: str, close_code: int, reason: bytes) -> None:
+        conn.outbox.put(error_frame(message, code, session_id=conn.state.session_id))
+        await conn.outbox.flush(1.0)
+        await conn.ws.close(code=close_code, message=reason)
+
     async def _hello(self, conn: PluginConn, frame: codec.PluginFrame, rebind: bool) -> None:
         sid = frame.session_id
         rec = self.records.get(sid)
+        if not conn.principal.may_hello(sid):
+            log.info("lvmh: refused a worker's hello for another session from %s", conn.peer)
+            await self._refuse(conn, "This credential may only say hello for the session it was spawned for",
+                               "forbidden", errors.CLOSE_FORBIDDEN, b"not this credential's session")
+            return
         if self.is_bridge_session(sid) or (rec is not None and rec.source != "plugin"):
-            conn.outbox.put(error_frame("sessionId belongs to a bridge conversation", "conflict", session_id=sid))
-            await conn.outbox.flush(1.0)
-            await conn.ws.close(code=errors.CLOSE_CONFLICT, message=b"session id taken")
+            await self._refuse(conn, "sessionId belongs to a bridge conversation", "conflict",
+                               errors.CLOSE_CONFLICT, b"session id taken")
             return
         if rec is None:
             rec = SessionRecord(sid, "plugin", {}, self.log.committed.get(sid, 0))
             self.records[sid] = rec
-        self._take_over(rec, conn)
+        if not self._take_over(rec, conn):
+            await self._refuse_takeover(conn)
+            return
         self._apply_info(rec, frame.obj.get("session"))
         if sid not in self.bridge.conversations:
             self.bridge.create_conversation(display_name(rec.info), source=SOURCE_NAME, conversation_id=sid)
@@ -431,7 +461,9 @@ class LvmhFrontEnd(FrontEnd):
                 self.source.disconnected(sid)
                 self.stream.list_changed()
             return
-        self._take_over(rec, conn)  # a concurrent hello for the same session: the last one wins
+        if not self._take_over(rec, conn):  # a concurrent hello of the same credential: the last one wins
+            await self._refuse_takeover(conn)
+            return
         last = self.log.welcome_seq(sid)
         if last > rec.high:
             rec.high = last
@@ -446,18 +478,45 @@ class LvmhFrontEnd(FrontEnd):
             if not rebind:
                 log.info("lvmh: plugin session %s connected from %s (lastSeq %d)", sid, conn.peer, last)
 
-    def _close_later(self, ws: web.WebSocketResponse, reason: bytes) -> None:
-        """An outbox overflowed (the peer does not read): drop the socket, never wait for it."""
-        self.tasks.spawn(ws.close(code=errors.CLOSE_SLOW, message=reason), name="lvmh-close-slow")
+    def _close_later(self, ws: web.WebSocketResponse, reason: bytes, code: int = errors.CLOSE_SLOW,
+                     flush: Optional[Outbox] = None) -> None:
+        """Close ``ws`` from a task of its own (an outbox overflowed: never wait for the peer; a
+        credential was revoked: after what ``flush`` still holds, at most a second)."""
+        async def close() -> None:
+            if flush is not None:
+                await flush.flush(1.0)
+            await ws.close(code=code, message=reason)
 
-    def _take_over(self, rec: SessionRecord, conn: PluginConn) -> None:
+        self.tasks.spawn(close(), name="lvmh-close")
+
+    def _take_over(self, rec: SessionRecord, conn: PluginConn) -> bool:
+        """Make ``conn`` the session's connection, closing an older one of the same credential
+        (a reconnect, or a new socket while the old is half-open). False when the session is
+        held by a live connection under another credential: no takeover (docs/security.md)."""
         old = rec.conn
         if old is None or old is conn:
-            return
+            return True
+        if old.principal.credential != conn.principal.credential and not old.ws.closed:
+            return False
         old.replaced = True
         rec.conn = None
         log.info("lvmh: plugin session %s reconnected; closing its previous socket", rec.id)
         self.tasks.spawn(old.ws.close(code=errors.CLOSE_REPLACED, message=b"replaced by a newer connection"))
+        return True
+
+    async def _refuse_takeover(self, conn: PluginConn) -> None:
+        log.info("lvmh: refused a hello from %s for a session held under another credential", conn.peer)
+        await self._refuse(conn, "This session is connected under another credential", "session_taken",
+                           errors.CLOSE_CONFLICT, b"session held by another credential")
+
+    def _worker_revoked(self, session_id: str) -> None:
+        """A worker's token was revoked (its container deleted): close what it holds open, now."""
+        for conn in list(self.plugin_conns):
+            p = conn.principal
+            if p.kind == "worker" and p.session_id == session_id and not conn.ws.closed:
+                conn.revoked = True  # its frames are dropped from now on
+                conn.outbox.put(error_frame("The worker credential was revoked", "revoked", session_id=session_id))
+                self._close_later(conn.ws, b"credential revoked", errors.CLOSE_REVOKED, conn.outbox)
 
     def _apply_info(self, rec: SessionRecord, raw: Any) -> None:
         before = rec.info

@@ -1,33 +1,46 @@
-"""Spawned agent sessions: clone a GitLab repo into a volume, run a pi worker container.
+"""Spawned agent sessions: fetch a GitLab repo, check it out into a volume, run a pi worker container.
 
 ``POST /api/spawn {repo, branch?}`` follows the lvmh spec's four steps through the
-Docker Engine API (aiodocker):
+Docker Engine API (aiodocker); docs/security.md ("Worker containers and spawn") says why
+it is shaped this way:
 
-1. volume ``lvmh-repo-<slug>`` (slug = repo path with ``/`` -> ``-``); a short-lived
-   clone container (``[lvmh] git_image``, default ``alpine/git:latest``) clones or pulls
-   the repo into it. Clones on the same volume are serialised by an asyncio.Lock.
-   The GitLab PAT (if connected) reaches git through the container's environment and a
-   credential helper: never in argv, never in the checkout's ``.git/config``.
+1. per repository two volumes, named by the spec's slug (``/`` -> ``-``) plus a short hash
+   of the path (``team-a/tools`` and ``team/a-tools`` differ): ``lvmh-mirror-<key>``, a bare
+   mirror no worker ever mounts, and ``lvmh-repo-<key>``, the tree workers use. A fetch
+   container (``[lvmh] git_image``, default ``alpine/git:latest``) with the GitLab PAT
+   mounts the mirror only and fetches into it (``FETCH_SCRIPT``); a checkout container
+   without any token mounts the mirror read-only and the repo volume and updates the tree
+   (``CHECKOUT_SCRIPT``, with what a worker could have planted in ``.git`` removed).
+   Spawns of one repository are serialised by an asyncio.Lock. The PAT reaches git through
+   the fetch container's environment and a credential helper that answers only for
+   ``LVMH_GITLAB_URL``'s host: never in argv, never in any ``.git/config``.
 2. image ``lvmh-worker:latest``, built when missing: by default from the worker this package
    ships (context: the ``lvmh_adapter`` folder, Dockerfile ``worker/Dockerfile``), or from
    ``docker/worker.Dockerfile`` of ``[lvmh] worker_context`` (``[lvmh] worker_dockerfile``);
-   container with env ``LVMH_TOKEN``, ``LVMH_URL``, ``LVMH_SESSION_ID``, ``LVMH_REPO``,
+   container with env ``LVMH_TOKEN`` (a worker credential of its own, lvmh_adapter/auth.py:
+   never the user's token), ``LVMH_URL``, ``LVMH_SESSION_ID``, ``LVMH_REPO``,
    ``LVMH_AGENT=1``, ``ZAI_RENAUD_API_KEY`` (passed through from the daemon's
-   environment), the repo volume at ``/workspace``, the sessions volume at
-   ``/pi-sessions``, ``models.json`` (``[lvmh] models_json``) bind-mounted read-only,
-   labelled ``lvmh.session=<id>`` so ``DELETE /api/sessions/:id/container`` finds it.
+   environment), the repo volume at ``/workspace``, the session's own sessions volume
+   ``lvmh-sessions-<sessionId>`` at ``/pi-sessions``, ``models.json``
+   (``[lvmh] models_json``) bind-mounted read-only, labelled ``lvmh.session=<id>`` so
+   ``DELETE /api/sessions/:id/container`` finds it (and revokes the worker's credential).
 3. the container runs ``node /bridge/index.mjs``; its plugin's ``hello`` registers the session.
 4. the response ``{sessionId, containerId}`` is returned right after the container
    starts; the job runs in a TaskSet task (a client that hangs up does not stop it) and
    keeps watching the container until it exits. ``GET /api/spawn/status`` lists jobs.
 
-With no engine reachable the routes answer 503 ``{"error": "Docker engine not
-reachable at <url>"}``. Secrets (LVMH token, provider key, PAT) are never logged.
+The engine: ``[lvmh] docker_url`` / ``LVMH_DOCKER_URL``, else the spec's
+``LVMH_CONTAINER_DOCKER_SOCK``, else ``DOCKER_HOST``, else ``/var/run/docker.sock``. With no
+engine reachable ``GET /api/spawn/status`` is ``[]`` (the reason in the
+``X-Lvmh-Spawn-Unavailable`` header) and spawn and container calls answer 503
+``{"error": "Docker engine not reachable at <url>"}``. Secrets (LVMH tokens, provider key,
+PAT) are never logged.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import io
 import json
 import logging
@@ -47,6 +60,7 @@ from yarl import URL
 from bridge_core.config import ConfigError, is_loopback
 from bridge_core.tasks import TaskSet
 
+from .auth import WorkerCredentials
 from .errors import HttpError
 from .gitlab import PAT_KEY
 
@@ -54,7 +68,8 @@ log = logging.getLogger("agent_bridge.lvmh.spawn")
 
 WORKER_IMAGE = "lvmh-worker:latest"
 GIT_IMAGE = "alpine/git:latest"
-SESSIONS_VOLUME = "lvmh-pi-sessions"
+UNAVAILABLE_HEADER = "X-Lvmh-Spawn-Unavailable"
+MIRROR_DIR = "/mirror"
 WORKER_DOCKERFILE = "docker/worker.Dockerfile"  # in a [lvmh] worker_context (the spec's repo layout)
 PACKAGE_DIR = Path(__file__).resolve().parent
 SHIPPED_DOCKERFILE = "worker/Dockerfile"  # in PACKAGE_DIR: worker/index.mjs + pi_extension/, shipped in the wheel
@@ -66,33 +81,88 @@ _CONTEXT_SKIP = {".git", "node_modules", "__pycache__", ".venv", "venv", ".mypy_
 
 _REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(?:/[A-Za-z0-9_][A-Za-z0-9_.-]*){1,19}$")
 _BRANCH = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._/+-]{0,199}$")
+_WORKER_TOKEN = re.compile(r"lvmhw_[A-Za-z0-9_-]{16,}")
 _SESSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 
-# Runs in the clone container (sh -c). Inputs come from the environment only.
-CLONE_SCRIPT = r"""set -eu
-git config --global --add safe.directory /workspace
-if [ -n "${LVMH_GIT_TOKEN:-}" ]; then
-  git config --global credential.helper '!f() { test "$1" = get || exit 0; echo username=oauth2; echo "password=$LVMH_GIT_TOKEN"; }; f'
+# The clone runs in two short-lived containers (docs/security.md, "Worker containers and spawn"):
+#
+# FETCH_SCRIPT, with the GitLab token, mounts only the repository's mirror volume: a bare
+# repository at $LVMH_MIRROR_DIR/repo.git that these fetch containers alone write and no worker
+# ever mounts. Its config and hooks are ours; git runs with hooks, fsmonitor, system and global
+# config off, and the credential helper answers only for the configured GitLab host and scheme.
+#
+# CHECKOUT_SCRIPT, without any token, mounts the mirror read-only and the repo volume (the tree a
+# worker writes) and brings the tree up to date from the mirror. What a worker could have left
+# in $LVMH_WORKSPACE/.git to run code (config with core.fsmonitor, includes, credential helpers,
+# filters; hooks; commondir/worktree links; alternates) is removed and the config rewritten
+# before git reads it; a .git that is a symlink or a file is replaced by a fresh clone.
+#
+# Both are POSIX sh (busybox in alpine/git), inputs from the environment only.
+_GIT_ENV = r"""set -eu
+umask 022
+export GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null GIT_TERMINAL_PROMPT=0 GIT_ASKPASS=/bin/false SSH_ASKPASS=/bin/false
+unset GIT_DIR GIT_WORK_TREE GIT_CONFIG GIT_CONFIG_PARAMETERS GIT_CONFIG_COUNT GIT_EXEC_PATH || true
+m="${LVMH_MIRROR_DIR:-/mirror}/repo.git"
+"""
+
+FETCH_SCRIPT = _GIT_ENV + r"""proto="${LVMH_CLONE_URL%%://*}"
+helper='!f() { test "$1" = get || exit 0; h=; p=; while IFS== read -r k v; do case "$k" in host) h="$v";; protocol) p="$v";; esac; done; test -n "${LVMH_GIT_TOKEN:-}" && test "$p" = "$LVMH_GIT_PROTOCOL" && test "$h" = "$LVMH_GIT_HOST" || exit 0; echo username=oauth2; echo "password=$LVMH_GIT_TOKEN"; }; f'
+g() {
+  git -c core.hooksPath=/dev/null -c core.fsmonitor=false -c credential.helper= -c "credential.helper=$helper" \
+      -c protocol.allow=never -c "protocol.$proto.allow=always" "$@"
+}
+if [ -L "$m" ] || [ ! -f "$m/HEAD" ]; then
+  rm -rf -- "$m"
+  git -c init.defaultBranch=main init -q --bare "$m"
 fi
-if [ -d /workspace/.git ]; then
-  cd /workspace
-  git remote set-url origin "$LVMH_CLONE_URL"
-  git fetch --prune origin
+g --git-dir="$m" fetch --prune --no-tags "$LVMH_CLONE_URL" '+refs/heads/*:refs/heads/*' '+refs/tags/*:refs/tags/*'
+head="$(g --git-dir="$m" ls-remote --symref "$LVMH_CLONE_URL" HEAD | sed -n 's|^ref: refs/heads/\(.*\)[[:space:]]HEAD$|\1|p')"
+if [ -n "$head" ]; then
+  git --git-dir="$m" symbolic-ref HEAD "refs/heads/$head"
+fi
+"""
+
+CHECKOUT_SCRIPT = _GIT_ENV + r"""w="${LVMH_WORKSPACE:-/workspace}"
+d="$w/.git"
+g() {
+  git -c core.hooksPath=/dev/null -c core.fsmonitor=false -c credential.helper= \
+      -c protocol.allow=never -c protocol.file.allow=always "$@"
+}
+if [ -L "$d" ] || { [ -e "$d" ] && [ ! -d "$d" ]; } || { [ -d "$d" ] && [ ! -f "$d/HEAD" ]; }; then
+  echo "lvmh: $d is not a usable git directory; checking out afresh" >&2
+  rm -rf -- "$d"
+  find "$w" -mindepth 1 -maxdepth 1 -exec rm -rf -- {} +
+fi
+if [ -d "$d" ]; then
+  rm -rf -- "$d/hooks" "$d/config" "$d/config.worktree" "$d/commondir" "$d/worktrees" "$d/modules" \
+            "$d/objects/info/alternates" "$d/objects/info/http-alternates" "$d/info/attributes"
+  mkdir -p "$d/hooks"
+  printf '[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tlogallrefupdates = true\n[remote "origin"]\n\turl = %s\n\tfetch = +refs/heads/*:refs/remotes/origin/*\n' "$LVMH_CLONE_URL" > "$d/config"
+  cd "$w"
+  g fetch -q --prune --no-tags "$m" '+refs/heads/*:refs/remotes/origin/*' '+refs/tags/*:refs/tags/*'
   br="${LVMH_BRANCH:-}"
   if [ -z "$br" ]; then
-    git remote set-head origin --auto >/dev/null
-    br="$(git symbolic-ref --short refs/remotes/origin/HEAD)"
-    br="${br#origin/}"
+    br="$(g ls-remote --symref "$m" HEAD | sed -n 's|^ref: refs/heads/\(.*\)[[:space:]]HEAD$|\1|p')"
   fi
-  git checkout "$br"
-  git pull --ff-only origin "$br"
-else
-  find /workspace -mindepth 1 -maxdepth 1 -exec rm -rf {} +
-  if [ -n "${LVMH_BRANCH:-}" ]; then
-    git clone --branch "$LVMH_BRANCH" -- "$LVMH_CLONE_URL" /workspace
+  if [ -z "$br" ]; then
+    echo "lvmh: the repository has no default branch" >&2
+    exit 1
+  fi
+  g symbolic-ref refs/remotes/origin/HEAD "refs/remotes/origin/$br"
+  if g rev-parse -q --verify "refs/heads/$br" >/dev/null; then
+    g checkout -q "$br"
+    g merge -q --ff-only "refs/remotes/origin/$br"
   else
-    git clone -- "$LVMH_CLONE_URL" /workspace
+    g checkout -q -b "$br" --track "origin/$br"
   fi
+else
+  find "$w" -mindepth 1 -maxdepth 1 -exec rm -rf -- {} +
+  if [ -n "${LVMH_BRANCH:-}" ]; then
+    g clone -q --no-local --branch "$LVMH_BRANCH" -- "$m" "$w"
+  else
+    g clone -q --no-local -- "$m" "$w"
+  fi
+  g -C "$w" remote set-url origin "$LVMH_CLONE_URL"
 fi
 """
 
@@ -131,12 +201,62 @@ def _number(section: dict, key: str, default: float) -> float:
     return out
 
 
+def repo_key(repo: str) -> str:
+    """The spec's slug (``/`` -> ``-``) plus a short hash of the path, so that no two
+    repositories share a volume (``team-a/tools`` and ``team/a-tools`` have one slug)."""
+    return repo.replace("/", "-") + "-" + hashlib.sha256(repo.encode()).hexdigest()[:10]
+
+
 def repo_volume(repo: str) -> str:
-    return "lvmh-repo-" + repo.replace("/", "-")
+    """The tree workers of ``repo`` mount at /workspace."""
+    return "lvmh-repo-" + repo_key(repo)
 
 
-def docker_url_of(config: Any) -> str:
-    url = getattr(config, "docker_url", None) or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+def mirror_volume(repo: str) -> str:
+    """The bare mirror only the fetch container (with the GitLab token) writes; no worker mounts it."""
+    return "lvmh-mirror-" + repo_key(repo)
+
+
+def sessions_volume(session_id: str) -> str:
+    """One session's pi session files (/pi-sessions): each worker sees only its own."""
+    return "lvmh-sessions-" + session_id
+
+
+def git_host(url: str) -> tuple[str, str]:
+    """(protocol, host[:port]) of a URL as git's credential protocol names them."""
+    u = URL(url)
+    host = u.raw_host or ""
+    if ":" in host:
+        host = f"[{host}]"
+    if u.explicit_port is not None:
+        host = f"{host}:{u.explicit_port}"
+    return (u.scheme or ""), host
+
+
+def fetch_env(clone_url: str, token: Optional[str]) -> list[str]:
+    """The fetch container's environment: the only place the GitLab token goes, with the one
+    host (and scheme) the credential helper may answer for."""
+    proto, host = git_host(clone_url)
+    env = [f"LVMH_CLONE_URL={clone_url}", f"LVMH_GIT_PROTOCOL={proto}", f"LVMH_GIT_HOST={host}",
+           "GIT_TERMINAL_PROMPT=0"]
+    if token:
+        env.append(f"LVMH_GIT_TOKEN={token}")
+    return env
+
+
+def checkout_env(clone_url: str, branch: Optional[str]) -> list[str]:
+    """The checkout container's environment: no token of any kind."""
+    return [f"LVMH_CLONE_URL={clone_url}", f"LVMH_BRANCH={branch or ''}", "GIT_TERMINAL_PROMPT=0"]
+
+
+def docker_url_of(config: Any, env: Any = None) -> str:
+    """``[lvmh] docker_url`` / ``LVMH_DOCKER_URL``, else ``LVMH_CONTAINER_DOCKER_SOCK`` (the spec's),
+    else ``DOCKER_HOST``, else the default socket."""
+    env = os.environ if env is None else env
+    sock = env.get("LVMH_CONTAINER_DOCKER_SOCK") or ""
+    if sock and "://" not in sock:
+        sock = "unix://" + sock
+    url = getattr(config, "docker_url", None) or sock or env.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
     if url.startswith("tcp://"):
         url = "http://" + url[len("tcp://"):]
     return url
@@ -192,9 +312,11 @@ class Job:
 
 class SpawnManager:
     def __init__(self, config: Any, store: Any, on_change: Optional[Callable[[list], None]] = None, *,
-                 daemon_url: Any = None, tasks: Optional[TaskSet] = None):
+                 daemon_url: Any = None, tasks: Optional[TaskSet] = None,
+                 credentials: Optional[WorkerCredentials] = None):
         self.config = config
         self.store = store
+        self.credentials = credentials if credentials is not None else WorkerCredentials(store)
         self.on_change = on_change
         # the daemon's own URL for LVMH_URL (str, or a callable read at spawn time); [lvmh] agent_url wins
         self.daemon_url = daemon_url
@@ -204,7 +326,6 @@ class SpawnManager:
         self.docker_url = docker_url_of(config)
         self.worker_image = str(sec.get("worker_image") or WORKER_IMAGE)
         self.git_image = str(sec.get("git_image") or GIT_IMAGE)
-        self.sessions_volume = str(sec.get("sessions_volume") or SESSIONS_VOLUME)
         self.models_json = sec.get("models_json") or None
         self.models_json_target = str(sec.get("models_json_target") or MODELS_JSON_TARGET)
         self.worker_context = sec.get("worker_context") or None
@@ -317,17 +438,27 @@ class SpawnManager:
 
     async def _run(self, job: Job) -> None:
         docker = self._client()
+        token: Optional[str] = None
         try:
-            vol = repo_volume(job.repo)
+            mirror, vol = mirror_volume(job.repo), repo_volume(job.repo)
             lock = self._locks.setdefault(vol, asyncio.Lock())
             async with lock:
                 self._set(job, "cloning")
-                await docker.volumes.create({"Name": vol, "Labels": {"lvmh.repo": job.repo, "lvmh.managed": "true"}})
-                await self._clone(docker, job, vol)
+                await docker.volumes.create({"Name": mirror, "Labels": {"lvmh.repo": job.repo, "lvmh.role": "mirror",
+                                                                        "lvmh.managed": "true"}})
+                await docker.volumes.create({"Name": vol, "Labels": {"lvmh.repo": job.repo, "lvmh.role": "repo",
+                                                                     "lvmh.managed": "true"}})
+                await self._ensure_image(docker, self.git_image, pull=True)
+                await self._fetch(docker, job, mirror)
+                await self._checkout(docker, job, mirror, vol)
             self._set(job, "starting")
             await self._ensure_worker_image(docker, job)
-            await docker.volumes.create({"Name": self.sessions_volume, "Labels": {"lvmh.managed": "true"}})
-            container = await docker.containers.create(self._worker_config(job, vol), name=f"lvmh-agent-{job.session_id}")
+            svol = sessions_volume(job.session_id)
+            await docker.volumes.create({"Name": svol, "Labels": {"lvmh.session": job.session_id,
+                                                                  "lvmh.role": "sessions", "lvmh.managed": "true"}})
+            token = await self.credentials.issue(job.session_id)
+            container = await docker.containers.create(self._worker_config(job, vol, svol, token),
+                                                       name=f"lvmh-agent-{job.session_id}")
             job.container_id = container.id
             try:
                 await container.start()
@@ -336,12 +467,16 @@ class SpawnManager:
                 job.container_id = None
                 raise
         except asyncio.CancelledError:
+            if token is not None:
+                await self.credentials.revoke(job.session_id)
             if not job.started.done():
                 job.started.set_exception(SpawnError(409, "spawn cancelled"))
             if not self._closing:
                 self._set(job, "cancelled")
             raise
         except Exception as exc:
+            if token is not None:
+                await self.credentials.revoke(job.session_id)
             err = self._map(exc, "spawn")
             log.warning("spawn %s: %s failed: %s", job.session_id, job.repo, err.message)
             self._set(job, "failed", error=err.message)
@@ -372,38 +507,54 @@ class SpawnManager:
             error = f"worker exited with {code}: {await self._log_tail(container)}".strip().rstrip(":")
         self._set(job, "exited", exit_code=code, error=error)
 
-    async def _clone(self, docker: Any, job: Job, vol: str) -> None:
-        await self._ensure_image(docker, self.git_image, pull=True)
-        token = self.store.get_setting(PAT_KEY) if self.store is not None else None
+    def _clone_url(self, repo: str) -> str:
         base = str(getattr(self.config, "gitlab_url", "https://gitlab.com")).rstrip("/")
-        env = [f"LVMH_CLONE_URL={base}/{job.repo}.git", f"LVMH_BRANCH={job.branch or ''}", "GIT_TERMINAL_PROMPT=0"]
-        if token:
-            env.append(f"LVMH_GIT_TOKEN={token}")
+        return f"{base}/{repo}.git"
+
+    async def _fetch(self, docker: Any, job: Job, mirror: str) -> None:
+        """Fetch into the mirror volume, with the PAT: this container mounts nothing a worker wrote."""
+        token = self.store.get_setting(PAT_KEY) if self.store is not None else None
+        env = fetch_env(self._clone_url(job.repo), token)
+        mounts = [{"Type": "volume", "Source": mirror, "Target": MIRROR_DIR}]
+        await self._aux(docker, job, "fetch", FETCH_SCRIPT, env, mounts, secrets=(token,),
+                        failed=f"git fetch of {job.repo} failed")
+
+    async def _checkout(self, docker: Any, job: Job, mirror: str, vol: str) -> None:
+        """Bring the repo volume up to date from the mirror (read-only), without any token."""
+        env = checkout_env(self._clone_url(job.repo), job.branch)
+        mounts = [{"Type": "volume", "Source": mirror, "Target": MIRROR_DIR, "ReadOnly": True},
+                  {"Type": "volume", "Source": vol, "Target": "/workspace"}]
+        await self._aux(docker, job, "checkout", CHECKOUT_SCRIPT, env, mounts, secrets=(),
+                        failed=f"git checkout of {job.repo} failed")
+
+    async def _aux(self, docker: Any, job: Job, role: str, script: str, env: list, mounts: list, *,
+                   secrets: tuple, failed: str) -> None:
+        """One short-lived git container: create, start, wait, remove; its log tail on failure."""
         cfg: dict = {
             "Image": self.git_image,
             "Entrypoint": ["/bin/sh", "-c"],
-            "Cmd": [CLONE_SCRIPT],
+            "Cmd": [script],
             "Env": env,
             "WorkingDir": "/",
-            "Labels": {"lvmh.role": "clone", "lvmh.repo": job.repo, "lvmh.spawn": job.session_id},
-            "HostConfig": {"Mounts": [{"Type": "volume", "Source": vol, "Target": "/workspace"}]},
+            "Labels": {"lvmh.role": role, "lvmh.repo": job.repo, "lvmh.spawn": job.session_id},
+            "HostConfig": {"Mounts": mounts},
         }
         if self.clone_user:
             cfg["User"] = str(self.clone_user)
         if self.network:
             cfg["HostConfig"]["NetworkMode"] = str(self.network)
-        container = await docker.containers.create(cfg, name=f"lvmh-clone-{job.session_id}")
+        container = await docker.containers.create(cfg, name=f"lvmh-{role}-{job.session_id}")
         try:
             await container.start()
             try:
                 async with asyncio.timeout(self.clone_timeout):
                     result = await container.wait()
             except TimeoutError:
-                raise SpawnError(504, f"cloning {job.repo} took longer than {self.clone_timeout:g}s")
+                raise SpawnError(504, f"{failed}: took longer than {self.clone_timeout:g}s")
             code = result.get("StatusCode") if isinstance(result, dict) else None
             if code != 0:
-                tail = await self._log_tail(container, secrets=(token,))
-                raise SpawnError(502, f"git clone/pull of {job.repo} failed (exit {code}): {tail}"[:500])
+                tail = await self._log_tail(container, secrets=secrets)
+                raise SpawnError(502, f"{failed} (exit {code}): {tail}"[:500])
         finally:
             await self._remove_quietly(docker, container.id)
 
@@ -417,6 +568,7 @@ class SpawnManager:
         for s in secrets + (getattr(self.config, "lvmh_token", None), os.environ.get("ZAI_RENAUD_API_KEY")):
             if s:
                 text = text.replace(s, "***")
+        text = _WORKER_TOKEN.sub("***", text)
         return text[-400:]
 
     async def _remove_quietly(self, docker: Any, container_id: str) -> None:
@@ -494,9 +646,9 @@ class SpawnManager:
             url = str(u.with_host(container_host(u.host)))
         return url
 
-    def _worker_config(self, job: Job, vol: str) -> dict:
+    def _worker_config(self, job: Job, vol: str, svol: str, token: str) -> dict:
         env = [
-            f"LVMH_TOKEN={self.config.lvmh_token}",
+            f"LVMH_TOKEN={token}",  # the worker's own credential (lvmh_adapter/auth.py), never the user's
             f"LVMH_URL={self._lvmh_url()}",
             f"LVMH_SESSION_ID={job.session_id}",
             f"LVMH_REPO={job.repo}",
@@ -511,7 +663,7 @@ class SpawnManager:
             log.warning("spawn: ZAI_RENAUD_API_KEY is not set; the worker gets no provider key")
         mounts: list = [
             {"Type": "volume", "Source": vol, "Target": "/workspace"},
-            {"Type": "volume", "Source": self.sessions_volume, "Target": "/pi-sessions"},
+            {"Type": "volume", "Source": svol, "Target": "/pi-sessions"},
         ]
         if self.models_json:
             mounts.append({"Type": "bind", "Source": str(self.models_json), "Target": self.models_json_target,
@@ -549,9 +701,13 @@ class SpawnManager:
         except Exception as exc:
             raise self._map(exc, "listing containers")
         if not found and not cancelled:
+            await self.credentials.revoke(session_id)  # whatever is left of it holds nothing any more
             raise SpawnError(404, f"no spawned container for session {session_id}")
         if job is not None:
             job.stopping = True
+        # first the credential (its socket closes now): even if the engine then fails to stop the
+        # container, what runs in it can no longer reach the daemon
+        await self.credentials.revoke(session_id)
         for c in found:
             try:
                 await c.stop(t=10)
@@ -589,10 +745,12 @@ class SpawnManager:
             return exc.response()
 
     async def _h_status(self, request: web.Request) -> web.Response:
+        """The jobs; ``[]`` without an engine (not an error: the web UI asks on every page load),
+        the one-line reason in a header the spawn dialog shows."""
         try:
             await self.ping()
         except SpawnError as exc:
-            return exc.response()
+            return web.json_response(self.jobs(), headers={UNAVAILABLE_HEADER: exc.message})
         return web.json_response(self.jobs())
 
     async def _h_stop(self, request: web.Request) -> web.Response:

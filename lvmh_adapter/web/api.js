@@ -15,6 +15,11 @@ export class Api {
   }
 
   async request(method, path, body) {
+    return (await this.exchange(method, path, body)).data;
+  }
+
+  /** The request and its response headers: `{data, headers}`. */
+  async exchange(method, path, body) {
     const headers = { Authorization: `Bearer ${this.getToken() || ""}` };
     const init = { method, headers, cache: "no-store" };
     if (body !== undefined) {
@@ -41,7 +46,7 @@ export class Api {
       if (res.status === 401) this.onUnauthorized(message);
       throw new ApiError(res.status, message, data);
     }
-    return data;
+    return { data, headers: res.headers };
   }
 
   sessions() {
@@ -88,8 +93,10 @@ export class Api {
     if (branch) body.branch = branch;
     return this.request("POST", "/api/spawn", body);
   }
-  spawnStatus() {
-    return this.request("GET", "/api/spawn/status");
+  /** `{jobs, unavailable}`: without a Docker engine the daemon answers `[]` and says why in a header. */
+  async spawnStatus() {
+    const { data, headers } = await this.exchange("GET", "/api/spawn/status");
+    return { jobs: Array.isArray(data) ? data : [], unavailable: headers.get("X-Lvmh-Spawn-Unavailable") || "" };
   }
   gitlabStatus() {
     return this.request("GET", "/api/gitlab/status");

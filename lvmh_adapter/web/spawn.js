@@ -26,6 +26,7 @@ export class SpawnDialog {
     this.openSession = openSession;
     this.sessionKnown = sessionKnown;
     this.jobs = [];
+    this.unavailable = ""; // why spawning is not possible (no Docker engine), from GET /api/spawn/status
     this.repos = null;
     this.status = null;
     this.filter = "";
@@ -197,10 +198,15 @@ export class SpawnDialog {
 
   async refreshJobs() {
     try {
-      const jobs = await this.api.spawnStatus();
-      if (Array.isArray(jobs)) this.setJobs(jobs);
-    } catch {
-      // no Docker engine or no spawn support: the list stays as the last frames said
+      const { jobs, unavailable } = await this.api.spawnStatus();
+      this.unavailable = unavailable;
+      this.setJobs(jobs);
+    } catch (err) {
+      // no spawn support on this daemon: the list stays as the last frames said
+      if (err instanceof ApiError && err.status === 503) {
+        this.unavailable = err.message;
+        this.renderJobs();
+      }
     }
   }
 
@@ -224,7 +230,8 @@ export class SpawnDialog {
     const inDialog = document.getElementById("spawn-dialog-jobs");
     if (inDialog) {
       clear(inDialog);
-      if (!this.jobs.length) inDialog.appendChild(h("li.muted.small", "No spawn jobs."));
+      if (!this.jobs.length && this.unavailable) inDialog.appendChild(h("li.error-text.small#spawn-unavailable", { role: "alert" }, this.unavailable));
+      else if (!this.jobs.length) inDialog.appendChild(h("li.muted.small", "No spawn jobs."));
       for (const j of this.jobs) inDialog.appendChild(this.jobRow(j));
     }
   }

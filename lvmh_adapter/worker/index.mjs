@@ -9,7 +9,8 @@
 // session the way pi's own CLI does on quit (session_shutdown -> the extension's `bye`).
 //
 // Environment (spawn.py sets the first five):
-//   LVMH_URL, LVMH_TOKEN     the daemon's /agent/ws and its token (read by the extension)
+//   LVMH_URL, LVMH_TOKEN     the daemon's /agent/ws and this worker's own credential for it (read by
+//                            the extension; valid for this session's /agent/ws only)
 //   LVMH_SESSION_ID          the pi session id, chosen by the daemon before the container starts
 //                            (SessionManager.create(cwd, dir, {id})); an existing session file with
 //                            that id in the session dir is resumed instead (container restarted)

@@ -6,10 +6,10 @@ containers/create, containers/json, containers/{id}/json|start|wait|logs|stop an
 ``DELETE containers/{id}``. Error bodies are ``{"message": ...}`` with content type
 exactly ``application/json``, as the real engine sends them.
 
-Clone containers (label ``lvmh.role=clone``) exit with ``clone_exit`` as soon as they
-are waited on, unless ``clone_gate`` is set: then their ``wait`` blocks until the
-gate opens (serialisation tests). Other containers run until stopped, deleted or
-``exit(id, code)``.
+Short-lived git containers (label ``lvmh.role`` ``fetch`` or ``checkout``) exit with
+``clone_exit`` (or ``role_exit[role]``) as soon as they are waited on, unless
+``clone_gate`` is set: then their ``wait`` blocks until the gate opens (serialisation
+tests). Other containers run until stopped, deleted or ``exit(id, code)``.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import attrs
 from aiohttp import web
 
 API = "1.50"
+SHORT_LIVED = ("fetch", "checkout")  # the spawn's git containers
 
 
 @attrs.define
@@ -93,6 +94,7 @@ class FakeDocker:
         self.containers: dict[str, Container] = {}
         self.removed: list[Container] = []
         self.clone_exit = 0
+        self.role_exit: dict[str, int] = {}  # e.g. {"checkout": 1}: that role's exit code
         self.clone_logs = "Cloning into '/workspace'...\n"
         self.worker_logs = "worker up\n"
         self.clone_gate: Optional[asyncio.Event] = None
@@ -267,11 +269,11 @@ class FakeDocker:
             return _err(404, f"No such image: {body['Image']}")
         if any(c.name == name for c in self.containers.values()):
             return _err(409, f'Conflict. The container name "/{name}" is already in use')
-        if self.create_error and (body.get("Labels") or {}).get("lvmh.role") != "clone":
+        if self.create_error and (body.get("Labels") or {}).get("lvmh.role") not in SHORT_LIVED:
             return _err(*self.create_error)
         cid = hashlib.sha256(f"{name}-{len(self.requests)}".encode()).hexdigest()
         c = Container(cid, name, body)
-        c.logs = self.clone_logs if c.role == "clone" else self.worker_logs
+        c.logs = self.clone_logs if c.role in SHORT_LIVED else self.worker_logs
         self.containers[cid] = c
         return _json({"Id": cid, "Warnings": []}, 201)
 
@@ -292,10 +294,10 @@ class FakeDocker:
         return _json(out)
 
     async def _wait(self, c: Container) -> web.Response:
-        if c.role == "clone" and c.exit_code is None:
+        if c.role in SHORT_LIVED and c.exit_code is None:
             if self.clone_gate is not None:
                 await self.clone_gate.wait()
-            c.finish(self.clone_exit)
+            c.finish(self.role_exit.get(c.role, self.clone_exit))
         await c.exited.wait()
         if self._closing.is_set() and c.exit_code is None:
             return _err(500, "engine shutting down")
