@@ -185,7 +185,7 @@ class PhebyFrontEnd(FrontEnd):
         if self.limiter.locked(peer):
             return web.json_response(LOCKED_BODY, status=429)
         # a frame over the spec's 2 MiB is refused from its header, never read (PhebySocket says too_large)
-        ws = PhebySocket(heartbeat=self.heartbeat, max_msg_size=codec.MAX_FRAME, autoping=True)
+        ws = PhebySocket(heartbeat=self.heartbeat, max_msg_size=codec.MAX_FRAME + 1, autoping=True)  # aiohttp refuses >= max
         await ws.prepare(request)
         self._next_id += 1
         conn = Connection(ws, PhebySession(self.secret, time.time(), rate=self.rate, burst=self.burst), peer, f"p{self._next_id}")

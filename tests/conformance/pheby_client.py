@@ -115,7 +115,8 @@ class PhebyApp:
                 self.view(cid).deleted = True
 
     async def _read(self, ws: aiohttp.ClientWebSocketResponse) -> None:
-        async for msg in ws:
+        while True:
+            msg = await ws.receive()  # (not ``async for``: it hides the server's CLOSE frame and its code)
             if msg.type == aiohttp.WSMsgType.TEXT:
                 frame = json.loads(msg.data)
                 self.frames.append(frame)
@@ -123,9 +124,13 @@ class PhebyApp:
                 self._apply(frame)
                 async with self._changed:
                     self._changed.notify_all()
-            elif msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.ERROR):
+            elif msg.type == aiohttp.WSMsgType.CLOSE:
+                self.close_code = msg.data  # the server's close code (the socket may be reset after it)
                 break
-        self.close_code = ws.close_code
+            elif msg.type in (aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR):
+                break
+        if self.close_code is None:
+            self.close_code = ws.close_code
         async with self._changed:
             self._changed.notify_all()
 
