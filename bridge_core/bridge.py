@@ -47,6 +47,7 @@ RESOLVED_MEMORY = 4096
 INTERRUPTED = "interrupted by a restart"
 CLEANUP_INTERVAL = 3600.0
 PENDING_KEY = "pending-decision:"  # settings rows of decisions not yet resolved (for a restart to resolve)
+DRAFT_SAVE_INTERVAL = 1.0  # seconds between saves of a streaming draft (what a crash can lose)
 RUN_END_REASON = {"cancelled": "cancelled", "failed": "failed", "completed": "completed"}
 
 
@@ -92,6 +93,7 @@ class Bridge:
         self._resolved: collections.OrderedDict[str, ev.ApprovalResolved] = collections.OrderedDict()
         self._resolved_clarify: collections.OrderedDict[str, ev.ClarifyResolved] = collections.OrderedDict()
         self._sending: set[str] = set()
+        self._draft_saved: dict[str, float] = {}  # run_id -> when its draft was last saved
         self.interrupted_runs: list[tuple[str, str]] = []
         self.started = False
         self.add_source(source)
@@ -161,7 +163,11 @@ class Bridge:
             self.interrupted_runs.append((cid, run_id))
             conv = self.conversations.get(cid)
             if conv is not None and conv.run is None:
-                conv.run = ActiveRun(run_id=run_id, message_id=draft_message_id(run_id), started_at=started or now)
+                run = conv.run = ActiveRun(run_id=run_id, message_id=draft_message_id(run_id), started_at=started or now)
+                saved = next((m for m in conv.messages if m.message_id == run.message_id), None)
+                if saved is not None:  # its saved draft (_save_draft): the text its completion keeps
+                    conv.messages.remove(saved)
+                    run.draft = ev.Draft(saved.text)
         for key, value in self.store.query("SELECT key, value FROM settings WHERE key LIKE ?", (PENDING_KEY + "%",)):
             self._restore_pending(key, value)
         if self.interrupted_runs:
@@ -333,6 +339,8 @@ class Bridge:
         t = type(e)
         s = self.store
         if t is ev.TextDelta:
+            if e.kind == "text":
+                self._save_draft(e)
             return
         if t is ev.ConversationCreated:
             conv = self.conversations.get(e.conversation_id)
@@ -366,6 +374,7 @@ class Bridge:
                 (e.run_id, e.conversation_id, "running", e.ts),
             )
         elif t is ev.RunFinished:
+            self._draft_saved.pop(e.run_id, None)
             s.execute_later(
                 "UPDATE runs SET status=?, finished_at=?, error=? WHERE run_id=?", (e.status, e.ts, e.error, e.run_id)
             )
@@ -383,6 +392,22 @@ class Bridge:
         elif t is ev.ApprovalResolved or t is ev.ClarifyResolved:
             did = e.approval_id if t is ev.ApprovalResolved else e.clarify_id
             s.execute_later("DELETE FROM settings WHERE key=?", (PENDING_KEY + did,))
+
+    def _save_draft(self, e: ev.TextDelta) -> None:
+        """Keep a streaming run's draft at most every DRAFT_SAVE_INTERVAL (never per delta).
+
+        A crash then loses at most that much of what was said: at the next start
+        the interrupted message is completed with the saved draft (close_run).
+        The draft's row is the message's own row, which its completion replaces.
+        """
+        if e.conversation_id not in self.conversations:
+            return
+        now = time.monotonic()
+        last = self._draft_saved.get(e.run_id)
+        if last is not None and now - last < DRAFT_SAVE_INTERVAL:
+            return
+        self._draft_saved[e.run_id] = now
+        self._write_message(e.conversation_id, e.message_id, "assistant", e.text, e.ts)
 
     def _write_message(self, cid: str, mid: str, role: str, text: str, ts: float) -> None:
         self.store.execute_later(

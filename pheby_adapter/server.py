@@ -184,8 +184,10 @@ class PhebyFrontEnd(FrontEnd):
         peer = peer_host(request)
         if self.limiter.locked(peer):
             return web.json_response(LOCKED_BODY, status=429)
-        # a frame over the spec's 2 MiB is refused from its header, never read (PhebySocket says too_large)
-        ws = PhebySocket(heartbeat=self.heartbeat, max_msg_size=codec.MAX_FRAME + 1, autoping=True)  # aiohttp refuses >= max
+        # a frame over the spec's 2 MiB and up to twice that is read, then refused by the session (the
+        # client has sent it all, so it reads the error and the close); a larger one is refused from its
+        # header by aiohttp, never read nor buffered, and PhebySocket says too_large before the close
+        ws = PhebySocket(heartbeat=self.heartbeat, max_msg_size=2 * codec.MAX_FRAME, autoping=True)
         await ws.prepare(request)
         self._next_id += 1
         conn = Connection(ws, PhebySession(self.secret, time.time(), rate=self.rate, burst=self.burst), peer, f"p{self._next_id}")

@@ -42,8 +42,12 @@ def ping_of_size(size: int) -> str:
     return head + "x" * (size - len(head) - 2) + '"}'
 
 
-@pytest.mark.parametrize("size", [2 * MIB + 1, 5 * MIB, 64 * MIB], ids=["2MiB+1", "5MiB", "64MiB"])
-async def test_oversized_frame_gets_too_large_then_1009(server, size):
+async def test_oversized_frames_get_too_large_then_1009(server):
+    for size in (2 * MIB + 1, 4 * MIB + 1, 5 * MIB, 64 * MIB):
+        await oversized(server, size)
+
+
+async def oversized(server, size: int) -> None:
     app = await connected(server)
     try:
         since = len(app.conn_frames)
@@ -85,34 +89,40 @@ async def test_oversized_first_frame_before_hello_gets_too_large(server):
             assert msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED) and ws.close_code == 1009
 
 
-@pytest.mark.parametrize(
-    "raw, code",
-    [
-        ("not json at all", "invalid_json"),
-        ("[1, 2, 3]", "invalid_json"),
-        ('"a string"', "invalid_json"),
-        ('{"no_type": true}', "invalid_json"),
-        ('{"type": 7}', "invalid_json"),
-        ('{"type": ""}', "invalid_json"),
-        ('{"type": "teleport"}', "unknown_type"),
-        ('{"type": "conversation.open"}', "bad_request"),
-        ('{"type": "conversation.open", "conversation_id": 12}', "bad_request"),
-        ('{"type": "chat.send", "conversation_id": "x", "text": ["hi"]}', "bad_request"),
-        ('{"type": "reasoning.set", "effort": "galaxy-brain"}', "bad_request"),
-        ('{"type": "approval.respond", "approval_id": "nope", "choice": "once"}', "approval_not_found"),
-        ('{"type": "clarify.respond", "clarify_id": "nope", "response": "x"}', "clarify_not_found"),
-        ('{"type": "conversation.open", "conversation_id": "0123456789abcdef0123456789abcdef"}', "conversation_not_found"),
-        ('{"type": "run.cancel", "conversation_id": "0123456789abcdef0123456789abcdef", "run_id": "r"}',
-         "conversation_not_found"),
-    ],
-)
-async def test_malformed_frames_get_the_spec_error_and_the_socket_stays(server, raw, code):
+MALFORMED = [
+    ("not json at all", "invalid_json"),
+    ("[1, 2, 3]", "invalid_json"),
+    ('"a string"', "invalid_json"),
+    ('{"no_type": true}', "invalid_json"),
+    ('{"type": 7}', "invalid_json"),
+    ('{"type": ""}', "invalid_json"),
+    ('{"type": "teleport"}', "unknown_type"),
+    ('{"type": "conversation.open"}', "bad_request"),
+    ('{"type": "conversation.open", "conversation_id": 12}', "bad_request"),
+    ('{"type": "chat.send", "conversation_id": "x", "text": ["hi"]}', "bad_request"),
+    ('{"type": "reasoning.set", "effort": "galaxy-brain"}', "bad_request"),
+    ('{"type": "approval.respond", "approval_id": "nope", "choice": "once"}', "approval_not_found"),
+    ('{"type": "clarify.respond", "clarify_id": "nope", "response": "x"}', "clarify_not_found"),
+    ('{"type": "conversation.open", "conversation_id": "0123456789abcdef0123456789abcdef"}', "conversation_not_found"),
+    ('{"type": "run.cancel", "conversation_id": "0123456789abcdef0123456789abcdef", "run_id": "r"}',
+     "conversation_not_found"),
+]
+
+
+async def test_malformed_frames_get_the_spec_error_and_the_socket_stays(server):
     app = await connected(server)
     try:
+        for raw, code in MALFORMED:
+            since = len(app.conn_frames)
+            await app.send_raw(raw)
+            err = await app.wait_frame(lambda f: True, since=since)
+            assert err["type"] == "error" and err["error"]["code"] == code, (raw, err)
+            assert_error(err, code)
+            assert (await app.request("ping"))["type"] == "pong"  # still serving this socket
         since = len(app.conn_frames)
-        await app.send_raw(raw)
-        assert_error(await app.wait_frame(lambda f: True, since=since), code)
-        assert (await app.request("ping"))["type"] == "pong"  # still serving this socket
+        await app.send_raw(b"\x00\x01binary")  # the protocol is JSON text frames
+        assert_error(await app.wait_frame(lambda f: True, since=since), "invalid_json")
+        assert (await app.request("ping"))["type"] == "pong"
     finally:
         await app.close()
 

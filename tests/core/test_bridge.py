@@ -154,7 +154,9 @@ async def test_interrupted_run_is_reported_failed_once_front_ends_listen(tmp_pat
         assert notice.conversation_id == res.conversation_id and notice.category == "diagnostic"
         assert isinstance(finished, ev.RunFinished)
         assert (finished.run_id, finished.status, finished.error) == (res.run_id, "failed", "interrupted by a restart")
-        assert [m.text for m in b2.conversation(res.conversation_id).messages] == ["/slow 30", "", notice.text]
+        # completed with the draft saved before the crash (a prefix of what was streamed)
+        assert completed.text.startswith("w1") and "w1 w2 w3 w4 w5 w6 w7 w8 w9 w10".startswith(completed.text)
+        assert [m.text for m in b2.conversation(res.conversation_id).messages] == ["/slow 30", completed.text, notice.text]
         assert b2.conversation(res.conversation_id).run is None
     finally:
         await b2.stop()
