@@ -97,6 +97,8 @@ MALFORMED = [
     ('{"type": 7}', "invalid_json"),
     ('{"type": ""}', "invalid_json"),
     ('{"type": "teleport"}', "unknown_type"),
+    ('{"type": "message.edit", "message_id": "m1", "text": "x"}', "unknown_type"),  # not supported by design
+    ('{"type": "message.delete", "message_id": "m1"}', "unknown_type"),
     ('{"type": "conversation.open"}', "bad_request"),
     ('{"type": "conversation.open", "conversation_id": 12}', "bad_request"),
     ('{"type": "chat.send", "conversation_id": "x", "text": ["hi"]}', "bad_request"),
@@ -134,6 +136,8 @@ async def test_errors_echo_the_request_id(server):
         assert_error(err, "conversation_not_found", err["request_id"])
         err = await app.request("warp.drive")
         assert_error(err, "unknown_type", err["request_id"])
+        pong = await app.request("ping")
+        assert pong["type"] == "pong" and pong["ts"].endswith("+00:00")
     finally:
         await app.close()
 

@@ -42,7 +42,11 @@ async def test_replies_come_before_their_broadcasts(server):
             {"type": "conversation.created", "conversation_id": cid, "name": "New chat", "request_id": created["request_id"]},
             {"type": "conversation.updated", "conversation_id": cid, "name": "New chat"},
         ]
-        assert (await settle(b)) [-1:] == [{"type": "conversation.updated", "conversation_id": cid, "name": "New chat"}]
+        assert (await settle(b))[-1:] == [{"type": "conversation.updated", "conversation_id": cid, "name": "New chat"}]
+        unnamed = await a.request("conversation.create")  # name is optional
+        assert unnamed["type"] == "conversation.created" and isinstance(unnamed["name"], str)
+        await settle(a)
+        await settle(b)
 
         start, start_b = len(a.conn_frames), len(b.conn_frames)
         renamed = await a.request("conversation.rename", conversation_id=cid, name="Renamed")
@@ -96,6 +100,10 @@ async def test_chat_send_answers_run_accepted_first(server):
         assert accepted["type"] == "run.accepted" and accepted["conversation_id"] == cid
         assert a.conn_frames[start] is accepted  # the first frame after the request is its answer
         await a.wait_until(lambda: accepted["run_id"] in a.view(cid).finished)
+        drafts = [f["text"] for f in a.conn_frames[start:] if f["type"] == "message.delta"]
+        final = a.view(cid).transcript()[-1][1]
+        # cumulative drafts: each one the text so far (replace the bubble), the final supersedes them
+        assert all(later.startswith(earlier) for earlier, later in zip(drafts + [final], drafts[1:] + [final]))
         frames = [f for f in a.conn_frames[start:] if f["type"] != "message.delta"]
         mid = frames[1]["message_id"]
         assert without_ts(frames) == [

@@ -125,8 +125,8 @@ async def test_kill9_mid_run_with_pending_decisions_closes_everything(server):
         await app.close()
 
 
-async def test_a_client_connected_across_the_restart_gets_the_closing_live(server):
-    """A client that reconnects quickly sees the restart's closing as live events or in the snapshot, never half."""
+async def test_a_fresh_client_after_kill9_finds_the_run_closed(server):
+    """An app installed after the crash opens the conversation: the run is over, nothing pending, nothing twice."""
     app = await app_for(server)
     try:
         cid = await app.create("Ask")
