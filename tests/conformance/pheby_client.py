@@ -279,7 +279,7 @@ class PhebyApp:
                 self._turn(view.run["run_id"], "completed", ("started", "streaming"))
         elif t == "run.finished":
             view = self.view(cid)
-            open_ = [mid for mid in view.open_bubbles()]
+            open_ = view.open_bubbles()
             if open_:
                 self.violations.append(f"run.finished {f['run_id']} with message(s) never completed: {open_}")
             if f["status"] not in TERMINAL:

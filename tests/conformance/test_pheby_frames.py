@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from tests.conformance.conftest import PHEBY_SECRET
 from tests.conformance.pheby_client import PhebyApp
 

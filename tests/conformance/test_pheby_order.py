@@ -113,8 +113,8 @@ async def test_chat_send_answers_run_accepted_first(server):
             {"type": "run.finished", "conversation_id": cid, "run_id": accepted["run_id"], "status": "completed"},
         ]
         busy = await a.chat(cid, "/slow 5")
+        assert busy["type"] == "run.accepted", busy
         again = await a.chat(cid, "me too")
         assert again["type"] == "error" and again["error"]["code"] == "run_active", again
-        _ = busy
     finally:
         await a.close()

@@ -59,8 +59,7 @@ async def test_clean_restart_mid_run_keeps_what_was_said(server):
     app = await app_for(server)
     try:
         cid = await app.create("Restart")
-        accepted = await app.chat(cid, "/slow 30")
-        run_id = accepted["run_id"]
+        await app.chat(cid, "/slow 30")
         mid = await app.wait_until(lambda: (app.view(cid).run or {}).get("message_id"))
         seen = await app.wait_until(lambda: app.view(cid).messages[mid]["text"])
         assert server.stop() == 0  # SIGTERM, as a service manager would
@@ -78,7 +77,6 @@ async def test_clean_restart_mid_run_keeps_what_was_said(server):
         await app.wait_until(lambda: again["run_id"] in app.view(cid).finished)
         assert app.view(cid).transcript()[-1] == ("assistant", "Echo: hello again")
         assert app.violations == []
-        _ = run_id
     finally:
         await app.close()
 
@@ -89,9 +87,9 @@ async def test_kill9_mid_run_with_pending_decisions_closes_everything(server):
         slow = await app.create("Slow")
         ask = await app.create("Ask")
         clarify = await app.create("Clarify")
-        slow_run = (await app.chat(slow, "/slow 30"))["run_id"]
-        ask_run = (await app.chat(ask, "/approve rm -rf /tmp/build-output"))["run_id"]
-        clarify_run = (await app.chat(clarify, "/clarify Staging or production?"))["run_id"]
+        await app.chat(slow, "/slow 30")
+        await app.chat(ask, "/approve rm -rf /tmp/build-output")
+        await app.chat(clarify, "/clarify Staging or production?")
         await app.wait_until(lambda: app.view(ask).approvals and app.view(clarify).clarifications)
         mid = await app.wait_until(lambda: (app.view(slow).run or {}).get("message_id"))
         await app.wait_until(lambda: app.view(slow).messages[mid]["text"])
@@ -120,7 +118,6 @@ async def test_kill9_mid_run_with_pending_decisions_closes_everything(server):
             assert again["type"] == "run.accepted", again
             await app.wait_until(lambda: again["run_id"] in app.view(cid).finished)
         assert app.violations == []
-        _ = (slow_run, ask_run, clarify_run)
     finally:
         await app.close()
 
@@ -130,7 +127,7 @@ async def test_a_fresh_client_after_kill9_finds_the_run_closed(server):
     app = await app_for(server)
     try:
         cid = await app.create("Ask")
-        run_id = (await app.chat(cid, "/approve reboot"))["run_id"]
+        await app.chat(cid, "/approve reboot")
         await app.wait_until(lambda: app.view(cid).approvals)
         server.kill9()
         server.start()
@@ -144,6 +141,5 @@ async def test_a_fresh_client_after_kill9_finds_the_run_closed(server):
             assert len(texts) == len(set(m["message_id"] for m in hist["messages"]))  # nothing twice
         finally:
             await fresh.close()
-        _ = run_id
     finally:
         await app.close()
