@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import json
 import logging
 import os
 import time
@@ -33,8 +34,8 @@ from .errors import (
     Unavailable,
 )
 from .hub import Hub
-from .ids import new_id
-from .state import ConversationState
+from .ids import draft_message_id, new_id
+from .state import ActiveRun, ConversationState
 from .store import Store
 from .tasks import TaskSet
 
@@ -45,6 +46,9 @@ HISTORY_CAP = 500
 RESOLVED_MEMORY = 4096
 INTERRUPTED = "interrupted by a restart"
 CLEANUP_INTERVAL = 3600.0
+PENDING_KEY = "pending-decision:"  # settings rows of decisions not yet resolved (for a restart to resolve)
+DRAFT_SAVE_INTERVAL = 1.0  # seconds between saves of a streaming draft (what a crash can lose)
+RUN_END_REASON = {"cancelled": "cancelled", "failed": "failed", "completed": "completed"}
 
 
 @attrs.frozen
@@ -89,6 +93,7 @@ class Bridge:
         self._resolved: collections.OrderedDict[str, ev.ApprovalResolved] = collections.OrderedDict()
         self._resolved_clarify: collections.OrderedDict[str, ev.ClarifyResolved] = collections.OrderedDict()
         self._sending: set[str] = set()
+        self._draft_saved: dict[str, float] = {}  # run_id -> when its draft was last saved
         self.interrupted_runs: list[tuple[str, str]] = []
         self.started = False
         self.add_source(source)
@@ -149,9 +154,22 @@ class Bridge:
             conv = self.conversations.get(att.conversation_id)
             if conv is not None and (att.expires_at is None or att.expires_at > now):
                 conv.attachments[att.attachment_id] = att
-        # runs that were running when the process died are failed, never left running
-        for run_id, cid in self.store.query("SELECT run_id, conversation_id FROM runs WHERE status='running'"):
+        # runs that were running when the process died are failed, never left running: each is put
+        # back as the conversation's active run, with the decisions it left pending, so that
+        # report_interrupted closes it by the one rule every run end follows (close_run)
+        for run_id, cid, started in self.store.query(
+            "SELECT run_id, conversation_id, started_at FROM runs WHERE status='running'"
+        ):
             self.interrupted_runs.append((cid, run_id))
+            conv = self.conversations.get(cid)
+            if conv is not None and conv.run is None:
+                run = conv.run = ActiveRun(run_id=run_id, message_id=draft_message_id(run_id), started_at=started or now)
+                saved = next((m for m in conv.messages if m.message_id == run.message_id), None)
+                if saved is not None:  # its saved draft (_save_draft): the text its completion keeps
+                    conv.messages.remove(saved)
+                    run.draft = ev.Draft(saved.text)
+        for key, value in self.store.query("SELECT key, value FROM settings WHERE key LIKE ?", (PENDING_KEY + "%",)):
+            self._restore_pending(key, value)
         if self.interrupted_runs:
             rows = [(now, r) for _, r in self.interrupted_runs]
             self.store.submit(
@@ -162,13 +180,39 @@ class Bridge:
             ).result(timeout=30)
             log.warning("%d run(s) interrupted by a restart were marked failed", len(rows))
 
-    def report_interrupted(self) -> int:
-        """Tell every front end about the runs a crash interrupted (call once they are listening).
+    def _restore_pending(self, key: str, value: str) -> None:
+        """A decision pending when the process died: back into its conversation, to be resolved."""
+        try:
+            d = json.loads(value)
+            conv = self.conversations.get(d["conversation_id"])
+            if conv is None or conv.run is None or conv.run.run_id != d["run_id"]:
+                self.store.execute_later("DELETE FROM settings WHERE key=?", (key,))
+                return
+            if d["kind"] == "approval":
+                conv.approvals[d["id"]] = ev.ApprovalRequested(
+                    conversation_id=conv.conversation_id, run_id=d["run_id"], approval_id=d["id"],
+                    session_key=d.get("session_key", ""), command=d.get("text", ""), description="",
+                )  # fmt: skip
+                self._approvals[d["id"]] = conv.conversation_id
+            else:
+                conv.clarifications[d["id"]] = ev.ClarifyRequested(
+                    conversation_id=conv.conversation_id, run_id=d["run_id"], clarify_id=d["id"],
+                    session_key=d.get("session_key", ""), question=d.get("text", ""),
+                )  # fmt: skip
+                self._clarifications[d["id"]] = conv.conversation_id
+        except (ValueError, KeyError, TypeError):
+            log.warning("dropping an unreadable pending decision %s", key)
+            self.store.execute_later("DELETE FROM settings WHERE key=?", (key,))
 
-        ``_load`` marked them failed in the runs table; here each one still in a
-        known conversation gets a notice in its transcript (so a snapshot shows
-        why the reply is missing) and a ``RunFinished`` failed, which every
-        protocol renders as the run's end (and Loomi keeps for replay).
+    def report_interrupted(self) -> int:
+        """Close the runs a crash interrupted (call once every front end is listening).
+
+        ``_load`` marked them failed in the runs table and put each back as its
+        conversation's active run; here each one gets a ``RunFinished`` failed,
+        so ``close_run`` completes its message (with the draft last saved
+        before the crash, ``_save_draft``) and resolves its pending decisions
+        (decided_by ``restart``) on every front end, then a diagnostic notice
+        says why.
         """
         if getattr(self, "_interrupted_reported", False):
             return 0
@@ -177,6 +221,7 @@ class Bridge:
         for cid, run_id in self.interrupted_runs:
             if cid not in self.conversations:
                 continue
+            self.publish(ev.RunFinished(conversation_id=cid, run_id=run_id, status="failed", error=INTERRUPTED))
             self.publish(
                 ev.Notification(
                     conversation_id=cid,
@@ -187,7 +232,6 @@ class Bridge:
                     source="bridge",
                 )
             )
-            self.publish(ev.RunFinished(conversation_id=cid, run_id=run_id, status="failed", error=INTERRUPTED))
             reported += 1
         return reported
 
@@ -209,6 +253,8 @@ class Bridge:
     # --- the event log ---------------------------------------------------------
 
     def publish(self, event: Any) -> int:
+        if type(event) is ev.RunFinished:
+            self.close_run(event)
         conv_id = getattr(event, "conversation_id", None)
         if conv_id is not None:
             conv = self.conversations.get(conv_id)
@@ -226,6 +272,62 @@ class Bridge:
             self.conversations.pop(event.conversation_id, None)
         return seq
 
+    def close_run(self, finished: ev.RunFinished) -> None:
+        """A run closes what it opened, whatever ends it (docs/conformance.md, Pheby: "run end").
+
+        Before its ``RunFinished`` goes out: its message, if not completed, is
+        completed with the text so far (possibly empty), and every decision
+        still pending in it is resolved (choice ``deny``, not accepted,
+        ``decided_by`` saying why). Every source's run end passes here, so no
+        agent and no front end repeats the rule.
+        """
+        conv = self.conversations.get(finished.conversation_id)
+        if conv is None:
+            return
+        run = conv.run
+        if run is not None and run.run_id == finished.run_id and not run.completed:
+            self.publish(
+                ev.MessageCompleted(
+                    conversation_id=conv.conversation_id, message_id=run.message_id, text=run.text, run_id=run.run_id
+                )
+            )
+        why = RUN_END_REASON.get(finished.status, "agent")
+        if finished.status == "failed" and finished.error == INTERRUPTED:
+            why = "restart"
+        for request in [a for a in conv.approvals.values() if a.run_id == finished.run_id]:
+            self._settle_approval(request, why)
+        for request in [c for c in conv.clarifications.values() if c.run_id == finished.run_id]:
+            self._settle_clarify(request, why)
+
+    def _settle_approval(self, request: ev.ApprovalRequested, decided_by: str) -> None:
+        """Nobody answered: the approval is denied (the spec's choice set), on every front end."""
+        self._approvals.pop(request.approval_id, None)
+        resolved = ev.ApprovalResolved(
+            conversation_id=request.conversation_id,
+            run_id=request.run_id,
+            approval_id=request.approval_id,
+            choice="deny",
+            accepted=False,
+            decided_by=decided_by,  # type: ignore[arg-type]
+            surface="agent",
+        )
+        self._remember(self._resolved, request.approval_id, resolved)
+        self.publish(resolved)
+
+    def _settle_clarify(self, request: ev.ClarifyRequested, decided_by: str) -> None:
+        self._clarifications.pop(request.clarify_id, None)
+        resolved = ev.ClarifyResolved(
+            conversation_id=request.conversation_id,
+            run_id=request.run_id,
+            clarify_id=request.clarify_id,
+            response="",
+            accepted=False,
+            decided_by=decided_by,  # type: ignore[arg-type]
+            surface="agent",
+        )
+        self._remember(self._resolved_clarify, request.clarify_id, resolved)
+        self.publish(resolved)
+
     def _forget_settled_decisions(self, conversation_id: str) -> None:
         """A finished run leaves no decision pending (the state already dropped them): forget their ids."""
         conv = self.conversations.get(conversation_id)
@@ -238,6 +340,8 @@ class Bridge:
         t = type(e)
         s = self.store
         if t is ev.TextDelta:
+            if e.kind == "text":
+                self._save_draft(e)
             return
         if t is ev.ConversationCreated:
             conv = self.conversations.get(e.conversation_id)
@@ -271,9 +375,40 @@ class Bridge:
                 (e.run_id, e.conversation_id, "running", e.ts),
             )
         elif t is ev.RunFinished:
+            self._draft_saved.pop(e.run_id, None)
             s.execute_later(
                 "UPDATE runs SET status=?, finished_at=?, error=? WHERE run_id=?", (e.status, e.ts, e.error, e.run_id)
             )
+        elif t is ev.ApprovalRequested or t is ev.ClarifyRequested:
+            # kept until resolved, so that a restart can resolve what a crash left pending
+            approval = t is ev.ApprovalRequested
+            did = e.approval_id if approval else e.clarify_id
+            value = json.dumps({
+                "kind": "approval" if approval else "clarify", "id": did, "conversation_id": e.conversation_id,
+                "run_id": e.run_id, "session_key": e.session_key, "text": e.command if approval else e.question,
+            })  # fmt: skip
+            s.execute_later(
+                "INSERT OR REPLACE INTO settings(key, value) VALUES(?, ?)", (PENDING_KEY + did, value)
+            )
+        elif t is ev.ApprovalResolved or t is ev.ClarifyResolved:
+            did = e.approval_id if t is ev.ApprovalResolved else e.clarify_id
+            s.execute_later("DELETE FROM settings WHERE key=?", (PENDING_KEY + did,))
+
+    def _save_draft(self, e: ev.TextDelta) -> None:
+        """Keep a streaming run's draft at most every DRAFT_SAVE_INTERVAL (never per delta).
+
+        A crash then loses at most that much of what was said: at the next start
+        the interrupted message is completed with the saved draft (close_run).
+        The draft's row is the message's own row, which its completion replaces.
+        """
+        if e.conversation_id not in self.conversations:
+            return
+        now = time.monotonic()
+        last = self._draft_saved.get(e.run_id)
+        if last is not None and now - last < DRAFT_SAVE_INTERVAL:
+            return
+        self._draft_saved[e.run_id] = now
+        self._write_message(e.conversation_id, e.message_id, "assistant", e.text, e.ts)
 
     def _write_message(self, cid: str, mid: str, role: str, text: str, ts: float) -> None:
         self.store.execute_later(
@@ -459,23 +594,14 @@ class Bridge:
         return resolved
 
     def approval_timed_out(self, approval_id: str, decided_by: str = "timeout") -> None:
-        """An agent's own timeout (or its own decision) resolved an approval."""
-        cid = self._approvals.pop(approval_id, None)
+        """An agent's own timeout (or its own decision) resolved an approval: denied, ``decided_by`` says why."""
+        cid = self._approvals.get(approval_id)
         conv = self.conversations.get(cid) if cid else None
         request = conv.approvals.get(approval_id) if conv is not None else None
         if request is None:
+            self._approvals.pop(approval_id, None)
             return
-        resolved = ev.ApprovalResolved(
-            conversation_id=request.conversation_id,
-            run_id=request.run_id,
-            approval_id=approval_id,
-            choice="timeout" if decided_by == "timeout" else "deny",
-            accepted=False,
-            decided_by=decided_by,  # type: ignore[arg-type]
-            surface="agent",
-        )
-        self._remember(self._resolved, approval_id, resolved)
-        self.publish(resolved)
+        self._settle_approval(request, decided_by)
 
     async def _answer_clarify(self, c: cmd.AnswerClarify, origin: cmd.Origin) -> ev.ClarifyResolved:
         if len(c.response) > MAX_TEXT:

@@ -18,7 +18,9 @@ RunStatus = Literal["completed", "failed", "cancelled"]
 ToolStatus = Literal["running", "completed", "failed", "cancelled"]
 DeltaKind = Literal["text", "reasoning"]
 Scope = Literal["conversation", "global"]
-DecidedBy = Literal["local", "remote", "timeout", "agent"]
+# who settled a decision: a person (local/remote), the agent, its timeout, or the core when the
+# decision's run ended under it (cancelled, failed, completed) or a restart interrupted it
+DecidedBy = Literal["local", "remote", "timeout", "agent", "cancelled", "failed", "completed", "restart"]
 
 APPROVAL_CHOICES = ("once", "session", "always", "deny")
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max", "ultra")

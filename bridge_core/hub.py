@@ -56,6 +56,9 @@ class Hub:
         return seq
 
 
+_RESERVED = object()  # a slot's data until its reply is filled in (Outbox.reserve)
+
+
 class _Slot:
     __slots__ = ("data", "key", "size", "ticket")
 
@@ -132,6 +135,31 @@ class Outbox:
         self._wake.set()
         return True
 
+    def reserve(self) -> Optional[_Slot]:
+        """Hold the next place in the queue for a reply not computed yet (None when closed).
+
+        A request's own reply goes out before the broadcasts it causes: the
+        front end reserves the reply's place when it starts executing the
+        request, the broadcasts queue behind it, and the writer waits at the
+        reservation until ``fill`` puts the reply (or nothing) there.
+        """
+        if self.closed:
+            return None
+        slot = _Slot(_RESERVED, None, 0)
+        self._q.append(slot)
+        return slot
+
+    def fill(self, slot: Optional[_Slot], data: Any) -> None:
+        """Put the reply (bytes or str; None for no reply) into its reserved place."""
+        if slot is None or slot.data is not _RESERVED:
+            return
+        slot.data = data
+        if data is not None and not self.closed:
+            slot.size = len(data)
+            self._bytes += slot.size
+            slot.ticket = self._store.submitted if self._store is not None else 0
+        self._wake.set()
+
     def _held(self) -> bool:
         """Is (or was, until the queue drains) this queue held by the durability barrier?"""
         if self._grace:
@@ -167,7 +195,7 @@ class Outbox:
         many = getattr(self._send, "many", None)
         store = self._store
         while True:
-            if not q:
+            if not q or q[0].data is _RESERVED:
                 if self.closed:
                     return
                 self._wake.clear()
@@ -189,7 +217,7 @@ class Outbox:
                 continue
             batch: list = []
             size = 0
-            while q and len(batch) < BATCH_FRAMES and size < BATCH_BYTES and (
+            while q and q[0].data is not _RESERVED and len(batch) < BATCH_FRAMES and size < BATCH_BYTES and (
                 store is None or q[0].ticket <= store.processed
             ):
                 data = self._pop()

@@ -26,6 +26,7 @@ class ActiveRun:
     reasoning_draft: ev.Draft = attrs.field(factory=ev.Draft)
     status: str = "running"
     request_id: Optional[str] = None
+    completed: bool = False  # its message (message_id) was completed
 
     @property
     def text(self) -> str:
@@ -109,6 +110,8 @@ class ConversationState:
             self.preview = e.text[:200]
         if self.run is not None and e.run_id == self.run.run_id:
             self.run.draft = ev.Draft(e.text)
+            if e.message_id == self.run.message_id:
+                self.run.completed = True
 
     def _tool_started(self, e: ev.ToolStarted) -> None:
         self.tools[e.call_id] = ToolState(

@@ -211,11 +211,19 @@ def _approval(e: ev.ApprovalRequested, x: Extra) -> list[bytes]:
     return [body("approval.required", payload, task_id=e.conversation_id, run_id=e.run_id, ts=e.ts)]
 
 
+# the spec's decided_by set; the core's run-end reasons (cancelled, failed, restart...) are the agent's side
+LOOMI_DECIDED_BY = frozenset({"local", "remote", "timeout", "agent"})
+
+
+def decided_by(value: str) -> str:
+    return value if value in LOOMI_DECIDED_BY else "agent"
+
+
 def _approval_resolved(e: ev.ApprovalResolved, x: Extra) -> list[bytes]:
     payload = {
         "approval_id": e.approval_id,
         "choice": e.choice,
-        "decided_by": e.decided_by,
+        "decided_by": decided_by(e.decided_by),
         "accepted": e.accepted,
         "surface": e.surface,
     }
@@ -235,7 +243,8 @@ def _clarify(e: ev.ClarifyRequested, x: Extra) -> list[bytes]:
 
 
 def _clarify_resolved(e: ev.ClarifyResolved, x: Extra) -> list[bytes]:
-    payload = {"clarify_id": e.clarify_id, "response": e.response, "decided_by": e.decided_by, "surface": e.surface}
+    payload = {"clarify_id": e.clarify_id, "response": e.response, "decided_by": decided_by(e.decided_by),
+               "surface": e.surface}
     return [body("clarify.resolved", payload, task_id=e.conversation_id, run_id=e.run_id, ts=e.ts)]
 
 

@@ -457,16 +457,7 @@ def render_event(e: Any) -> list[dict]:
             }
         ]
     if t is ev.Notification:
-        return [
-            {
-                "type": "message.complete",
-                "conversation_id": e.conversation_id,
-                "message_id": e.message_id,
-                "text": e.text,
-                "kind": "notice",
-                "ts": iso(e.ts),
-            }
-        ]
+        return notification_frames(e)
     if t is ev.ConversationCreated or t is ev.ConversationUpdated:
         return [{"type": "conversation.updated", "conversation_id": e.conversation_id, "name": e.name}]
     if t is ev.ConversationRenamed:
@@ -480,6 +471,27 @@ def render_event(e: Any) -> list[dict]:
     if t is ev.YoloChanged:
         return [yolo_changed_frame(e.enabled, e.scope, e.conversation_id, None)]
     return []
+
+
+def notification_frames(e: ev.Notification) -> list[dict]:
+    """Unsolicited output (a cron delivery, a background completion) is conversation content.
+
+    It arrives as ``message.start`` then ``message.complete`` without ``kind``
+    (the spec's "Unsolicited messages"), and it is in the conversation's
+    history. Only a gateway lifecycle notice (a diagnostic, or one that belongs
+    to no conversation) is ``kind: "notice"``, which a client may ignore.
+    """
+    complete = {
+        "type": "message.complete",
+        "conversation_id": e.conversation_id,
+        "message_id": e.message_id,
+        "text": e.text,
+        "ts": iso(e.ts),
+    }
+    if e.category == "diagnostic" or e.conversation_id is None:
+        complete["kind"] = "notice"
+        return [complete]
+    return [{"type": "message.start", "conversation_id": e.conversation_id, "message_id": e.message_id}, complete]
 
 
 def model_changed_frame(model, provider, scope, conversation_id, request_id) -> dict:
@@ -549,6 +561,20 @@ def reply(command: Any, result: Any, ts: float) -> Optional[dict]:
     if t is cmd.SetYolo:
         return yolo_changed_frame(result.enabled, result.scope, result.conversation_id, rid)
     return None  # chat.send, run.cancel, approval.respond, clarify.respond: the broadcast answers
+
+
+def reply_covers(command: Any, event: Any) -> bool:
+    """Does ``command``'s reply already tell its requester about ``event`` (so no broadcast to it)?
+
+    Only ``conversation.delete``: the spec shows its reply alone, so the
+    requester gets one ``conversation.deleted`` (with its request_id) and every
+    other client one without.
+    """
+    return (
+        type(event) is ev.ConversationDeleted
+        and type(command) is cmd.DeleteConversation
+        and command.conversation_id == event.conversation_id
+    )
 
 
 def history_frame(s: Snapshot, request_id: Optional[str]) -> dict:

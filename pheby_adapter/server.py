@@ -12,14 +12,14 @@ from aiohttp import WSMsgType, web
 
 from bridge_core import commands as cmd
 from bridge_core import events as ev
-from bridge_core.errors import BridgeError, InvalidJson, SlowConsumer
+from bridge_core.errors import BridgeError, InvalidJson, SlowConsumer, TooLarge
 from bridge_core.frontend import FailedAuthLimiter, FrontEnd, peer_host, ws_text_sender
 from bridge_core.hub import Outbox
 from bridge_core.wire import dumps
 
 from . import codec
 from .errors import to_pheby_error
-from .session import CLOSE_POLICY, CLOSE_TRY_AGAIN, PhebySession, secret_matches
+from .session import CLOSE_POLICY, CLOSE_TOO_BIG, CLOSE_TRY_AGAIN, PhebySession, secret_matches
 
 log = logging.getLogger("agent_bridge.pheby")
 
@@ -29,7 +29,7 @@ LOCKED_BODY = {"error": {"code": "rate_limited", "message": "Too many failed att
 
 
 class Connection:
-    __slots__ = ("ws", "outbox", "session", "peer", "id")
+    __slots__ = ("ws", "outbox", "session", "peer", "id", "executing")
 
     def __init__(self, ws: web.WebSocketResponse, session: PhebySession, peer: str, conn_id: str):
         self.ws = ws
@@ -37,6 +37,28 @@ class Connection:
         self.peer = peer
         self.id = conn_id
         self.outbox: Optional[Outbox] = None
+        self.executing: Any = None  # the command whose reply this connection awaits
+
+
+class PhebySocket(web.WebSocketResponse):
+    """A WebSocket that tells the client ``too_large`` before aiohttp's own 1009 close.
+
+    aiohttp refuses a message over ``max_msg_size`` from its frame header
+    (nothing of it is buffered) and closes the socket with 1009 from inside
+    ``receive``, before the handler sees anything. The spec wants every
+    oversized frame answered with a ``too_large`` error first, so that close
+    (1009 without a reason: only aiohttp's reader closes so) sends it.
+    """
+
+    async def close(self, *, code: int = 1000, message: bytes = b"", drain: bool = True) -> bool:
+        if code == CLOSE_TOO_BIG and not message and not self.closed:
+            err = TooLarge(f"Frame larger than {codec.MAX_FRAME // (1024 * 1024)} MiB")
+            try:
+                await self.send_frame(dumps(codec.error_frame(err, None, time.time())), WSMsgType.TEXT)
+            except Exception:  # the peer is gone: nothing to tell
+                pass
+            message = b"too_large"
+        return await super().close(code=code, message=message, drain=drain)
 
 
 class _DraftFrame:
@@ -130,6 +152,8 @@ class PhebyFrontEnd(FrontEnd):
         for conn in tuple(self.conns.values()):  # an overflowing outbox removes its conn (_slow)
             box = conn.outbox
             if box is not None:
+                if conn.executing is not None and codec.reply_covers(conn.executing, event):
+                    continue  # the requester's reply says it already (conversation.deleted): one frame
                 for data in encoded:
                     box.put(data)
 
@@ -160,7 +184,10 @@ class PhebyFrontEnd(FrontEnd):
         peer = peer_host(request)
         if self.limiter.locked(peer):
             return web.json_response(LOCKED_BODY, status=429)
-        ws = web.WebSocketResponse(heartbeat=self.heartbeat, max_msg_size=2 * codec.MAX_FRAME, autoping=True)
+        # a frame over the spec's 2 MiB and up to twice that is read, then refused by the session (the
+        # client has sent it all, so it reads the error and the close); a larger one is refused from its
+        # header by aiohttp, never read nor buffered, and PhebySocket says too_large before the close
+        ws = PhebySocket(heartbeat=self.heartbeat, max_msg_size=2 * codec.MAX_FRAME, autoping=True)
         await ws.prepare(request)
         self._next_id += 1
         conn = Connection(ws, PhebySession(self.secret, time.time(), rate=self.rate, burst=self.burst), peer, f"p{self._next_id}")
@@ -258,23 +285,33 @@ class PhebyFrontEnd(FrontEnd):
                 conn.session.rate_limited = 0
 
     async def _execute(self, conn: Connection, command: Any, origin: cmd.Origin) -> None:
+        """Run one request; its reply goes out before the broadcasts it causes.
+
+        The reply's place in the outbox is reserved before the bridge runs the
+        command (whose events are broadcast synchronously as they happen), and
+        filled once the reply is known: the spec's order, reply first.
+        """
         rid = getattr(command, "request_id", None)
         if rid is not None:
             core_command = attrs.evolve(command, request_id=codec.core_request_id(rid))
         else:
             core_command = command
+        box = conn.outbox
+        slot = box.reserve() if box is not None else None
+        conn.executing = command
+        frame: Optional[dict] = None
         try:
             result = await self.bridge.execute(core_command, origin)
+            frame = codec.reply(command, result, time.time())
         except BridgeError as err:
-            self._queue(conn, codec.error_frame(to_pheby_error(err, command), rid, time.time()))
-            return
+            frame = codec.error_frame(to_pheby_error(err, command), rid, time.time())
         except Exception:
             log.exception("pheby: %s failed", type(command).__name__)
-            self._queue(conn, codec.error_frame(to_pheby_error(Exception(), command), rid, time.time()))
-            return
-        frame = codec.reply(command, result, time.time())
-        if frame is not None:
-            self._queue(conn, frame)
+            frame = codec.error_frame(to_pheby_error(Exception(), command), rid, time.time())
+        finally:
+            conn.executing = None
+            if box is not None:
+                box.fill(slot, dumps(frame) if frame is not None else None)
 
     def _queue(self, conn: Connection, frame: dict) -> None:
         if conn.outbox is not None:

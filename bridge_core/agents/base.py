@@ -358,8 +358,7 @@ class ManagedAgentSource(AgentSource):
         ctx.finished = True
         self._runs.pop(ctx.run_id, None)
         request_id = self._cancelling.pop(ctx.run_id, None)
-        if status != "completed" and ctx.text and not ctx.completed:
-            ctx.complete()  # keep what was said in the transcript
+        # the bridge closes what the run left open (its message, pending decisions): Bridge.close_run
         self.bridge.publish(
             ev.RunFinished(
                 conversation_id=ctx.conversation_id,

@@ -111,3 +111,30 @@ async def test_wait_room_returns_once_the_writer_drained():
     assert len(box) <= 10
     box.close()
     await asyncio.wait_for(writer, 2.0)
+
+
+async def test_a_reserved_reply_goes_out_before_what_was_queued_after_it():
+    sent = []
+
+    async def send(data):
+        sent.append(data)
+
+    box = Outbox(send, max_items=10)
+    writer = asyncio.create_task(box.run())
+    box.put(b"before")
+    slot = box.reserve()
+    box.put(b"broadcast")  # caused by the request, queued while it runs
+    empty = box.reserve()
+    box.put(b"later")
+    for _ in range(100):  # the writer stops at the unfilled reservation
+        await asyncio.sleep(0)
+    assert sent == [b"before"]
+    box.fill(slot, b"reply")
+    box.fill(empty, None)  # a request without a direct reply leaves no frame
+    for _ in range(100):
+        if len(sent) == 4:
+            break
+        await asyncio.sleep(0)
+    assert sent == [b"before", b"reply", b"broadcast", b"later"]
+    box.close()
+    await writer

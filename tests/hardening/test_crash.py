@@ -128,7 +128,9 @@ async def test_kill9_mid_run_then_restart(bridge_factory):
     texts = [(m["role"], m["text"]) for m in hist["messages"]]
     assert texts[:3] == [("user", "hello before the crash"), ("assistant", "Echo: hello before the crash"),
                          ("user", "/slow 30")]
-    assert len(texts) == 4 and INTERRUPTED in texts[3][1]  # the notice: the run did not finish
+    # the interrupted message, completed with its draft as saved before the crash, then the notice
+    assert len(texts) == 5 and texts[3][0] == "assistant" and texts[3][1].startswith("w1"), texts
+    assert INTERRUPTED in texts[4][1]  # the notice: the run did not finish
 
     # everything durable the device saw before the crash is still there
     durable = 0

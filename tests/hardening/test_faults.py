@@ -279,7 +279,7 @@ async def test_approval_timeout_resolves_as_timeout_everywhere(bridge_factory):
     w = await watcher.until(lambda f: f["type"] == "approval.resolved" and f["approval_id"] == aid, 15)
     assert w[-1]["decided_by"] == "timeout", w[-1]
     lo = await loomi.until(lambda f: f["type"] == "approval.resolved" and f["payload"]["approval_id"] == aid, 15)
-    assert lo[-1]["payload"]["decided_by"] == "timeout" and lo[-1]["payload"]["choice"] == "timeout", lo[-1]
+    assert lo[-1]["payload"]["decided_by"] == "timeout" and lo[-1]["payload"]["choice"] == "deny", lo[-1]
     evs = await browser.events_until(cid, lambda e: e["type"] == "approval_resolved" and e.get("approvalId") == aid, 15)
     assert evs[-1].get("decidedBy") == "timeout", evs[-1]
     finished = await watcher.until(lambda f: f["type"] == "run.finished" and f["conversation_id"] == cid, 15)

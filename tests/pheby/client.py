@@ -67,6 +67,8 @@ class PhebyClient:
 
     async def create(self, name: str = "Test") -> str:
         reply = await self.request({"type": "conversation.create", "name": name, "request_id": "c"}, "conversation.created")
+        if reply["type"] == "conversation.created":  # the reply first, then the broadcast it causes
+            await self.recv_type("conversation.updated")
         return reply["conversation_id"]
 
     async def close(self) -> None:

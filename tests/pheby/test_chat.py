@@ -102,7 +102,8 @@ async def test_failing_run(pheby):
     cid = await c.create()
     await c.send({"type": "chat.send", "conversation_id": cid, "text": "/fail"})
     frames = await c.collect_until("run.finished")
-    assert types(frames) == ["run.accepted", "message.start", "run.finished"]
+    assert types(frames) == ["run.accepted", "message.start", "message.complete", "run.finished"]
+    assert frames[2]["message_id"] == frames[1]["message_id"] and frames[2]["text"] == ""  # closed, empty
     assert frames[-1]["status"] == "failed" and frames[-1]["error"] == "demo failure"
     await c.close()
 
@@ -217,18 +218,18 @@ async def test_clarify(pheby):
     await c.close()
 
 
-async def test_notify_is_a_notice_outside_any_run(pheby):
+async def test_notify_is_conversation_content_after_the_run(pheby):
     c = await PhebyClient.connect(pheby.ports["pheby"])
     cid = await c.create()
     await c.send({"type": "chat.send", "conversation_id": cid, "text": "/notify build done"})
-    frames = await c.collect_until("message.complete", kind="notice")
-    notice = frames[-1]
-    assert strip_ts(notice) == {
-        "type": "message.complete", "conversation_id": cid, "message_id": notice["message_id"],
-        "text": "build done", "kind": "notice",
-    }
-    fin = [i for i, f in enumerate(frames) if f["type"] == "run.finished"]
-    assert fin and fin[0] < len(frames) - 1  # after the run finished
+    frames = await c.collect_until("message.complete", text="build done")
+    done = frames[-1]
+    mid = done["message_id"]
+    assert strip_ts(done) == {"type": "message.complete", "conversation_id": cid, "message_id": mid, "text": "build done"}
+    assert frames[-2] == {"type": "message.start", "conversation_id": cid, "message_id": mid}
+    assert types(frames[-3:-2]) == ["run.finished"]  # after the run that asked for it
+    hist = await c.request({"type": "conversation.open", "conversation_id": cid}, "conversation.history")
+    assert hist["messages"][-1]["text"] == "build done" and hist["messages"][-1]["message_id"] == mid
     await c.close()
 
 

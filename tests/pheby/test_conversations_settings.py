@@ -16,8 +16,8 @@ async def test_conversation_lifecycle(pheby):
     a = await PhebyClient.connect(pheby.ports["pheby"])
     b = await PhebyClient.connect(pheby.ports["pheby"])
     await a.send({"type": "conversation.create", "name": "New chat", "request_id": "r2"})
+    created = await a.recv()  # the reply first, then the broadcast it causes
     upd = await a.recv()
-    created = await a.recv()
     cid = created["conversation_id"]
     assert len(cid) == 32 and int(cid, 16) >= 0
     assert created == {"type": "conversation.created", "conversation_id": cid, "name": "New chat", "request_id": "r2"}
@@ -32,8 +32,10 @@ async def test_conversation_lifecycle(pheby):
 
     await a.send({"type": "conversation.rename", "conversation_id": cid, "name": "Renamed", "request_id": "r4"})
     got = [await a.recv(), await a.recv()]
-    assert {"type": "conversation.renamed", "conversation_id": cid, "name": "Renamed", "request_id": "r4"} in got
-    assert {"type": "conversation.renamed", "conversation_id": cid, "name": "Renamed"} in got
+    assert got == [
+        {"type": "conversation.renamed", "conversation_id": cid, "name": "Renamed", "request_id": "r4"},
+        {"type": "conversation.renamed", "conversation_id": cid, "name": "Renamed"},
+    ]
     assert await b.recv() == {"type": "conversation.renamed", "conversation_id": cid, "name": "Renamed"}
 
     await a.send({"type": "chat.send", "conversation_id": cid, "text": "hi"})
@@ -45,8 +47,7 @@ async def test_conversation_lifecycle(pheby):
     assert [m["text"] for m in hist["messages"]] == ["Echo: hi"]  # the most recent, oldest first
 
     await a.send({"type": "conversation.delete", "conversation_id": cid, "request_id": "r5"})
-    got = [await a.recv(), await a.recv()]
-    assert {"type": "conversation.deleted", "conversation_id": cid, "request_id": "r5"} in got
+    assert await a.recv() == {"type": "conversation.deleted", "conversation_id": cid, "request_id": "r5"}
     assert await b.recv_type("conversation.deleted") == {"type": "conversation.deleted", "conversation_id": cid}
     for frame in (
         {"type": "conversation.open", "conversation_id": cid, "request_id": "x"},

@@ -1,0 +1,122 @@
+"""The core's run-end rule: a run closes what it opened, whatever ends it, for every source.
+
+A source that drives its own runs (as Hermes and lvmh plugins do) publishes a
+``RunFinished`` with its message still open and decisions still pending; the
+bridge completes the message (the text so far) and resolves each decision
+(``deny``, not accepted, ``decided_by`` saying why) before the run's end goes
+out, and the snapshot lists none of them. After a crash the same happens at
+the next start (``report_interrupted``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from bridge_core import commands as cmd
+from bridge_core import events as ev
+from bridge_core.agents.base import AgentSource
+from bridge_core.agents.demo import DemoAgent
+from bridge_core.bridge import Bridge
+from bridge_core.errors import AlreadyResolved
+from bridge_core.ids import draft_message_id
+
+PHEBY = cmd.Origin(surface="pheby")
+
+
+class SelfDrivenSource(AgentSource):
+    """Publishes a run's start, some text and two decisions; the test ends the run."""
+
+    name = "self"
+
+    async def send_message(self, conv, text, run_id, request_id):
+        cid = conv.conversation_id
+        pub = self.bridge.publish
+        pub(ev.UserMessageSent(conversation_id=cid, message_id=f"u-{run_id}", text=text, run_id=run_id))
+        pub(ev.RunStarted(conversation_id=cid, run_id=run_id, message_id=draft_message_id(run_id)))
+        draft = ev.Draft()
+        draft.append("half an ans")
+        pub(ev.TextDelta(conversation_id=cid, run_id=run_id, message_id=draft_message_id(run_id),
+                         delta="half an ans", draft=draft))  # fmt: skip
+        pub(ev.ApprovalRequested(conversation_id=cid, run_id=run_id, approval_id=f"a-{run_id}",
+                                 session_key="k", command="rm x", description="d"))  # fmt: skip
+        pub(ev.ClarifyRequested(conversation_id=cid, run_id=run_id, clarify_id=f"c-{run_id}",
+                                session_key="k", question="q?", choices=("yes", "no")))  # fmt: skip
+        return run_id
+
+
+@pytest.fixture
+async def bridge(tmp_path):
+    b = Bridge(str(tmp_path / "d"), SelfDrivenSource())
+    await b.start()
+    yield b
+    await b.stop()
+
+
+@pytest.mark.parametrize("status, error, why", [("failed", "boom", "failed"), ("cancelled", None, "cancelled"),
+                                                ("completed", None, "completed")])  # fmt: skip
+async def test_run_end_closes_message_and_decisions(bridge, status, error, why):
+    res = await bridge.execute(cmd.SendMessage(text="go"), PHEBY)
+    seen = []
+    bridge.hub.subscribe(lambda s, e: seen.append(e))
+    bridge.publish(ev.RunFinished(conversation_id=res.conversation_id, run_id=res.run_id, status=status, error=error))
+    assert [type(e).__name__ for e in seen] == ["MessageCompleted", "ApprovalResolved", "ClarifyResolved", "RunFinished"]
+    done, approval, clarify, _ = seen
+    assert (done.message_id, done.text) == (draft_message_id(res.run_id), "half an ans")
+    assert (approval.choice, approval.accepted, approval.decided_by) == ("deny", False, why)
+    assert (clarify.accepted, clarify.decided_by) == (False, why)
+    snap = bridge.snapshot(res.conversation_id)
+    assert snap.run is None and snap.approvals == [] and snap.clarifications == []
+    assert [m.text for m in snap.messages] == ["go", "half an ans"]
+    with pytest.raises(AlreadyResolved):
+        await bridge.execute(cmd.ResolveApproval(approval_id=approval.approval_id, choice="once"), PHEBY)
+
+
+async def test_a_completed_message_is_not_completed_twice(bridge):
+    res = await bridge.execute(cmd.SendMessage(text="go"), PHEBY)
+    mid = draft_message_id(res.run_id)
+    bridge.publish(ev.MessageCompleted(conversation_id=res.conversation_id, message_id=mid, text="full", run_id=res.run_id))
+    seen = []
+    bridge.hub.subscribe(lambda s, e: seen.append(e))
+    bridge.publish(ev.RunFinished(conversation_id=res.conversation_id, run_id=res.run_id, status="completed"))
+    assert not any(isinstance(e, ev.MessageCompleted) for e in seen)
+
+
+async def test_restart_closes_interrupted_run_with_its_pending_decision(tmp_path):
+    d = str(tmp_path / "d")
+    b = Bridge(d, DemoAgent(approval_timeout=None))
+    await b.start()
+    res = await b.execute(cmd.SendMessage(text="/approve reboot"), PHEBY)
+    conv = b.conversation(res.conversation_id)
+    for _ in range(1000):  # until the demo run asks (poll with a deadline)
+        if conv.approvals:
+            break
+        await asyncio.sleep(0.002)
+    (aid,) = conv.approvals
+    b.store.flush()
+    b.store.close()  # a crash: nothing more is written, the run never finishes
+    b2 = Bridge(d, DemoAgent(approval_timeout=None))
+    await b2.start()
+    try:
+        seen = []
+        b2.hub.subscribe(lambda s, e: seen.append(e))
+        assert b2.report_interrupted() == 1
+        names = [type(e).__name__ for e in seen]
+        assert names == ["MessageCompleted", "ApprovalResolved", "RunFinished", "Notification"], names
+        resolved = seen[1]
+        assert (resolved.approval_id, resolved.choice, resolved.accepted, resolved.decided_by) == (
+            aid, "deny", False, "restart")  # fmt: skip
+        snap = b2.snapshot(res.conversation_id)
+        assert snap.run is None and snap.approvals == []
+        b2.store.flush()
+        assert b2.store.query("SELECT key FROM settings WHERE key LIKE 'pending-decision:%'") == []
+        with pytest.raises(AlreadyResolved):
+            await b2.execute(cmd.ResolveApproval(approval_id=aid, choice="once"), PHEBY)
+        # and the conversation is usable again
+        again = await b2.execute(cmd.SendMessage(text="hi", conversation_id=res.conversation_id), PHEBY)
+        assert again.run_id
+    finally:
+        await b2.stop()
+        for t in list(b.tasks._tasks):
+            t.cancel()
