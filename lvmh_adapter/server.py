@@ -31,7 +31,7 @@ from . import codec, errors
 from .errors import error_frame, error_response
 from .persistence import EventLog
 from .plugin_source import SOURCE_NAME, PluginSource
-from .render import Renderer
+from .render import RESTART, OpenRun, Renderer
 from .session import Event, Hello, PluginSession, Reject
 from .stream import BrowserConn, EventStream
 
@@ -39,14 +39,17 @@ log = logging.getLogger("agent_bridge.lvmh")
 
 HELLO_TIMEOUT = 10.0
 HEARTBEAT = 30.0
-MAX_BODY = 1024 * 1024
+MAX_BODY = codec.MAX_BODY
 AUTH_FAIL_LIMIT = 30
 SEQ_BLOCK = 1000  # seqs of a bridge session reserved at a time (message_update numbers are never stored)
 LIST_EVENTS = (ev.ConversationCreated, ev.ConversationRenamed, ev.ConversationUpdated)
+PLUGIN_RETURN = 60.0  # s a plugin has to come back before the daemon closes its open run (twice its backoff cap)
+INTERRUPTED = "interrupted by a restart"
+GONE = "the pi session did not reconnect"
 
 
 class SessionRecord:
-    __slots__ = ("id", "source", "info", "high", "last_event_at", "conn", "reserved")
+    __slots__ = ("id", "source", "info", "high", "last_event_at", "conn", "reserved", "run", "abandon")
 
     def __init__(self, sid: str, source: str, info: dict, high: int = 0, last_event_at: Optional[int] = None):
         self.id = sid
@@ -56,6 +59,8 @@ class SessionRecord:
         self.last_event_at = last_event_at
         self.conn: Optional[PluginConn] = None
         self.reserved = high  # bridge: seqs up to here are recorded as handed out
+        self.run = OpenRun()  # plugin: what its stored events leave open (a run, message, tools)
+        self.abandon: Optional[asyncio.TimerHandle] = None  # plugin: closes its open run if it never returns
 
 
 class PluginConn:
@@ -95,6 +100,8 @@ class LvmhFrontEnd(FrontEnd):
         self.spawn: Any = None
         self.gitlab: Any = None
         self._models: dict[str, tuple] = {}
+        sec = config.section("lvmh") if hasattr(config, "section") else {}
+        self.plugin_return = float(sec.get("plugin_return_seconds") or PLUGIN_RETURN)
 
     # --- lifecycle ---------------------------------------------------------------------------------
 
@@ -128,6 +135,7 @@ class LvmhFrontEnd(FrontEnd):
         for sid, rec in list(self.records.items()):
             if rec.source == "bridge" and sid not in self.bridge.conversations:
                 self._forget(sid)
+        self._restore_open_runs()
         if self.spawn is not None and getattr(self.spawn, "daemon_url", None) is None:
             scheme = "https" if ssl_context is not None else "http"
             shown = f"[{host}]" if ":" in host else host
@@ -136,6 +144,9 @@ class LvmhFrontEnd(FrontEnd):
 
     async def stop(self) -> None:
         for rec in self.records.values():
+            if rec.abandon is not None:
+                rec.abandon.cancel()
+                rec.abandon = None
             conn = rec.conn
             if conn is not None:
                 rec.conn = None
@@ -325,6 +336,74 @@ class LvmhFrontEnd(FrontEnd):
             return
         self.stream.spawn_changed()
 
+    # --- runs a restart or a lost plugin left open (docs/lvmh.md, "Runs cut short by a restart") ---
+
+    def _restore_open_runs(self) -> None:
+        """Rebuild, from stored events, the runs the previous process left open.
+
+        A bridge conversation's run is closed by the ``RunFinished`` the core reports for
+        it (the renderer, restored here, completes its open message and resolves what the
+        core no longer knows); a run the core does not report is closed here at once. A
+        plugin session's run is closed only if its plugin does not come back within
+        ``plugin_return`` (a plugin that returns resends and settles its own run).
+        """
+        reported = {run_id for _, run_id in getattr(self.bridge, "interrupted_runs", ())}
+        for sid, rec in list(self.records.items()):
+            run = OpenRun()
+            for raw in self.log.open_tail(sid):
+                try:
+                    obj = orjson.loads(raw)
+                except orjson.JSONDecodeError:
+                    continue
+                if isinstance(obj, dict) and isinstance(obj.get("type"), str):
+                    run.feed(obj["type"], obj)
+            if not run.open:
+                continue
+            if rec.source == "plugin":
+                rec.run = run
+                self._watch_abandoned(rec)
+                continue
+            if run.run_id is None:
+                run.run_id = f"interrupted-{new_id()}"
+            self.renderer.restore(sid, run)
+            if run.run_id not in reported:
+                finished = ev.RunFinished(conversation_id=sid, run_id=run.run_id, status="failed", error=INTERRUPTED)
+                for etype, payload in self.renderer.render(finished):
+                    self._emit(sid, etype, payload, finished.ts)
+            log.info("lvmh: session %s had a run open when the bridge stopped; closing it", sid)
+
+    def _watch_abandoned(self, rec: SessionRecord) -> None:
+        if rec.abandon is None and rec.run.open:
+            loop = asyncio.get_running_loop()
+            rec.abandon = loop.call_later(self.plugin_return, self._abandoned, rec.id)
+
+    def _abandoned(self, sid: str) -> None:
+        rec = self.records.get(sid)
+        if rec is None:
+            return
+        rec.abandon = None
+        if rec.conn is not None or not rec.run.open:
+            return
+        # The plugin numbers its session's events; these take the next numbers after the last
+        # one stored, so welcome.lastSeq covers them and a plugin that returns later resends
+        # only what follows (docs/lvmh.md, "Runs cut short by a restart").
+        log.info("lvmh: plugin session %s did not come back; closing its open run", sid)
+        now = codec.now_ms()
+        for etype, payload in rec.run.settle(GONE):
+            rec.high += 1
+            payload["synthetic"] = True
+            self._store_event(rec, rec.high, etype, payload, now)
+
+    def _store_event(self, rec: SessionRecord, seq: int, etype: str, payload: dict, ts_ms: int) -> None:
+        """One event the daemon writes into a session: persisted (unless a delta) and streamed."""
+        obj = {"v": codec.PROTOCOL_VERSION, "sessionId": rec.id, "seq": seq, "ts": ts_ms, "type": etype}
+        obj.update(payload)
+        raw = orjson.dumps(obj, default=_json_default).decode()
+        if etype != "message_update":
+            self.log.append(rec.id, seq, ts_ms, etype, raw)
+            rec.last_event_at = ts_ms
+        self.stream.push(rec.id, seq, raw)
+
     # --- daemon -> plugin ------------------------------------------------------------------------------
 
     def send_prompt(self, sid: str, text: str) -> str:
@@ -440,6 +519,9 @@ class LvmhFrontEnd(FrontEnd):
         conn.state.bound_ok()
         if rec.conn is not conn:
             rec.conn = conn
+            if rec.abandon is not None:
+                rec.abandon.cancel()
+                rec.abandon = None
             self.log.set_online(sid, True)
             self.source.connected(sid)
             self.stream.list_changed()
@@ -494,6 +576,7 @@ class LvmhFrontEnd(FrontEnd):
         rec.high = frame.seq
         if rec.last_event_at is None or frame.ts > rec.last_event_at:
             rec.last_event_at = frame.ts
+        rec.run.feed(etype, frame.obj)
         self.stream.push(rec.id, frame.seq, frame.raw)
         try:
             if etype == "session_info":
@@ -510,6 +593,7 @@ class LvmhFrontEnd(FrontEnd):
         rec.conn = None
         self.log.set_online(rec.id, False)
         self.source.disconnected(rec.id)
+        self._watch_abandoned(rec)
         self.stream.list_changed()
         log.info("lvmh: plugin session %s disconnected", rec.id)
 
@@ -570,14 +654,7 @@ class LvmhFrontEnd(FrontEnd):
         if seq + SEQ_BLOCK // 2 > rec.reserved:  # reserve ahead, so a restart never reuses a seq
             rec.reserved = seq + SEQ_BLOCK
             self.log.reserve(cid, rec.reserved)
-        ts_ms = int(ts * 1000)
-        obj = {"v": codec.PROTOCOL_VERSION, "sessionId": cid, "seq": seq, "ts": ts_ms, "type": etype}
-        obj.update(payload)
-        raw = orjson.dumps(obj, default=_json_default).decode()
-        if etype != "message_update":
-            self.log.append(cid, seq, ts_ms, etype, raw)
-            rec.last_event_at = ts_ms
-        self.stream.push(cid, seq, raw)
+        self._store_event(rec, seq, etype, payload, int(ts * 1000))
 
     def on_event(self, seq: int, e: Any) -> None:
         t = type(e)
@@ -623,6 +700,8 @@ class LvmhFrontEnd(FrontEnd):
 
     def _forget(self, sid: str) -> None:
         rec = self.records.pop(sid, None)
+        if rec is not None and rec.abandon is not None:
+            rec.abandon.cancel()
         self._models.pop(sid, None)
         self.renderer.forget(sid)
         self.stream.forget(sid)

@@ -147,7 +147,12 @@ async def test_bridge_session_seqs_are_never_reused_after_a_restart(service_fact
     api = Api(svc2.ports["lvmh"])
     try:
         stored = await api.events(sid)
-        assert stored and max(e["seq"] for e in stored) < top
+        # the run the restart cut short is closed (its message completed, the run settled),
+        # with seqs above every one handed out before the restart
+        assert stored[-1]["type"] == "agent_settled"
+        closing = [e for e in stored if e["seq"] > top]
+        assert [e["type"] for e in closing][0] == "message_end" and "agent_end" in [e["type"] for e in closing]
+        assert max(e["seq"] for e in stored if e not in closing) < top
         status, _ = await api.post(f"/api/sessions/{sid}/prompt", {"message": "after the restart"})
         assert status == 200
         evs = await api.wait_events(sid, lambda e: e and e[-1]["type"] == "agent_settled")
