@@ -312,6 +312,7 @@ class Plugin:
         }
         self.seq = 0
         self.buffer: list[dict] = []  # events not known persisted (cleared up to welcome.lastSeq)
+        self.sent: list[dict] = []  # every event this session produced, in seq order
         self.http = aiohttp.ClientSession()
         self.ws: Optional[aiohttp.ClientWebSocketResponse] = None
         self.received: list[dict] = []
@@ -353,6 +354,7 @@ class Plugin:
         """The next event of the session (numbered now, buffered until persisted)."""
         self.seq += 1
         e = self.envelope(etype, self.seq, **payload)
+        self.sent.append(e)
         if etype != "message_update":
             self.buffer.append(e)
         return e
