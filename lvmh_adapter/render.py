@@ -77,8 +77,8 @@ class OpenRun:
 
     Fed the persisted events of one session in seq order (``message_update`` is never
     stored and needs no feeding). Used after a restart, when nothing in memory knows
-    that a run was cut short, to close it for every lvmh client (docs/lvmh.md,
-    "Runs cut short by a restart").
+    that a run was cut short, to close it for every lvmh client (docs/conformance.md,
+    lvmh, "Runs cut short").
     """
 
     __slots__ = ("running", "run_id", "messages", "open_id", "tools", "approvals", "clarifications")

@@ -336,7 +336,7 @@ class LvmhFrontEnd(FrontEnd):
             return
         self.stream.spawn_changed()
 
-    # --- runs a restart or a lost plugin left open (docs/lvmh.md, "Runs cut short by a restart") ---
+    # --- runs a restart or a lost plugin left open (docs/conformance.md, lvmh, "Runs cut short") ---
 
     def _restore_open_runs(self) -> None:
         """Rebuild, from stored events, the runs the previous process left open.
@@ -386,7 +386,7 @@ class LvmhFrontEnd(FrontEnd):
             return
         # The plugin numbers its session's events; these take the next numbers after the last
         # one stored, so welcome.lastSeq covers them and a plugin that returns later resends
-        # only what follows (docs/lvmh.md, "Runs cut short by a restart").
+        # only what follows (docs/conformance.md, lvmh, "Runs cut short").
         log.info("lvmh: plugin session %s did not come back; closing its open run", sid)
         now = codec.now_ms()
         for etype, payload in rec.run.settle(GONE):
