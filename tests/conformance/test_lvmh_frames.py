@@ -228,3 +228,55 @@ async def test_malformed_browser_frames_get_an_error_and_the_socket_goes_on(serv
     finally:
         await web.close()
         await plugin.close()
+
+
+async def test_session_info_bye_and_other_event_types(server):
+    sid = f"pi-{uuid.uuid4()}"
+    plugin = Plugin(server.url("lvmh"), LVMH_TOKEN, sid)
+    web = Browser(server.url("lvmh"), LVMH_TOKEN)
+    rest = Rest(server.url("lvmh"), LVMH_TOKEN)
+    try:
+        await web.connect()
+        await plugin.connect()
+        await until(lambda: web.listed(sid), what="the session listed")
+        renamed = dict(plugin.session, name="a new name", model="glm-6")
+        await plugin.emit("session_info", session=renamed)  # on rename/model change
+        await until(lambda: (web.listed(sid) or {}).get("name") == "a new name", what="session_list after session_info")
+        assert web.listed(sid)["model"] == "glm-6"
+        # a type the daemon gives no meaning to (the plugin's buffer_overflow notice) is stored as sent
+        await plugin.emit("buffer_overflow", dropped=120)
+        await plugin.emit("tool_execution_start", toolCallId="t1", toolName="todo", args={"todos": ["a", "b"]})
+        await plugin.emit("tool_execution_update", toolCallId="t1", toolName="todo", partial="...")
+        await plugin.emit("tool_execution_end", toolCallId="t1", toolName="todo", isError=False, resultPreview="ok")
+        await plugin.emit("bye", reason="shutdown")
+        evs = await eventually(lambda: _last(rest, sid, plugin.seq), what="the events stored")
+        assert [e["type"] for e in evs] == ["session_info", "buffer_overflow", "tool_execution_start",
+                                           "tool_execution_update", "tool_execution_end", "bye"]
+        assert evs[1]["dropped"] == 120 and evs[2]["args"] == {"todos": ["a", "b"]}
+        assert (await rest.session(sid))["name"] == "a new name"
+        await plugin.drop()
+        await until(lambda: (web.listed(sid) or {}).get("online") is False, what="offline after bye and close")
+    finally:
+        await rest.close()
+        await web.close()
+        await plugin.close()
+
+
+async def test_stated_limits(server):
+    sid = f"pi-{uuid.uuid4()}"
+    plugin = Plugin(server.url("lvmh"), LVMH_TOKEN, sid)
+    rest = Rest(server.url("lvmh"), LVMH_TOKEN)
+    try:
+        await plugin.connect()
+        for i in range(30):
+            await plugin.emit("agent_start")
+        await eventually(lambda: _last(rest, sid, plugin.seq), what="events stored")
+        status, page = await rest.call("GET", f"/api/sessions/{sid}/events?after=0&limit=1000000")
+        assert status == 200 and len(page) == 30  # a limit past the cap is clamped, not refused
+        status, body = await rest.prompt(sid, "x" * 64_001)  # a prompt is at most 64,000 characters
+        assert status == 413 and isinstance(body["error"], str)
+        status, body = await rest.prompt(sid, "x" * 64_000)
+        assert status == 200
+    finally:
+        await rest.close()
+        await plugin.close()
