@@ -31,7 +31,7 @@ from . import codec, errors
 from .errors import error_frame, error_response
 from .persistence import EventLog
 from .plugin_source import SOURCE_NAME, PluginSource
-from .render import RESTART, OpenRun, Renderer
+from .render import OpenRun, Renderer
 from .session import Event, Hello, PluginSession, Reject
 from .stream import BrowserConn, EventStream
 
