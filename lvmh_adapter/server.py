@@ -49,7 +49,7 @@ GONE = "the pi session did not reconnect"
 
 
 class SessionRecord:
-    __slots__ = ("id", "source", "info", "high", "last_event_at", "conn", "reserved", "run", "abandon")
+    __slots__ = ("id", "source", "info", "high", "last_event_at", "conn", "reserved", "run", "abandon", "top")
 
     def __init__(self, sid: str, source: str, info: dict, high: int = 0, last_event_at: Optional[int] = None):
         self.id = sid
@@ -58,7 +58,8 @@ class SessionRecord:
         self.high = high  # plugin: highest seq accepted; bridge: last seq assigned
         self.last_event_at = last_event_at
         self.conn: Optional[PluginConn] = None
-        self.reserved = high  # bridge: seqs up to here are recorded as handed out
+        self.reserved = high  # bridge: seqs up to here are recorded as handed out; plugin: seen up to here, at most
+        self.top = high  # plugin: the highest seq it used, deltas included (never below reserved after a restart)
         self.run = OpenRun()  # plugin: what its stored events leave open (a run, message, tools)
         self.abandon: Optional[asyncio.TimerHandle] = None  # plugin: closes its open run if it never returns
 
@@ -111,7 +112,10 @@ class LvmhFrontEnd(FrontEnd):
             source = "bridge" if row.source == "bridge" else "plugin"
             info = row.info if source == "bridge" else codec.session_info(row.info, row.id)
             high = max(row.last_seq, row.reserved) if source == "bridge" else row.last_seq
-            self.records[row.id] = SessionRecord(row.id, source, info, high, row.last_event_at)
+            rec = self.records[row.id] = SessionRecord(row.id, source, info, high, row.last_event_at)
+            if source == "plugin":  # its unstored deltas may have used seqs up to what was recorded
+                rec.reserved = row.reserved
+                rec.top = max(row.last_seq, row.reserved)
         self.bridge.add_source(self.source)
         self._load_extensions()
 
@@ -384,15 +388,18 @@ class LvmhFrontEnd(FrontEnd):
         rec.abandon = None
         if rec.conn is not None or not rec.run.open:
             return
-        # The plugin numbers its session's events; these take the next numbers after the last
-        # one stored, so welcome.lastSeq covers them and a plugin that returns later resends
-        # only what follows (docs/conformance.md, lvmh, "Runs cut short").
+        # The plugin numbers its session's events; these take numbers above every one it used
+        # (its unstored deltas included), so no browser has seen them, and once stored
+        # welcome.lastSeq covers them: a plugin that returns later resends only what follows
+        # (docs/conformance.md, lvmh, "Runs cut short").
         log.info("lvmh: plugin session %s did not come back; closing its open run", sid)
         now = codec.now_ms()
+        seq = max(rec.high, rec.top)
         for etype, payload in rec.run.settle(GONE):
-            rec.high += 1
+            seq += 1
             payload["synthetic"] = True
-            self._store_event(rec, rec.high, etype, payload, now)
+            self._store_event(rec, seq, etype, payload, now)
+        rec.high = rec.top = seq
 
     def _store_event(self, rec: SessionRecord, seq: int, etype: str, payload: dict, ts_ms: int) -> None:
         """One event the daemon writes into a session: persisted (unless a delta) and streamed."""
@@ -567,6 +574,11 @@ class LvmhFrontEnd(FrontEnd):
         etype = frame.type
         if etype == "message_update":
             if frame.seq > rec.high:
+                if frame.seq > rec.top:
+                    rec.top = frame.seq
+                    if frame.seq > rec.reserved:  # recorded ahead, so a closing event never reuses a delta's seq
+                        rec.reserved = frame.seq + SEQ_BLOCK
+                        self.log.reserve(rec.id, rec.reserved)
                 self.stream.push(rec.id, frame.seq, frame.raw)
                 self.source.translate(rec.id, etype, frame.obj)
             return
@@ -574,6 +586,8 @@ class LvmhFrontEnd(FrontEnd):
         if frame.seq <= rec.high:
             return  # a resend: stored once (INSERT OR IGNORE), not shown or translated twice
         rec.high = frame.seq
+        if frame.seq > rec.top:
+            rec.top = frame.seq
         if rec.last_event_at is None or frame.ts > rec.last_event_at:
             rec.last_event_at = frame.ts
         rec.run.feed(etype, frame.obj)

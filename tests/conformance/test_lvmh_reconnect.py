@@ -229,6 +229,7 @@ async def test_a_plugin_that_never_comes_back_has_its_run_closed(server_factory)
         assert [e["type"] for e in events if e["type"] == "tool_execution_end"] == ["tool_execution_end"]
         synthetic = [e for e in events if e["seq"] > max(x["seq"] for x in _all_persisted(plugin))]
         assert synthetic and all(e.get("synthetic") is True for e in synthetic)
+        assert min(e["seq"] for e in synthetic) > plugin.seq  # above every seq the plugin used, deltas included
         s = await rest.session(sid)
         assert s["online"] is False
         # a plugin that returns after all is told these seqs are taken
@@ -267,3 +268,41 @@ async def test_the_hello_metadata_survives_a_restart(server):
         finally:
             await b.close()
             await rest.close()
+
+
+async def test_a_plugin_lost_mid_run_has_its_run_closed_live_and_a_returning_one_keeps_it(server_factory):
+    server = server_factory(config="[lvmh]\nplugin_return_seconds = 0.5\n")
+    gone = Plugin(server.url("lvmh"), LVMH_TOKEN, f"pi-gone-{uuid.uuid4()}")
+    back = Plugin(server.url("lvmh"), LVMH_TOKEN, f"pi-back-{uuid.uuid4()}")
+    web = Browser(server.url("lvmh"), LVMH_TOKEN)
+    try:
+        await web.connect()
+        await back.connect()
+        await back.run("cut", prompt="q", settle=False)
+        mid = [e for e in back.sent if e["type"] == "message_start"][-1]["message"]["id"]
+        await back.drop()  # a short network loss: pi keeps its run and comes back in time
+        await back.connect()
+        await back.finish(mid, "cut")
+        await gone.connect()
+        await web.subscribe(gone.sid)
+        await gone.run("never finished", prompt="q", settle=False)
+        await until(lambda: web.view(gone.sid).running(), what="the run live in the browser")
+        await gone.close()  # and never comes back
+        view = web.view(gone.sid)
+        await until(lambda: not view.running(), timeout=10, what="the lost plugin's run closed live")
+        closed(view)
+        rest = Rest(server.url("lvmh"), LVMH_TOKEN)
+        try:
+            gone_events = await rest.events(gone.sid)
+            closed(rest_view(gone_events))
+            synthetic = [e for e in gone_events if e.get("synthetic")]
+            assert synthetic and min(e["seq"] for e in synthetic) > gone.seq  # no seq a browser saw is reused
+            evs = await rest.events(back.sid)
+            assert [e["seq"] for e in evs] == [e["seq"] for e in _all_persisted(back)]  # nothing invented
+            assert not any(e.get("synthetic") for e in evs)
+        finally:
+            await rest.close()
+    finally:
+        await web.close()
+        await gone.close()
+        await back.close()
