@@ -97,3 +97,39 @@ def test_the_renderer_closes_a_restored_run_once_on_run_finished():
     got = r.render(ev.RunStarted(conversation_id=CID, run_id="r2", message_id="m2"))
     got += r.render(ev.RunFinished(conversation_id=CID, run_id="r2", status="completed", text="x"))
     assert [t for t, _ in got] == ["agent_start", "message_start", "message_end", "agent_end", "agent_settled"]
+
+
+async def test_a_run_the_core_does_not_report_is_closed_by_lvmh_itself(service_factory, tmp_path):
+    """Stored lvmh events show a run open, but the runs table says it ended (its end was lost
+    to the crash before lvmh's rows were written): lvmh closes it on start, once."""
+    from bridge_core import commands as cmd
+    from tests.lvmh.helpers import Api
+
+    data = tmp_path / "shared"
+    svc = await service_factory(adapters=("lvmh",), data_dir=data)
+    conv = await svc.bridge.execute(cmd.CreateConversation(name="unreported"), cmd.LOCAL)
+    sid = conv.conversation_id
+    api = Api(svc.ports["lvmh"])
+    try:
+        status, _ = await api.post(f"/api/sessions/{sid}/prompt", {"message": "/approve make clean"})
+        assert status == 200
+        await api.wait_events(sid, lambda evs: any(e["type"] == "approval_request" for e in evs))
+    finally:
+        await api.close()
+    await svc.bridge.store.aflush()
+    svc.bridge.store.submit(lambda c: c.execute("UPDATE runs SET status='completed'")).result(timeout=10)
+    await svc.stop()
+
+    svc2 = await service_factory(adapters=("lvmh",), data_dir=data)
+    assert svc2.bridge.interrupted_runs == []
+    api = Api(svc2.ports["lvmh"])
+    try:
+        evs = await api.wait_events(sid, lambda evs: evs and evs[-1]["type"] == "agent_settled")
+        types = [e["type"] for e in evs]
+        assert types.count("agent_settled") == 1 and types.count("approval_resolved") == 1
+        end = next(e for e in evs if e["type"] == "agent_end")
+        assert end["status"] == "failed"
+        resolved = next(e for e in evs if e["type"] == "approval_resolved")
+        assert resolved["choice"] == "deny" and resolved["accepted"] is False and resolved["decidedBy"] == RESTART
+    finally:
+        await api.close()
