@@ -134,7 +134,12 @@ async def test_bridge_session_seqs_are_never_reused_after_a_restart(service_fact
     api = Api(svc.ports["lvmh"])
     try:
         await b.send({"type": "subscribe", "sessionId": sid})
-        await asyncio.sleep(0.05)
+        stream = svc.frontends["lvmh"].stream
+        for _ in range(500):  # the subscription is registered (no frame acknowledges it)
+            if stream.subscribed(sid):
+                break
+            await asyncio.sleep(0.01)
+        assert stream.subscribed(sid)
         await api.post(f"/api/sessions/{sid}/prompt", {"message": "/slow 30"})
         seen = await b.events_until(sid, lambda e: e["type"] == "message_update" and e["delta"] == " w3")
         top = max(e["seq"] for e in seen)
