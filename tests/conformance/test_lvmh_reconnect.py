@@ -107,13 +107,16 @@ async def test_a_restart_mid_run_closes_the_interrupted_run_everywhere(server, h
                     what="live deltas")
         assert b.view(sid).running()
         await b.drop()
-        await b.rest.close()
         server.restart(hard=hard)
-        b = Browser(server.url("lvmh"), LVMH_TOKEN)  # the daemon's new port
-        b.views, b.subscription = {sid: b.view(sid)}, sid
+        old = b
+        await old.close()
+        b = Browser(server.url("lvmh"), LVMH_TOKEN)  # the daemon's new port; the UI keeps what it saw
+        b.views, b.subscription = old.views, sid
+        seen = b.view(sid).seq
         await b.connect()
         view = b.view(sid)
         await until(lambda: "agent_settled" in view.types(), what="the interrupted run closed")
+        assert all(e["seq"] > seen for e in view.events if e["type"] in ("agent_end", "agent_settled"))
         closed(view)
         closed(rest_view(await b.rest.events(sid)))
         listed = b.listed(sid)
