@@ -199,3 +199,23 @@ async def test_browser_socket_token_in_query(server):
         with pytest.raises(aiohttp.WSServerHandshakeError) as info:
             await http.ws_connect(server.url("lvmh", "/agent/ws", scheme="ws"))
         assert info.value.status == 401
+
+
+async def test_endpoints_without_a_body_ignore_a_hostile_one(server):
+    sid = await create_conversation(server.url("pheby", "/ws", scheme="ws"), PHEBY_SECRET, "no body")
+    rest = Rest(server.url("lvmh"), LVMH_TOKEN)
+    try:
+        for method, path in (("GET", "/api/sessions"), ("GET", f"/api/sessions/{sid}/events"),
+                             ("GET", "/api/spawn/status"), ("GET", "/api/gitlab/status"),
+                             ("GET", "/api/gitlab/repos"), ("DELETE", "/api/gitlab/connect"),
+                             ("DELETE", f"/api/sessions/{sid}/container")):
+            for data in (b"[" * 100_000, b"\xff\xfe", b"x" * (2 * 1024 * 1024)):
+                got, body = await rest.call(method, path, data=data, headers={"Content-Type": "application/json"})
+                assert got != 500 and got < 600, (method, path, got, body)
+                assert body is not None and not isinstance(body, bytes), (method, path, got, body)
+                if got >= 400:
+                    assert isinstance(body.get("error"), str), (method, path, body)
+        got, body = await rest.call("GET", "/api/sessions")
+        assert got == 200
+    finally:
+        await rest.close()
