@@ -26,6 +26,7 @@ from bridge_core.errors import BadRequest, BridgeError, TooLarge
 PROTOCOL_VERSION = 1
 MAX_PLUGIN_FRAME = 4 * 1024 * 1024  # bytes; aiohttp closes the socket (1009) above this
 MAX_BROWSER_FRAME = 64 * 1024
+MAX_BODY = 1024 * 1024  # bytes of a REST body (413 above)
 MAX_PROMPT = 64_000  # characters, as the core's MAX_TEXT
 MAX_SEQ = 2**53 - 1  # JavaScript's safe integers: the plugin counts with them
 EVENTS_LIMIT_DEFAULT = 1000
@@ -290,17 +291,44 @@ def events_query(query) -> tuple[int, int]:
     return after, limit
 
 
+MAX_BODY_DEPTH = 32  # nesting of arrays/objects in a REST body; every route needs two at most
+
+
+def _depth_ok(obj: Any, limit: int) -> bool:
+    """True when ``obj`` nests at most ``limit`` containers deep (iterative: no recursion)."""
+    stack = [(obj, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > limit:
+            return False
+        if isinstance(value, dict):
+            stack.extend((v, depth + 1) for v in value.values() if isinstance(v, (dict, list)))
+        elif isinstance(value, list):
+            stack.extend((v, depth + 1) for v in value if isinstance(v, (dict, list)))
+    return True
+
+
 def json_body(data: bytes, *, allow_empty: bool = False) -> dict:
+    """A REST body: one JSON object, at most ``MAX_BODY_DEPTH`` deep, else ``BadRequest``.
+
+    The size limit is the server's (``MAX_BODY``, 413 before this is called); orjson's own
+    nesting limit (1024) raises ``JSONDecodeError`` ("depth limit exceeded"), never a
+    ``RecursionError``, and is answered here as too deep like any body past our limit.
+    """
     if not data.strip():
         if allow_empty:
             return {}
         raise BadRequest("Body must be a JSON object")
     try:
         obj = orjson.loads(data)
-    except (orjson.JSONDecodeError, ValueError):
+    except (orjson.JSONDecodeError, ValueError) as exc:
+        if "depth" in str(exc):
+            raise BadRequest(f"Body is nested too deeply (at most {MAX_BODY_DEPTH} levels)")
         raise BadRequest("Body is not valid JSON")
     if not isinstance(obj, dict):
         raise BadRequest("Body must be a JSON object")
+    if not _depth_ok(obj, MAX_BODY_DEPTH):
+        raise BadRequest(f"Body is nested too deeply (at most {MAX_BODY_DEPTH} levels)")
     return obj
 
 

@@ -26,9 +26,11 @@ from typing import Any, Optional
 import aiohttp
 from aiohttp import web
 
+from bridge_core.errors import BridgeError
 from bridge_core.redact import fingerprint
 
-from .errors import HttpError
+from .errors import HttpError, rest_error
+from .rest import read_json
 
 log = logging.getLogger("agent_bridge.lvmh.gitlab")
 
@@ -202,11 +204,9 @@ class GitLabClient:
 
     async def _h_connect(self, request: web.Request) -> web.Response:
         try:
-            body = await request.json(loads=json.loads)
-        except (ValueError, UnicodeDecodeError):
-            return HttpError(400, "body must be JSON: {\"token\": \"...\"}").response()
-        if not isinstance(body, dict):
-            return HttpError(400, "body must be a JSON object: {\"token\": \"...\"}").response()
+            body = await read_json(request)
+        except BridgeError as exc:  # not a JSON object, too deep, too large: 400/413
+            return rest_error(exc)
         try:
             username = await self.connect(body.get("token"))
         except GitLabError as exc:

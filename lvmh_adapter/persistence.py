@@ -297,6 +297,19 @@ class EventLog:
         )
         return [r[0] for r in rows]
 
+    def open_tail(self, sid: str, limit: int = 10_000) -> list[str]:
+        """The stored events of ``sid`` since its last run boundary (``agent_start`` or
+        ``agent_settled``), oldest first: what a restart may have left open."""
+        row = self.store.query_one(
+            "SELECT seq, type FROM events WHERE sessionId=? AND type IN ('agent_start', 'agent_settled') "
+            "ORDER BY seq DESC LIMIT 1", (sid,)
+        )
+        if row is None:
+            after = 0
+        else:
+            after = int(row[0]) - (1 if row[1] == "agent_start" else 0)
+        return self.read(sid, after, limit)
+
     def count(self, sid: str) -> int:
         row = self.store.query_one("SELECT COUNT(*) FROM events WHERE sessionId=?", (sid,))
         return int(row[0]) if row else 0

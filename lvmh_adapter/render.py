@@ -62,13 +62,118 @@ def attachment(a: ev.Attachment) -> dict:
 
 
 class _Conv:
-    __slots__ = ("open_id", "run_id", "draft_id", "parts")
+    __slots__ = ("open_id", "run_id", "draft_id", "parts", "restored")
 
     def __init__(self) -> None:
         self.open_id: Optional[str] = None  # the assistant message currently open
         self.run_id: Optional[str] = None
         self.draft_id: Optional[str] = None
         self.parts = 0  # assistant messages opened in this run
+        self.restored: Optional[OpenRun] = None  # a run rebuilt from stored events after a restart
+
+
+class OpenRun:
+    """What a session's stored events leave open: a run, its message, tools and decisions (pure).
+
+    Fed the persisted events of one session in seq order (``message_update`` is never
+    stored and needs no feeding). Used after a restart, when nothing in memory knows
+    that a run was cut short, to close it for every lvmh client (docs/conformance.md,
+    lvmh, "Runs cut short").
+    """
+
+    __slots__ = ("running", "run_id", "messages", "open_id", "tools", "approvals", "clarifications")
+
+    def __init__(self) -> None:
+        self.running = False
+        self.run_id: Optional[str] = None
+        self.messages = 0  # assistant messages begun in this run
+        self.open_id: Optional[str] = None
+        self.tools: dict[str, str] = {}  # toolCallId -> toolName, started and not ended
+        self.approvals: list[str] = []
+        self.clarifications: list[str] = []
+
+    @property
+    def open(self) -> bool:
+        return self.running or self.open_id is not None or bool(self.tools)
+
+    def feed(self, etype: str, obj: dict) -> None:
+        if etype == "agent_start":
+            self.__init__()  # type: ignore[misc]
+            self.running = True
+            rid = obj.get("runId")
+            self.run_id = rid if isinstance(rid, str) else None
+        elif etype == "agent_settled":
+            self.__init__()  # type: ignore[misc]
+        elif etype == "message_start" or etype == "message_end":
+            msg = obj.get("message")
+            if not isinstance(msg, dict) or msg.get("role") != "assistant" or not isinstance(msg.get("id"), str):
+                return
+            if etype == "message_start":
+                self.open_id = msg["id"]
+                self.messages += 1
+            elif msg["id"] == self.open_id:
+                self.open_id = None
+        elif etype == "tool_execution_start" or etype == "tool_execution_end":
+            call = obj.get("toolCallId")
+            if not isinstance(call, str):
+                return
+            if etype == "tool_execution_start":
+                name = obj.get("toolName")
+                self.tools[call] = name if isinstance(name, str) else "tool"
+            else:
+                self.tools.pop(call, None)
+        elif etype in _DECISION_EVENTS:
+            key, table, opens = _DECISION_EVENTS[etype]
+            did = obj.get(key)
+            if isinstance(did, str):
+                pending = getattr(self, table)
+                if opens:
+                    pending.append(did)
+                elif did in pending:
+                    pending.remove(did)
+
+    def closing(self, reason: str, *, text: str = "") -> Rendered:
+        """The events that close what is open: the message (with ``text``), tools, decisions.
+
+        The run's own end (``agent_end``/``agent_settled``) is not included: the caller
+        renders it (a bridge conversation's ``RunFinished``) or adds it (``settle``).
+        """
+        out: Rendered = []
+        if self.open_id is not None:
+            out.append(("message_end", {"message": message("assistant", self.open_id, text, complete=True),
+                                        "reason": reason}))
+        for call, name in self.tools.items():
+            out.append(("tool_execution_end", {"toolCallId": call, "toolName": name, "isError": True,
+                                               "resultPreview": "", "status": "failed", "error": reason}))
+        for aid in self.approvals:
+            out.append(("approval_resolved", {"approvalId": aid, "choice": "deny", "accepted": False,
+                                              "decidedBy": reason, "surface": None, "reason": reason}))
+        for cid in self.clarifications:
+            out.append(("clarify_resolved", {"clarifyId": cid, "response": None, "accepted": False,
+                                             "decidedBy": reason, "surface": None}))
+        self.open_id = None
+        self.tools = {}
+        self.approvals = []
+        self.clarifications = []
+        return out
+
+    def settle(self, reason: str) -> Rendered:
+        """Close everything and end the run as aborted (a session whose agent never came back)."""
+        out = self.closing(reason)
+        out.append(("agent_settled", {"aborted": True, "reason": reason}))
+        self.__init__()  # type: ignore[misc]
+        return out
+
+
+# lvmh decision event type -> (id field, OpenRun list, opens it)
+_DECISION_EVENTS = {
+    "approval_request": ("approvalId", "approvals", True),
+    "approval_resolved": ("approvalId", "approvals", False),
+    "clarify_request": ("clarifyId", "clarifications", True),
+    "clarify_resolved": ("clarifyId", "clarifications", False),
+}
+
+RESTART = "restart"  # decidedBy / reason of what a restart cut short
 
 
 class Renderer:
@@ -80,6 +185,26 @@ class Renderer:
 
     def forget(self, cid: str) -> None:
         self._convs.pop(cid, None)
+
+    def restore(self, cid: str, run: OpenRun) -> None:
+        """After a restart: the conversation's run that stored events show open (``run.open``).
+
+        Its ``RunFinished`` (the core reports runs a restart interrupted) then closes the
+        open message, and what only these events know (decisions and tools the core's
+        memory lost with the old process) is closed with it.
+        """
+        c = self._conv(cid)
+        c.run_id = run.run_id
+        c.open_id = run.open_id
+        c.parts = run.messages
+        c.draft_id = None
+        run.open_id = None  # the renderer's own closing covers the message
+        c.restored = run
+
+    def restored(self, cid: str) -> Optional[str]:
+        """The run id of a restored run not yet finished (``None`` when there is none)."""
+        c = self._convs.get(cid)
+        return c.run_id if c is not None and c.restored is not None else None
 
     def _conv(self, cid: str) -> _Conv:
         c = self._convs.get(cid)
@@ -103,6 +228,11 @@ class Renderer:
             return []
         out: Rendered = []
         fn(self, e, out)
+        c = self._convs.get(getattr(e, "conversation_id", None)) if self._convs else None
+        if c is not None and c.restored is not None:
+            for etype, payload in out:  # what the core closes itself is not closed again
+                if etype != "message_start" and etype != "message_end":
+                    c.restored.feed(etype, payload)
         return out
 
     # --- per event type ----------------------------------------------------------------------------
@@ -172,7 +302,10 @@ class Renderer:
         if c.open_id is not None and c.run_id == e.run_id:
             # the run ended inside a message that was never completed: close it with what was said
             out.append(("message_end", {"message": message("assistant", c.open_id, e.text, complete=True)}))
+        if c.restored is not None and c.run_id == e.run_id:
+            out.extend(c.restored.closing(RESTART))
         c.open_id = c.run_id = c.draft_id = None
+        c.restored = None
         end: dict = {"usage": usage(e.usage), "status": e.status, "runId": e.run_id}
         if e.error:
             end["error"] = e.error

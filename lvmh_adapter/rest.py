@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from bridge_core import commands as cmd
-from bridge_core.errors import Conflict, NotFound
+from bridge_core.errors import Conflict, NotFound, TooLarge
 from bridge_core.frontend import peer_host
 
 from . import codec
@@ -33,6 +33,18 @@ def _content_disposition(filename: str, inline: bool) -> str:
     ascii_name = "".join(c if 0x20 <= ord(c) < 0x7F and c not in '"\\;' else "_" for c in filename) or "file"
     quoted = urllib.parse.quote(filename, safe="")
     return f"{'inline' if inline else 'attachment'}; filename=\"{ascii_name}\"; filename*=UTF-8''{quoted}"
+
+
+async def read_json(request: web.Request, *, allow_empty: bool = False) -> dict:
+    """The one reader of REST bodies (sessions, decisions, spawn, GitLab): a JSON object or a
+    ``BridgeError`` answered as 400 (not JSON, not an object, too deep) or 413 (over the
+    server's body limit). Never a 500. The body is judged by what it is, whatever its
+    declared Content-Type (``curl -d`` sends JSON as a form): anything else is not JSON."""
+    try:
+        data = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise TooLarge(f"Body larger than {codec.MAX_BODY} bytes") from None
+    return codec.json_body(data, allow_empty=allow_empty)
 
 
 class Rest:
@@ -62,7 +74,7 @@ class Rest:
         raise SessionNotFound()
 
     async def _body(self, request: web.Request, allow_empty: bool = False) -> dict:
-        return codec.json_body(await request.read(), allow_empty=allow_empty)
+        return await read_json(request, allow_empty=allow_empty)
 
     # --- sessions --------------------------------------------------------------------------------------
 

@@ -32,7 +32,7 @@ from .auth import Authenticator, Principal, WorkerCredentials, check_origin, pri
 from .errors import error_frame, error_response
 from .persistence import EventLog
 from .plugin_source import SOURCE_NAME, PluginSource
-from .render import Renderer
+from .render import OpenRun, Renderer
 from .session import Event, Hello, PluginSession, Reject
 from .stream import BrowserConn, EventStream
 
@@ -40,14 +40,17 @@ log = logging.getLogger("agent_bridge.lvmh")
 
 HELLO_TIMEOUT = 10.0
 HEARTBEAT = 30.0
-MAX_BODY = 1024 * 1024
+MAX_BODY = codec.MAX_BODY
 AUTH_FAIL_LIMIT = 30
 SEQ_BLOCK = 1000  # seqs of a bridge session reserved at a time (message_update numbers are never stored)
 LIST_EVENTS = (ev.ConversationCreated, ev.ConversationRenamed, ev.ConversationUpdated)
+PLUGIN_RETURN = 60.0  # s a plugin has to come back before the daemon closes its open run (twice its backoff cap)
+INTERRUPTED = "interrupted by a restart"
+GONE = "the pi session did not reconnect"
 
 
 class SessionRecord:
-    __slots__ = ("id", "source", "info", "high", "last_event_at", "conn", "reserved")
+    __slots__ = ("id", "source", "info", "high", "last_event_at", "conn", "reserved", "run", "abandon", "top")
 
     def __init__(self, sid: str, source: str, info: dict, high: int = 0, last_event_at: Optional[int] = None):
         self.id = sid
@@ -56,7 +59,10 @@ class SessionRecord:
         self.high = high  # plugin: highest seq accepted; bridge: last seq assigned
         self.last_event_at = last_event_at
         self.conn: Optional[PluginConn] = None
-        self.reserved = high  # bridge: seqs up to here are recorded as handed out
+        self.reserved = high  # bridge: seqs up to here are recorded as handed out; plugin: seen up to here, at most
+        self.top = high  # plugin: the highest seq it used, deltas included (never below reserved after a restart)
+        self.run = OpenRun()  # plugin: what its stored events leave open (a run, message, tools)
+        self.abandon: Optional[asyncio.TimerHandle] = None  # plugin: closes its open run if it never returns
 
 
 class PluginConn:
@@ -102,6 +108,8 @@ class LvmhFrontEnd(FrontEnd):
         self.spawn: Any = None
         self.gitlab: Any = None
         self._models: dict[str, tuple] = {}
+        sec = config.section("lvmh") if hasattr(config, "section") else {}
+        self.plugin_return = float(sec.get("plugin_return_seconds") or PLUGIN_RETURN)
 
     # --- lifecycle ---------------------------------------------------------------------------------
 
@@ -112,7 +120,10 @@ class LvmhFrontEnd(FrontEnd):
             source = "bridge" if row.source == "bridge" else "plugin"
             info = row.info if source == "bridge" else codec.session_info(row.info, row.id)
             high = max(row.last_seq, row.reserved) if source == "bridge" else row.last_seq
-            self.records[row.id] = SessionRecord(row.id, source, info, high, row.last_event_at)
+            rec = self.records[row.id] = SessionRecord(row.id, source, info, high, row.last_event_at)
+            if source == "plugin":  # its unstored deltas may have used seqs up to what was recorded
+                rec.reserved = row.reserved
+                rec.top = max(row.last_seq, row.reserved)
         self.bridge.add_source(self.source)
         self._load_extensions()
 
@@ -137,6 +148,7 @@ class LvmhFrontEnd(FrontEnd):
         for sid, rec in list(self.records.items()):
             if rec.source == "bridge" and sid not in self.bridge.conversations:
                 self._forget(sid)
+        self._restore_open_runs()
         if self.spawn is not None and getattr(self.spawn, "daemon_url", None) is None:
             scheme = "https" if ssl_context is not None else "http"
             shown = f"[{host}]" if ":" in host else host
@@ -145,6 +157,9 @@ class LvmhFrontEnd(FrontEnd):
 
     async def stop(self) -> None:
         for rec in self.records.values():
+            if rec.abandon is not None:
+                rec.abandon.cancel()
+                rec.abandon = None
             conn = rec.conn
             if conn is not None:
                 rec.conn = None
@@ -339,6 +354,77 @@ class LvmhFrontEnd(FrontEnd):
             return
         self.stream.spawn_changed()
 
+    # --- runs a restart or a lost plugin left open (docs/conformance.md, lvmh, "Runs cut short") ---
+
+    def _restore_open_runs(self) -> None:
+        """Rebuild, from stored events, the runs the previous process left open.
+
+        A bridge conversation's run is closed by the ``RunFinished`` the core reports for
+        it (the renderer, restored here, completes its open message and resolves what the
+        core no longer knows); a run the core does not report is closed here at once. A
+        plugin session's run is closed only if its plugin does not come back within
+        ``plugin_return`` (a plugin that returns resends and settles its own run).
+        """
+        reported = {run_id for _, run_id in getattr(self.bridge, "interrupted_runs", ())}
+        for sid, rec in list(self.records.items()):
+            run = OpenRun()
+            for raw in self.log.open_tail(sid):
+                try:
+                    obj = orjson.loads(raw)
+                except orjson.JSONDecodeError:
+                    continue
+                if isinstance(obj, dict) and isinstance(obj.get("type"), str):
+                    run.feed(obj["type"], obj)
+            if not run.open:
+                continue
+            if rec.source == "plugin":
+                rec.run = run
+                self._watch_abandoned(rec)
+                continue
+            if run.run_id is None:
+                run.run_id = f"interrupted-{new_id()}"
+            self.renderer.restore(sid, run)
+            if run.run_id not in reported:
+                finished = ev.RunFinished(conversation_id=sid, run_id=run.run_id, status="failed", error=INTERRUPTED)
+                for etype, payload in self.renderer.render(finished):
+                    self._emit(sid, etype, payload, finished.ts)
+            log.info("lvmh: session %s had a run open when the bridge stopped; closing it", sid)
+
+    def _watch_abandoned(self, rec: SessionRecord) -> None:
+        if rec.abandon is None and rec.run.open:
+            loop = asyncio.get_running_loop()
+            rec.abandon = loop.call_later(self.plugin_return, self._abandoned, rec.id)
+
+    def _abandoned(self, sid: str) -> None:
+        rec = self.records.get(sid)
+        if rec is None:
+            return
+        rec.abandon = None
+        if rec.conn is not None or not rec.run.open:
+            return
+        # The plugin numbers its session's events; these take numbers above every one it used
+        # (its unstored deltas included), so no browser has seen them, and once stored
+        # welcome.lastSeq covers them: a plugin that returns later resends only what follows
+        # (docs/conformance.md, lvmh, "Runs cut short").
+        log.info("lvmh: plugin session %s did not come back; closing its open run", sid)
+        now = codec.now_ms()
+        seq = max(rec.high, rec.top)
+        for etype, payload in rec.run.settle(GONE):
+            seq += 1
+            payload["synthetic"] = True
+            self._store_event(rec, seq, etype, payload, now)
+        rec.high = rec.top = seq
+
+    def _store_event(self, rec: SessionRecord, seq: int, etype: str, payload: dict, ts_ms: int) -> None:
+        """One event the daemon writes into a session: persisted (unless a delta) and streamed."""
+        obj = {"v": codec.PROTOCOL_VERSION, "sessionId": rec.id, "seq": seq, "ts": ts_ms, "type": etype}
+        obj.update(payload)
+        raw = orjson.dumps(obj, default=_json_default).decode()
+        if etype != "message_update":
+            self.log.append(rec.id, seq, ts_ms, etype, raw)
+            rec.last_event_at = ts_ms
+        self.stream.push(rec.id, seq, raw)
+
     # --- daemon -> plugin ------------------------------------------------------------------------------
 
     def send_prompt(self, sid: str, text: str) -> str:
@@ -472,6 +558,9 @@ class LvmhFrontEnd(FrontEnd):
         conn.state.bound_ok()
         if rec.conn is not conn:
             rec.conn = conn
+            if rec.abandon is not None:
+                rec.abandon.cancel()
+                rec.abandon = None
             self.log.set_online(sid, True)
             self.source.connected(sid)
             self.stream.list_changed()
@@ -544,6 +633,11 @@ class LvmhFrontEnd(FrontEnd):
         etype = frame.type
         if etype == "message_update":
             if frame.seq > rec.high:
+                if frame.seq > rec.top:
+                    rec.top = frame.seq
+                    if frame.seq > rec.reserved:  # recorded ahead, so a closing event never reuses a delta's seq
+                        rec.reserved = frame.seq + SEQ_BLOCK
+                        self.log.reserve(rec.id, rec.reserved)
                 self.stream.push(rec.id, frame.seq, frame.raw)
                 self.source.translate(rec.id, etype, frame.obj)
             return
@@ -551,8 +645,11 @@ class LvmhFrontEnd(FrontEnd):
         if frame.seq <= rec.high:
             return  # a resend: stored once (INSERT OR IGNORE), not shown or translated twice
         rec.high = frame.seq
+        if frame.seq > rec.top:
+            rec.top = frame.seq
         if rec.last_event_at is None or frame.ts > rec.last_event_at:
             rec.last_event_at = frame.ts
+        rec.run.feed(etype, frame.obj)
         self.stream.push(rec.id, frame.seq, frame.raw)
         try:
             if etype == "session_info":
@@ -569,6 +666,7 @@ class LvmhFrontEnd(FrontEnd):
         rec.conn = None
         self.log.set_online(rec.id, False)
         self.source.disconnected(rec.id)
+        self._watch_abandoned(rec)
         self.stream.list_changed()
         log.info("lvmh: plugin session %s disconnected", rec.id)
 
@@ -629,14 +727,7 @@ class LvmhFrontEnd(FrontEnd):
         if seq + SEQ_BLOCK // 2 > rec.reserved:  # reserve ahead, so a restart never reuses a seq
             rec.reserved = seq + SEQ_BLOCK
             self.log.reserve(cid, rec.reserved)
-        ts_ms = int(ts * 1000)
-        obj = {"v": codec.PROTOCOL_VERSION, "sessionId": cid, "seq": seq, "ts": ts_ms, "type": etype}
-        obj.update(payload)
-        raw = orjson.dumps(obj, default=_json_default).decode()
-        if etype != "message_update":
-            self.log.append(cid, seq, ts_ms, etype, raw)
-            rec.last_event_at = ts_ms
-        self.stream.push(cid, seq, raw)
+        self._store_event(rec, seq, etype, payload, int(ts * 1000))
 
     def on_event(self, seq: int, e: Any) -> None:
         t = type(e)
@@ -682,6 +773,8 @@ class LvmhFrontEnd(FrontEnd):
 
     def _forget(self, sid: str) -> None:
         rec = self.records.pop(sid, None)
+        if rec is not None and rec.abandon is not None:
+            rec.abandon.cancel()
         self._models.pop(sid, None)
         self.renderer.forget(sid)
         self.stream.forget(sid)

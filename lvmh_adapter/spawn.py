@@ -42,7 +42,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import io
-import json
 import logging
 import os
 import re
@@ -58,11 +57,13 @@ from aiohttp import web
 from yarl import URL
 
 from bridge_core.config import ConfigError, is_loopback
+from bridge_core.errors import BridgeError
 from bridge_core.tasks import TaskSet
 
 from .auth import WorkerCredentials
-from .errors import HttpError
+from .errors import HttpError, rest_error
 from .gitlab import PAT_KEY
+from .rest import read_json
 
 log = logging.getLogger("agent_bridge.lvmh.spawn")
 
@@ -734,11 +735,9 @@ class SpawnManager:
 
     async def _h_spawn(self, request: web.Request) -> web.Response:
         try:
-            body = await request.json(loads=json.loads)
-        except (ValueError, UnicodeDecodeError):
-            return HttpError(400, 'body must be JSON: {"repo": "group/project", "branch": "main"}').response()
-        if not isinstance(body, dict):
-            return HttpError(400, 'body must be a JSON object: {"repo": "group/project"}').response()
+            body = await read_json(request)
+        except BridgeError as exc:  # not a JSON object, too deep, too large: 400/413
+            return rest_error(exc)
         try:
             return web.json_response(await self.spawn(body.get("repo"), body.get("branch")))
         except SpawnError as exc:

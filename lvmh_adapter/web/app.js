@@ -478,7 +478,8 @@ async function sendPrompt() {
       ta.style.height = "auto";
     }
   } catch (err) {
-    toast(err.status === 409 ? "The session is offline: the prompt was not delivered." : `Prompt failed: ${err.message}`, "error");
+    const offline = err.status === 409 && !(err.body && err.body.code === "run_active");
+    toast(offline ? "The session is offline: the prompt was not delivered." : `Prompt failed: ${err.message}`, "error");
   } finally {
     app.sending = false;
     renderComposer();

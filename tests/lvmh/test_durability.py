@@ -134,7 +134,12 @@ async def test_bridge_session_seqs_are_never_reused_after_a_restart(service_fact
     api = Api(svc.ports["lvmh"])
     try:
         await b.send({"type": "subscribe", "sessionId": sid})
-        await asyncio.sleep(0.05)
+        stream = svc.frontends["lvmh"].stream
+        for _ in range(500):  # the subscription is registered (no frame acknowledges it)
+            if stream.subscribed(sid):
+                break
+            await asyncio.sleep(0.01)
+        assert stream.subscribed(sid)
         await api.post(f"/api/sessions/{sid}/prompt", {"message": "/slow 30"})
         seen = await b.events_until(sid, lambda e: e["type"] == "message_update" and e["delta"] == " w3")
         top = max(e["seq"] for e in seen)
@@ -147,7 +152,12 @@ async def test_bridge_session_seqs_are_never_reused_after_a_restart(service_fact
     api = Api(svc2.ports["lvmh"])
     try:
         stored = await api.events(sid)
-        assert stored and max(e["seq"] for e in stored) < top
+        # the run the restart cut short is closed (its message completed, the run settled),
+        # with seqs above every one handed out before the restart
+        assert stored[-1]["type"] == "agent_settled"
+        closing = [e for e in stored if e["seq"] > top]
+        assert [e["type"] for e in closing][0] == "message_end" and "agent_end" in [e["type"] for e in closing]
+        assert max(e["seq"] for e in stored if e not in closing) < top
         status, _ = await api.post(f"/api/sessions/{sid}/prompt", {"message": "after the restart"})
         assert status == 200
         evs = await api.wait_events(sid, lambda e: e and e[-1]["type"] == "agent_settled")
