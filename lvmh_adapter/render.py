@@ -81,6 +81,11 @@ class Renderer:
     def forget(self, cid: str) -> None:
         self._convs.pop(cid, None)
 
+    def open_message(self, cid: str) -> Optional[str]:
+        """The id of the assistant message open in ``cid`` (None between messages)."""
+        c = self._convs.get(cid)
+        return c.open_id if c is not None else None
+
     def _conv(self, cid: str) -> _Conv:
         c = self._convs.get(cid)
         if c is None:

@@ -29,6 +29,7 @@ from bridge_core.ids import new_id
 
 from . import codec, errors
 from .errors import error_frame, error_response
+from .inflight import InFlight
 from .persistence import EventLog
 from .plugin_source import SOURCE_NAME, PluginSource
 from .render import Renderer
@@ -91,6 +92,7 @@ class LvmhFrontEnd(FrontEnd):
         self.stream = EventStream(self.session_list, self.spawn_jobs)
         self._list_cache: Optional[tuple[int, float, bytes]] = None
         self.renderer = Renderer(self.bridge_info)
+        self.inflight = InFlight()  # open messages' text for browsers subscribing mid-stream
         self.source = PluginSource(self)
         self.spawn: Any = None
         self.gitlab: Any = None
@@ -152,11 +154,13 @@ class LvmhFrontEnd(FrontEnd):
         await self.source.stop()
 
     def build_app(self) -> web.Application:
+        from .conversations import Conversations
         from .rest import Rest
 
         app = web.Application(middlewares=[self._errors, self._auth], client_max_size=MAX_BODY)
         rest = Rest(self)
         app.add_routes(rest.routes())
+        app.add_routes(Conversations(self).routes())  # the bridge's own conversations (new, rename, delete, search)
         app.add_routes([web.get("/agent/ws", self._agent_ws), web.get("/ws", self._browser_ws)])
         for ext in (self.spawn, self.gitlab):
             if ext is not None:
@@ -485,6 +489,7 @@ class LvmhFrontEnd(FrontEnd):
         etype = frame.type
         if etype == "message_update":
             if frame.seq > rec.high:
+                self.inflight.feed(rec.id, etype, frame.seq, frame.obj)
                 self.stream.push(rec.id, frame.seq, frame.raw)
                 self.source.translate(rec.id, etype, frame.obj)
             return
@@ -494,6 +499,7 @@ class LvmhFrontEnd(FrontEnd):
         rec.high = frame.seq
         if rec.last_event_at is None or frame.ts > rec.last_event_at:
             rec.last_event_at = frame.ts
+        self.inflight.feed(rec.id, etype, frame.seq, frame.obj)
         self.stream.push(rec.id, frame.seq, frame.raw)
         try:
             if etype == "session_info":
@@ -538,6 +544,9 @@ class LvmhFrontEnd(FrontEnd):
                 action = state.feed(msg.data)
                 if type(action) is Subscribe:
                     self.stream.subscribe(conn, action.session_id)
+                    inflight = self.inflight.frame(action.session_id)
+                    if inflight is not None:
+                        conn.outbox.put(inflight)
                 elif type(action) is Reject:
                     if action.answer:
                         conn.outbox.put(error_frame(action.message, action.code))
@@ -577,13 +586,17 @@ class LvmhFrontEnd(FrontEnd):
         if etype != "message_update":
             self.log.append(cid, seq, ts_ms, etype, raw)
             rec.last_event_at = ts_ms
+        self.inflight.feed(cid, etype, seq, payload)
         self.stream.push(cid, seq, raw)
 
     def on_event(self, seq: int, e: Any) -> None:
         t = type(e)
         if t is ev.TextDelta:  # the hot path: only rendered for a browser that watches
             cid = e.conversation_id
-            if e.kind != "text" or cid not in self.stream.subs:
+            if e.kind != "text":
+                return
+            if cid not in self.stream.subs and self.renderer.open_message(cid) is not None:
+                self.inflight.append(cid, e.delta, self.records[cid].high if cid in self.records else 0)
                 return
             conv = self.bridge.conversations.get(cid)
             if conv is None or conv.source == SOURCE_NAME:
@@ -625,6 +638,7 @@ class LvmhFrontEnd(FrontEnd):
         rec = self.records.pop(sid, None)
         self._models.pop(sid, None)
         self.renderer.forget(sid)
+        self.inflight.forget(sid)
         self.stream.forget(sid)
         if rec is not None:
             self.log.delete_session(sid)
