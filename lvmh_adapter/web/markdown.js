@@ -122,6 +122,8 @@ export function renderMarkdown(text, { highlightCode = true } = {}) {
   for (const pre of frag.querySelectorAll("pre")) {
     const code = pre.querySelector("code");
     if (!code) continue;
+    const body = code.textContent || "";
+    if (body.endsWith("\n")) code.textContent = body.slice(0, -1); // marked ends every block with one
     if (highlightCode) highlight(code);
     const m = /(?:^|\s)language-([\w+#.-]+)/.exec(code.getAttribute("class") || "");
     const wrap = h("div.code-block", h("div.code-head", h("span.code-lang", m ? m[1] : "code"), copyButton(() => code.textContent || "", "Copy code")));

@@ -195,7 +195,9 @@ async def test_failed_and_cancelled_runs_say_so(ui):
     # a prompt while a run is active: the page says a run is active (not "offline")
     await send(page, "/slow 30")
     await expect(page.locator(".msg-assistant.streaming")).to_contain_text("w2")
-    await send(page, "are you there?")
+    box = page.locator("#prompt-input")
+    await box.fill("are you there?")
+    await box.press("Enter")
     await expect(page.locator("#toasts")).to_contain_text("run is already active")
     await expect(page.locator("#toasts")).not_to_contain_text("offline")
     await page.click("#abort-btn")
@@ -349,16 +351,24 @@ async def test_reload_mid_stream_shows_the_whole_text_so_far(ui):
     draft = late.locator(".msg-assistant.streaming")
     await expect(draft).to_contain_text("w1 w2 w3")
 
-    async def same_text():
-        a = await watcher.locator(".msg-assistant").last.inner_text()
-        b = await late.locator(".msg-assistant").last.inner_text()
-        streaming = await late.locator(".msg-assistant.streaming").count()
-        return a == b and streaming == 1
+    draft_js = """() => { const a = window.lvmhApp.app; const st = a.states.get(a.current);
+        const m = st && [...st.items].reverse().find((i) => i.kind === 'message' && i.role === 'assistant');
+        return m ? [m.text, Boolean(m.streaming)] : ['', false]; }"""
 
-    await until(same_text)
+    async def consistent(pages):
+        # both pages hold a prefix of the same text, every time they are looked at, while it streams
+        texts = [await p.evaluate(draft_js) for p in pages]
+        (a, a_streaming), (b, b_streaming) = texts
+        assert a.startswith(b) or b.startswith(a), (a, b)
+        seen.append((a, b, a_streaming, b_streaming))
+        return a == b and a_streaming and b_streaming
+
+    seen: list = []
+    await until(lambda: consistent([watcher, late]))
+    assert seen[-1][0].startswith("w1 w2 w3")
     await late.reload()
     await expect(late.locator(".msg-assistant.streaming")).to_contain_text("w1 w2 w3")
-    await until(same_text)
+    await until(lambda: consistent([watcher, late]))
 
     await expect(settled(watcher)).to_have_count(1)
     await expect(settled(late)).to_have_count(1)
