@@ -76,10 +76,10 @@ class InFlight:
         return cur.parts[0] if cur.parts else ""
 
     def frame(self, sid: str) -> Optional[bytes]:
-        """The ``inflight`` frame for a browser subscribing to ``sid``, or None when nothing streams."""
+        """The ``inflight`` frame for a browser subscribing to ``sid``, or None when no text streams."""
         cur = self._open.get(sid)
-        if cur is None or cur.length > MAX_TEXT:
-            return None
+        if cur is None or cur.length == 0 or cur.length > MAX_TEXT:
+            return None  # nothing said yet (the first delta opens the bubble) or too long to resend
         text = self.text(sid) or ""
         obj: dict[str, Any] = {
             "type": "inflight",

@@ -807,7 +807,7 @@ function renderConn(sock) {
   connTimer = null;
   el.dataset.state = app.conn;
   const retry = h("button.linkish", { type: "button", onclick: () => socket.retryNow() }, "retry now");
-  if (app.conn === "open") replaceChildren(el, h("span.dot.online"), "live");
+  if (app.conn === "open") replaceChildren(el, h("span.dot.online", { title: "live" }), h("span.conn-text", "live"));
   else if (app.conn === "connecting") replaceChildren(el, h("span.dot.pending"), "connecting…");
   else if (app.conn === "waiting") {
     const draw = () => {

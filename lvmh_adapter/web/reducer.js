@@ -518,6 +518,13 @@ function applyInflight(state, ev) {
   let id = msg.id !== undefined && msg.id !== null ? str(msg.id) : state.openAssistant || `draft-${seq}`;
   const existing = state.byKey.get(messageKey(id));
   if (existing && existing.final) return false; // completed meanwhile: the message_end is authoritative
+  if (!text && !existing) {
+    // nothing said yet: the bubble appears with the first delta, as for a client that watched
+    state.openAssistant = id;
+    state.inflightSeq = Math.max(state.inflightSeq, seq);
+    state.inflightId = id;
+    return true;
+  }
   const item = existing || insertItem(state, { ...newMessage(id, "assistant", num(ev.ts)), key: messageKey(id), seq, rev: 0 });
   if (text.length >= item.text.length || !item.text.startsWith(text)) item.text = text;
   item.streaming = true;
