@@ -49,6 +49,15 @@ async def until(cond, timeout: float = TIMEOUT_MS / 1000):
         await asyncio.sleep(0.05)
 
 
+async def run_over(ui, cid: str) -> None:
+    """Until the conversation has no active run."""
+
+    async def idle():
+        return ui.svc.bridge.conversations[cid].run is None
+
+    await until(idle)
+
+
 # --- 1. the newcomer's first minute ----------------------------------------------------------
 
 
@@ -385,7 +394,7 @@ async def test_jump_to_latest_enter_and_shift_enter(ui):
     cid = conv.conversation_id
     for i in range(12):
         await ui.svc.bridge.execute(SendMessage(text=f"message {i}\n" + "line\n" * 6, conversation_id=cid), Origin(surface="cli"))
-        await until(lambda: asyncio.sleep(0, ui.svc.bridge.conversations[cid].run is None))
+        await run_over(ui, cid)
     page = await ui.page(height=700)
     await open_session(page, cid)
     await expect(settled(page)).to_have_count(12)
@@ -472,7 +481,7 @@ async def _rich_session(ui):
                  "/clarify Proceed?"):
         await ui.svc.bridge.execute(SendMessage(text=text, conversation_id=cid), Origin(surface="cli"))
         if not text.startswith("/clarify"):
-            await until(lambda: asyncio.sleep(0, ui.svc.bridge.conversations[cid].run is None))
+            await run_over(ui, cid)
     return cid
 
 
