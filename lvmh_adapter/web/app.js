@@ -847,8 +847,7 @@ const spawn = new SpawnDialog({
 // --- start -------------------------------------------------------------------------
 
 function start() {
-  socket.start();
-  api.sessions().then(setSessions, () => {});
+  socket.start(); // its probe loads the session list first
   const id = routeFromHash();
   app.current = null;
   openSession(id);
