@@ -47,7 +47,8 @@ for entry in "${PACKAGES[@]}"; do
       cp "$p/LICENSE" "$out/LICENSE.marked.txt" ;;
     dompurify@*)
       cp "$p/dist/purify.es.mjs" "$out/purify.es.mjs"
-      cp "$p/LICENSE" "$out/LICENSE.dompurify.txt" ;;
+      cp "$p/LICENSE" "$out/LICENSE.dompurify.txt"            # dual licensed: Apache-2.0 ...
+      cp "$p/LICENSE-MPL" "$out/LICENSE-MPL.dompurify.txt" ;;  # ... or MPL-2.0
     @highlightjs/*)
       cp "$p/es/core.min.js" "$out/hljs-core.min.js"
       for lang in "${HLJS_LANGS[@]}"; do cp "$p/es/languages/$lang.min.js" "$out/hljs-$lang.min.js"; done
