@@ -153,9 +153,16 @@ function signOut() {
 // --- sessions list -----------------------------------------------------------------
 
 function setSessions(list) {
+  const before = app.current ? app.sessionsById.get(app.current) : null;
   app.sessions = sortSessions(list);
   app.sessionsById = new Map(app.sessions.map((s) => [String(s.id), s]));
   app.listLoaded = true;
+  if (before && isBridgeConversation(before) && !app.sessionsById.has(app.current)) {
+    // the open conversation was deleted (here or from another client): back to the list
+    app.states.delete(app.current);
+    toast(`“${sessionTitle(before)}” was deleted.`, "info", 4000);
+    location.hash = "#";
+  }
   // a session we could not load (spawned, not connected yet) has appeared: load it now
   const st = app.current ? app.states.get(app.current) : null;
   if (st && st.notFound && app.sessionsById.has(app.current) && !st.syncing) syncSession(app.current);

@@ -146,7 +146,7 @@ export class ConversationDialogs {
       if (this.confirm.returnValue === "cancel" || this.confirm.returnValue === "") return;
       try {
         await this.api.deleteConversation(session.id);
-        this.toast("Conversation deleted.", "info", 2500);
+        // the session list that follows takes the page back to the list (and says so)
         if (this.currentId() === String(session.id)) location.hash = "#";
       } catch (err) {
         this.toast(`Delete failed: ${err.message}`, "error");

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from bridge_core.commands import Origin, SendMessage
+from bridge_core.commands import DeleteConversation, Origin, SendMessage
 from cli.main import main
 from tests.conftest import LVMH_TOKEN
 
@@ -165,6 +165,14 @@ async def test_rename_delete_and_search(ui):
     await expect(items).to_have_count(2)
     await expect(page.locator("#session-title")).to_have_count(0)  # back to the list
     assert sid not in ui.svc.bridge.conversations
+
+    # deleted from another client while open here: the page says so and goes back to the list
+    other = await items.first.get_attribute("data-session-id")
+    await open_session(page, other)
+    await ui.svc.bridge.execute(DeleteConversation(conversation_id=other), Origin(surface="pheby"))
+    await expect(page.locator("#toasts")).to_contain_text("was deleted")
+    await expect(page.locator("#session-title")).to_have_count(0)
+    await expect(items).to_have_count(1)
 
 
 async def test_plugin_sessions_offer_no_rename_or_delete(ui):
