@@ -25,10 +25,9 @@ from aiohttp import web
 
 from bridge_core import commands as cmd
 from bridge_core.errors import BadRequest, BridgeError, Conflict, NotImplementedByAgent
-from bridge_core.frontend import peer_host
-
 from . import codec
 from .errors import SessionNotFound, json_response, rest_error
+from .rest import _origin  # one Origin for every lvmh REST command
 
 if TYPE_CHECKING:
     from .server import LvmhFrontEnd
@@ -37,12 +36,8 @@ MAX_NAME = 200
 MAX_QUERY = 200
 
 
-def _origin(request: web.Request) -> cmd.Origin:
-    return cmd.Origin(surface="lvmh", connection=peer_host(request), decided_by="remote")
-
-
 async def _read_body(request: web.Request) -> dict:
-    # the same body reader as rest.py's handlers
+    # the same body reader as rest.py's handlers (codec.json_body)
     return codec.json_body(await request.read())
 
 

@@ -20,7 +20,7 @@ from typing import Any, Optional
 import orjson
 
 MAX_TEXT = 4 * 1024 * 1024  # characters kept per open message; beyond it the frame is not sent
-CLOSING = frozenset({"message_end", "agent_end", "agent_settled", "bye"})
+CLOSING = frozenset({"agent_end", "agent_settled", "bye"})  # and the open message's own message_end
 
 
 class _Open:
@@ -49,6 +49,12 @@ class InFlight:
             if isinstance(msg, dict) and msg.get("role") == "assistant":
                 mid = msg.get("id")
                 self._open[sid] = _Open(mid if isinstance(mid, str) else None, seq)
+            return
+        if etype == "message_end":
+            msg = payload.get("message")
+            cur = self._open.get(sid)
+            if cur is not None and isinstance(msg, dict) and (msg.get("role") == "assistant" or msg.get("id") == cur.id):
+                del self._open[sid]  # a user or tool result message ending meanwhile leaves it open
             return
         if etype in CLOSING:
             self._open.pop(sid, None)

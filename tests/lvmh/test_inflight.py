@@ -37,6 +37,9 @@ async def test_plugin_session_mid_message(lvmh, plugins, browsers):
     await p.event("agent_start")
     await p.event("message_start", message={"role": "assistant", "id": "a1"})
     await p.event("message_update", delta="one")
+    # a message of another role ending meanwhile (a steered prompt) leaves the assistant's open
+    await p.event("message_start", message={"role": "user", "id": "u2"})
+    await p.event("message_end", message=message("user", "u2", "steer"))
     last = await p.event("message_update", delta=" two")
     await watcher.events_until(SID, lambda e: e["seq"] == last)  # the daemon has both deltas
 
