@@ -206,6 +206,11 @@ class Renderer:
         c = self._convs.get(cid)
         return c.run_id if c is not None and c.restored is not None else None
 
+    def open_message(self, cid: str) -> Optional[str]:
+        """The id of the assistant message open in ``cid`` (None between messages)."""
+        c = self._convs.get(cid)
+        return c.open_id if c is not None else None
+
     def _conv(self, cid: str) -> _Conv:
         c = self._convs.get(cid)
         if c is None:

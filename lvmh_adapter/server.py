@@ -30,6 +30,7 @@ from . import codec, errors
 from .auth import PRINCIPAL_KEY as PRINCIPAL
 from .auth import Authenticator, Principal, WorkerCredentials, check_origin, principal_of, public_url
 from .errors import error_frame, error_response
+from .inflight import InFlight
 from .persistence import EventLog
 from .plugin_source import SOURCE_NAME, PluginSource
 from .render import OpenRun, Renderer
@@ -104,6 +105,7 @@ class LvmhFrontEnd(FrontEnd):
         self.stream = EventStream(self.session_list, self.spawn_jobs)
         self._list_cache: Optional[tuple[int, float, bytes]] = None
         self.renderer = Renderer(self.bridge_info)
+        self.inflight = InFlight()  # open messages' text for browsers subscribing mid-stream
         self.source = PluginSource(self)
         self.spawn: Any = None
         self.gitlab: Any = None
@@ -176,11 +178,13 @@ class LvmhFrontEnd(FrontEnd):
         await self.source.stop()
 
     def build_app(self) -> web.Application:
+        from .conversations import Conversations
         from .rest import Rest
 
         app = web.Application(middlewares=[self._errors, self._auth], client_max_size=MAX_BODY)
         rest = Rest(self)
         app.add_routes(rest.routes())
+        app.add_routes(Conversations(self).routes())  # the bridge's own conversations (new, rename, delete, search)
         app.add_routes([web.get("/agent/ws", self._agent_ws), web.get("/ws", self._browser_ws)])
         for ext in (self.spawn, self.gitlab):
             if ext is not None:
@@ -423,6 +427,7 @@ class LvmhFrontEnd(FrontEnd):
         if etype != "message_update":
             self.log.append(rec.id, seq, ts_ms, etype, raw)
             rec.last_event_at = ts_ms
+        self.inflight.feed(rec.id, etype, seq, payload)
         self.stream.push(rec.id, seq, raw)
 
     # --- daemon -> plugin ------------------------------------------------------------------------------
@@ -638,6 +643,7 @@ class LvmhFrontEnd(FrontEnd):
                     if frame.seq > rec.reserved:  # recorded ahead, so a closing event never reuses a delta's seq
                         rec.reserved = frame.seq + SEQ_BLOCK
                         self.log.reserve(rec.id, rec.reserved)
+                self.inflight.feed(rec.id, etype, frame.seq, frame.obj)
                 self.stream.push(rec.id, frame.seq, frame.raw)
                 self.source.translate(rec.id, etype, frame.obj)
             return
@@ -650,6 +656,7 @@ class LvmhFrontEnd(FrontEnd):
         if rec.last_event_at is None or frame.ts > rec.last_event_at:
             rec.last_event_at = frame.ts
         rec.run.feed(etype, frame.obj)
+        self.inflight.feed(rec.id, etype, frame.seq, frame.obj)
         self.stream.push(rec.id, frame.seq, frame.raw)
         try:
             if etype == "session_info":
@@ -695,6 +702,9 @@ class LvmhFrontEnd(FrontEnd):
                 action = state.feed(msg.data)
                 if type(action) is Subscribe:
                     self.stream.subscribe(conn, action.session_id)
+                    inflight = self.inflight.frame(action.session_id)
+                    if inflight is not None:
+                        conn.outbox.put(inflight)
                 elif type(action) is Reject:
                     if action.answer:
                         conn.outbox.put(error_frame(action.message, action.code))
@@ -733,7 +743,10 @@ class LvmhFrontEnd(FrontEnd):
         t = type(e)
         if t is ev.TextDelta:  # the hot path: only rendered for a browser that watches
             cid = e.conversation_id
-            if e.kind != "text" or cid not in self.stream.subs:
+            if e.kind != "text":
+                return
+            if cid not in self.stream.subs and self.renderer.open_message(cid) is not None:
+                self.inflight.append(cid, e.delta, self.records[cid].high if cid in self.records else 0)
                 return
             conv = self.bridge.conversations.get(cid)
             if conv is None or conv.source == SOURCE_NAME:
@@ -777,6 +790,7 @@ class LvmhFrontEnd(FrontEnd):
             rec.abandon.cancel()
         self._models.pop(sid, None)
         self.renderer.forget(sid)
+        self.inflight.forget(sid)
         self.stream.forget(sid)
         if rec is not None:
             self.log.delete_session(sid)

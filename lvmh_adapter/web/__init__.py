@@ -47,15 +47,19 @@ HEADERS = {
 }
 
 
-def _static_files() -> dict[str, Path]:
+VENDOR_DIR = WEB_DIR / "vendor"  # marked, DOMPurify, highlight.js: pinned, from scripts/vendor-web.sh
+
+
+def _static_files(folder: Path, prefix: str = "") -> dict[str, Path]:
     files = {}
-    for entry in sorted(WEB_DIR.iterdir()):
-        if entry.is_file() and entry.suffix in CONTENT_TYPES and entry.name != "index.html":
-            files[entry.name] = entry
+    if folder.is_dir():
+        for entry in sorted(folder.iterdir()):
+            if entry.is_file() and entry.suffix in CONTENT_TYPES and entry.name != "index.html":
+                files[prefix + entry.name] = entry
     return files
 
 
-STATIC_FILES = _static_files()
+STATIC_FILES = {**_static_files(WEB_DIR), **_static_files(VENDOR_DIR, "vendor/")}
 
 
 def _file_response(path: Path, request: web.Request) -> web.StreamResponse:
@@ -84,11 +88,20 @@ async def static_file(request: web.Request) -> web.StreamResponse:
     return _file_response(path, request)
 
 
+async def vendor_file(request: web.Request) -> web.StreamResponse:
+    path = STATIC_FILES.get("vendor/" + request.match_info["file"])
+    if path is None:
+        raise web.HTTPNotFound(text='{"error": "not found"}', content_type="application/json")
+    return _file_response(path, request)
+
+
 def static_routes() -> list[web.RouteDef]:
-    """``GET /`` (index.html) and ``GET /static/{name}`` (app modules, style, icon); no auth."""
+    """``GET /`` (index.html), ``GET /static/{name}`` (app modules, style, icon) and
+    ``GET /static/vendor/{name}`` (the vendored libraries); no auth."""
     return [
         web.get("/", index),
         web.get("/static/{name}", static_file),
+        web.get("/static/vendor/{file}", vendor_file),
     ]
 
 

@@ -88,6 +88,19 @@ export class Api {
   answerClarify(id, response) {
     return this.request("POST", `/api/clarifications/${encodeURIComponent(id)}`, { response });
   }
+  // the bridge's own conversations (lvmh_adapter/conversations.py)
+  models() {
+    return this.request("GET", "/api/models");
+  }
+  createConversation(body) {
+    return this.request("POST", "/api/conversations", body || {});
+  }
+  renameConversation(id, name) {
+    return this.request("PATCH", `/api/conversations/${encodeURIComponent(id)}`, { name });
+  }
+  deleteConversation(id) {
+    return this.request("DELETE", `/api/conversations/${encodeURIComponent(id)}`);
+  }
   spawn(repo, branch) {
     const body = { repo };
     if (branch) body.branch = branch;

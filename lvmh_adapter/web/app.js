@@ -6,12 +6,15 @@ import { Api, ApiError } from "./api.js";
 import { h, clear, replaceChildren } from "./dom.js";
 import { applyEvents, createSession, pendingDecisions, relativeTime, sortSessions } from "./reducer.js";
 import { LiveSocket } from "./socket.js";
-import { renderItem, renderPanel } from "./view.js";
+import { renderItem, renderPanel, timeEl } from "./view.js";
 import { SpawnDialog } from "./spawn.js";
+import { ConversationDialogs, isBridgeConversation } from "./conversations.js";
 
 const TOKEN_KEY = "lvmh.token";
 const THEME_KEY = "lvmh.theme";
 const MAX_KEPT_SESSIONS = 8;
+const STREAM_RENDER_MS = 100; // a streaming message is re-rendered (markdown) at most this often
+const APP_TITLE = "lvmh · agent conversations";
 
 const $ = (id) => document.getElementById(id);
 
@@ -35,6 +38,9 @@ const app = {
   rendered: { sessionId: null, structureRev: -1, nodes: new Map(), panelRev: -1, headKey: "" },
   renderTimer: null,
   sending: false,
+  filter: "",
+  unseen: false, // content arrived below while the user was scrolled up
+  notified: new Set(), // decision keys a browser notification was shown for
 };
 
 function readStorage(key) {
@@ -51,7 +57,28 @@ function writeStorage(key, value) {
   } catch {}
 }
 
-const api = new Api(() => app.token, () => showGate("The daemon refused the token. Paste the current LVMH token."));
+const api = new Api(() => app.token, () => showGate("The daemon refused the token. Run agent-bridge lvmh open for a new login link, or paste the current LVMH token."));
+
+/**
+ * A login link (agent-bridge lvmh open) ends in /#token=...: the fragment never
+ * reaches a request line or a server log. Keep the token, then drop it from the address bar
+ * and from the history entry.
+ */
+function tokenFromFragment() {
+  const m = /^#token=([^&]+)/.exec(location.hash || "");
+  if (!m) return;
+  let value = "";
+  try {
+    value = decodeURIComponent(m[1]).trim();
+  } catch {
+    value = "";
+  }
+  history.replaceState(null, "", location.pathname + location.search);
+  if (value) {
+    app.token = value;
+    writeStorage(TOKEN_KEY, value);
+  }
+}
 
 // --- theme -------------------------------------------------------------------------
 
@@ -126,9 +153,16 @@ function signOut() {
 // --- sessions list -----------------------------------------------------------------
 
 function setSessions(list) {
+  const before = app.current ? app.sessionsById.get(app.current) : null;
   app.sessions = sortSessions(list);
   app.sessionsById = new Map(app.sessions.map((s) => [String(s.id), s]));
   app.listLoaded = true;
+  if (before && isBridgeConversation(before) && !app.sessionsById.has(app.current)) {
+    // the open conversation was deleted (here or from another client): back to the list
+    app.states.delete(app.current);
+    toast(`“${sessionTitle(before)}” was deleted.`, "info", 4000);
+    location.hash = "#";
+  }
   // a session we could not load (spawned, not connected yet) has appeared: load it now
   const st = app.current ? app.states.get(app.current) : null;
   if (st && st.notFound && app.sessionsById.has(app.current) && !st.syncing) syncSession(app.current);
@@ -136,6 +170,11 @@ function setSessions(list) {
   renderHead();
   renderComposer();
   spawn.renderJobs();
+}
+
+function whenEl(ts) {
+  const el = timeEl(ts, ".when");
+  return el || h("span.when");
 }
 
 function sessionTitle(s) {
@@ -152,15 +191,26 @@ function shortPath(p) {
   return p.length > 48 ? "…" + p.slice(-47) : p;
 }
 
+export function sessionMatches(s, needle) {
+  if (!needle) return true;
+  return [s.name, s.repo, s.cwd].some((v) => typeof v === "string" && v.toLowerCase().includes(needle));
+}
+
 function renderList() {
   const ul = $("session-list");
   clear(ul);
   $("session-count").textContent = app.sessions.length ? String(app.sessions.length) : "";
   if (!app.sessions.length) {
-    ul.appendChild(h("li.empty-list", app.listLoaded ? "No sessions yet. Start a pi session with the lvmh plugin, or spawn one." : "Loading…"));
+    ul.appendChild(h("li.empty-list", app.listLoaded ? "No conversations yet. Start one with “New conversation”." : "Loading…"));
     return;
   }
-  for (const s of app.sessions) {
+  const needle = app.filter.trim().toLowerCase();
+  const shown = app.sessions.filter((s) => sessionMatches(s, needle));
+  if (!shown.length) {
+    ul.appendChild(h("li.empty-list", "No conversation matches “", app.filter.trim(), "”."));
+    return;
+  }
+  for (const s of shown) {
     const id = String(s.id);
     const active = id === app.current;
     const meta = [s.repo, shortPath(s.cwd)].filter(Boolean);
@@ -173,7 +223,7 @@ function renderList() {
         meta.length ? h("div.session-row2", meta.join(" · ")) : null,
         h("div.session-row3",
           h("span.model", [s.model, s.provider].filter(Boolean).join(" · ")),
-          h("span.when", { "data-ts": s.lastEventAt ?? s.startedAt ?? "" }, relativeTime(s.lastEventAt ?? s.startedAt))),
+          whenEl(s.lastEventAt ?? s.startedAt)),
       ));
     ul.appendChild(li);
   }
@@ -214,7 +264,7 @@ function openSession(id) {
   resetRendered();
   renderList();
   if (!id) {
-    document.title = "lvmh · agent sessions";
+    updateTitle();
     renderView();
     return;
   }
@@ -248,6 +298,10 @@ async function syncSession(id) {
   }
 }
 
+function onInflightFrame(frame) {
+  onEventsFrame({ sessionId: frame.sessionId, events: [frame] });
+}
+
 function onEventsFrame(frame) {
   const id = String(frame.sessionId ?? "");
   const st = app.states.get(id);
@@ -266,12 +320,12 @@ function resetRendered() {
   app.rendered = { sessionId: null, structureRev: -1, nodes: new Map(), panelRev: -1, headKey: "" };
 }
 
-function scheduleRender() {
+function scheduleRender(delay = 16) {
   if (app.renderTimer) return;
   app.renderTimer = setTimeout(() => {
     app.renderTimer = null;
     renderSession();
-  }, 16);
+  }, delay);
 }
 
 function renderView() {
@@ -280,16 +334,18 @@ function renderView() {
     replaceChildren(view,
       h("div.placeholder",
         h("div.placeholder-mark", { "aria-hidden": "true" }, "◇"),
-        h("h2", "Pick a session"),
-        h("p.muted", "Every pi session running the lvmh plugin, and the bridge's own conversations, appear on the left, live.")));
+        h("h2", "Talk to an agent"),
+        h("p.muted", "Start a conversation with the bridge's agent, or pick one on the left: every pi session running the lvmh plugin appears there too, live."),
+        h("button.primary.big#start-btn", { type: "button", onclick: () => dialogs.openNew() }, "New conversation")));
     return;
   }
   replaceChildren(view,
     h("header.session-head#session-head"),
     h("div.session-body",
-      h("div.timeline-wrap",
+      h("div.timeline-wrap#timeline-wrap", { onscroll: onTimelineScroll },
         h("div.timeline#timeline", { role: "log", "aria-live": "polite", "aria-label": "Conversation" }),
-        h("div.timeline-foot#timeline-foot")),
+        h("div.timeline-foot#timeline-foot"),
+        h("button.jump#jump-btn", { type: "button", hidden: true, onclick: jumpToLatest, "aria-label": "Jump to the latest message" }, "↓ Jump to latest")),
       h("aside.panel#panel", { "aria-label": "Tasks, subagents and usage" })),
     buildComposer());
   renderSession();
@@ -317,10 +373,11 @@ function renderHead() {
   const info = s || (st && st.info) || { id: app.current };
   const phase = st ? st.phase : "idle";
   const online = Boolean(s && s.online) && app.conn === "open";
-  const key = JSON.stringify([info, phase, st && st.aborted, online, app.stopArmed, app.conn === "open"]);
+  const outcome = st ? (st.aborted ? "cancelled" : st.lastStatus === "failed" || st.lastError ? "failed" : "done") : "done";
+  const key = JSON.stringify([info, phase, outcome, online, app.stopArmed, app.conn === "open"]);
+  updateTitle();
   if (key === app.rendered.headKey) return;
   app.rendered.headKey = key;
-  document.title = `${phase === "running" ? "● " : ""}${sessionTitle(info)} · lvmh`;
   const chips = [];
   const known = Boolean(s || (st && st.info));
   if (info.repo) chips.push(h("span.chip", { title: "repository" }, info.repo));
@@ -330,11 +387,15 @@ function renderHead() {
   if (known) chips.push(h(`span.chip${info.agent ? ".chip-agent" : ""}`, info.agent ? "agent container" : "local"));
   const status =
     phase === "running" ? h("span.pill.pill-running", { "data-phase": "running" }, h("span.spinner", { "aria-hidden": "true" }), "running")
-    : phase === "done" ? h(`span.pill${st.aborted ? ".pill-aborted" : ".pill-done"}`, { "data-phase": "done" }, st.aborted ? "aborted" : "done")
+    : phase === "done" ? h(`span.pill.pill-${outcome}`, { "data-phase": "done", "data-outcome": outcome }, outcome)
     : null;
   const actions = h("div.head-actions");
   if (phase === "running") {
     actions.appendChild(h("button.danger#abort-btn", { type: "button", onclick: abortRun, disabled: !online, title: online ? "Abort the current run" : "The session is offline" }, "Abort"));
+  }
+  if (s && isBridgeConversation(s)) {
+    actions.appendChild(h("button#rename-btn", { type: "button", onclick: () => dialogs.rename(s), title: "Rename this conversation" }, "Rename"));
+    actions.appendChild(h("button.danger#delete-btn", { type: "button", onclick: () => dialogs.remove(s), title: "Delete this conversation" }, "Delete"));
   }
   if (info.agent) {
     actions.appendChild(h("button#stop-btn", { type: "button", class: app.stopArmed ? "danger" : "", onclick: stopContainer }, app.stopArmed ? "Confirm stop" : "Stop container"));
@@ -351,10 +412,33 @@ function renderHead() {
     actions);
 }
 
+function isNearBottom(wrap) {
+  return wrap.scrollHeight - wrap.scrollTop - wrap.clientHeight < 120;
+}
+
+function onTimelineScroll() {
+  const wrap = $("timeline-wrap");
+  if (wrap && isNearBottom(wrap) && app.unseen) {
+    app.unseen = false;
+    $("jump-btn").hidden = true;
+  }
+}
+
+function jumpToLatest() {
+  const wrap = $("timeline-wrap");
+  if (!wrap) return;
+  wrap.scrollTop = wrap.scrollHeight;
+  app.unseen = false;
+  $("jump-btn").hidden = true;
+}
+
 function renderTimeline(st) {
   const tl = $("timeline");
   const wrap = tl.parentElement;
-  const nearBottom = wrap.scrollHeight - wrap.scrollTop - wrap.clientHeight < 120;
+  const nearBottom = isNearBottom(wrap);
+  const beforeHeight = wrap.scrollHeight;
+  const now = performance.now();
+  let deferred = false;
   const r = app.rendered;
   if (r.sessionId !== st.id) {
     clear(tl);
@@ -369,11 +453,15 @@ function renderTimeline(st) {
     keep.add(item.key);
     let entry = r.nodes.get(item.key);
     if (!entry || entry.rev !== item.rev || entry.uiRev !== uiRevOf(item)) {
-      const node = renderItem(item, ctx);
-      node.dataset.key = item.key;
-      if (entry && entry.node.parentNode === tl) tl.replaceChild(node, entry.node);
-      entry = { node, rev: item.rev, uiRev: uiRevOf(item) };
-      r.nodes.set(item.key, entry);
+      if (entry && item.streaming && entry.streaming && now - entry.at < STREAM_RENDER_MS) {
+        deferred = true; // markdown of a long streaming message: not on every delta
+      } else {
+        const node = renderItem(item, ctx);
+        node.dataset.key = item.key;
+        if (entry && entry.node.parentNode === tl) tl.replaceChild(node, entry.node);
+        entry = { node, rev: item.rev, uiRev: uiRevOf(item), at: now, streaming: Boolean(item.streaming) };
+        r.nodes.set(item.key, entry);
+      }
     }
     const expected = prev ? prev.nextSibling : tl.firstChild;
     if (entry.node !== expected) tl.insertBefore(entry.node, expected);
@@ -399,11 +487,78 @@ function renderTimeline(st) {
     else if (!(draft && draft.streaming)) foot.appendChild(h("div.working", h("span.spinner"), "working…"));
   }
   if (nearBottom) wrap.scrollTop = wrap.scrollHeight;
+  else if (wrap.scrollHeight > beforeHeight && st.loaded) app.unseen = true;
+  $("jump-btn").hidden = !app.unseen;
+  if (deferred) scheduleRender(STREAM_RENDER_MS);
 }
 
 function uiRevOf(item) {
   const ui = app.ui;
   return `${ui.busy.has(item.key) ? 1 : 0}|${ui.errors.get(item.key) || ""}|${ui.answeredHere.has(item.key) ? 1 : 0}`;
+}
+
+// --- title badge and notifications ---------------------------------------------------
+
+function updateTitle() {
+  const st = app.current ? app.states.get(app.current) : null;
+  const s = currentSession();
+  const pending = st ? pendingDecisions(st) : [];
+  let title = APP_TITLE;
+  if (app.current) {
+    const name = sessionTitle(s || (st && st.info) || { id: app.current });
+    if (pending.length) {
+      const what = pending.every((p) => p.kind === "clarify") ? "Question waiting" : "Approval needed";
+      title = `(${pending.length}) ${what} · ${name} · lvmh`;
+    } else title = `${st && st.phase === "running" ? "● " : ""}${name} · lvmh`;
+  }
+  if (document.title !== title) document.title = title;
+  notifyPending(pending);
+}
+
+function notificationsOn() {
+  return typeof Notification !== "undefined" && Notification.permission === "granted";
+}
+
+function notifyPending(pending) {
+  for (const item of pending) {
+    if (app.notified.has(item.key)) continue;
+    app.notified.add(item.key);
+    if (!notificationsOn() || !document.hidden) continue;
+    try {
+      const n = new Notification(item.kind === "clarify" ? "The agent asks" : "Approval needed", {
+        body: item.kind === "clarify" ? item.question : item.command,
+        tag: item.key,
+      });
+      n.onclick = () => {
+        window.focus();
+        n.close();
+      };
+    } catch {}
+  }
+}
+
+function renderNotifyButton() {
+  const btn = $("notify-btn");
+  const supported = typeof Notification !== "undefined";
+  const on = notificationsOn();
+  btn.hidden = !supported;
+  btn.setAttribute("aria-pressed", on ? "true" : "false");
+  btn.classList.toggle("on", on);
+  const label = on ? "Notifications are on for approvals and questions" : "Notify me when an approval or a question waits";
+  btn.title = label;
+  btn.setAttribute("aria-label", label);
+}
+
+async function askNotifications() {
+  // permission is asked only here, on the user's click
+  if (typeof Notification === "undefined") return;
+  if (Notification.permission === "denied") {
+    toast("Notifications are blocked for this site in the browser's settings.", "error");
+    return;
+  }
+  if (Notification.permission !== "granted") await Notification.requestPermission();
+  renderNotifyButton();
+  if (notificationsOn()) toast("You will be notified when an approval or a question waits.", "info", 3000);
 }
 
 function renderPanelIfChanged(st) {
@@ -420,7 +575,7 @@ function renderPanelIfChanged(st) {
 // --- composer ----------------------------------------------------------------------
 
 function buildComposer() {
-  const ta = h("textarea#prompt-input", { rows: "2", placeholder: "Message the agent…", "aria-label": "Prompt", maxlength: "100000" });
+  const ta = h("textarea#prompt-input", { rows: "2", placeholder: "Message the agent… (Enter to send, Shift+Enter for a new line)", "aria-label": "Prompt", maxlength: "100000" });
   ta.addEventListener("keydown", (e) => {
     if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
       e.preventDefault();
@@ -478,8 +633,8 @@ async function sendPrompt() {
       ta.style.height = "auto";
     }
   } catch (err) {
-    const offline = err.status === 409 && !(err.body && err.body.code === "run_active");
-    toast(offline ? "The session is offline: the prompt was not delivered." : `Prompt failed: ${err.message}`, "error");
+    // 409: offline, or a run is active (the daemon's message says which)
+    toast(err.status === 409 ? `Not sent: ${err.message}` : `Prompt failed: ${err.message}`, "error");
   } finally {
     app.sending = false;
     renderComposer();
@@ -611,15 +766,20 @@ function wsUrl() {
 
 const socket = new LiveSocket({
   url: wsUrl,
-  onOpen: async () => {
+  // the upgrade is tried only once a plain request succeeds (see socket.js): no token in console errors
+  probe: async () => {
     try {
       setSessions(await api.sessions());
-    } catch {}
+      return true;
+    } catch {
+      return false;
+    }
+  },
+  onOpen: async () => {
     if (app.current) {
       socket.send({ type: "subscribe", sessionId: app.current });
       syncSession(app.current);
     }
-    spawn.refreshJobs();
   },
   onFrame: (frame) => {
     switch (frame.type) {
@@ -628,6 +788,9 @@ const socket = new LiveSocket({
         break;
       case "events":
         onEventsFrame(frame);
+        break;
+      case "inflight":
+        onInflightFrame(frame);
         break;
       case "spawn_status":
         if (Array.isArray(frame.jobs)) spawn.setJobs(frame.jobs);
@@ -641,10 +804,6 @@ const socket = new LiveSocket({
     document.body.classList.toggle("disconnected", state !== "open");
     renderConn(sock);
     renderHead();
-    if (state === "waiting" && sock.failures >= 3 && sock.failures % 3 === 0) {
-      // the upgrade keeps failing: is it the token?
-      api.sessions().then(setSessions, () => {});
-    }
   },
 });
 
@@ -655,7 +814,7 @@ function renderConn(sock) {
   connTimer = null;
   el.dataset.state = app.conn;
   const retry = h("button.linkish", { type: "button", onclick: () => socket.retryNow() }, "retry now");
-  if (app.conn === "open") replaceChildren(el, h("span.dot.online"), "live");
+  if (app.conn === "open") replaceChildren(el, h("span.dot.online", { title: "live" }), h("span.conn-text", "live"));
   else if (app.conn === "connecting") replaceChildren(el, h("span.dot.pending"), "connecting…");
   else if (app.conn === "waiting") {
     const draw = () => {
@@ -670,6 +829,19 @@ function renderConn(sock) {
 
 // --- spawn dialog ---------------------------------------------------------------------
 
+const dialogs = new ConversationDialogs({
+  api,
+  toast,
+  openSession: (id) => {
+    location.hash = `#/s/${encodeURIComponent(id)}`;
+    setTimeout(() => {
+      const ta = $("prompt-input");
+      if (ta) ta.focus();
+    }, 0);
+  },
+  currentId: () => app.current,
+});
+
 const spawn = new SpawnDialog({
   api,
   toast,
@@ -682,15 +854,22 @@ const spawn = new SpawnDialog({
 // --- start -------------------------------------------------------------------------
 
 function start() {
-  socket.start();
-  api.sessions().then(setSessions, () => {});
+  socket.start(); // its probe loads the session list first
   const id = routeFromHash();
   app.current = null;
   openSession(id);
 }
 
 function init() {
+  tokenFromFragment();
   applyTheme(readStorage(THEME_KEY) || "auto");
+  $("new-conv-btn").addEventListener("click", () => dialogs.openNew());
+  $("notify-btn").addEventListener("click", askNotifications);
+  $("session-search").addEventListener("input", (e) => {
+    app.filter = e.target.value;
+    renderList();
+  });
+  renderNotifyButton();
   $("theme-btn").addEventListener("click", cycleTheme);
   $("signout-btn").addEventListener("click", signOut);
   $("token-form").addEventListener("submit", submitToken);
@@ -701,7 +880,7 @@ function init() {
   });
   window.addEventListener("online", () => socket.retryNow());
   setInterval(() => {
-    for (const el of document.querySelectorAll(".session-item .when")) {
+    for (const el of document.querySelectorAll("time.rel[data-ts]")) {
       const ts = Number(el.dataset.ts);
       if (ts) el.textContent = relativeTime(ts);
     }

@@ -53,6 +53,9 @@ export function createSession(id) {
     runUsage: null, // usage summed over the agent_end events of the current run
     totalUsage: { runs: 0 }, // summed over the runs that reported usage
     lastError: null,
+    lastStatus: "", // status of the latest agent_end: completed | failed | cancelled (bridge runs)
+    inflightSeq: 0, // deltas up to this seq are in the text an inflight frame gave
+    inflightId: null, // the message that text belongs to
     todos: null, // {items: [...], seq} derived from the latest `todo` tool call
     subagents: [], // derived from `subagent` tool calls
     info: null, // latest session_info / hello snapshot seen in the stream
@@ -218,6 +221,7 @@ function attachmentFields(ev) {
 export function applyEvent(state, ev) {
   if (!ev || typeof ev !== "object") return false;
   if (ev.sessionId !== undefined && ev.sessionId !== state.id) return false;
+  if (ev.type === "inflight") return applyInflight(state, ev);
   const seq = num(ev.seq);
   const type = str(ev.type);
   if (seq !== null && seq > 0) {
@@ -255,6 +259,8 @@ export function applyEvent(state, ev) {
       if (!delta) return true;
       // older than a persisted event already applied: its text is covered (or superseded)
       if (seq !== null && seq < state.lastSeq && !state.openAssistant) return true;
+      // already in the text an inflight frame gave for this message
+      if (seq !== null && seq <= state.inflightSeq && (!state.openAssistant || state.openAssistant === state.inflightId)) return true;
       let id = state.openAssistant;
       if (!id) {
         // joined mid-message (or the start was not persisted yet): open a draft
@@ -286,6 +292,13 @@ export function applyEvent(state, ev) {
       }
       if (role === "system" && !str(msg.text)) return true;
       let key = messageKey(id);
+      if (role === "assistant" && !str(msg.text) && !msg.thinking && !(Array.isArray(msg.toolCalls) && msg.toolCalls.length)) {
+        // an assistant message that said nothing (a run that failed or was cancelled before any text): no empty bubble
+        const empty = state.byKey.get(key) || (state.openAssistant ? state.byKey.get(messageKey(state.openAssistant)) : null);
+        if (empty && empty.kind === "message" && !empty.text) removeItem(state, empty);
+        state.openAssistant = null;
+        return true;
+      }
       // the streamed draft of a message whose start we never saw takes the real id
       if (role === "assistant" && state.openAssistant && state.openAssistant !== id) {
         const draft = state.byKey.get(messageKey(state.openAssistant));
@@ -359,6 +372,7 @@ export function applyEvent(state, ev) {
       state.phase = "running";
       state.aborted = false;
       state.lastError = null;
+      state.lastStatus = "";
       return true;
     case "agent_end": {
       const usage = ev.usage && typeof ev.usage === "object" ? ev.usage : null;
@@ -369,11 +383,9 @@ export function applyEvent(state, ev) {
         state.totalUsage.runs += 1;
       }
       const err = pick(ev, "error", "errorMessage");
-      if (err) {
-        state.lastError = str(err);
-        insertItem(state, { key: `e:${s}`, seq: s, kind: "notice", level: "error", text: str(err), ts });
-      }
       const status = str(pick(ev, "status"), "");
+      if (err) state.lastError = str(err);
+      state.lastStatus = status || (err ? "failed" : "");
       if (status === "cancelled") state.aborted = true;
       closeDrafts(state);
       return true;
@@ -387,6 +399,7 @@ export function applyEvent(state, ev) {
         seq: s,
         kind: "settled",
         aborted: state.aborted,
+        failed: !state.aborted && (state.lastStatus === "failed" || Boolean(state.lastError)),
         error: state.lastError,
         usage: state.runUsage,
         ts,
@@ -483,6 +496,44 @@ function addUsage(target, usage) {
     if (v !== null) target[k] = (num(target[k]) || 0) + v;
   }
   return target;
+}
+
+function removeItem(state, item) {
+  const i = state.items.indexOf(item);
+  if (i >= 0) state.items.splice(i, 1);
+  state.byKey.delete(item.key);
+  state.structureRev += 1;
+  state.rev += 1;
+}
+
+/**
+ * The daemon's `inflight` extension frame: the text so far of the message open when this
+ * client subscribed (the spec persists only message_end, so a page opened mid-stream would
+ * miss it). Deltas of that message up to `seq` are already in `text`.
+ */
+function applyInflight(state, ev) {
+  const text = str(ev.text, "");
+  const msg = ev.message && typeof ev.message === "object" ? ev.message : {};
+  const seq = num(ev.seq) ?? 0;
+  let id = msg.id !== undefined && msg.id !== null ? str(msg.id) : state.openAssistant || `draft-${seq}`;
+  const existing = state.byKey.get(messageKey(id));
+  if (existing && existing.final) return false; // completed meanwhile: the message_end is authoritative
+  if (!text && !existing) {
+    // nothing said yet: the bubble appears with the first delta, as for a client that watched
+    state.openAssistant = id;
+    state.inflightSeq = Math.max(state.inflightSeq, seq);
+    state.inflightId = id;
+    return true;
+  }
+  const item = existing || insertItem(state, { ...newMessage(id, "assistant", num(ev.ts)), key: messageKey(id), seq, rev: 0 });
+  if (text.length >= item.text.length || !item.text.startsWith(text)) item.text = text;
+  item.streaming = true;
+  state.openAssistant = id;
+  state.inflightSeq = Math.max(state.inflightSeq, seq);
+  state.inflightId = id;
+  if (state.phase !== "running") state.phase = "running";
+  touch(state, item);
+  return true;
 }
 
 function newMessage(id, role, ts) {

@@ -1,5 +1,8 @@
 // Browser WebSocket (/ws?token=...) with reconnect: exponential backoff with jitter, capped.
 // The owner re-subscribes and refetches in onOpen; frames arrive in onFrame.
+// `probe` (optional) is awaited before each attempt: a plain authenticated request that tells
+// whether the daemon is up and takes the token. Only then is the socket opened, so the browser
+// never logs a failed upgrade, whose URL carries the token, to the console.
 
 export function backoffDelay(attempt, base = 500, cap = 15000, random = Math.random) {
   const exp = Math.min(cap, base * 2 ** Math.min(attempt, 16));
@@ -7,8 +10,9 @@ export function backoffDelay(attempt, base = 500, cap = 15000, random = Math.ran
 }
 
 export class LiveSocket {
-  constructor({ url, onOpen, onFrame, onState }) {
+  constructor({ url, onOpen, onFrame, onState, probe }) {
     this.url = url; // () => string
+    this.probe = probe || null; // async () => boolean
     this.onOpen = onOpen || (() => {});
     this.onFrame = onFrame || (() => {});
     this.onState = onState || (() => {});
@@ -54,10 +58,24 @@ export class LiveSocket {
     this.onState(state, this);
   }
 
-  connect() {
+  async connect() {
     this.timer = null;
     if (this.stopped) return;
     this.setState("connecting");
+    if (this.probe) {
+      let ok = false;
+      try {
+        ok = await this.probe();
+      } catch {
+        ok = false;
+      }
+      if (this.stopped || this.ws) return;
+      if (!ok) {
+        this.failures += 1;
+        this.scheduleRetry();
+        return;
+      }
+    }
     let ws;
     try {
       ws = new WebSocket(this.url());

@@ -1,8 +1,9 @@
 // Rendering of one session's timeline items and side panel. Pure DOM building from reducer state;
 // actions are callbacks supplied by app.js. Every piece of data is placed as text.
 
-import { h, richText } from "./dom.js";
-import { describeDecider, formatBytes, formatUsage, toMillis } from "./reducer.js";
+import { h } from "./dom.js";
+import { copyButton, renderMarkdown } from "./markdown.js";
+import { describeDecider, formatBytes, formatUsage, relativeTime, toMillis } from "./reducer.js";
 
 const CHOICE_LABELS = { once: "Allow once", session: "Allow for session", always: "Always allow", deny: "Deny" };
 const CHOICE_PAST = { once: "Allowed once", session: "Allowed for the session", always: "Always allowed", deny: "Denied" };
@@ -19,6 +20,15 @@ function clock(ts) {
   if (ms === null) return "";
   const d = new Date(ms);
   return d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+}
+
+/** A <time> showing "5 min ago" (refreshed by app.js), the full date and time on hover. */
+export function timeEl(ts, cls = "") {
+  const ms = toMillis(ts);
+  if (ms === null) return null;
+  const d = new Date(ms);
+  const full = d.toLocaleString([], { dateStyle: "full", timeStyle: "medium" });
+  return h(`time.rel${cls}`, { datetime: d.toISOString(), title: full, "data-ts": String(ms) }, relativeTime(ms));
 }
 
 function pretty(value) {
@@ -89,15 +99,20 @@ function renderMessage(item) {
       h("details.thinking", h("summary", "Thinking"), h("div.thinking-text", item.thinking)),
     );
   }
-  if (item.text) body.appendChild(richText(item.text));
-  else if (item.streaming) body.appendChild(h("div.text.muted", "…"));
+  if (item.text) {
+    // what the user typed stays as typed; the agent's text is markdown (sanitized)
+    if (role === "user") body.appendChild(h("div.text", item.text));
+    else body.appendChild(h("div.md", renderMarkdown(item.text, { highlightCode: !item.streaming })));
+  } else if (item.streaming) body.appendChild(h("div.text.muted", "…"));
   if (item.errorMessage) body.appendChild(h("div.error-text", item.errorMessage));
-  else if (item.stopReason === "aborted") body.appendChild(h("div.muted.small", "aborted"));
+  else if (item.stopReason === "aborted") body.appendChild(h("div.muted.small", "cancelled"));
+  const text = item.text;
   return h(
     `article.msg.msg-${cls}${item.notice ? ".msg-notice" : ""}`,
     { "data-role": role, "data-id": item.id, "aria-busy": item.streaming ? "true" : null, class: item.streaming ? "streaming" : null },
-    h("div.msg-meta", h("span.who", who), item.ts ? h("time", clock(item.ts)) : null,
-      item.streaming ? h("span.live-dot", { title: "streaming" }) : null),
+    h("div.msg-meta", h("span.who", who), item.ts ? timeEl(item.ts) : null,
+      item.streaming ? h("span.live-dot", { title: "streaming" }) : null,
+      text && !item.streaming ? copyButton(() => text, "Copy message") : null),
     body,
   );
 }
@@ -238,10 +253,15 @@ export function fileBadge(filename, mimeType) {
 
 function renderSettled(item) {
   const usage = formatUsage(item.usage);
-  return h(`div.settled${item.aborted ? ".aborted" : ""}`, { "data-settled": item.aborted ? "aborted" : "done" },
-    h("span.settled-label", item.aborted ? "Aborted" : "Done"),
-    usage ? h("span.muted", ` · ${usage}`) : null,
-    item.ts ? h("time.muted", ` · ${clock(item.ts)}`) : null);
+  const kind = item.aborted ? "cancelled" : item.failed ? "failed" : "done";
+  const label = { cancelled: "Cancelled", failed: "Failed", done: "Done" }[kind];
+  const line = h(`div.settled.settled-${kind}`, { "data-settled": kind === "failed" ? null : kind },
+    h("span.settled-label", label),
+    usage ? h("span.settled-usage", ` · ${usage}`) : null,
+    item.ts ? h("span.settled-time", " · ", timeEl(item.ts)) : null);
+  if (kind !== "failed") return line;
+  return h("div.run-failed", { "data-settled": "failed", role: "alert" }, line,
+    h("div.failed-error", h("strong", "The run failed: "), item.error || "no reason given"));
 }
 
 // --- side panel: todos, subagents, usage ----------------------------------------------

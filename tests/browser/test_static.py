@@ -34,7 +34,7 @@ async def test_index_served_without_auth_and_not_cached(client):
 
 
 async def test_every_shipped_file_is_served_with_its_type(client):
-    types = {".js": "text/javascript", ".css": "text/css", ".svg": "image/svg+xml"}
+    types = {".js": "text/javascript", ".mjs": "text/javascript", ".css": "text/css", ".svg": "image/svg+xml"}
     for name in web_files():
         if name == "index.html":
             continue
@@ -62,18 +62,36 @@ async def test_unknown_or_traversal_paths_are_404(client, path):
 
 
 def test_modules_import_only_local_files():
-    """No CDN, no network at run time: every import and asset URL is local."""
+    """No CDN, no network at run time: every import and asset URL is local (vendored libraries
+    mention their home pages in comments, but import nothing)."""
     for name in web_files():
         text = (WEB_DIR / name).read_text().replace('xmlns="http://www.w3.org/2000/svg"', "")
-        assert "http://" not in text and "https://" not in text, name
+        if not name.startswith("vendor/"):
+            assert "http://" not in text and "https://" not in text, name
         for spec in re.findall(r'from\s+"([^"]+)"', text):
-            assert spec.startswith("./") and (WEB_DIR / spec[2:]).is_file(), (name, spec)
+            here = (WEB_DIR / name).parent
+            assert spec.startswith("./") and (here / spec[2:]).is_file(), (name, spec)
+
+
+def test_vendored_libraries_are_pinned_with_licenses():
+    """marked, DOMPurify and highlight.js, as scripts/vendor-web.sh fetched them: their licenses ship alongside."""
+    vendor = WEB_DIR / "vendor"
+    for lib in ("marked", "dompurify", "highlightjs"):
+        assert (vendor / f"LICENSE.{lib}.txt").stat().st_size > 500, lib
+    versions = (vendor / "VERSIONS.txt").read_text()
+    script = (ROOT / "scripts" / "vendor-web.sh").read_text()
+    for line in versions.splitlines()[1:]:
+        if "sha256:" in line:
+            spec, digest = line.split()
+            assert f'"{spec} {digest.removeprefix("sha256:")}"' in script, line
+    assert "vendor/marked.esm.js" in web_files() and "vendor/purify.es.mjs" in web_files()
 
 
 def test_no_inner_html_with_data():
-    """Everything is placed as text: the sources never assign innerHTML/outerHTML or use insertAdjacentHTML."""
+    """Everything is placed as text: our sources never assign innerHTML/outerHTML or use insertAdjacentHTML
+    (markdown reaches the page as DOMPurify's DocumentFragment)."""
     for name in web_files():
-        if name.endswith(".js"):
+        if name.endswith(".js") and not name.startswith("vendor/"):
             text = (WEB_DIR / name).read_text()
             assert not re.search(r"\.(innerHTML|outerHTML)\s*=|insertAdjacentHTML|document\.write", text), name
 

@@ -203,8 +203,8 @@ async def test_abort_a_slow_run(ui):
     abort = page.locator("#abort-btn")
     await expect(abort).to_be_enabled()
     await abort.click()
-    await expect(page.locator('.settled[data-settled="aborted"]')).to_have_count(1)
-    await expect(page.locator('.pill[data-phase="done"]')).to_have_text("aborted")
+    await expect(page.locator('.settled[data-settled="cancelled"]')).to_have_count(1)
+    await expect(page.locator('.pill[data-phase="done"]')).to_have_text("cancelled")
     await expect(page.locator("#abort-btn")).to_have_count(0)
     text = await page.locator(".msg-assistant").last.inner_text()
     assert "w300" not in text

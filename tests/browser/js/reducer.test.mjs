@@ -128,10 +128,53 @@ test("bridge-style run: tool before text, cancelled tool, failed run", () => {
     ev("agent_settled"),
   ]);
   const kinds = st.items.map((i) => i.kind);
-  assert.deepEqual(kinds, ["tool", "message", "notice", "settled"]);
+  assert.deepEqual(kinds, ["tool", "message", "settled"]);
   assert.equal(st.items[0].status, "failed");
   assert.equal(st.items[1].streaming, false);
-  assert.equal(st.items[2].text, "demo failure");
+  // the run is marked failed, with its error, on the settled line (not "done")
+  assert.equal(st.items[2].failed, true);
+  assert.equal(st.items[2].error, "demo failure");
+  assert.equal(st.lastStatus, "failed");
+});
+
+test("a run that fails before any text leaves no empty bubble", () => {
+  seq = 0;
+  const st = createSession(S);
+  applyEvents(st, [
+    ev("agent_start"),
+    ev("message_start", { message: { role: "assistant", id: "m" } }),
+    ev("message_end", { message: { role: "assistant", id: "m", text: "", thinking: null, toolCalls: [], toolCallId: null } }),
+    ev("agent_end", { usage: {}, error: "demo failure", status: "failed" }),
+    ev("agent_settled", { aborted: false }),
+  ]);
+  assert.deepEqual(st.items.map((i) => i.kind), ["settled"]);
+  assert.equal(st.items[0].failed, true);
+  // a cancelled run says so (and is not failed)
+  applyEvents(st, [ev("agent_start"), ev("agent_end", { status: "cancelled" }), ev("agent_settled", { aborted: true })]);
+  assert.equal(st.items[1].aborted, true);
+  assert.equal(st.items[1].failed, false);
+});
+
+test("inflight frame: a page joining mid-message gets the text so far, then only newer deltas", () => {
+  seq = 0;
+  const st = createSession(S);
+  applyEvents(st, [ev("agent_start"), ev("message_start", { message: { role: "assistant", id: "a1" } })]); // seq 1, 2
+  // the daemon says: text so far "one two", deltas up to seq 4 included
+  applyEvent(st, { type: "inflight", sessionId: S, seq: 4, message: { role: "assistant", id: "a1" }, text: "one two" });
+  assert.equal(st.byKey.get("m:a1").text, "one two");
+  assert.equal(st.byKey.get("m:a1").streaming, true);
+  // the stream's next batch may still carry deltas 3 and 4: they are already in the text
+  applyEvents(st, [
+    { v: 1, sessionId: S, seq: 3, ts: 1, type: "message_update", delta: "one" },
+    { v: 1, sessionId: S, seq: 4, ts: 1, type: "message_update", delta: " two" },
+    { v: 1, sessionId: S, seq: 5, ts: 1, type: "message_update", delta: " three" },
+  ]);
+  assert.equal(st.byKey.get("m:a1").text, "one two three");
+  applyEvent(st, { v: 1, sessionId: S, seq: 6, ts: 1, type: "message_end", message: { role: "assistant", id: "a1", text: "one two three" } });
+  assert.equal(st.byKey.get("m:a1").final, true);
+  // a late inflight for a completed message changes nothing
+  assert.equal(applyEvent(st, { type: "inflight", sessionId: S, seq: 5, message: { role: "assistant", id: "a1" }, text: "one" }), false);
+  assert.equal(st.byKey.get("m:a1").text, "one two three");
 });
 
 test("abort: running tools become cancelled, settled says aborted", () => {

@@ -1,0 +1,545 @@
+"""The web UI as a front door (headless Chromium against a real bridge with the demo agent).
+
+A newcomer's first minute through the login link, conversations (new, rename, delete,
+search), true run states, markdown with sanitization against script injection through
+every field that reaches the page, a reload mid-stream that loses no text, comfort
+(jump to latest, Enter/Shift+Enter, title badge), WCAG AA contrast in both themes, and
+/bench 5000. Screenshots of the main states go to test-artifacts/screenshots/.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+
+import pytest
+
+from bridge_core.commands import DeleteConversation, Origin, SendMessage
+from cli.main import main
+from tests.conftest import LVMH_TOKEN
+
+from .conftest import TIMEOUT_MS, shot
+from .test_web_ui import FakePlugin, expect, open_session, send, settled
+
+pytestmark = pytest.mark.browser
+
+XSS_FLAG = "window.__xss"
+
+
+async def no_injection(page):
+    """No injected script ran and no injected element exists."""
+    assert await page.evaluate(f"typeof {XSS_FLAG}") == "undefined"
+    injected = await page.evaluate("""() => [
+        ...document.querySelectorAll('#app script, #app iframe, #app object, #app embed, #app svg, #app math, #app form:not(.composer):not(.free-form), #app style'),
+        ...[...document.querySelectorAll('#app *')].filter(e => [...e.attributes].some(a => a.name.startsWith('on'))),
+        ...document.querySelectorAll('#app img:not(.preview), #app a[href^="javascript"], #app [style*="expression"]'),
+      ].map(e => e.outerHTML.slice(0, 120))""")
+    assert injected == []
+
+
+async def until(cond, timeout: float = TIMEOUT_MS / 1000):
+    """Poll an async condition until it holds (a deadline, never a fixed wait)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await cond()
+        if value:
+            return value
+        assert time.monotonic() < deadline, "condition never held"
+        await asyncio.sleep(0.05)
+
+
+async def run_over(ui, cid: str) -> None:
+    """Until the conversation has no active run."""
+
+    async def idle():
+        return ui.svc.bridge.conversations[cid].run is None
+
+    await until(idle)
+
+
+# --- 1. the newcomer's first minute ----------------------------------------------------------
+
+
+async def test_newcomer_first_minute(ui, monkeypatch, capsys):
+    # the terminal way in: `agent-bridge lvmh open` prints a login link, token in the fragment
+    monkeypatch.setenv("LVMH_TOKEN", LVMH_TOKEN)
+    assert main(["lvmh", "open", "--data-dir", ui.svc.cfg.data_dir]) == 0
+    link = next(line.strip() for line in capsys.readouterr().out.splitlines() if "#token=" in line)
+    assert link.startswith(ui.base + "/#token=")
+
+    page = await ui.page(token=None, path=link[len(ui.base):])
+    await expect(page.locator("#gate")).to_be_hidden()
+    await expect(page.locator("#conn")).to_contain_text("live")
+    # the fragment is gone from the address bar; the token is kept in this browser
+    assert await page.evaluate("location.hash") == ""
+    assert page.url == ui.base + "/"
+    assert await page.evaluate("localStorage.getItem('lvmh.token')") == LVMH_TOKEN
+    await expect(page.locator(".empty-list")).to_contain_text("New conversation")
+    await shot(page, "20-empty")
+
+    # "New conversation": a dialog with the demo agent's model and reasoning pickers
+    await page.click("#start-btn")
+    dialog = page.locator("#new-dialog")
+    await expect(dialog).to_be_visible()
+    await expect(page.locator("#new-model option")).to_have_count(2)
+    await expect(page.locator("#new-model")).to_contain_text("demo-small")
+    await expect(page.locator("#new-reasoning")).to_have_value("medium")
+    await page.fill("#new-name", "My first chat")
+    await shot(page, "21-new-conversation")
+    await page.click("#new-create")
+    await expect(dialog).to_be_hidden()
+    await expect(page.locator("#session-title")).to_have_text("My first chat")
+    await expect(page.locator(".session-item")).to_have_count(1)
+
+    # type, Enter, and the demo agent answers
+    box = page.locator("#prompt-input")
+    await expect(box).to_be_focused()
+    await box.type("Hello, agent")
+    await box.press("Enter")
+    await expect(page.locator(".msg-user .bubble").last).to_have_text("Hello, agent")
+    await expect(page.locator(".msg-assistant").last).to_contain_text("Echo: Hello, agent")
+    await expect(page.locator('.settled[data-settled="done"]')).to_have_count(1)
+    await expect(page.locator('.pill[data-phase="done"]')).to_have_text("done")
+    await shot(page, "22-first-answer")
+    assert page.url.startswith(ui.base + "/#/s/")
+
+
+async def test_new_conversation_with_another_model_and_effort(ui):
+    page = await ui.page()
+    await expect(page.locator("#conn")).to_contain_text("live")
+    await page.click("#new-conv-btn")
+    await expect(page.locator("#new-model option")).to_have_count(2)
+    await page.select_option("#new-model", label="demo-large · Demo")
+    await page.select_option("#new-reasoning", "high")
+    await page.press("#new-name", "Enter")  # Enter in the name field starts it
+    await expect(page.locator("#session-title")).to_have_text("New chat")
+    sid = page.url.split("#/s/", 1)[1]
+    src = ui.svc.bridge.default_source
+    assert src.current_model(sid).model == "demo-large"
+    assert src.reasoning(sid).effort == "high"
+    await expect(page.locator(".chips")).to_contain_text("demo-large")
+
+
+# --- rename, delete, search ---------------------------------------------------------------
+
+
+async def test_rename_delete_and_search(ui):
+    for name in ("Refactor the parser", "Release notes", "Parser benchmarks"):
+        ui.svc.bridge.create_conversation(name)
+    page = await ui.page()
+    items = page.locator(".session-item")
+    await expect(items).to_have_count(3)
+
+    await page.fill("#session-search", "parser")
+    await expect(items).to_have_count(2)
+    await page.fill("#session-search", "nothing like it")
+    await expect(items).to_have_count(0)
+    await expect(page.locator(".empty-list")).to_contain_text("No conversation matches")
+    await page.fill("#session-search", "")
+    await expect(items).to_have_count(3)
+
+    target = page.locator(".session-item", has_text="Release notes")
+    sid = await target.get_attribute("data-session-id")
+    await open_session(page, sid)
+    await page.click("#rename-btn")
+    await expect(page.locator("#new-title")).to_have_text("Rename conversation")
+    await expect(page.locator("#new-pickers")).to_be_hidden()
+    await page.fill("#new-name", "Release notes 2.0")
+    await page.click("#new-create")
+    await expect(page.locator("#session-title")).to_have_text("Release notes 2.0")
+    await expect(page.locator(f'[data-session-id="{sid}"]')).to_contain_text("Release notes 2.0")
+    assert ui.svc.bridge.conversations[sid].name == "Release notes 2.0"
+
+    # delete asks first; cancel keeps it
+    await page.click("#delete-btn")
+    confirm = page.locator("#confirm-dialog")
+    await expect(confirm).to_be_visible()
+    await expect(confirm).to_contain_text("Release notes 2.0")
+    await shot(page, "23-delete-confirm")
+    await page.click("#confirm-cancel")
+    await expect(confirm).to_be_hidden()
+    assert sid in ui.svc.bridge.conversations
+    await page.click("#delete-btn")
+    await page.click("#confirm-ok")
+    await expect(items).to_have_count(2)
+    await expect(page.locator("#session-title")).to_have_count(0)  # back to the list
+    assert sid not in ui.svc.bridge.conversations
+
+    # deleted from another client while open here: the page says so and goes back to the list
+    other = await items.first.get_attribute("data-session-id")
+    await open_session(page, other)
+    await ui.svc.bridge.execute(DeleteConversation(conversation_id=other), Origin(surface="pheby"))
+    await expect(page.locator("#toasts")).to_contain_text("was deleted")
+    await expect(page.locator("#session-title")).to_have_count(0)
+    await expect(items).to_have_count(1)
+
+
+async def test_plugin_sessions_offer_no_rename_or_delete(ui):
+    page = await ui.page()
+    sid = "pi-front-door-1"
+    plugin = FakePlugin(ui.base, sid, {"id": sid, "name": "pi work", "cwd": "/home/dev/app", "model": "m",
+                                       "provider": "p", "agent": False, "repo": None,
+                                       "startedAt": int(time.time() * 1000)})
+    try:
+        await plugin.connect()
+        await open_session(page, sid)
+        await expect(page.locator("#session-title")).to_have_text("pi work")
+        await expect(page.locator("#rename-btn")).to_have_count(0)
+        await expect(page.locator("#delete-btn")).to_have_count(0)
+    finally:
+        await plugin.close()
+
+
+# --- true states --------------------------------------------------------------------------
+
+
+async def test_failed_and_cancelled_runs_say_so(ui):
+    conv = ui.svc.bridge.create_conversation("States")
+    page = await ui.page()
+    await open_session(page, conv.conversation_id)
+    await send(page, "/fail")
+    failed = page.locator('.run-failed[data-settled="failed"]')
+    await expect(failed).to_have_count(1)
+    await expect(failed).to_contain_text("Failed")
+    await expect(failed).to_contain_text("demo failure")
+    await expect(page.locator('.pill[data-phase="done"]')).to_have_text("failed")
+    await expect(page.locator('.settled[data-settled="done"]')).to_have_count(0)
+    # no empty agent bubble
+    assert await page.locator(".msg-assistant").count() == 0
+    await shot(page, "24-failed-run")
+
+    # a prompt while a run is active: the page says a run is active (not "offline")
+    await send(page, "/slow 30")
+    await expect(page.locator(".msg-assistant.streaming")).to_contain_text("w2")
+    box = page.locator("#prompt-input")
+    await box.fill("are you there?")
+    await box.press("Enter")
+    await expect(page.locator("#toasts")).to_contain_text(re.compile(r"run is (already )?active", re.I))
+    await expect(page.locator("#toasts")).not_to_contain_text("offline")
+    await page.click("#abort-btn")
+    await expect(page.locator('.settled[data-settled="cancelled"]')).to_have_count(1)
+    await expect(page.locator('.settled[data-settled="cancelled"]')).to_contain_text("Cancelled")
+    await expect(page.locator('.pill[data-phase="done"]')).to_have_text("cancelled")
+
+    # after a reload the same states come back from the persisted events
+    await page.reload()
+    await expect(page.locator('.run-failed[data-settled="failed"]')).to_contain_text("demo failure")
+    await expect(page.locator('.settled[data-settled="cancelled"]')).to_have_count(1)
+
+
+async def test_no_console_errors_on_a_normal_load_and_no_token_in_the_console(ui):
+    conv = ui.svc.bridge.create_conversation("Console")
+    messages: list[str] = []
+    page = await ui.page(path="/")
+    page.on("console", lambda m: messages.append(f"{m.type}: {m.text} {m.location.get('url', '')}"))
+    await page.reload()
+    await expect(page.locator("#conn")).to_contain_text("live")
+    await open_session(page, conv.conversation_id)
+    await send(page, "hello")
+    await expect(settled(page)).to_have_count(1)
+    assert [m for m in messages if m.startswith("error")] == []
+
+    # the daemon goes away and comes back: reconnect attempts never print the token
+    port = ui.port
+    await ui.svc.stop()
+    await expect(page.locator("#conn")).to_contain_text("reconnecting")
+    await page.locator("#conn button").click()  # "retry now" while it is down
+    await expect(page.locator("#conn")).to_contain_text("reconnecting")
+    svc2 = await ui.service_factory(adapters=("lvmh",), data_dir=ui.tmp_path, lvmh_port=port)
+    await expect(page.locator("#conn")).to_contain_text("live")
+    assert svc2.ports["lvmh"] == port
+    assert not any(LVMH_TOKEN in m for m in messages), [m for m in messages if LVMH_TOKEN in m]
+
+
+# --- markdown and sanitization ------------------------------------------------------------
+
+
+async def test_markdown_code_highlighting_and_copy(ui):
+    conv = ui.svc.bridge.create_conversation("Markdown")
+    page = await ui.page()
+    await page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    await open_session(page, conv.conversation_id)
+    await send(page, "**bold** and `code` and a [link](https://example.com/x)\n\n```python\ndef f(x):\n    return x + 1\n```")
+    msg = page.locator(".msg-assistant").last
+    await expect(msg.locator(".md strong")).to_have_text("bold")
+    await expect(msg.locator(".md code").first).to_have_text("code")
+    link = msg.locator(".md a")
+    await expect(link).to_have_attribute("href", "https://example.com/x")
+    await expect(link).to_have_attribute("rel", "noopener noreferrer")
+    block = msg.locator(".code-block")
+    await expect(block.locator(".code-lang")).to_have_text("python")
+    await expect(block.locator("code .hljs-keyword").first).to_have_text("def")
+    await expect(block.locator("code")).to_have_text("def f(x):\n    return x + 1")
+    await block.locator(".copy-btn").click()
+    await expect(block.locator(".copy-btn")).to_have_text("Copied")
+    assert await page.evaluate("navigator.clipboard.readText()") == "def f(x):\n    return x + 1"
+    await msg.locator(".msg-meta .copy-btn").click()
+    copied = await page.evaluate("navigator.clipboard.readText()")
+    assert copied.startswith("Echo: **bold** and `code`")
+    # relative time, with the full timestamp on hover
+    t = msg.locator("time.rel")
+    await expect(t).to_have_text("just now")
+    assert (await t.get_attribute("title")) and (await t.get_attribute("datetime")).endswith("Z")
+    await shot(page, "25-markdown")
+
+
+XSS = [
+    '<img src=x onerror="window.__xss=1">',
+    '<script>window.__xss=1</script>',
+    '<svg onload="window.__xss=1"></svg>',
+    '<iframe src="javascript:window.__xss=1"></iframe>',
+    '[click me](javascript:window.__xss=1)',
+    '![img](x" onerror="window.__xss=1)',
+    '<a href="javascript:window.__xss=1">a</a>',
+    '<div class="approval pending" style="position:fixed;inset:0">fake</div>',
+    '<details open ontoggle="window.__xss=1">x</details>',
+]
+
+
+async def test_script_injection_through_every_field(ui):
+    evil = " ".join(XSS)
+    # session name (a bridge conversation) and message text
+    conv = ui.svc.bridge.create_conversation(evil[:190])
+    page = await ui.page()
+    await open_session(page, conv.conversation_id)
+    await expect(page.locator("#session-title")).to_contain_text("<img src=x")
+    await send(page, evil)
+    await expect(settled(page)).to_have_count(1)
+    await expect(page.locator(".msg-assistant").last).to_contain_text("<script>window.__xss=1</script>")
+    await expect(page.locator(".msg-user").last).to_contain_text('<img src=x onerror="window.__xss=1">')
+    await no_injection(page)
+    # a tool name through the demo agent
+    await send(page, "/tool <img/src/onerror=window.__xss=1>")
+    await expect(settled(page)).to_have_count(2)
+    await no_injection(page)
+
+    # a pi plugin session: its name, tool arguments and results, thinking, an attachment's name, a notification
+    sid = "pi-xss-0001"
+    plugin = FakePlugin(ui.base, sid, {"id": sid, "name": '<img src=x onerror="window.__xss=1">pi', "cwd": "/w",
+                                       "model": "<b>m</b>", "provider": "p", "agent": True,
+                                       "repo": "<script>window.__xss=1</script>", "startedAt": int(time.time() * 1000)})
+    try:
+        await plugin.connect()
+        await open_session(page, sid)
+        await plugin.event("agent_start")
+        await plugin.event("message_start", message={"role": "assistant", "id": "a1"})
+        await plugin.event("message_update", delta=evil)
+        await expect(page.locator(".msg-assistant.streaming")).to_contain_text("<script>")
+        await no_injection(page)
+        await plugin.event("message_end", message={"role": "assistant", "id": "a1", "text": evil, "thinking": evil,
+                                                    "toolCalls": [{"id": "c1", "name": "<b>x</b>", "argsJson": json.dumps({"command": evil})}],
+                                                    "toolCallId": None})
+        await plugin.event("tool_execution_start", toolCallId="c1", toolName="<img src=x onerror=window.__xss=1>", args={"command": evil})
+        await plugin.event("tool_execution_end", toolCallId="c1", toolName="x", isError=True, resultPreview=evil)
+        await plugin.event("attachment_added", attachment={"id": "f1", "filename": '<img src=x onerror="window.__xss=1">.png',
+                                                           "mimeType": "text/html", "size": 3, "url": "javascript:window.__xss=1"})
+        await plugin.event("notification", title="<script>window.__xss=1</script>", text=evil)
+        await plugin.event("agent_end", usage={})
+        await plugin.event("agent_settled", aborted=False)
+        await expect(settled(page)).to_have_count(1)
+        tool = page.locator('details.tool[data-tool-id="c1"]')
+        await tool.locator("summary").click()
+        await expect(tool.locator(".tool-body")).to_contain_text("<script>window.__xss=1</script>")
+        await page.locator("details.thinking summary").click()
+        await expect(page.locator("section.attachment .filename")).to_have_text('<img src=x onerror="window.__xss=1">.png')
+        await expect(page.locator(f'[data-session-id="{sid}"]')).to_contain_text("<img src=x")
+        await no_injection(page)
+        await shot(page, "26-xss-attempts")
+    finally:
+        await plugin.close()
+    await no_injection(page)
+
+
+# --- no lost text ---------------------------------------------------------------------------
+
+
+async def test_reload_mid_stream_shows_the_whole_text_so_far(ui):
+    conv = ui.svc.bridge.create_conversation("Mid-stream")
+    cid = conv.conversation_id
+    watcher = await ui.page()  # a client that never leaves
+    await open_session(watcher, cid)
+    await ui.svc.bridge.execute(SendMessage(text="/slow 4", conversation_id=cid), Origin(surface="cli"))
+    await expect(watcher.locator(".msg-assistant.streaming")).to_contain_text("w3")
+    await shot(watcher, "27-streaming")
+
+    # a page opened mid-stream (nobody else watching it yet) and one reloaded mid-stream
+    late = await ui.page(path=f"/#/s/{cid}")
+    draft = late.locator(".msg-assistant.streaming")
+    await expect(draft).to_contain_text("w1 w2 w3")
+
+    draft_js = """() => { const a = window.lvmhApp.app; const st = a.states.get(a.current);
+        const m = st && [...st.items].reverse().find((i) => i.kind === 'message' && i.role === 'assistant');
+        return m ? [m.text, Boolean(m.streaming)] : ['', false]; }"""
+
+    async def consistent(pages):
+        # both pages hold a prefix of the same text, every time they are looked at, while it streams
+        texts = [await p.evaluate(draft_js) for p in pages]
+        (a, a_streaming), (b, b_streaming) = texts
+        assert a.startswith(b) or b.startswith(a), (a, b)
+        seen.append((a, b, a_streaming, b_streaming))
+        return a == b and a_streaming and b_streaming
+
+    seen: list = []
+    await until(lambda: consistent([watcher, late]))
+    assert seen[-1][0].startswith("w1 w2 w3")
+    await late.reload()
+    await expect(late.locator(".msg-assistant.streaming")).to_contain_text("w1 w2 w3")
+    await until(lambda: consistent([watcher, late]))
+
+    await expect(settled(watcher)).to_have_count(1)
+    await expect(settled(late)).to_have_count(1)
+    final = await watcher.locator(".msg-assistant").last.inner_text()
+    assert final == await late.locator(".msg-assistant").last.inner_text()
+    assert "w1 w2 w3" in final and "w40" in final
+
+
+# --- comfort -------------------------------------------------------------------------------
+
+
+async def test_jump_to_latest_enter_and_shift_enter(ui):
+    conv = ui.svc.bridge.create_conversation("Long one")
+    cid = conv.conversation_id
+    for i in range(12):
+        await ui.svc.bridge.execute(SendMessage(text=f"message {i}\n" + "line\n" * 6, conversation_id=cid), Origin(surface="cli"))
+        await run_over(ui, cid)
+    page = await ui.page(height=700)
+    await open_session(page, cid)
+    await expect(settled(page)).to_have_count(12)
+
+    # Shift+Enter is a new line, Enter sends
+    box = page.locator("#prompt-input")
+    await box.type("first line")
+    await box.press("Shift+Enter")
+    await box.type("second line")
+    await expect(box).to_have_value("first line\nsecond line")
+    await box.press("Enter")
+    await expect(page.locator(".msg-user .bubble").last).to_have_text("first line\nsecond line")
+    await expect(settled(page)).to_have_count(13)
+
+    # scrolled up, new content lands below: "jump to latest" appears and brings it into view
+    await page.evaluate("document.getElementById('timeline-wrap').scrollTop = 0")
+    jump = page.locator("#jump-btn")
+    await expect(jump).to_be_hidden()
+    await ui.svc.bridge.execute(SendMessage(text="while you read", conversation_id=cid), Origin(surface="cli"))
+    await expect(jump).to_be_visible()
+    await shot(page, "28-jump-to-latest")
+    await jump.click()
+    await expect(jump).to_be_hidden()
+    await expect(page.locator(".msg-assistant").last).to_be_in_viewport()
+    await expect(page.locator(".msg-assistant").last).to_contain_text("Echo: while you read")
+
+
+async def test_waiting_approval_badges_the_title(ui):
+    conv = ui.svc.bridge.create_conversation("Needs me")
+    page = await ui.page()
+    await open_session(page, conv.conversation_id)
+    # notifications are never asked for on load
+    assert await page.evaluate("Notification.permission") == "default"
+    await send(page, "/approve make deploy")
+    await expect(page.locator("section.approval.pending")).to_be_visible()
+    await expect(page).to_have_title("(1) Approval needed · Needs me · lvmh")
+    await shot(page, "29-approval-waiting")
+    await page.locator('section.approval.pending button[data-choice="once"]').click()
+    await expect(settled(page)).to_have_count(1)
+    await expect(page).to_have_title("Needs me · lvmh")
+    # the bell asks for permission on a click (granted here): it then shows as on
+    await page.context.grant_permissions(["notifications"])
+    await page.click("#notify-btn")
+    await expect(page.locator("#notify-btn")).to_have_attribute("aria-pressed", "true")
+
+
+# --- phone width, dark mode, touch targets, contrast -----------------------------------------
+
+CONTRAST_JS = """() => {
+  const parse = (c) => { const m = c.match(/rgba?\\(([^)]+)\\)/); if (!m) return null;
+    const p = m[1].split(/[ ,\\/]+/).filter(Boolean).map(Number); return [p[0], p[1], p[2], p.length > 3 ? p[3] : 1]; };
+  const lum = ([r, g, b]) => { const f = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; };
+    return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b); };
+  const blend = (top, under) => { const a = top[3]; return [0, 1, 2].map((i) => top[i] * a + under[i] * (1 - a)).concat(1); };
+  const bgOf = (el) => { const layers = []; for (let e = el; e; e = e.parentElement) {
+      const c = parse(getComputedStyle(e).backgroundColor); if (c && c[3] > 0) { layers.push(c); if (c[3] >= 1) break; } }
+    let bg = [255, 255, 255, 1]; if (layers.length && layers[layers.length - 1][3] >= 1) bg = layers.pop();
+    else { bg = parse(getComputedStyle(document.body).backgroundColor) || bg; }
+    for (const l of layers.reverse()) bg = blend(l, bg); return bg; };
+  const out = [];
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  const seen = new Set();
+  for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+    const el = n.parentElement; if (!el || seen.has(el) || !n.textContent.trim()) continue; seen.add(el);
+    const r = el.getBoundingClientRect(); if (!r.width || !r.height) continue;
+    const st = getComputedStyle(el); if (st.visibility === 'hidden' || st.display === 'none') continue;
+    let opacity = 1; for (let e = el; e; e = e.parentElement) opacity *= Number(getComputedStyle(e).opacity);
+    if (opacity < 0.99) continue; // disabled controls are exempt (WCAG 1.4.3)
+    if (el.closest('button:disabled, textarea:disabled, input:disabled, [aria-hidden="true"], .brand-mark, .placeholder-mark')) continue;
+    const fg0 = parse(st.color); if (!fg0) continue; const bg = bgOf(el); const fg = blend(fg0, bg);
+    const [a, b] = [lum(fg), lum(bg)]; const ratio = (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+    const size = parseFloat(st.fontSize); const bold = Number(st.fontWeight) >= 700;
+    const need = size >= 24 || (bold && size >= 18.66) ? 3 : 4.5;
+    if (ratio < need) out.push(`${ratio.toFixed(2)} < ${need}: "${n.textContent.trim().slice(0, 40)}" (${el.tagName.toLowerCase()}.${el.className})`);
+  }
+  return out;
+}"""
+
+
+async def _rich_session(ui):
+    conv = ui.svc.bridge.create_conversation("Contrast check")
+    cid = conv.conversation_id
+    for text in ("hello **world** and `code`\n\n```python\nprint('x')  # note\n```", "/tool", "/fail", "/attach",
+                 "/clarify Proceed?"):
+        await ui.svc.bridge.execute(SendMessage(text=text, conversation_id=cid), Origin(surface="cli"))
+        if not text.startswith("/clarify"):
+            await run_over(ui, cid)
+    return cid
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+async def test_wcag_aa_contrast(ui, theme):
+    cid = await _rich_session(ui)
+    page = await ui.page(theme=theme)
+    await open_session(page, cid)
+    await expect(page.locator("section.clarify.pending")).to_be_visible()
+    await expect(page.locator(".run-failed")).to_have_count(1)
+    failures = await page.evaluate(CONTRAST_JS)
+    assert failures == [], "\n".join(failures)
+    await shot(page, f"30-contrast-{theme}")
+    # the dialogs and the gate too
+    await page.click("#new-conv-btn")
+    await expect(page.locator("#new-model option")).to_have_count(2)
+    assert await page.evaluate(CONTRAST_JS) == []
+    await page.click("#new-cancel")
+    await page.click("#signout-btn")
+    await expect(page.locator("#gate")).to_be_visible()
+    assert await page.evaluate(CONTRAST_JS) == []
+    if theme == "dark":
+        await shot(page, "31-gate-dark")
+
+
+async def test_phone_width_touch_targets_and_dark_mode(ui):
+    cid = await _rich_session(ui)
+    page = await ui.page(width=390, height=844, color_scheme="dark")
+    await expect(page.locator(".session-item")).to_have_count(1)
+    await shot(page, "32-phone-list-dark")
+    await open_session(page, cid)
+    await expect(page.locator("section.clarify.pending")).to_be_visible()
+    await shot(page, "33-phone-session-dark")
+    small = await page.evaluate("""() => [...document.querySelectorAll('button, a[href], select, input, textarea, summary')]
+        .filter((e) => { const r = e.getBoundingClientRect(); return r.width > 0 && r.height > 0 &&
+                         getComputedStyle(e).visibility !== 'hidden' && (r.height < 44 || r.width < 44); })
+        .map((e) => `${e.tagName.toLowerCase()}#${e.id}.${e.className} ${Math.round(e.getBoundingClientRect().width)}x${Math.round(e.getBoundingClientRect().height)}`)""")
+    assert small == []
+    assert await page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+
+
+# --- performance guard ------------------------------------------------------------------------
+
+
+async def test_bench_5000_renders(ui):
+    conv = ui.svc.bridge.create_conversation("Bench")
+    page = await ui.page()
+    await open_session(page, conv.conversation_id)
+    await send(page, "/bench 5000")
+    await expect(settled(page)).to_have_count(1)
+    text = await page.locator(".msg-assistant").last.locator(".md").inner_text()
+    assert text.count("tok") == 5000
