@@ -6,12 +6,8 @@ pending or the session running once the run has ended.
 
 from __future__ import annotations
 
-import pytest
-
 from tests.conformance.conftest import LVMH_TOKEN, PHEBY_SECRET
 from tests.conformance.lvmh_client import Rest, SessionView, create_conversation, eventually
-
-CORE_RULE = "needs the core run-end rule (decisions resolved when a run ends)"
 
 
 def view_of(events: list) -> SessionView:
@@ -67,7 +63,6 @@ async def test_a_failed_run(server):
     _ended(events, "failed")
 
 
-@pytest.mark.xfail(strict=False, reason=CORE_RULE)
 async def test_a_cancelled_run_resolves_its_pending_approval(server):
     events = await _run(server, "/approve make deploy",
                         abort_when=lambda evs: any(e["type"] == "approval_request" for e in evs))
@@ -77,7 +72,6 @@ async def test_a_cancelled_run_resolves_its_pending_approval(server):
     assert len(resolved) == 1 and resolved[0]["choice"] == "deny" and resolved[0]["accepted"] is False
 
 
-@pytest.mark.xfail(strict=False, reason=CORE_RULE)
 async def test_a_cancelled_run_resolves_its_pending_clarification(server):
     events = await _run(server, "/clarify ship it?",
                         abort_when=lambda evs: any(e["type"] == "clarify_request" for e in evs))
