@@ -625,6 +625,9 @@ export function describeDecider(resolved, answeredHere) {
   if (!resolved) return "";
   if (resolved.decidedBy === "timeout") return "timed out";
   if (resolved.decidedBy === "agent") return "decided by the agent";
+  // a run that ended with the decision still open resolves it as denied, saying why
+  const ended = { cancelled: "run cancelled", failed: "run failed", completed: "run ended", restart: "bridge restarted" };
+  if (ended[resolved.decidedBy]) return `denied: ${ended[resolved.decidedBy]}`;
   const surface = resolved.surface;
   if (answeredHere && (!surface || surface === "lvmh")) return "answered here";
   if (surface) return `answered from ${surface}`;

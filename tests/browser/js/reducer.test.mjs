@@ -207,6 +207,8 @@ test("approvals and clarifications: pending, then resolved with who decided", ()
   assert.equal(cl.resolved.response, "yes");
   assert.equal(describeDecider(cl.resolved, true), "answered here");
   assert.equal(describeDecider({ decidedBy: "timeout" }, false), "timed out");
+  assert.equal(describeDecider({ decidedBy: "cancelled" }, false), "denied: run cancelled");
+  assert.equal(describeDecider({ decidedBy: "restart" }, false), "denied: bridge restarted");
 });
 
 test("attachments keep id, name, type and size (nested or flat)", () => {
