@@ -23,7 +23,8 @@ from aiohttp import WSMsgType, web
 
 from bridge_core import events as ev
 from bridge_core.errors import BridgeError
-from bridge_core.frontend import FailedAuthLimiter, FrontEnd, peer_host, ws_text_sender
+from bridge_core.frontend import FrontEnd, peer_host, ws_text_sender
+from bridge_core.security import bearer_token, client_address
 from bridge_core.hub import Outbox
 from bridge_core.ids import new_id
 
@@ -40,7 +41,6 @@ log = logging.getLogger("agent_bridge.lvmh")
 HELLO_TIMEOUT = 10.0
 HEARTBEAT = 30.0
 MAX_BODY = 1024 * 1024
-AUTH_FAIL_LIMIT = 30
 SEQ_BLOCK = 1000  # seqs of a bridge session reserved at a time (message_update numbers are never stored)
 LIST_EVENTS = (ev.ConversationCreated, ev.ConversationRenamed, ev.ConversationUpdated)
 
@@ -85,7 +85,6 @@ class LvmhFrontEnd(FrontEnd):
     def __init__(self, bridge, config):
         super().__init__(bridge, config)
         self._token = (config.lvmh_token or "").encode()
-        self.limiter = FailedAuthLimiter(limit=AUTH_FAIL_LIMIT, window=60.0)
         self.log = EventLog(bridge.store)
         self.records: dict[str, SessionRecord] = {}
         self.stream = EventStream(self.session_list, self.spawn_jobs)
@@ -187,14 +186,13 @@ class LvmhFrontEnd(FrontEnd):
         else:
             return await handler(request)
         if self.check_token(presented):
+            self.limiter.passed(request)
             return await handler(request)
-        # A wrong token from an address with many recent failures gets 429 (and no log line).
-        # The right token always passes: with a 256-bit token a lockout would only let anyone
-        # behind the same proxy lock the web UI out.
-        addr = peer_host(request)
-        if self.limiter.locked(addr):
-            return error_response("Too many failed authentications; try again later", 429, "rate_limited")
-        self.limiter.fail(addr)
+        # The right token always passes at once; a wrong one is answered at the address's next slot
+        # (security.AuthLimiter, at most 20 per second), none at all is a plain 401.
+        addr = client_address(request)
+        if presented:
+            await self.limiter.wrong(addr)
         log.info("lvmh: refused an unauthenticated request to %s from %s", path, addr)
         return error_response("Unauthorized: Authorization: Bearer <LVMH_TOKEN> required", 401, "unauthorized")
 
@@ -631,14 +629,7 @@ class LvmhFrontEnd(FrontEnd):
         self.stream.list_changed()
 
 
-def _bearer(request: web.Request) -> Optional[str]:
-    header = request.headers.get("Authorization")
-    if not header:
-        return None
-    scheme, _, value = header.partition(" ")
-    if scheme.lower() != "bearer":
-        return None
-    return value.strip() or None
+_bearer = bearer_token  # the shared parser (bridge_core.security)
 
 
 def _json_default(obj: Any) -> Any:
