@@ -153,6 +153,7 @@ class FrontEnd:
             app, handle_signals=False, access_log=None, shutdown_timeout=2.0, keepalive_timeout=self.keepalive_timeout
         )
         await self.runner.setup()
+        self.limiter.fit_to_descriptors()  # the descriptor limit as raised at start
         # the listener is ours (not a TCPSite): its protocol factory is guarded, so an address
         # holds at most `unauth_per_address` connections that have not authenticated (security.AuthLimiter)
         loop = asyncio.get_running_loop()

@@ -36,7 +36,7 @@ LOOPBACK_HOST_NAMES = ("127.0.0.1", "localhost", "[::1]")
 ADMIN_KEY_FILE = "admin.key"
 MIN_SECRET_LENGTH = 16
 DEFAULT_WRONG_RATE = 20.0  # wrong credentials answered per second per address
-DEFAULT_UNAUTH_PER_ADDRESS = 64  # connections per address not (yet) authenticated
+DEFAULT_UNAUTH_PER_ADDRESS = 128  # connections per address not (yet) authenticated
 MAX_TRACKED_ADDRESSES = 65536
 
 
@@ -260,22 +260,31 @@ class WrongSlots:
 
 
 class UnauthPool:
-    """Counts the connections per address that have not authenticated (pure)."""
+    """Counts the connections that have not authenticated, per address and in all (pure).
 
-    def __init__(self, cap: int = DEFAULT_UNAUTH_PER_ADDRESS):
+    ``cap`` bounds one address; ``total_cap`` bounds every address together (a
+    share of the descriptor limit: ``unauth_total_for``), so that many
+    addresses cannot exhaust descriptors either.
+    """
+
+    def __init__(self, cap: int = DEFAULT_UNAUTH_PER_ADDRESS, total_cap: Optional[int] = None):
         self.cap = cap
+        self.total_cap = total_cap
         self._count: dict[str, int] = {}
+        self.total = 0
         self.refused = 0
 
     def enter(self, addr: str) -> bool:
         n = self._count.get(addr, 0)
-        if n >= self.cap:
+        if n >= self.cap or (self.total_cap is not None and self.total >= self.total_cap):
             self.refused += 1
             return False
         self._count[addr] = n + 1
+        self.total += 1
         return True
 
     def leave(self, addr: str) -> None:
+        self.total -= 1
         n = self._count.get(addr, 0) - 1
         if n > 0:
             self._count[addr] = n
@@ -379,6 +388,13 @@ class AuthLimiter:
         if isinstance(proto, _Guarded):
             proto.leave_pool()
 
+    def fit_to_descriptors(self) -> None:
+        """Bound the pool by the descriptor limit (call once it is raised): in all a quarter of it,
+        and one address at most a quarter of that, so one address never fills the whole share."""
+        total = unauth_total_for()
+        self.pool.total_cap = total
+        self.pool.cap = min(self.pool.cap, max(1, total // 4))
+
     def guard(self, factory: Callable[[], Any]) -> Callable[[], Any]:
         def make() -> _Guarded:
             return _Guarded(factory(), self)
@@ -417,6 +433,15 @@ class HelloLockout:
 
 
 # --- process limits ---------------------------------------------------------------------------------
+
+
+def unauth_total_for(frontends: int = 3) -> int:
+    """How many unauthenticated connections one front end may hold in all: a quarter of the
+    descriptor limit each (so three front ends leave room for the authenticated and the files)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        soft = 1 << 20
+    return max(16, soft // (frontends + 1))
 
 
 def raise_nofile_limit(want: Optional[int] = None) -> int:
