@@ -284,8 +284,10 @@ class UnauthPool:
         return True
 
     def leave(self, addr: str) -> None:
-        self.total -= 1
         n = self._count.get(addr, 0) - 1
+        if n < 0:
+            return
+        self.total -= 1
         if n > 0:
             self._count[addr] = n
         else:

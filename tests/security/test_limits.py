@@ -240,3 +240,26 @@ def test_weak_environment_secrets_are_refused_at_start(bridges):
         assert "16" in err
     ok = bridges("strong", env={"PHEBY_SECRET": "x" * 16, "LVMH_TOKEN": "y" * 16})  # exactly 16 is enough
     assert ok.alive
+
+
+async def test_the_security_section_sets_the_rate_and_the_cap(bridges):
+    srv = bridges("config", config={"security": {"wrong_attempts_per_second": 5, "unauthenticated_per_address": 4}})
+    url = f"http://127.0.0.1:{srv.ports['lvmh']}/api/sessions"
+
+    async def attempt(http, i: int) -> str:
+        async with http.get(url, headers={"Authorization": f"Bearer wrong-{i}"}) as r:
+            await r.read()
+            return "verdict" if r.status == 401 else ("refused" if r.status == 429 else f"status {r.status}")
+
+    async with http_from("127.0.0.95") as http:
+        t0, results = await fire(12, lambda i: attempt(http, i))
+    kinds = [o for _, o in results]
+    assert kinds.count("verdict") == 4 and kinds.count("refused") == 8, kinds  # the cap: 4 judged at once
+    assert answered_within(t0, results, 0.5) <= rate_bound(0.5, rate=5, slack=1)  # 5 per second
+    async with http_from("127.0.0.95") as http:
+        async def passes() -> bool:
+            async with http.get(url, headers={"Authorization": f"Bearer {LVMH_TOKEN}"}) as r:
+                return r.status == 200
+        await until(passes, 10, "the right token")
+    bad = bridges("badconfig", start=False, config={"security": {"wrong_attempts_per_second": 0}})
+    assert bad.run_to_exit() == 2 and "wrong_attempts_per_second" in bad.stderr()
