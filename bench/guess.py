@@ -80,7 +80,7 @@ async def run(seconds: float, concurrency: int) -> list[tuple]:
         for k, (name, url, wrong, right, verdicts) in enumerate(targets):
             bad = await _hammer(url, wrong, f"127.0.0.{101 + k}", concurrency, seconds, verdicts)
             good = await _hammer(url, lambda w, i, h=right: h, f"127.0.0.{111 + k}", concurrency, seconds, verdicts)
-            rows.append((name, "/" + url.split("/", 3)[3],
+            rows.append((name, "/" + url.split("/", 3)[3].replace(ATT, "<id>"),
                          bad["verdict"] / bad["elapsed"], bad["refused"] / bad["elapsed"], good["ok"] / good["elapsed"],
                          good["verdict"] + good["refused"] + good["other"], bad["ok"]))
         return rows
