@@ -12,7 +12,7 @@ from aiohttp import WSMsgType, web
 
 from bridge_core import commands as cmd
 from bridge_core import events as ev
-from bridge_core.errors import BridgeError, InvalidJson, SlowConsumer
+from bridge_core.errors import BridgeError, InvalidJson, RateLimited, SlowConsumer
 from bridge_core.frontend import FrontEnd, ws_text_sender
 from bridge_core.security import HelloLockout, bearer_token, client_address
 from bridge_core.hub import Outbox
@@ -204,6 +204,11 @@ class PhebyFrontEnd(FrontEnd):
             except asyncio.TimeoutError:
                 return await self._auth_timeout(conn)
             if msg.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED, WSMsgType.ERROR):
+                return False
+            if self.lockout.locked(conn.peer):  # tripped while this socket waited: its hello is not judged
+                err = RateLimited("Too many failed attempts; try again later")
+                await self._send_direct(ws, [codec.error_frame(err, None, time.time())])
+                await ws.close(code=CLOSE_POLICY, message=b"rate_limited")
                 return False
             if msg.type != WSMsgType.TEXT:
                 step = conn.session.feed(b"\x00", time.time())

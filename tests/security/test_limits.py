@@ -162,7 +162,8 @@ async def test_wrong_guesses_are_answered_at_most_20_per_second_per_address(brid
     async def attack_pheby_hello():
         async def attempt(i: int) -> str:
             answer = await pheby_hello(ports["pheby"], f"wrong-secret-{i}", source="127.0.0.86")
-            return "verdict" if answer and answer["error"]["code"] == "unauthorized" else "other"
+            code = answer["error"]["code"] if answer else None
+            return {"unauthorized": "verdict", "rate_limited": "refused"}.get(code, f"code {code}")
         return await fire(n, attempt)
 
     names = list(targets) + ["Loomi credential (hello)", "Pheby secret (hello)"]
@@ -178,7 +179,9 @@ async def test_wrong_guesses_are_answered_at_most_20_per_second_per_address(brid
         if "hello" not in name or "Loomi" in name:
             # answered in full up to the unauthenticated cap; beyond it refused at once (nothing learnt)
             assert kinds.count("verdict") >= min(n, DEFAULT_UNAUTH_PER_ADDRESS) // 2, (name, report[name])
-    # and Pheby's spec lockout holds: that address gets no new connection for the rest of the minute
+    # Pheby's spec lockout: 5 failed hellos, then hellos on sockets already open are not judged either,
+    # and that address gets no new connection for the rest of the minute
+    assert report["Pheby secret (hello)"][1] == 5, report
     try:
         await pheby_hello(ports["pheby"], PHEBY_SECRET, source="127.0.0.86")
         raise AssertionError("a locked-out address got a connection")
