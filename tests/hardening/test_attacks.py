@@ -82,7 +82,7 @@ async def test_brute_force_is_slowed_and_only_pheby_hellos_lock_out(bridge_facto
     ok = await PhebyClient.connect(ports["pheby"])
     await ok.close()
 
-    # Loomi: wrong credentials (and tokens) from one address are slowed, never locked out (contract)
+    # Loomi: wrong credentials (and tokens) from one address are slowed, never locked out (docs/security.md)
     device, client = await LoomiClient.pair(ports["loomi"])
     await client.close()
     attacker = "127.0.0.67"
