@@ -11,7 +11,7 @@ from typing import Optional
 import aiohttp
 import orjson
 
-from .proc import ProcWatch
+from .proc import ProcWatch, admin_headers_for
 
 
 def _pct(values: list[float], p: float) -> float:
@@ -40,7 +40,8 @@ async def pair_loomi_devices(http: aiohttp.ClientSession, port: int, count: int)
     """Pair ``count`` Loomi devices through the loopback endpoint; returns (device_id, credential) pairs."""
     devices = []
     for i in range(count):
-        async with http.post(f"http://127.0.0.1:{port}/internal/pair/new", json={}) as r:
+        async with http.post(f"http://127.0.0.1:{port}/internal/pair/new", json={},
+                             headers=admin_headers_for(port)) as r:
             token = (await r.json())["payload"]["token"]
         ws = await http.ws_connect(f"http://127.0.0.1:{port}/ws")
         await ws.send_str(orjson.dumps({"v": 1, "type": "hello", "payload": {

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import signal
 import subprocess
 import sys
@@ -12,20 +11,32 @@ import tempfile
 import time
 from typing import Optional
 
+from bridge_core.security import raise_nofile_limit, read_admin_key
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH_SECRET = "bench-pheby-secret-0123456789abcdef"
 BENCH_TOKEN = "bench-lvmh-token-0123456789abcdef"
 
 
-def raise_fd_limit(want: int = 1 << 20) -> int:
-    """Raise this process's RLIMIT_NOFILE towards ``want`` (children inherit it); returns the new soft limit."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    target = min(max(soft, want), hard)
-    try:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-    except (ValueError, OSError):
-        pass
-    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+# one function for the server and the load clients (children inherit the limit)
+raise_fd_limit = raise_nofile_limit
+
+
+# the admin key of each running server, by its Loomi port: the loopback-only endpoints
+# (pairing) need it, and load clients know a server by its ports only
+_ADMIN_KEYS: dict[int, str] = {}
+
+
+def note_admin_key(ports: dict, data_dir: str) -> None:
+    """Remember the admin key of the server whose ``ports.json`` was just read (written before it)."""
+    key = read_admin_key(data_dir)
+    if key and isinstance(ports.get("loomi"), int):
+        _ADMIN_KEYS[ports["loomi"]] = key
+
+
+def admin_headers_for(port: int) -> dict:
+    """``Authorization`` for the loopback-only endpoints of the server on this Loomi port."""
+    return {"Authorization": f"Bearer {_ADMIN_KEYS.get(port, '')}"}
 
 
 class ProcWatch:
@@ -96,7 +107,10 @@ class Server:
                 raise RuntimeError(f"{self.kind} exited: {self.proc.stderr.read().decode()[-2000:]}")
             if os.path.exists(self.portfile):
                 with open(self.portfile) as f:
-                    return json.load(f)
+                    ports = json.load(f)
+                if self.kind == "bridge":
+                    note_admin_key(ports, self.tmp)
+                return ports
             time.sleep(0.05)
         raise RuntimeError(f"{self.kind} did not start")
 

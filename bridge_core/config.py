@@ -8,7 +8,6 @@ permissions; only their path is ever printed.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import secrets
 import tomllib
@@ -17,6 +16,7 @@ from typing import Any, Optional
 import attrs
 
 from .errors import BridgeError
+from .security import DEFAULT_UNAUTH_PER_ADDRESS, DEFAULT_WRONG_RATE, is_loopback, weak_secret_reason  # noqa: F401
 
 DEFAULT_PORTS = {"pheby": 8620, "loomi": 8621, "lvmh": 8686}
 ALL_ADAPTERS = ("pheby", "loomi", "lvmh")
@@ -47,6 +47,9 @@ class Config:
     gitlab_url: str = "https://gitlab.com"
     docker_url: Optional[str] = None  # unix:///var/run/docker.sock or http://host:port
     log_level: str = "INFO"
+    wrong_auth_rate: float = DEFAULT_WRONG_RATE  # [security] wrong_attempts_per_second
+    unauth_per_address: int = DEFAULT_UNAUTH_PER_ADDRESS  # [security] unauthenticated_per_address
+    admin_key: str = attrs.field(default="", repr=False)  # this run's, set by Service.start
     extra: dict = attrs.field(factory=dict)  # the raw TOML, for adapters' own sections
     secret_paths: dict = attrs.field(factory=dict)  # which secrets were generated, and where
 
@@ -65,15 +68,6 @@ class Config:
 
 def default_data_dir() -> str:
     return os.environ.get("AGENT_BRIDGE_DATA") or os.path.join(os.path.expanduser("~"), ".agent-bridge")
-
-
-def is_loopback(host: str) -> bool:
-    if host in ("localhost", "ip6-localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def _truthy(value: Any) -> bool:
@@ -170,6 +164,13 @@ def build_config(args: dict, environ: Optional[dict] = None, *, with_secrets: bo
         except (TypeError, ValueError):
             raise ConfigError(f"{'.'.join(keys)} must be a number, not {val!r}")
 
+    wrong_rate = num("wrong_auth_rate", ("security", "wrong_attempts_per_second"), DEFAULT_WRONG_RATE)
+    if not wrong_rate > 0:
+        raise ConfigError("security.wrong_attempts_per_second must be a positive number")
+    unauth_cap = num("unauth_per_address", ("security", "unauthenticated_per_address"), DEFAULT_UNAUTH_PER_ADDRESS)
+    if unauth_cap < 1 or unauth_cap != int(unauth_cap):
+        raise ConfigError("security.unauthenticated_per_address must be a whole number of at least 1")
+
     cfg = Config(
         data_dir=data_dir,
         agent=str(pick("agent", "agent", default="demo")),
@@ -188,6 +189,8 @@ def build_config(args: dict, environ: Optional[dict] = None, *, with_secrets: bo
         gitlab_url=str(env.get("LVMH_GITLAB_URL") or pick("gitlab_url", "lvmh", "gitlab_url", default="https://gitlab.com")),
         docker_url=env.get("LVMH_DOCKER_URL") or pick("docker_url", "lvmh", "docker_url"),
         log_level=str(pick("log_level", "log_level", default="INFO")),
+        wrong_auth_rate=wrong_rate,
+        unauth_per_address=int(unauth_cap),
         extra=toml,
     )
     if bool(cfg.tls_cert) != bool(cfg.tls_key):
@@ -196,6 +199,10 @@ def build_config(args: dict, environ: Optional[dict] = None, *, with_secrets: bo
         if path and not os.access(path, os.R_OK):
             raise ConfigError(f"TLS file not readable: {path}")
     if with_secrets:
+        for var in ("PHEBY_SECRET", "LVMH_TOKEN"):
+            reason = weak_secret_reason(var, env.get(var))
+            if reason:
+                raise ConfigError(reason)
         try:
             os.makedirs(data_dir, mode=0o700, exist_ok=True)
             cfg.pheby_secret, p1 = load_secret(data_dir, "pheby_secret", env.get("PHEBY_SECRET"))

@@ -11,11 +11,11 @@ import asyncio
 import logging
 import ssl
 import struct
-import time
 from typing import TYPE_CHECKING, Any, Optional
 
 from aiohttp import WSMsgType, web
 
+from .security import REFUSED_JSON, AuthLimiter, peer_host  # noqa: F401 (peer_host: re-exported for the adapters)
 from .tasks import TaskSet
 
 if TYPE_CHECKING:
@@ -41,6 +41,11 @@ _LEN1 = struct.Struct("!BB").pack
 _LEN2 = struct.Struct("!BBH").pack
 _LEN3 = struct.Struct("!BBQ").pack
 
+
+# the 429 an over-cap connection gets, in each front end's error shape
+REFUSAL_BODIES = {
+    "lvmh": b'{"error":"Too many unauthenticated connections from this address","code":"rate_limited"}',
+}
 
 STORE_KEY: web.AppKey = web.AppKey("agent_bridge_store")
 
@@ -112,43 +117,6 @@ class ws_text_sender:
                 await protocol._drain_helper()
 
 
-class FailedAuthLimiter:
-    """Counts failed authentications per source address in a sliding window."""
-
-    def __init__(self, limit: int = 5, window: float = 60.0):
-        self.limit = limit
-        self.window = window
-        self._fails: dict[str, list[float]] = {}
-
-    def _recent(self, addr: str, now: float) -> list[float]:
-        times = [t for t in self._fails.get(addr, ()) if now - t < self.window]
-        if times:
-            self._fails[addr] = times
-        else:
-            self._fails.pop(addr, None)
-        return times
-
-    def locked(self, addr: str) -> bool:
-        return len(self._recent(addr, time.monotonic())) >= self.limit
-
-    def fail(self, addr: str) -> None:
-        now = time.monotonic()
-        self._recent(addr, now)
-        self._fails.setdefault(addr, []).append(now)
-        if len(self._fails) > 100_000:  # bound memory under an address flood
-            for k in list(self._fails)[:50_000]:
-                self._fails.pop(k, None)
-
-
-def peer_host(request: web.Request) -> str:
-    """The socket's peer address: never a header."""
-    transport = request.transport
-    peer = transport.get_extra_info("peername") if transport is not None else None
-    if isinstance(peer, (tuple, list)) and peer:
-        return str(peer[0])
-    return "unknown"
-
-
 class FrontEnd:
     name = "frontend"
     # a connection that sends no complete HTTP request (or idles between keep-alive
@@ -164,6 +132,10 @@ class FrontEnd:
         self.port: Optional[int] = None
         self.sockets: set[web.WebSocketResponse] = set()
         self._unsubscribe = None
+        self._listener: Optional[asyncio.AbstractServer] = None
+        # wrong credentials slowed per address; unauthenticated connections capped per address
+        self.limiter = AuthLimiter(rate=config.wrong_auth_rate, cap=config.unauth_per_address,
+                                   refusal_body=REFUSAL_BODIES.get(self.name, REFUSED_JSON))
 
     async def prepare(self) -> None:
         """Before the bridge starts: migrations, extra agent sources. The store is open."""
@@ -181,15 +153,19 @@ class FrontEnd:
             app, handle_signals=False, access_log=None, shutdown_timeout=2.0, keepalive_timeout=self.keepalive_timeout
         )
         await self.runner.setup()
-        site = web.TCPSite(self.runner, host, port, ssl_context=ssl_context, backlog=4096)
+        self.limiter.fit_to_descriptors()  # the descriptor limit as raised at start
+        # the listener is ours (not a TCPSite): its protocol factory is guarded, so an address
+        # holds at most `unauth_per_address` connections that have not authenticated (security.AuthLimiter)
+        loop = asyncio.get_running_loop()
         try:
-            await site.start()
+            self._listener = await loop.create_server(
+                self.limiter.guard(self.runner.server), host, port, ssl=ssl_context, backlog=4096
+            )
         except OSError as exc:
             await self.runner.cleanup()
             self.runner = None
             raise PortInUse(exc.errno, f"{self.name}: cannot listen on {host}:{port}: {exc.strerror}") from exc
-        server = site._server  # the asyncio server, to read the chosen port
-        sockets = getattr(server, "sockets", None) or []
+        sockets = self._listener.sockets or []
         self.port = sockets[0].getsockname()[1] if sockets else port
         self._unsubscribe = self.bridge.hub.subscribe(self.on_event)
         return self.port
@@ -204,6 +180,14 @@ class FrontEnd:
             except Exception:
                 pass
         await self.tasks.close()
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.close()
         if self.runner is not None:
             await self.runner.cleanup()
             self.runner = None
+        if listener is not None:
+            try:
+                await asyncio.wait_for(listener.wait_closed(), 2.0)
+            except (asyncio.TimeoutError, Exception):
+                pass

@@ -17,6 +17,7 @@ from bridge_core.agents.base import AgentSource
 from bridge_core.bridge import Bridge
 from bridge_core.config import Config, ConfigError, build_config, is_loopback
 from bridge_core.frontend import FrontEnd, PortInUse, make_ssl_context
+from bridge_core.security import raise_nofile_limit, remove_admin_key, write_admin_key
 
 log = logging.getLogger("agent_bridge")
 
@@ -127,6 +128,7 @@ class Service:
 
     async def start(self) -> dict[str, int]:
         cfg = self.cfg
+        raise_nofile_limit()  # a low soft limit would run the listeners out of descriptors
         classes = {name: frontend_class(name) for name in cfg.adapters}
         ssl_ctx = None
         if cfg.tls:
@@ -140,6 +142,10 @@ class Service:
             raise ConfigError(
                 f"cannot open the database in {cfg.data_dir}: {exc} (is the data directory writable, with space left?)"
             )
+        try:  # a new key at every start, before anything listens: a previous run's key never works
+            cfg.admin_key = write_admin_key(cfg.data_dir)
+        except OSError as exc:
+            raise ConfigError(f"cannot write the admin key in {cfg.run_dir}: {exc.strerror or exc}")
         for name, cls in classes.items():
             fe = cls(self.bridge, cfg)
             await fe.prepare()
@@ -170,6 +176,8 @@ class Service:
             os.unlink(os.path.join(self.cfg.run_dir, "ports.json"))
         except OSError:
             pass
+        if self.cfg.admin_key:
+            remove_admin_key(self.cfg.data_dir, self.cfg.admin_key)
 
 
 def describe(cfg: Config, ports: dict[str, int]) -> list[str]:

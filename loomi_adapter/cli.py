@@ -1,7 +1,9 @@
 """``agent-bridge loomi pair|devices|revoke``: talk to the running server over loopback.
 
 The commands find the server's Loomi port in ``<data-dir>/run/ports.json`` and
-call its loopback-only endpoints. ``devices`` and ``revoke`` fall back to the
+call its loopback-only endpoints with the admin key the server wrote to
+``<data-dir>/run/admin.key`` (so only the owner of the data directory can pair,
+list or revoke: docs/security.md). ``devices`` and ``revoke`` fall back to the
 database when no server is running (``revoke`` then has no socket to close).
 """
 
@@ -20,6 +22,7 @@ from typing import Any, Optional
 
 from bridge_core.config import build_config
 from bridge_core.redact import fingerprint
+from bridge_core.security import admin_key_path, read_admin_key
 
 from . import devices as devices_mod
 
@@ -93,9 +96,25 @@ def _endpoint(data_dir: str) -> tuple[int, bool, str]:
     return port, False, ""
 
 
+def _admin_key(data_dir: str) -> str:
+    try:
+        key = read_admin_key(data_dir)
+    except PermissionError:
+        raise ServerError(f"cannot read {admin_key_path(data_dir)}: only the owner of the data directory "
+                          "may pair, list or revoke devices")
+    except OSError as exc:
+        raise ServerError(f"cannot read {admin_key_path(data_dir)}: {exc.strerror or exc}")
+    if not key:
+        raise NotRunning(f"agent-bridge is not running (no {admin_key_path(data_dir)}); "
+                         "start it with `agent-bridge serve`")
+    return key
+
+
 def _call(data_dir: str, method: str, path: str, body: Optional[dict] = None) -> tuple[int, Any]:
-    """One request to 127.0.0.1 (never through a proxy); with TLS the certificate must match the pin."""
+    """One request to 127.0.0.1 (never through a proxy) with the admin key; with TLS the
+    certificate must match the pin."""
     port, tls, fp = _endpoint(data_dir)
+    key = _admin_key(data_dir)
     if tls:
         ctx = ssl.create_default_context()
         ctx.check_hostname = False
@@ -110,7 +129,8 @@ def _call(data_dir: str, method: str, path: str, body: Optional[dict] = None) ->
             if not fp or not der or hashlib.sha256(der).hexdigest() != fp:
                 raise ServerError("the server on 127.0.0.1 does not present the configured certificate")
         data = json.dumps(body).encode() if body is not None else None
-        conn.request(method, path, body=data, headers={"Content-Type": "application/json"})
+        conn.request(method, path, body=data,
+                     headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}"})
         resp = conn.getresponse()
         raw = resp.read()
         try:

@@ -12,14 +12,13 @@ import logging
 import os
 import socket
 import ssl
-from typing import Any, Mapping, Optional
+from typing import Any, Optional
 
 import orjson
 from aiohttp import WSMsgType, web
 
 from bridge_core import events as ev
 from bridge_core.commands import Origin
-from bridge_core.config import is_loopback
 from bridge_core.errors import (
     AuthTimeout,
     BadRequest,
@@ -31,7 +30,8 @@ from bridge_core.errors import (
     Unavailable,
     as_bridge_error,
 )
-from bridge_core.frontend import FailedAuthLimiter, FrontEnd, peer_host, ws_text_sender
+from bridge_core.frontend import FrontEnd, ws_text_sender
+from bridge_core.security import bearer_token, client_address, require_loopback_admin
 from bridge_core.hub import Outbox
 from bridge_core.redact import fingerprint
 
@@ -44,19 +44,9 @@ log = logging.getLogger("agent_bridge.loomi")
 
 MAX_FRAME = 2 * 1024 * 1024
 MAX_QUEUED_REQUESTS = 64
-FORWARDING_HEADERS = ("X-Forwarded-For", "X-Forwarded-Host", "X-Real-IP", "Forwarded")
 # requests that change something: a repeated request_id returns the first ack
 IDEMPOTENT = (codec.SessionSend, codec.ApprovalResolve, codec.ClarifyResolve, codec.RunCancel,
               codec.RunPause, codec.RunResume)
-
-
-def internal_allowed(peer: str, headers: Mapping[str, str]) -> bool:
-    """Loopback-only endpoints: the socket peer must be loopback, and nothing may have
-    been forwarded (a reverse proxy on this host would make every peer look local)."""
-    host = peer[7:] if peer.lower().startswith("::ffff:") else peer  # IPv4-mapped IPv6
-    if not is_loopback(host):
-        return False
-    return not any(h in headers for h in FORWARDING_HEADERS)
 
 
 def cert_fingerprint(cert_path: Optional[str]) -> str:
@@ -113,7 +103,6 @@ class LoomiFrontEnd(FrontEnd):
         self.rate = float(sec.get("rate", 100.0))  # frames per second per socket (pongs exempt)
         self.burst = float(sec.get("burst", 200.0))
         self.pair_ttl = float(config.loomi_pair_ttl)
-        self.limiter = FailedAuthLimiter()
         self.registry = Registry(bridge.store)
         self.server_name = socket.gethostname()
         self.server_version = _version()
@@ -235,7 +224,7 @@ class LoomiFrontEnd(FrontEnd):
     # --- WebSocket -------------------------------------------------------------------
 
     async def handle_ws(self, request: web.Request) -> web.StreamResponse:
-        addr = peer_host(request)
+        addr = client_address(request)
         ws = web.WebSocketResponse(max_msg_size=MAX_FRAME, heartbeat=None, autoping=True, compress=False)
         await ws.prepare(request)
         conn = Connection(ws, addr, Session(self.max_missed, rate=self.rate, burst=self.burst), request.transport)
@@ -244,9 +233,8 @@ class LoomiFrontEnd(FrontEnd):
         self.sockets.add(ws)
         writer = self.tasks.spawn(self._write(conn), name="loomi-writer")
         try:
-            if self.limiter.locked(addr):
-                await self._fatal(conn, RateLimited("Too many failed hellos; try again later"))
-            elif await self._handshake(conn):
+            if await self._handshake(conn):
+                self.limiter.passed(request)  # authenticated: no longer counted as unauthenticated
                 await self._serve(conn)
         finally:
             conn.closing = True
@@ -282,11 +270,13 @@ class LoomiFrontEnd(FrontEnd):
                 await self._fatal(conn, Unauthorized("The first frame must be a hello"))
             return False
         token_fp = None
+        guessed = False  # a token or credential was checked against the registry, and was wrong
         try:
             hs = conn.session.receive_hello(msg.data)
             if isinstance(hs, PairHello):
                 token_fp = fingerprint(hs.token)
                 if not self.registry.consume_token(hs.token):
+                    guessed = True
                     raise Unauthorized("Invalid or expired pairing token")
                 device, credential = await self.registry.pair(hs.info)
                 log.info("loomi: paired device %s (%s), pairing token fingerprint %s", device.device_id,
@@ -295,11 +285,13 @@ class LoomiFrontEnd(FrontEnd):
             else:
                 found = self.registry.authenticate(hs.device_id, hs.credential)
                 if found is None:
+                    guessed = True
                     raise Unauthorized("Unknown device or wrong credential")
                 device, credential, last_seq = found, None, hs.last_seq
         except BridgeError as exc:
+            if guessed:  # never a lockout (a valid credential always passes): the answer waits for a slot
+                await self.limiter.wrong(conn.addr)
             if exc.code == "unauthorized":
-                self.limiter.fail(conn.addr)
                 log.warning("loomi: refused hello from %s%s: %s", conn.addr,
                             f" (token {token_fp})" if token_fp else "", exc.message)
             await self._fatal(conn, exc)
@@ -504,12 +496,10 @@ class LoomiFrontEnd(FrontEnd):
     async def handle_health(self, request: web.Request) -> web.Response:
         return web.Response(body=b'{"ok":true,"v":1}', content_type="application/json")
 
-    def _refuse_non_local(self, request: web.Request) -> Optional[web.Response]:
-        if internal_allowed(peer_host(request), request.headers):
-            return None
-        log.warning("loomi: refused %s %s from %s (loopback only)", request.method, request.path,
-                    peer_host(request))
-        return _json({"error": {"code": "forbidden", "message": "loopback only"}}, status=403)
+    async def _refuse_non_local(self, request: web.Request) -> Optional[web.Response]:
+        """The loopback-only endpoints: the shared check (loopback peer and Host, no Origin,
+        no forwarding header, the admin key), or its 403."""
+        return await require_loopback_admin(request, self.config.admin_key, self.limiter, log)
 
     async def _json_body(self, request: web.Request) -> dict:
         raw = await request.read()
@@ -524,7 +514,7 @@ class LoomiFrontEnd(FrontEnd):
         return body
 
     async def handle_pair_new(self, request: web.Request) -> web.Response:
-        refused = self._refuse_non_local(request)
+        refused = await self._refuse_non_local(request)
         if refused is not None:
             return refused
         try:
@@ -539,13 +529,13 @@ class LoomiFrontEnd(FrontEnd):
         return _json({"payload": payload, "expires_at": expires, "ttl": ttl})
 
     async def handle_devices(self, request: web.Request) -> web.Response:
-        refused = self._refuse_non_local(request)
+        refused = await self._refuse_non_local(request)
         if refused is not None:
             return refused
         return _json({"devices": self.registry.list()})
 
     async def handle_revoke(self, request: web.Request) -> web.Response:
-        refused = self._refuse_non_local(request)
+        refused = await self._refuse_non_local(request)
         if refused is not None:
             return refused
         try:
@@ -568,18 +558,16 @@ class LoomiFrontEnd(FrontEnd):
         return d
 
     async def handle_attachment(self, request: web.Request) -> web.StreamResponse:
-        addr = peer_host(request)
-        if self.limiter.locked(addr):
-            return _json({"error": {"code": "rate_limited", "message": "Too many failed attempts"}}, status=429)
-        scheme, _, cred = request.headers.get("Authorization", "").partition(" ")
-        device_id, _, credential = cred.strip().partition(":")
+        device_id, _, credential = (bearer_token(request) or "").partition(":")
         d = None
-        if scheme.lower() == "bearer" and device_id and credential:
+        if device_id and credential:
             d = self.registry.authenticate(device_id, credential)
+            if d is None:  # a wrong credential is slowed; none at all is a plain 401
+                await self.limiter.wrong(client_address(request))
         if d is None:
-            self.limiter.fail(addr)
             return _json({"error": {"code": "unauthorized", "message": "Unauthorized"}}, status=401,
                          headers={"WWW-Authenticate": 'Bearer realm="loomi"'})
+        self.limiter.passed(request)
         found = self.bridge.attachments.get(request.match_info["attachment_id"])
         if found is None:
             return _json({"error": {"code": "not_found", "message": "Attachment not found"}}, status=404)
@@ -609,4 +597,4 @@ def _json(obj: Any, status: int = 200, headers: Optional[dict] = None) -> web.Re
     return web.Response(body=orjson.dumps(obj), status=status, content_type="application/json", headers=h)
 
 
-__all__ = ["LoomiFrontEnd", "internal_allowed", "cert_fingerprint"]
+__all__ = ["LoomiFrontEnd", "cert_fingerprint"]

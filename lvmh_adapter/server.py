@@ -22,7 +22,8 @@ from aiohttp import WSMsgType, web
 
 from bridge_core import events as ev
 from bridge_core.errors import BridgeError
-from bridge_core.frontend import FailedAuthLimiter, FrontEnd, peer_host, ws_text_sender
+from bridge_core.frontend import FrontEnd, peer_host, ws_text_sender
+from bridge_core.security import bearer_token, client_address
 from bridge_core.hub import Outbox
 from bridge_core.ids import new_id
 
@@ -42,7 +43,6 @@ log = logging.getLogger("agent_bridge.lvmh")
 HELLO_TIMEOUT = 10.0
 HEARTBEAT = 30.0
 MAX_BODY = codec.MAX_BODY
-AUTH_FAIL_LIMIT = 30
 SEQ_BLOCK = 1000  # seqs of a bridge session reserved at a time (message_update numbers are never stored)
 LIST_EVENTS = (ev.ConversationCreated, ev.ConversationRenamed, ev.ConversationUpdated)
 PLUGIN_RETURN = 60.0  # s a plugin has to come back before the daemon closes its open run (twice its backoff cap)
@@ -99,7 +99,6 @@ class LvmhFrontEnd(FrontEnd):
         self.auth = Authenticator(config.lvmh_token or "", self.workers)
         self.public_url = public_url(config)
         self.plugin_conns: set[PluginConn] = set()
-        self.limiter = FailedAuthLimiter(limit=AUTH_FAIL_LIMIT, window=60.0)
         self.log = EventLog(bridge.store)
         self.records: dict[str, SessionRecord] = {}
         self.stream = EventStream(self.session_list, self.spawn_jobs)
@@ -220,14 +219,13 @@ class LvmhFrontEnd(FrontEnd):
                 return error_response("Forbidden: a worker credential may only open /agent/ws for its own session",
                                       403, "forbidden")
             request[PRINCIPAL] = principal
+            self.limiter.passed(request)
             return await handler(request)
-        # A wrong token from an address with many recent failures gets 429 (and no log line).
-        # The right token always passes: with a 256-bit token a lockout would only let anyone
-        # behind the same proxy lock the web UI out.
-        addr = peer_host(request)
-        if self.limiter.locked(addr):
-            return error_response("Too many failed authentications; try again later", 429, "rate_limited")
-        self.limiter.fail(addr)
+        # The right token always passes at once; a wrong one is answered at the address's next slot
+        # (security.AuthLimiter, at most 20 per second), none at all is a plain 401.
+        addr = client_address(request)
+        if presented:
+            await self.limiter.wrong(addr)
         log.info("lvmh: refused an unauthenticated request to %s from %s", path, addr)
         return error_response("Unauthorized: Authorization: Bearer <LVMH_TOKEN> required", 401, "unauthorized")
 
@@ -797,14 +795,7 @@ class LvmhFrontEnd(FrontEnd):
         self.stream.list_changed()
 
 
-def _bearer(request: web.Request) -> Optional[str]:
-    header = request.headers.get("Authorization")
-    if not header:
-        return None
-    scheme, _, value = header.partition(" ")
-    if scheme.lower() != "bearer":
-        return None
-    return value.strip() or None
+_bearer = bearer_token  # the shared parser (bridge_core.security)
 
 
 def _json_default(obj: Any) -> Any:

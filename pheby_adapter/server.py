@@ -12,8 +12,9 @@ from aiohttp import WSMsgType, web
 
 from bridge_core import commands as cmd
 from bridge_core import events as ev
-from bridge_core.errors import BridgeError, InvalidJson, SlowConsumer, TooLarge
-from bridge_core.frontend import FailedAuthLimiter, FrontEnd, peer_host, ws_text_sender
+from bridge_core.errors import BridgeError, InvalidJson, RateLimited, SlowConsumer, TooLarge
+from bridge_core.frontend import FrontEnd, ws_text_sender
+from bridge_core.security import HelloLockout, bearer_token, client_address
 from bridge_core.hub import Outbox
 from bridge_core.wire import dumps
 
@@ -98,7 +99,9 @@ class PhebyFrontEnd(FrontEnd):
         self.rate = float(opts.get("rate", 100.0))
         self.burst = float(opts.get("burst", 200.0))
         self.outbox_items = int(opts.get("outbox_items", 2048))
-        self.limiter = FailedAuthLimiter(codec.LOCKOUT_FAILS, codec.LOCKOUT_WINDOW)
+        # the spec's lockout counts failed hellos only; wrong secrets (hello or download) are also
+        # slowed per address by self.limiter (FrontEnd), which never refuses the right secret
+        self.lockout = HelloLockout(codec.LOCKOUT_FAILS, codec.LOCKOUT_WINDOW)
         self.conns: dict[str, Connection] = {}
         self._drafts: dict[str, ev.TextDelta] = {}
         self._draft_cache: dict[str, tuple[int, bytes]] = {}
@@ -181,8 +184,8 @@ class PhebyFrontEnd(FrontEnd):
     # --- WebSocket ----------------------------------------------------------------
 
     async def handle_ws(self, request: web.Request) -> web.StreamResponse:
-        peer = peer_host(request)
-        if self.limiter.locked(peer):
+        peer = client_address(request)
+        if self.lockout.locked(peer):
             return web.json_response(LOCKED_BODY, status=429)
         # a frame over the spec's 2 MiB and up to twice that is read, then refused by the session (the
         # client has sent it all, so it reads the error and the close); a larger one is refused from its
@@ -196,6 +199,7 @@ class PhebyFrontEnd(FrontEnd):
         try:
             if not await self._handshake(conn):
                 return ws
+            self.limiter.passed(request)  # authenticated: no longer counted as unauthenticated
             conn.outbox = Outbox(
                 ws_text_sender(ws), max_items=self.outbox_items, on_overflow=lambda: self._slow(conn)
             )
@@ -228,15 +232,21 @@ class PhebyFrontEnd(FrontEnd):
                 return await self._auth_timeout(conn)
             if msg.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED, WSMsgType.ERROR):
                 return False
+            if self.lockout.locked(conn.peer):  # tripped while this socket waited: its hello is not judged
+                err = RateLimited("Too many failed attempts; try again later")
+                await self._send_direct(ws, [codec.error_frame(err, None, time.time())])
+                await ws.close(code=CLOSE_POLICY, message=b"rate_limited")
+                return False
             if msg.type != WSMsgType.TEXT:
                 step = conn.session.feed(b"\x00", time.time())
             else:
                 step = conn.session.feed(msg.data, time.time())
-            await self._send_direct(ws, step.frames)
             if step.auth_failed:
-                self.limiter.fail(conn.peer)
+                self.lockout.fail(conn.peer)
                 self.stats["auth_failures"] += 1
                 log.info("pheby: failed hello from %s", conn.peer)
+                await self.limiter.wrong(conn.peer)  # the answer waits for the address's next slot
+            await self._send_direct(ws, step.frames)
             if step.close is not None:
                 await ws.close(code=step.close, message=_reason(step.frames))
                 return False
@@ -327,21 +337,21 @@ class PhebyFrontEnd(FrontEnd):
     # --- attachments --------------------------------------------------------------
 
     def _request_secret(self, request: web.Request) -> Optional[str]:
-        auth = request.headers.get("Authorization", "")
-        scheme, _, value = auth.partition(" ")
-        if scheme.lower() in ("bearer", "apikey") and value:
-            return value.strip()
+        given = bearer_token(request, ("bearer", "apikey"))
+        if given is not None:
+            return given
         header = request.headers.get("X-Pheby-Secret")
-        return header.strip() if header else None
+        return header.strip() or None if header else None
 
     async def handle_attachment(self, request: web.Request) -> web.StreamResponse:
-        peer = peer_host(request)
-        if self.limiter.locked(peer):
-            return web.json_response(LOCKED_BODY, status=429)
+        # downloads never feed the hello lockout; a wrong secret is slowed, none is a plain 401
         given = self._request_secret(request)
-        if given is None or not secret_matches(given, self.secret):
-            self.limiter.fail(peer)
+        if given is None:
             return web.json_response(UNAUTHORIZED_BODY, status=401)
+        if not secret_matches(given, self.secret):
+            await self.limiter.wrong(client_address(request))
+            return web.json_response(UNAUTHORIZED_BODY, status=401)
+        self.limiter.passed(request)
         found = None
         if "tail" not in request.match_info:
             found = self.bridge.attachments.get(request.match_info["attachment_id"])

@@ -145,8 +145,8 @@ def test_config_file_and_flags(tmp_path):
     data = tmp_path / "d"
     data.mkdir()
     (data / "config.toml").write_text('adapters = "pheby"\n[pheby]\nport = 9999\n[attachments]\nretention_days = 0\n')
-    cfg = build_config({"data_dir": str(data)}, {"PHEBY_SECRET": "s", "LVMH_TOKEN": "t"})
+    cfg = build_config({"data_dir": str(data)}, {"PHEBY_SECRET": "s" * 16, "LVMH_TOKEN": "t" * 16})
     assert cfg.adapters == ("pheby",) and cfg.ports["pheby"] == 9999 and cfg.retention_days == 0
-    cfg = build_config({"data_dir": str(data), "pheby_port": 1234}, {"PHEBY_SECRET": "s", "LVMH_TOKEN": "t"})
-    assert cfg.ports["pheby"] == 1234 and cfg.pheby_secret == "s"
+    cfg = build_config({"data_dir": str(data), "pheby_port": 1234}, {"PHEBY_SECRET": "s" * 16, "LVMH_TOKEN": "t" * 16})
+    assert cfg.ports["pheby"] == 1234 and cfg.pheby_secret == "s" * 16
     assert "pheby_secret=" not in repr(cfg) and "lvmh_token=" not in repr(cfg)  # never in a repr or a log line

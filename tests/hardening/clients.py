@@ -16,7 +16,7 @@ import orjson
 from bench.load import connect_loomi, connect_pheby, pair_loomi_devices
 from tests.lvmh.helpers import Api, Browser, FakePlugin, message, session_snapshot
 
-from .proc import LVMH_TOKEN, PHEBY_SECRET
+from .proc import LVMH_TOKEN, PHEBY_SECRET, admin_headers_for
 
 __all__ = [
     "Api", "Browser", "FakePlugin", "all_events", "LoomiClient", "PhebyClient", "lvmh_api", "lvmh_browser", "lvmh_plugin",
@@ -128,7 +128,7 @@ async def create_conversations(port: int, n: int, prefix: str = "c") -> list[str
 
 async def pair_token(port: int, http: aiohttp.ClientSession, ttl: Optional[float] = None) -> str:
     body = {} if ttl is None else {"ttl": ttl}
-    async with http.post(f"http://127.0.0.1:{port}/internal/pair/new", json=body) as r:
+    async with http.post(f"http://127.0.0.1:{port}/internal/pair/new", json=body, headers=admin_headers_for(port)) as r:
         assert r.status == 200, await r.text()
         return (await r.json())["payload"]["token"]
 

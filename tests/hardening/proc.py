@@ -18,7 +18,7 @@ import sys
 import time
 from typing import Optional
 
-from bench.proc import ProcWatch, raise_fd_limit  # noqa: F401 (re-exported for the suite)
+from bench.proc import ProcWatch, admin_headers_for, note_admin_key, raise_fd_limit  # noqa: F401 (re-exported)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -113,6 +113,7 @@ class BridgeProcess:
             if os.path.exists(self.portfile):
                 with open(self.portfile) as f:
                     self.ports = json.load(f)
+                note_admin_key(self.ports, self.data_dir)  # pairing helpers find it by the Loomi port
                 self.watch = ProcWatch(self.proc.pid)
                 return self.ports
             time.sleep(0.05)
@@ -202,6 +203,15 @@ class BridgeProcess:
             except OSError:
                 pass
         return n
+
+    def admin_key(self) -> str:
+        """This run's admin key (``<data-dir>/run/admin.key``)."""
+        from bridge_core.security import read_admin_key
+
+        return read_admin_key(self.data_dir) or ""
+
+    def admin_headers(self) -> dict:
+        return {"Authorization": f"Bearer {self.admin_key()}"}
 
     def db_path(self) -> str:
         return os.path.join(self.data_dir, "bridge.db")

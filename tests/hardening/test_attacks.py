@@ -50,7 +50,7 @@ def local_non_loopback() -> str | None:
 # --- brute force ---------------------------------------------------------------------------------------------
 
 
-async def test_brute_force_trips_the_lockouts(bridge_factory):
+async def test_brute_force_is_slowed_and_only_pheby_hellos_lock_out(bridge_factory):
     srv = bridge_factory("brute")
     ports = srv.ports
     attacker = "127.0.0.66"
@@ -73,16 +73,16 @@ async def test_brute_force_trips_the_lockouts(bridge_factory):
     # locked out: even the right secret is refused from that address, for the rest of the window
     with pytest.raises(HandshakeRefused):
         await RawWS.connect(ports["pheby"], local_addr=attacker)
-    # attachments count as attempts too, and are refused the same way
+    # the spec's lockout is for hellos only: a download with the right secret still works from there
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(local_addr=(attacker, 0))) as http:
         async with http.get(f"http://127.0.0.1:{ports['pheby']}/attachments/{'0' * 32}",
                             headers={"Authorization": f"Bearer {PHEBY_SECRET}"}) as r:
-            assert r.status == 429
+            assert r.status == 404
     # another address is not affected
     ok = await PhebyClient.connect(ports["pheby"])
     await ok.close()
 
-    # Loomi: wrong credentials (and tokens) from one address; after 5, rate_limited (close 4029)
+    # Loomi: wrong credentials (and tokens) from one address are slowed, never locked out (docs/security.md)
     device, client = await LoomiClient.pair(ports["loomi"])
     await client.close()
     attacker = "127.0.0.67"
@@ -96,17 +96,17 @@ async def test_brute_force_trips_the_lockouts(bridge_factory):
         codes.append(ws.close_code)
         ws.abort()
         guesses += 1
-    assert codes[:5] == [4001] * 5 and set(codes[5:]) == {4029}, codes
-    ws = await RawWS.connect(ports["loomi"], local_addr=attacker)  # the right credential: still locked out
+    assert codes == [4001] * 12, codes
+    ws = await RawWS.connect(ports["loomi"], local_addr=attacker)  # the right credential from there: served
     ws.send_text(orjson.dumps({"v": 1, "type": "hello", "payload": {
         "protocol_version": 1, "device_id": device[0], "credential": device[1]}}))
-    while (await ws.recv_text(5)) is not None:
-        pass
-    assert ws.close_code == 4029
-    again = await LoomiClient.connect(ports["loomi"], device)  # from elsewhere it works
+    first = orjson.loads(await ws.recv_text(5))
+    assert first["type"] == "hello.ok", first
+    ws.abort()
+    again = await LoomiClient.connect(ports["loomi"], device)  # and from elsewhere
     await again.close()
 
-    # lvmh: wrong bearer tokens from one address; after 30, 429 even for the right one
+    # lvmh: wrong bearer tokens from one address are slowed (all 401); the right one passes
     attacker = "127.0.0.68"
     statuses = []
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(local_addr=(attacker, 0))) as http:
@@ -118,10 +118,11 @@ async def test_brute_force_trips_the_lockouts(bridge_factory):
         async with http.get(f"http://127.0.0.1:{ports['lvmh']}/api/sessions",
                             headers={"Authorization": f"Bearer {LVMH_TOKEN}"}) as r:
             right_status = r.status
-    assert statuses[:30] == [401] * 30 and set(statuses[30:]) == {429}, statuses
-    SUMMARY.note(f"brute force: {guesses} wrong secrets/tokens/credentials; Pheby locks an address after 5, "
-                 f"Loomi after 5, lvmh after 30; the right lvmh token from a locked address got {right_status}")
-    assert right_status in (200, 429)  # lvmh: "the right token always passes" is the daemon's documented choice
+    assert statuses == [401] * 40, statuses
+    SUMMARY.note(f"brute force: {guesses} wrong secrets/tokens/credentials; Pheby locks an address out of hellos "
+                 f"after 5 (spec), Loomi and lvmh slow wrong ones and never lock out; the right lvmh token from "
+                 f"the guessing address got {right_status}")
+    assert right_status == 200
     SUMMARY.fault("brute force")
     out = srv.all_output()
     assert PHEBY_SECRET not in out and device[1] not in out
@@ -134,9 +135,9 @@ async def test_fifty_concurrent_hellos_with_one_token_make_one_device(bridge_fac
     srv = bridge_factory("pairrace")
     port = srv.ports["loomi"]
     async with aiohttp.ClientSession() as http:
-        async with http.post(f"http://127.0.0.1:{port}/internal/pair/new", json={}) as r:
+        async with http.post(f"http://127.0.0.1:{port}/internal/pair/new", json={}, headers=srv.admin_headers()) as r:
             token = (await r.json())["payload"]["token"]
-        async with http.get(f"http://127.0.0.1:{port}/internal/devices") as r:
+        async with http.get(f"http://127.0.0.1:{port}/internal/devices", headers=srv.admin_headers()) as r:
             before = len((await r.json())["devices"])
     # 50 sockets, all upgraded and waiting; then the same hello on all of them in one go
     socks = await asyncio.gather(*(open_ws(port, source=f"127.0.1.{i + 1}", scan=[b'"type":"hello.ok"',
@@ -152,7 +153,7 @@ async def test_fifty_concurrent_hellos_with_one_token_make_one_device(bridge_fac
     for ws in socks:
         ws.abort()
     async with aiohttp.ClientSession() as http:
-        async with http.get(f"http://127.0.0.1:{port}/internal/devices") as r:
+        async with http.get(f"http://127.0.0.1:{port}/internal/devices", headers=srv.admin_headers()) as r:
             after = len((await r.json())["devices"])
     SUMMARY.note(f"pairing race: 50 concurrent hellos with one token -> {ok} device, {refused} unauthorized")
     assert ok == 1 and refused == 49 and after == before + 1
@@ -210,7 +211,8 @@ async def test_internal_endpoints_refuse_non_loopback_and_forwarded(bridge_facto
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(local_addr=(source, 0))) as http:
             for method, path, body in (("POST", "/internal/pair/new", {}), ("GET", "/internal/devices", None),
                                        ("POST", "/internal/devices/revoke", {"device_id": "x"})):
-                async with http.request(method, f"http://127.0.0.1:{port}{path}", json=body, headers=headers) as r:
+                async with http.request(method, f"http://127.0.0.1:{port}{path}", json=body,
+                                        headers={**srv.admin_headers(), **headers}) as r:
                     data = await r.read()
                     assert b"token" not in data or r.status == 200
                     statuses.append(r.status)
@@ -342,10 +344,10 @@ async def test_oversize_frames_and_bodies_refused_before_parsing(bridge_factory)
 
     # bodies: a declared 10 GB body is refused after at most the limit (lvmh 1 MiB, Loomi 64 KiB)
     for port, path, headers, limit in ((ports["lvmh"], "/api/approvals/x", {"Authorization": f"Bearer {LVMH_TOKEN}"}, 1 << 20),
-                                       (ports["loomi"], "/internal/pair/new", {}, 64 * 1024)):
+                                       (ports["loomi"], "/internal/pair/new", srv.admin_headers(), 64 * 1024)):
         r, w = await asyncio.open_connection("127.0.0.1", port)
         head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
-        w.write(f"POST {path} HTTP/1.1\r\nHost: x\r\n{head}Content-Type: application/json\r\n"
+        w.write(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{head}Content-Type: application/json\r\n"
                 f"Content-Length: 10000000000\r\n\r\n".encode())
         sent = 0
         status = None

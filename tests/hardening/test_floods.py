@@ -17,7 +17,7 @@ import pytest
 
 from .clients import PhebyClient, create_conversations, lvmh_plugin
 from .flood import SOURCES, open_many, open_ws
-from .proc import LVMH_TOKEN, PHEBY_SECRET
+from .proc import LVMH_TOKEN, PHEBY_SECRET, admin_headers_for
 from .summary import SUMMARY, scaled
 from .wsraw import encode_frame
 
@@ -38,7 +38,8 @@ async def pair_many(port: int, n: int) -> list[tuple[str, str]]:
             k = min(100, n - start)
             tokens = []
             for _ in range(k):
-                async with http.post(f"http://127.0.0.1:{port}/internal/pair/new", json={}) as r:
+                async with http.post(f"http://127.0.0.1:{port}/internal/pair/new", json={},
+                                     headers=admin_headers_for(port)) as r:
                     assert r.status == 200
                     tokens.append((await r.json())["payload"]["token"])
 

@@ -142,9 +142,12 @@ async def _session(bridge_factory, gitlab) -> None:
     finally:
         await api.close()
     await pheby.close()
-    assert srv.stop() == 0
+    admin_key = srv.admin_key()
+    assert admin_key
+    assert srv.stop() == 0  # a clean shutdown removes run/admin.key, so the walk below would find it nowhere
 
-    secrets = {"Pheby secret": PHEBY_SECRET, "lvmh token": LVMH_TOKEN, "pairing token (used)": used_token,
+    secrets = {"Pheby secret": PHEBY_SECRET, "lvmh token": LVMH_TOKEN, "admin key": admin_key,
+               "pairing token (used)": used_token,
                "pairing token (unused)": unused_token, "device credential": device[1], "GitLab PAT": PAT}
     hits = []
     sources = {"server output": srv.all_output(), "CLI output": "\n".join(printed)}

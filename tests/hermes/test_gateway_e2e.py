@@ -15,6 +15,8 @@ import re
 
 import pytest
 
+from bridge_core.security import admin_headers
+
 from tests.loomi.helpers import Client as LoomiClient
 from tests.pheby.client import PhebyClient
 
@@ -36,7 +38,9 @@ async def pheby(gw) -> PhebyClient:
 
 async def loomi_device(gw, name: str = "Pixel 9") -> tuple[LoomiClient, dict]:
     async with aiohttp.ClientSession() as http:
-        async with http.post(f"http://127.0.0.1:{gw.ports['loomi']}/internal/pair/new", json={}) as r:
+        # the gateway's bridge wrote its admin key into the data dir, as `agent-bridge serve` does
+        async with http.post(f"http://127.0.0.1:{gw.ports['loomi']}/internal/pair/new", json={},
+                             headers=admin_headers(gw.data)) as r:
             assert r.status == 200, await r.text()
             qr = (await r.json())["payload"]
     c = await LoomiClient.connect(_Svc(gw.ports))

@@ -11,6 +11,11 @@ import orjson
 TIMEOUT = 10.0
 
 
+def admin(svc) -> dict:
+    """The admin key of an in-process Service, for the loopback-only endpoints."""
+    return {"Authorization": f"Bearer {svc.cfg.admin_key}"}
+
+
 def base(svc) -> str:
     return f"http://127.0.0.1:{svc.ports['loomi']}"
 
@@ -19,7 +24,7 @@ async def new_token(svc, ttl: Optional[float] = None) -> dict:
     """The QR payload from the loopback-only pairing endpoint."""
     async with aiohttp.ClientSession() as http:
         body = {} if ttl is None else {"ttl": ttl}
-        async with http.post(base(svc) + "/internal/pair/new", json=body) as r:
+        async with http.post(base(svc) + "/internal/pair/new", json=body, headers=admin(svc)) as r:
             assert r.status == 200, await r.text()
             return (await r.json())["payload"]
 

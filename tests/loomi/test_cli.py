@@ -12,7 +12,7 @@ import time
 
 import aiohttp
 
-from .helpers import Client, pair, resume, wait_for
+from .helpers import Client, admin, pair, resume, wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SECRETISH = re.compile(r"[A-Za-z0-9_-]{40,}")
@@ -96,9 +96,9 @@ async def test_revoke_over_http_closes_the_live_socket_at_once(loomi):
     c, creds = await pair(loomi)
     async with aiohttp.ClientSession() as http:
         url = f"http://127.0.0.1:{loomi.ports['loomi']}/internal/devices/revoke"
-        async with http.post(url, json={"device_id": creds["device_id"]}) as r:
+        async with http.post(url, json={"device_id": creds["device_id"]}, headers=admin(loomi)) as r:
             assert r.status == 200 and (await r.json()) == {"revoked": True, "device_id": creds["device_id"]}
-        async with http.post(url, json={"device_id": creds["device_id"]}) as r:
+        async with http.post(url, json={"device_id": creds["device_id"]}, headers=admin(loomi)) as r:
             assert r.status == 404
     frames, close = await c.closed()
     assert [f["payload"]["code"] for f in frames if f["type"] == "error"] == ["revoked"]

@@ -10,9 +10,7 @@ import time
 import aiohttp
 import pytest
 
-from loomi_adapter.server import internal_allowed
-
-from .helpers import Client, base, new_token, pair, resume
+from .helpers import Client, admin, base, new_token, pair, resume
 
 
 async def test_health_is_exact(loomi):
@@ -149,47 +147,73 @@ async def test_unauthenticated_socket_is_closed_by_its_deadline(loomi):
     await c.close()
 
 
-async def test_failed_hellos_are_rate_limited_per_address(loomi):
-    for _ in range(5):
+async def test_failed_hellos_never_lock_out_a_valid_token_or_credential(loomi):
+    """Wrong hellos are slowed per address, never a lockout: the right token and credential still pass."""
+    c, creds = await pair(loomi)
+    await c.close()
+    for _ in range(8):
         c = await Client.connect(loomi)
         assert (await c.hello(token="wrong"))["payload"]["code"] == "unauthorized"
+        _, close = await c.closed()
+        assert close == 4001
         await c.close()
-    qr = await new_token(loomi)
-    c = await Client.connect(loomi)
-    err = await c.recv()  # refused before any hello is read
-    assert err["payload"]["code"] == "rate_limited" and err["payload"]["fatal"] is True
-    _, close = await c.closed()
-    assert close == 4029
-    await c.close()
-    # the token was not spent on a refused socket
-    assert len(loomi.frontends["loomi"].registry._tokens) == 1 and qr["token"]
+    for _ in range(3):
+        c = await Client.connect(loomi)
+        assert (await c.hello(device_id=creds["device_id"], credential="wrong-" * 8))["payload"]["code"] == "unauthorized"
+        await c.close()
+    fe = loomi.frontends["loomi"]
+    assert fe.limiter.wrong_total == 11  # each one waited for its address's slot
+    c2, ok = await resume(loomi, creds)  # the valid credential: served at once
+    assert ok["type"] == "hello.ok"
+    await c2.close()
+    c3, _ = await pair(loomi)  # a valid pairing token too
+    await c3.close()
 
 
 def test_internal_endpoints_judge_the_socket_peer_never_a_header():
-    assert internal_allowed("127.0.0.1", {})
-    assert internal_allowed("127.3.4.5", {})
-    assert internal_allowed("::1", {})
-    assert internal_allowed("::ffff:127.0.0.1", {})
-    assert not internal_allowed("10.0.0.5", {})
-    assert not internal_allowed("192.168.1.20", {"X-Forwarded-For": "127.0.0.1"})
-    assert not internal_allowed("::ffff:10.0.0.5", {"X-Real-IP": "127.0.0.1"})
-    assert not internal_allowed("unknown", {})
+    from bridge_core.security import loopback_refusal
+
+    key = "k" * 43
+    ok = {"Host": "127.0.0.1:8621", "Authorization": f"Bearer {key}"}
+    for peer in ("127.0.0.1", "127.3.4.5", "::1", "::ffff:127.0.0.1"):
+        assert loopback_refusal(peer, ok, key) is None
+    for host in ("localhost", "LOCALHOST:1", "[::1]:8621", "127.0.0.1"):
+        assert loopback_refusal("127.0.0.1", dict(ok, Host=host), key) is None
+    assert loopback_refusal("10.0.0.5", ok, key)
+    assert loopback_refusal("192.168.1.20", dict(ok, **{"X-Forwarded-For": "127.0.0.1"}), key)
+    assert loopback_refusal("::ffff:10.0.0.5", dict(ok, **{"X-Real-IP": "127.0.0.1"}), key)
+    assert loopback_refusal("unknown", ok, key)
     # a reverse proxy on this host makes every peer loopback: forwarded requests are refused
-    assert not internal_allowed("127.0.0.1", {"X-Forwarded-For": "203.0.113.9"})
-    assert not internal_allowed("127.0.0.1", {"Forwarded": "for=203.0.113.9"})
+    for h in ("X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "X-Real-IP", "Forwarded", "Via"):
+        refused = loopback_refusal("127.0.0.1", dict(ok, **{h: "203.0.113.9"}), key)
+        assert refused is not None and refused[1] is False
+    # DNS rebinding: a foreign Host, any Origin (null included)
+    for host in ("rebind.evil.example:8621", "127.0.0.2", "0.0.0.0:8621", "localhost.evil.example", "", "::1"):
+        assert loopback_refusal("127.0.0.1", dict(ok, Host=host), key)
+    for origin in ("http://rebind.evil.example:8621", "null", "", "http://127.0.0.1:8621"):
+        assert loopback_refusal("127.0.0.1", dict(ok, Origin=origin), key)
+    # the admin key: missing or wrong (only a wrong key counts as a guess)
+    assert loopback_refusal("127.0.0.1", {"Host": "127.0.0.1"}, key)[1] is False
+    assert loopback_refusal("127.0.0.1", dict(ok, Authorization="Basic " + key), key)[1] is False
+    assert loopback_refusal("127.0.0.1", dict(ok, Authorization="Bearer " + key[:-1]), key) == ("wrong admin key", True)
+    assert loopback_refusal("127.0.0.1", ok, "") is not None  # no key configured: nothing passes
 
 
 async def test_internal_endpoints_over_loopback(loomi):
+    key = admin(loomi)
     async with aiohttp.ClientSession() as http:
-        async with http.post(base(loomi) + "/internal/pair/new", json={"ttl": 60}) as r:
+        async with http.post(base(loomi) + "/internal/pair/new", json={"ttl": 60}, headers=key) as r:
             assert r.status == 200
             body = await r.json()
             assert abs(body["expires_at"] - (time.time() + 60)) < 30
-        async with http.post(base(loomi) + "/internal/pair/new", headers={"X-Forwarded-For": "127.0.0.1"}) as r:
+        async with http.post(base(loomi) + "/internal/pair/new", headers={"X-Forwarded-For": "127.0.0.1", **key}) as r:
             assert r.status == 403
-        async with http.get(base(loomi) + "/internal/devices", headers={"X-Forwarded-For": "10.1.1.1"}) as r:
+        async with http.get(base(loomi) + "/internal/devices", headers={"X-Forwarded-For": "10.1.1.1", **key}) as r:
             assert r.status == 403
-        async with http.post(base(loomi) + "/internal/pair/new", json={"ttl": -1}) as r:
+        async with http.get(base(loomi) + "/internal/devices") as r:  # no admin key
+            assert r.status == 403 and (await r.json())["error"]["code"] == "forbidden"
+        async with http.post(base(loomi) + "/internal/pair/new", json={"ttl": -1}, headers=key) as r:
             assert r.status == 400
-        async with http.get(base(loomi) + "/internal/devices") as r:
+        async with http.get(base(loomi) + "/internal/devices", headers=key) as r:
             assert r.status == 200 and (await r.json()) == {"devices": []}
+

@@ -8,7 +8,7 @@ import aiohttp
 
 from bridge_core.redact import fingerprint
 
-from .helpers import Client, base, new_token, pair, resume
+from .helpers import Client, admin, base, new_token, pair, resume
 
 
 async def test_no_token_or_credential_in_logs(loomi, caplog):
@@ -31,7 +31,8 @@ async def test_no_token_or_credential_in_logs(loomi, caplog):
             auth = {"Authorization": f"Bearer {creds['device_id']}:{cred}"}
             async with http.get(base(loomi) + att["payload"]["url"], headers=auth) as r:
                 await r.read()
-        async with http.post(base(loomi) + "/internal/devices/revoke", json={"device_id": creds["device_id"]}):
+        async with http.post(base(loomi) + "/internal/devices/revoke", json={"device_id": creds["device_id"]},
+                             headers=admin(loomi)):
             pass
     await c2.closed()
     await c2.close()

@@ -3,7 +3,8 @@
 Hermes hands a plugin's ``setup_fn`` the ``loomi`` sub-parser; we let
 ``loomi_adapter.cli.add_parser`` (the code behind ``agent-bridge loomi``) build
 its sub-commands into it, so both entry points parse, talk to the running
-server and print identically. Hermes ignores a command's return value, so the
+server (with the admin key from the data directory, as ``agent-bridge loomi``
+does) and print identically. Hermes ignores a command's return value, so the
 exit status is passed on with ``sys.exit``.
 """
 

@@ -85,7 +85,7 @@ class BridgeHost:
         cfg.adapters = tuple(a for a in cfg.adapters if a in self.platforms) or self.platforms
         check_bind(cfg)
         service = Service(cfg, self.source)
-        try:
+        try:  # Service.start writes this run's admin key, which `hermes loomi ...` reads (docs/security.md)
             ports = await service.start()
         except ConfigError:
             raise
