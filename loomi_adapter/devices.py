@@ -1,17 +1,25 @@
-"""Paired devices, pairing tokens, per-device seq and the replay window.
+"""Paired devices, pairing tokens, per-device seq and the durable replay window.
 
 Security: tokens and credentials exist in clear only in the frame that
 carries them; the store keeps their SHA-256, compared in constant time.
 
-Seq persistence without a write per event: each device row holds
-``seq_reserved``, an upper bound of every seq the device was ever given.
-Numbers are handed out from memory; when a device's seq comes within half a
-block of its reservation, the next block is reserved with one queued write
-(the store's writer batches it). Only if a burst outruns that write does
-``next_seq`` wait for its commit. A clean shutdown stores the exact seq; after
-a crash the device continues above the reserved block. Either way the replay
-window (memory only) is lost, so a ``last_seq`` below the restart point gets
-``truncated: true``.
+Seq and replay (docs/loomi.md, "Seq across restarts"): numbering and the
+window themselves are pure (replay.SeqLog); this registry makes them
+durable without a write per event on the loop's critical path, and without
+ever waiting for the disk:
+
+- each device row holds ``seq_reserved``, an upper bound of every seq the
+  device was ever given; when a device's seq comes within half a block of
+  it, the next block is reserved with one queued write;
+- each kept event is queued as a row of ``loomi_replay`` (the store's
+  writer batches them into one statement per commit); the rows below the
+  newest evicted event are pruned now and then.
+
+Both are queued *before* the frame that carries the seq, and a frame leaves
+only once the writes queued before it committed (the store's durability
+barrier, ``Store.synced``): whatever a device received, the database knows
+(its seq is reserved, its event is kept), so a ``kill -9`` never makes a
+seq repeat or a sent event vanish from the replay.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from bridge_core.redact import fingerprint
 from bridge_core.store import Store
 
 from . import codec
+from .replay import SeqLog, restored
 
 log = logging.getLogger("agent_bridge.loomi.devices")
 
@@ -38,6 +47,7 @@ SEQ_BLOCK = 4096
 IDEMPOTENCY_KEEP = 256
 MAX_PENDING_TOKENS = 100
 MAX_TTL = 86400.0
+PRUNE_EVERY = 64  # evictions between two deletes of a device's old replay rows
 
 MIGRATIONS = [
     """
@@ -58,10 +68,24 @@ MIGRATIONS = [
         expires_at REAL NOT NULL
     );
     """,
+    # 2: the replay window in the database. replay_floor: every event at or below it is gone
+    # (-1: a device from before this table, whose window was in memory: all of its past is gone)
+    """
+    ALTER TABLE loomi_devices ADD COLUMN replay_floor INTEGER NOT NULL DEFAULT -1;
+    CREATE TABLE loomi_replay(
+        device_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        frame BLOB NOT NULL,
+        PRIMARY KEY(device_id, seq)
+    ) WITHOUT ROWID;
+    """,
 ]
 
-_DEVICE_COLUMNS = "device_id, credential_hash, name, model, os, app_version, paired_at, last_seen, seq_reserved"
+_DEVICE_COLUMNS = ("device_id, credential_hash, name, model, os, app_version, paired_at, last_seen, seq_reserved, "
+                   "replay_floor")
 _DUMMY_HASH = hashlib.sha256(b"no such device").hexdigest()
+_KEEP_SQL = "INSERT OR REPLACE INTO loomi_replay(device_id, seq, frame) VALUES(?,?,?)"
+_PRUNE_SQL = "DELETE FROM loomi_replay WHERE device_id=? AND seq<?"
 
 
 def hash_secret(secret: str) -> str:
@@ -69,11 +93,11 @@ def hash_secret(secret: str) -> str:
 
 
 class Device:
-    """A paired device: identity, its seq counter, replay window and request memory."""
+    """A paired device: identity, its seq log (counter + replay window) and request memory."""
 
     def __init__(self, device_id: str, credential_hash: str, *, name=None, model=None, os=None,
                  app_version=None, paired_at: float = 0.0, last_seen: Optional[float] = None,
-                 seq: int = 0, reserved: int = 0, window: int = codec.REPLAY_WINDOW):
+                 log_: Optional[SeqLog] = None, reserved: int = 0):
         self.device_id = device_id
         self.credential_hash = credential_hash
         self.name = name
@@ -82,26 +106,17 @@ class Device:
         self.app_version = app_version
         self.paired_at = paired_at
         self.last_seen = last_seen
-        self.seq = seq  # the last seq given out
-        self.reserved = reserved  # committed upper bound of seq
-        self.limit = reserved  # above this seq, Registry.advance must run (set by the registry)
-        self.floor = seq  # every replayable frame with seq <= floor is gone
-        # (seq, frame) of the last events, appended by the server's fan-out (which updates floor)
-        self.window: collections.deque[tuple[int, bytes]] = collections.deque(maxlen=window)
+        self.log = log_ if log_ is not None else SeqLog()
+        self.reserved = reserved  # the highest seq reservation queued (the barrier makes it durable in time)
+        self.limit = reserved  # above this seq, the next block is reserved (set by the registry)
+        self.pruned = self.log.floor  # the floor at the last prune of the stored window
         self.conn: Any = None  # the live connection (server.Connection), if any
         self.requests: collections.OrderedDict = collections.OrderedDict()
-        self._pending: Any = None  # concurrent.futures.Future of a block reservation
-        self._pending_target = 0
-        self._store_failed = False
 
-    def replay(self, last_seq: Optional[int]) -> tuple[list[bytes], bool]:
-        """Frames after ``last_seq`` (marked replayed), and whether the gap was truncated."""
-        if last_seq is None:
-            return [], False
-        if last_seq > self.seq:  # a seq this server never gave: its state was lost
-            return [], True
-        frames = [codec.mark_replayed(f) for s, f in self.window if s > last_seq]
-        return frames, last_seq < self.floor
+    @property
+    def seq(self) -> int:
+        """The last seq given out."""
+        return self.log.seq
 
     def remember(self, key: Any, value: Any) -> None:
         self.requests[key] = value
@@ -135,15 +150,22 @@ class Registry:
     async def prepare(self) -> None:
         self.store.migrate("loomi", MIGRATIONS)
         now = time.time()
+        kept: dict[str, list[tuple[int, bytes]]] = collections.defaultdict(list)
+        for did, seq, frame in self.store.query("SELECT device_id, seq, frame FROM loomi_replay ORDER BY device_id, seq"):
+            kept[did].append((seq, bytes(frame)))
+        floors = []
         for row in self.store.query(f"SELECT {_DEVICE_COLUMNS} FROM loomi_devices"):
-            did, chash, name, model, os_, app, paired, seen, reserved = row
+            did, chash, name, model, os_, app, paired, seen, reserved, floor = row
+            if floor < 0:  # its window was in memory only: everything it was given is gone
+                floor = reserved
+                floors.append((floor, did))
             self.devices[did] = Device(did, chash, name=name, model=model, os=os_, app_version=app,
-                                       paired_at=paired, last_seen=seen, seq=reserved, reserved=reserved,
-                                       window=self.window)
+                                       paired_at=paired, last_seen=seen, reserved=reserved,
+                                       log_=restored(kept.get(did, []), reserved, floor, self.window))
         for h, exp in self.store.query("SELECT token_hash, expires_at FROM loomi_pair_tokens"):
             if exp > now:
                 self._tokens[h] = exp
-        # reserve a fresh block for every device before the first event; drop dead tokens
+        # reserve a fresh block for every device before the first event; drop dead tokens and rows
         rows = []
         for d in self.devices.values():
             d.reserved = d.seq + self.block
@@ -152,79 +174,64 @@ class Registry:
 
         def write(c: sqlite3.Connection) -> None:
             c.executemany("UPDATE loomi_devices SET seq_reserved=? WHERE device_id=?", rows)
+            c.executemany("UPDATE loomi_devices SET replay_floor=? WHERE device_id=?", floors)
             c.execute("DELETE FROM loomi_pair_tokens WHERE expires_at <= ?", (now,))
+            c.execute("DELETE FROM loomi_replay WHERE device_id NOT IN (SELECT device_id FROM loomi_devices)")
 
         await self.store.write(write)
 
     async def persist_exact(self) -> None:
         """Clean shutdown: store each device's exact seq (nothing above it was given out)."""
-        for d in self.devices.values():
-            if d._pending is not None:
-                try:
-                    d._pending.result(timeout=10)
-                except Exception:
-                    pass
         rows = [(d.seq, d.device_id) for d in self.devices.values()]
         if rows:
             await self.store.write(lambda c: c.executemany(
                 "UPDATE loomi_devices SET seq_reserved=? WHERE device_id=?", rows))
 
-    # --- seq --------------------------------------------------------------------
+    # --- seq and the window ----------------------------------------------------------
 
     def next_seq(self, d: Device) -> int:
-        s = d.seq + 1
-        d.seq = s
+        """A seq for a frame that is not replayed (replies, pings)."""
+        log_ = d.log
+        s = log_.seq + 1
+        log_.seq = s
         if s > d.limit:
-            self.advance(d)
+            self._reserve(d)
         return s
 
-    def advance(self, d: Device) -> None:
-        """The slow path of ``next_seq`` (``d.seq`` is past ``d.limit``): settle or reserve a block."""
-        s = d.seq
-        if d._pending is not None and d._pending.done():
-            self._settle(d)
-        if s > d.reserved:
-            self._reserve_now(d)
-        elif d._pending is None and s > d.reserved - self.block // 2:
+    def record(self, d: Device, tail: bytes) -> bytes:
+        """An event for ``d``: its frame (the next seq spliced before ``tail``, a body without
+        its ``{``), kept for replay in memory and, queued before the frame is, in the store."""
+        s = self.next_seq(d)
+        f = codec.SEQ_PREFIX % (s, s) + tail
+        evicted = d.log.keep(s, f)
+        store = self.store
+        store.execute_later(_KEEP_SQL, (d.device_id, s, f))
+        if evicted is not None and evicted - d.pruned >= PRUNE_EVERY:
+            d.pruned = evicted
+            store.execute_later(_PRUNE_SQL, (d.device_id, evicted))  # keeps the floor's own row
+        return f
+
+    def resume(self, d: Device, last_seq: Optional[int]):
+        """``replay.Resume`` for a hello with ``last_seq``; reserves seqs when it moved the numbering."""
+        res = d.log.resume(last_seq)
+        if d.seq > d.limit:
             self._reserve(d)
-        self._relimit(d)
+        return res
 
     def _relimit(self, d: Device) -> None:
-        d.limit = d.reserved if d._pending is not None else d.reserved - self.block // 2
+        d.limit = d.reserved - self.block // 2
 
     def _reserve(self, d: Device) -> None:
+        """Queue the next block. Never waits: every frame carrying these seqs is queued after this
+        write, and the durability barrier lets it leave only once the write committed."""
         target = max(d.reserved, d.seq) + self.block
         did = d.device_id
-        d._pending_target = target
-        d._pending = self.store.submit(
-            lambda c: c.execute(
-                "UPDATE loomi_devices SET seq_reserved=MAX(seq_reserved, ?) WHERE device_id=?", (target, did)
-            )
-        )
+        d.reserved = target
+        self._relimit(d)
+        self.store.execute_later(
+            "UPDATE loomi_devices SET seq_reserved=MAX(seq_reserved, ?) WHERE device_id=?", (target, did))
 
-    def _settle(self, d: Device) -> None:
-        fut, d._pending = d._pending, None
-        exc = fut.exception()
-        if exc is None:
-            d.reserved = max(d.reserved, d._pending_target)
-            d._store_failed = False
-        elif not d._store_failed:
-            d._store_failed = True
-            log.error("could not reserve seq numbers for device %s: %s", d.device_id, exc)
-
-    def _reserve_now(self, d: Device) -> None:
-        """A burst outran the reservation: wait for its commit (rare, one small transaction)."""
-        if d._pending is None:
-            self._reserve(d)
-        try:
-            d._pending.result(timeout=30)
-        except Exception:
-            pass
-        self._settle(d)
-        if d.seq > d.reserved:  # the store is gone (shutdown): keep numbering in memory
-            d.reserved = d.seq
-
-    # --- pairing tokens -----------------------------------------------------------
+# --- pairing tokens -----------------------------------------------------------
 
     async def create_token(self, ttl: float) -> tuple[str, float]:
         ttl = min(float(ttl), MAX_TTL)
@@ -262,11 +269,11 @@ class Registry:
         now = time.time()
         d = Device(new_id(), hash_secret(credential), name=info.name or info.model, model=info.model,
                    os=info.os, app_version=info.app_version, paired_at=now, last_seen=now,
-                   seq=0, reserved=self.block, window=self.window)
+                   reserved=self.block, log_=SeqLog(size=self.window))
         await self.store.write(lambda c: c.execute(
-            f"INSERT INTO loomi_devices({_DEVICE_COLUMNS}) VALUES(?,?,?,?,?,?,?,?,?)",
+            f"INSERT INTO loomi_devices({_DEVICE_COLUMNS}) VALUES(?,?,?,?,?,?,?,?,?,?)",
             (d.device_id, d.credential_hash, d.name, d.model, d.os, d.app_version, d.paired_at, d.last_seen,
-             d.reserved),
+             d.reserved, 0),
         ))
         self._relimit(d)
         self.devices[d.device_id] = d
@@ -295,7 +302,11 @@ class Registry:
     async def revoke(self, device_id: str) -> Optional[Device]:
         d = self.devices.pop(device_id, None)
         if d is not None:
-            await self.store.write(lambda c: c.execute("DELETE FROM loomi_devices WHERE device_id=?", (device_id,)))
+            def write(c: sqlite3.Connection) -> None:
+                c.execute("DELETE FROM loomi_devices WHERE device_id=?", (device_id,))
+                c.execute("DELETE FROM loomi_replay WHERE device_id=?", (device_id,))
+
+            await self.store.write(write)
         return d
 
     def list(self) -> list[dict]:
@@ -338,6 +349,7 @@ def offline_revoke(data_dir: str, device_id: str) -> bool:
         return False
     try:
         cur = conn.execute("DELETE FROM loomi_devices WHERE device_id=?", (device_id,))
+        # its replay rows go at the server's next start (the table may not exist yet)
         return cur.rowcount > 0
     finally:
         conn.close()
