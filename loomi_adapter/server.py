@@ -219,19 +219,19 @@ class LoomiFrontEnd(FrontEnd):
         bodies = render(event, extra)
         if not bodies:
             return
-        # the hot path: per device a seq, a small prefix and a concatenation, kept for replay
-        # (the registry queues its row before the frame is queued: see devices.py)
+        # the hot path: per device a seq, a small prefix and a concatenation, kept for replay. Every
+        # device's rows are queued before any frame is (devices.py), so once one device has the event
+        # it is durable for all of them
         tails = [b[1:] for b in bodies]
         record = self.registry.record
+        out = []
         for d in devices.values():
-            conn = d.conn
-            if conn is None:
-                for tail in tails:
-                    record(d, tail)
-            else:
-                put = conn.outbox.put
-                for tail in tails:
-                    put(record(d, tail))
+            frames = [record(d, tail) for tail in tails]
+            if d.conn is not None:
+                out.append((d.conn.outbox.put, frames))
+        for put, frames in out:
+            for f in frames:
+                put(f)
 
     def _send(self, conn: Connection, type_: str, payload: dict) -> None:
         """A reply frame (not replayed): the device's next seq, or 0 before authentication."""
