@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import weakref
 from typing import Any, Callable, Optional
 
 import aiohttp
@@ -28,6 +29,15 @@ import aiohttp
 DEVICE_INFO = {"model": "Pixel 9", "os": "Android 16", "app_version": "1.0.0"}
 # what an app raises a user-visible notification for
 NOTIFYING = ("notification", "approval.required")
+
+
+_OPEN: "weakref.WeakSet[LoomiApp]" = weakref.WeakSet()
+
+
+async def close_all() -> None:
+    """Drop every app's connection (a test's teardown, pass or fail: no socket outlives its loop)."""
+    for app in list(_OPEN):
+        await app.disconnect()
 
 
 class Closed(Exception):
@@ -55,6 +65,7 @@ class LoomiApp:
         self.answer_pings: Any = True
         self.connections: list[list[int]] = []  # the seqs received on each connection, in order
         self.pings = 0  # server pings received
+        self.pongs: list[dict] = []  # pongs received (answers to the app's pings)
         self.close_code: Optional[int] = None
         self.http: Optional[aiohttp.ClientSession] = None
         self.ws: Optional[aiohttp.ClientWebSocketResponse] = None
@@ -86,6 +97,7 @@ class LoomiApp:
     async def _open(self, hello: dict) -> dict:
         await self.disconnect()
         self.http = aiohttp.ClientSession()
+        _OPEN.add(self)
         self.ws = await self.http.ws_connect(self.url, max_msg_size=0, autoping=True)
         self.close_code = None
         self.connections.append([])
@@ -189,7 +201,9 @@ class LoomiApp:
             t = frame.get("type")
             if t == "ping":
                 self.pings += 1
-            elif t not in ("hello.ok", "pong"):
+            elif t == "pong":
+                self.pongs.append(frame)
+            elif t != "hello.ok":
                 self.events.append(frame)
                 if t in NOTIFYING:
                     self._notify(frame)
@@ -212,7 +226,7 @@ class LoomiApp:
                 return value
             left = deadline - time.monotonic()
             if left <= 0:
-                raise TimeoutError(f"condition not reached in {timeout} s; last frames: {self.events[-5:]}")
+                raise TimeoutError(f"condition not reached in {timeout} s; last frames: {[f.get('type') for f in self.events[-8:]]}")
             self._changed.clear()
             try:
                 await asyncio.wait_for(self._changed.wait(), min(left, 0.5))

@@ -6,7 +6,15 @@ exact. Rows of docs/conformance.md ("Loomi") point here.
 
 from __future__ import annotations
 
-from .loomi_client import LoomiApp
+import pytest
+
+from .loomi_client import LoomiApp, close_all
+
+
+@pytest.fixture(autouse=True)
+async def _close_apps():
+    yield
+    await close_all()
 
 
 def ws_url(server) -> str:
