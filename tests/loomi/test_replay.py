@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sqlite3
+
 from bridge_core import events as ev
 from bridge_core.commands import Origin, SendMessage
 
@@ -230,3 +232,43 @@ async def test_a_slow_device_is_disconnected_and_recovers_by_replay(loomi):
     got = [await c2.recv() for _ in range(400 - last)]
     assert [f["payload"]["text"] for f in got] == [f"n{i}" for i in range(last, 400)]
     await c2.close()
+
+
+async def test_a_device_from_before_the_stored_window_is_truncated_once(service_factory):
+    svc = await service_factory(adapters=("loomi",))
+    c, creds = await pair(svc)
+    notify(svc, 3)
+    frames = [await c.recv() for _ in range(3)]
+    await svc.stop()
+    await c.close()
+    # as a database from before the replay table: the window was in memory, its floor unknown
+    conn = sqlite3.connect(svc.bridge.store.path)
+    conn.execute("DELETE FROM loomi_replay")
+    conn.execute("UPDATE loomi_devices SET replay_floor=-1")
+    conn.commit()
+    conn.close()
+    svc2 = await service_factory(adapters=("loomi",))
+    c2, ok = await resume(svc2, creds, last_seq=frames[0]["seq"])
+    assert ok["payload"]["truncated"] is True  # those events are gone, and it says so
+    await c2.close()
+    await wait_for(lambda: svc2.frontends["loomi"].registry.devices[creds["device_id"]].conn is None)
+    notify(svc2, 2)
+    c3, ok3 = await resume(svc2, creds, last_seq=ok["seq"])
+    got = [await c3.recv() for _ in range(2)]
+    assert ok3["payload"]["truncated"] is True  # still below what was lost
+    assert [f["payload"]["text"] for f in got] == ["n0", "n1"]  # but the new events are kept
+    await c3.close()
+    await wait_for(lambda: svc2.frontends["loomi"].registry.devices[creds["device_id"]].conn is None)
+    c4, ok4 = await resume(svc2, creds, last_seq=got[-1]["seq"])
+    assert ok4["payload"]["truncated"] is False
+    await c4.close()
+
+
+async def test_revoking_a_device_deletes_its_stored_window(loomi):
+    c, creds = await pair(loomi)
+    notify(loomi, 5)
+    await loomi.bridge.store.aflush()
+    assert loomi.bridge.store.query("SELECT COUNT(*) FROM loomi_replay")[0][0] == 5
+    await loomi.frontends["loomi"].revoke(creds["device_id"])
+    assert loomi.bridge.store.query("SELECT COUNT(*) FROM loomi_replay")[0][0] == 0
+    await c.close()
