@@ -114,8 +114,17 @@ async def test_every_frame_has_the_envelope_and_every_event_its_payload(server):
 async def test_pairing_token_is_single_use_and_the_credential_is_32_bytes(server):
     qr = server.pair_payload()
     assert set(qr) == {"v", "url", "token", "name", "fp"} and qr["v"] == 1 and qr["url"].endswith("/ws")
+    assert qr["url"].startswith("ws://127.0.0.1:")  # the default bind is loopback
+    first = LoomiApp("First phone")
+    await first.pair(server.pair_payload())
+    # the source must be a new device: a pairing hello that also names a device is refused
+    posing = LoomiApp("Posing")
+    posing.url = qr["url"]
+    with pytest.raises(HelloRefused):
+        await posing._open({"protocol_version": 1, "token": qr["token"], "device_id": first.device_id,
+                            "credential": first.credential})
     app = LoomiApp()
-    ok = await app.pair(qr)
+    ok = await app.pair(qr)  # the refused hello did not use the token up
     credential = ok["payload"]["credential"]
     assert len(base64.urlsafe_b64decode(credential + "=" * (-len(credential) % 4))) == 32
     thief = LoomiApp("Second scan")

@@ -107,6 +107,18 @@ async def test_a_repeated_request_id_returns_the_same_ack_and_does_nothing_twice
     await app.disconnect()
 
 
+async def test_the_last_256_request_ids_are_kept(server):
+    app = await paired(server)
+    acks = [await app.request("session.send", {"text": f"m{i}", "request_id": f"keep-{i}"}) for i in range(256)]
+    assert all(a["type"] == "ack" for a in acks)
+    first = acks[0]
+    again = await app.request("session.send", {"text": "m0", "request_id": "keep-0"})
+    assert again["payload"] == first["payload"]
+    await app.until(lambda: len(app.find("run.completed")) == 256, timeout=60)
+    assert len(app.find("run.started")) == 256  # the repeat started nothing
+    await app.disconnect()
+
+
 async def test_approvals_first_come_first_served_and_idempotent(server):
     a = await paired(server, "Phone A")
     b = await paired(server, "Phone B")
