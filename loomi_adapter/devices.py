@@ -11,9 +11,14 @@ ever waiting for the disk:
 - each device row holds ``seq_reserved``, an upper bound of every seq the
   device was ever given; when a device's seq comes within half a block of
   it, the next block is reserved with one queued write;
-- each kept event is queued as a row of ``loomi_replay`` (the store's
-  writer batches them into one statement per commit); the rows below the
-  newest evicted event are pruned now and then.
+- each event is stored ONCE, whatever the number of devices: a row of
+  ``loomi_events`` (its number ``n`` and its body without the seq), and for
+  each device a row of ``loomi_segments`` only when the device's offset
+  ``seq - n`` changed (a reply or a restart took seqs in between), so a
+  device's frame of event ``n`` is rebuilt exactly as it was sent. The rows
+  of one loop tick form one write (``_RowBatch``); old events and
+  superseded segments are pruned now and then, keeping the newest
+  ``window + 1`` events (the one before a device's window gives its floor).
 
 Both are queued *before* the frame that carries the seq, and a frame leaves
 only once the writes queued before it committed (the store's durability
@@ -31,6 +36,7 @@ import logging
 import os
 import secrets
 import sqlite3
+import threading
 import time
 from typing import Any, Optional
 
@@ -47,7 +53,7 @@ SEQ_BLOCK = 4096
 IDEMPOTENCY_KEEP = 256
 MAX_PENDING_TOKENS = 100
 MAX_TTL = 86400.0
-PRUNE_EVERY = 64  # evictions between two deletes of a device's old replay rows
+PRUNE_EVERY = 64  # events between two prunes of old events and superseded segments
 
 MIGRATIONS = [
     """
@@ -69,14 +75,18 @@ MIGRATIONS = [
     );
     """,
     # 2: the replay window in the database. replay_floor: every event at or below it is gone
-    # (-1: a device from before this table, whose window was in memory: all of its past is gone)
+    # (-1: a device from before these tables, whose window was in memory: all of its past is gone)
     """
     ALTER TABLE loomi_devices ADD COLUMN replay_floor INTEGER NOT NULL DEFAULT -1;
-    CREATE TABLE loomi_replay(
+    CREATE TABLE loomi_events(
+        n INTEGER PRIMARY KEY,
+        body BLOB NOT NULL
+    );
+    CREATE TABLE loomi_segments(
         device_id TEXT NOT NULL,
-        seq INTEGER NOT NULL,
-        frame BLOB NOT NULL,
-        PRIMARY KEY(device_id, seq)
+        from_n INTEGER NOT NULL,
+        seq_offset INTEGER NOT NULL,
+        PRIMARY KEY(device_id, from_n)
     ) WITHOUT ROWID;
     """,
 ]
@@ -84,8 +94,54 @@ MIGRATIONS = [
 _DEVICE_COLUMNS = ("device_id, credential_hash, name, model, os, app_version, paired_at, last_seen, seq_reserved, "
                    "replay_floor")
 _DUMMY_HASH = hashlib.sha256(b"no such device").hexdigest()
-_KEEP_SQL = "INSERT OR REPLACE INTO loomi_replay(device_id, seq, frame) VALUES(?,?,?)"
-_PRUNE_SQL = "DELETE FROM loomi_replay WHERE device_id=? AND seq<?"
+_EVENT_SQL = "INSERT OR REPLACE INTO loomi_events(n, body) VALUES(?,?)"
+_SEGMENT_SQL = "INSERT OR REPLACE INTO loomi_segments(device_id, from_n, seq_offset) VALUES(?,?,?)"
+_PRUNE_SQL = (
+    "DELETE FROM loomi_events WHERE n < ?1;"
+    # a segment is superseded once a later one of its device starts at or below the oldest event kept
+    "DELETE FROM loomi_segments WHERE from_n < ?1 AND EXISTS (SELECT 1 FROM loomi_segments t"
+    " WHERE t.device_id = loomi_segments.device_id AND t.from_n > loomi_segments.from_n AND t.from_n <= ?1)"
+)
+
+
+class _RowBatch:
+    """Replay rows as ONE store write, open for more rows until the writer thread takes it.
+
+    The batch is submitted when it opens, before its first row is added, so every frame queued
+    after a row was added carries a later ticket and leaves only once the batch committed. Rows
+    offered after the writer took the batch go into a new one (submitted then, hence later).
+    """
+
+    __slots__ = ("events", "segments", "prune", "taken", "lock")
+
+    def __init__(self) -> None:
+        self.events: list[tuple] = []
+        self.segments: list[tuple] = []
+        self.prune: Optional[int] = None
+        self.taken = False
+        self.lock = threading.Lock()
+
+    def add(self, events: list[tuple], segments: list[tuple], prune: Optional[int]) -> bool:
+        with self.lock:
+            if self.taken:
+                return False
+            self.events.extend(events)
+            if segments:
+                self.segments.extend(segments)
+            if prune is not None:
+                self.prune = prune
+            return True
+
+    def __call__(self, c: sqlite3.Connection) -> None:
+        with self.lock:
+            self.taken = True
+        if self.events:
+            c.executemany(_EVENT_SQL, self.events)
+        if self.segments:
+            c.executemany(_SEGMENT_SQL, self.segments)
+        if self.prune is not None:  # after the rows: a batch may hold rows it prunes
+            for stmt in _PRUNE_SQL.split(";"):
+                c.execute(stmt, (self.prune,))
 
 
 def hash_secret(secret: str) -> str:
@@ -109,7 +165,7 @@ class Device:
         self.log = log_ if log_ is not None else SeqLog()
         self.reserved = reserved  # the highest seq reservation queued (the barrier makes it durable in time)
         self.limit = reserved  # above this seq, the next block is reserved (set by the registry)
-        self.pruned = self.log.floor  # the floor at the last prune of the stored window
+        self.offset: Optional[int] = None  # seq - event number of its last stored segment
         self.conn: Any = None  # the live connection (server.Connection), if any
         self.requests: collections.OrderedDict = collections.OrderedDict()
 
@@ -144,15 +200,21 @@ class Registry:
         self.window = window
         self.devices: dict[str, Device] = {}
         self._tokens: dict[str, float] = {}  # token hash -> expires_at
+        self._batch: Optional[_RowBatch] = None  # the replay rows' open write
+        self.event_no = 0  # the number of the last event stored
+        self._pruned_at = 0
 
     # --- lifecycle ------------------------------------------------------------
 
     async def prepare(self) -> None:
         self.store.migrate("loomi", MIGRATIONS)
         now = time.time()
-        kept: dict[str, list[tuple[int, bytes]]] = collections.defaultdict(list)
-        for did, seq, frame in self.store.query("SELECT device_id, seq, frame FROM loomi_replay ORDER BY device_id, seq"):
-            kept[did].append((seq, bytes(frame)))
+        events = [(n, bytes(b)) for n, b in self.store.query("SELECT n, body FROM loomi_events ORDER BY n")]
+        self.event_no = self._pruned_at = events[-1][0] if events else 0
+        segments: dict[str, list[tuple[int, int]]] = collections.defaultdict(list)
+        for did, from_n, off in self.store.query(
+                "SELECT device_id, from_n, seq_offset FROM loomi_segments ORDER BY device_id, from_n"):
+            segments[did].append((from_n, off))
         floors = []
         for row in self.store.query(f"SELECT {_DEVICE_COLUMNS} FROM loomi_devices"):
             did, chash, name, model, os_, app, paired, seen, reserved, floor = row
@@ -161,7 +223,8 @@ class Registry:
                 floors.append((floor, did))
             self.devices[did] = Device(did, chash, name=name, model=model, os=os_, app_version=app,
                                        paired_at=paired, last_seen=seen, reserved=reserved,
-                                       log_=restored(kept.get(did, []), reserved, floor, self.window))
+                                       log_=restored(_frames_of(events, segments.get(did, [])), reserved, floor,
+                                                     self.window))
         for h, exp in self.store.query("SELECT token_hash, expires_at FROM loomi_pair_tokens"):
             if exp > now:
                 self._tokens[h] = exp
@@ -176,7 +239,7 @@ class Registry:
             c.executemany("UPDATE loomi_devices SET seq_reserved=? WHERE device_id=?", rows)
             c.executemany("UPDATE loomi_devices SET replay_floor=? WHERE device_id=?", floors)
             c.execute("DELETE FROM loomi_pair_tokens WHERE expires_at <= ?", (now,))
-            c.execute("DELETE FROM loomi_replay WHERE device_id NOT IN (SELECT device_id FROM loomi_devices)")
+            c.execute("DELETE FROM loomi_segments WHERE device_id NOT IN (SELECT device_id FROM loomi_devices)")
 
         await self.store.write(write)
 
@@ -198,18 +261,45 @@ class Registry:
             self._reserve(d)
         return s
 
-    def record(self, d: Device, tail: bytes) -> bytes:
-        """An event for ``d``: its frame (the next seq spliced before ``tail``, a body without
-        its ``{``), kept for replay in memory and, queued before the frame is, in the store."""
-        s = self.next_seq(d)
-        f = codec.SEQ_PREFIX % (s, s) + tail
-        evicted = d.log.keep(s, f)
-        store = self.store
-        store.execute_later(_KEEP_SQL, (d.device_id, s, f))
-        if evicted is not None and evicted - d.pruned >= PRUNE_EVERY:
-            d.pruned = evicted
-            store.execute_later(_PRUNE_SQL, (d.device_id, evicted))  # keeps the floor's own row
-        return f
+    def record(self, tails: list[bytes]) -> list[tuple[Device, list[bytes]]]:
+        """An event (its bodies without their ``{``) for every device: each device's frames (its
+        next seqs spliced in), kept in its window and, before any frame is queued, in the store."""
+        n0 = self.event_no
+        out = []
+        segments: list[tuple] = []
+        prefix = codec.SEQ_PREFIX
+        for d in self.devices.values():
+            log_ = d.log
+            frames = []
+            n = n0
+            for tail in tails:
+                n += 1
+                s = log_.seq + 1
+                log_.seq = s
+                if s > d.limit:
+                    self._reserve(d)
+                if s - n != d.offset:
+                    d.offset = s - n
+                    segments.append((d.device_id, n, s - n))
+                f = prefix % (s, s) + tail
+                log_.keep(s, f)
+                frames.append(f)
+            out.append((d, frames))
+        if out:
+            self.event_no = n = n0 + len(tails)
+            prune = None
+            if n - self._pruned_at >= PRUNE_EVERY:
+                self._pruned_at = n
+                prune = n - self.window  # keeps the newest window + 1 events
+            self._store_rows([(n0 + i + 1, t) for i, t in enumerate(tails)], segments, prune)
+        return out
+
+    def _store_rows(self, events: list[tuple], segments: list[tuple], prune: Optional[int]) -> None:
+        b = self._batch
+        if b is None or not b.add(events, segments, prune):
+            b = self._batch = _RowBatch()
+            self.store.write_later(b)
+            b.add(events, segments, prune)
 
     def resume(self, d: Device, last_seq: Optional[int]):
         """``replay.Resume`` for a hello with ``last_seq``; reserves seqs when it moved the numbering."""
@@ -304,13 +394,29 @@ class Registry:
         if d is not None:
             def write(c: sqlite3.Connection) -> None:
                 c.execute("DELETE FROM loomi_devices WHERE device_id=?", (device_id,))
-                c.execute("DELETE FROM loomi_replay WHERE device_id=?", (device_id,))
+                c.execute("DELETE FROM loomi_segments WHERE device_id=?", (device_id,))
 
             await self.store.write(write)
         return d
 
     def list(self) -> list[dict]:
         return sorted((d.as_dict() for d in self.devices.values()), key=lambda x: x["paired_at"])
+
+
+def _frames_of(events: list[tuple[int, bytes]], segments: list[tuple[int, int]]) -> list[tuple[int, bytes]]:
+    """A device's stored frames (seq, frame), rebuilt from the shared events and its segments."""
+    if not segments:
+        return []
+    out = []
+    i = 0
+    for n, body in events:
+        if n < segments[0][0]:
+            continue  # before the device had any event
+        while i + 1 < len(segments) and segments[i + 1][0] <= n:
+            i += 1
+        s = n + segments[i][1]
+        out.append((s, codec.SEQ_PREFIX % (s, s) + body))
+    return out
 
 
 # --- the CLI's fallback when no server is running ------------------------------------

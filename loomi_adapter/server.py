@@ -220,18 +220,14 @@ class LoomiFrontEnd(FrontEnd):
         if not bodies:
             return
         # the hot path: per device a seq, a small prefix and a concatenation, kept for replay. Every
-        # device's rows are queued before any frame is (devices.py), so once one device has the event
-        # it is durable for all of them
-        tails = [b[1:] for b in bodies]
-        record = self.registry.record
-        out = []
-        for d in devices.values():
-            frames = [record(d, tail) for tail in tails]
-            if d.conn is not None:
-                out.append((d.conn.outbox.put, frames))
-        for put, frames in out:
-            for f in frames:
-                put(f)
+        # device's rows are queued (one batched write) before any frame is (devices.py), so once one
+        # device has the event it is durable for all of them
+        for d, frames in self.registry.record([b[1:] for b in bodies]):
+            conn = d.conn
+            if conn is not None:
+                put = conn.outbox.put
+                for f in frames:
+                    put(f)
 
     def _send(self, conn: Connection, type_: str, payload: dict) -> None:
         """A reply frame (not replayed): the device's next seq, or 0 before authentication."""

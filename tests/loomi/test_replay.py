@@ -191,9 +191,10 @@ async def test_seq_and_window_are_stored_in_batches_not_a_commit_per_event(loomi
     assert store.commits - commits < 100  # the writer takes whatever is queued into one commit
     frames = [await c.recv() for _ in range(1000)]
     assert [f["seq"] for f in frames] == list(range(1, 1001))
-    (n, low, high), = store.query("SELECT COUNT(*), MIN(seq), MAX(seq) FROM loomi_replay")
-    assert high == 1000 and 512 < n <= 512 + 1 + 64  # the window, its floor's row, and rows not yet pruned
-    assert low == 1000 - n + 1
+    # each event once (whatever the number of devices), the window and its floor's row, and rows not yet pruned
+    (n, low, high), = store.query("SELECT COUNT(*), MIN(n), MAX(n) FROM loomi_events")
+    assert high == 1000 and 512 < n <= 512 + 1 + 64 and low == 1000 - n + 1
+    assert store.query("SELECT from_n, seq_offset FROM loomi_segments") == [(1, 0)]  # seq = n for all of them
     await c.close()
 
 
@@ -243,7 +244,8 @@ async def test_a_device_from_before_the_stored_window_is_truncated_once(service_
     await c.close()
     # as a database from before the replay table: the window was in memory, its floor unknown
     conn = sqlite3.connect(svc.bridge.store.path)
-    conn.execute("DELETE FROM loomi_replay")
+    conn.execute("DELETE FROM loomi_events")
+    conn.execute("DELETE FROM loomi_segments")
     conn.execute("UPDATE loomi_devices SET replay_floor=-1")
     conn.commit()
     conn.close()
@@ -264,11 +266,33 @@ async def test_a_device_from_before_the_stored_window_is_truncated_once(service_
     await c4.close()
 
 
-async def test_revoking_a_device_deletes_its_stored_window(loomi):
+async def test_revoking_a_device_deletes_its_stored_segments(loomi):
     c, creds = await pair(loomi)
     notify(loomi, 5)
     await loomi.bridge.store.aflush()
-    assert loomi.bridge.store.query("SELECT COUNT(*) FROM loomi_replay")[0][0] == 5
+    assert loomi.bridge.store.query("SELECT COUNT(*) FROM loomi_segments")[0][0] == 1
     await loomi.frontends["loomi"].revoke(creds["device_id"])
-    assert loomi.bridge.store.query("SELECT COUNT(*) FROM loomi_replay")[0][0] == 0
+    assert loomi.bridge.store.query("SELECT COUNT(*) FROM loomi_segments")[0][0] == 0
     await c.close()
+
+
+async def test_frames_rebuilt_after_a_restart_are_the_frames_sent_to_each_device(service_factory):
+    svc = await service_factory(adapters=("loomi",))
+    a, creds_a = await pair(svc, "A")
+    b, creds_b = await pair(svc, "B")
+    got_a, got_b = [], []
+    for i in range(5):  # device A takes reply seqs between events, B does not: their offsets differ
+        notify(svc, 2, text=f"r{i}-")
+        await a.send("ping")
+        got_a += [f for f in [await a.recv() for _ in range(3)] if f["type"] == "notification"]
+        got_b += [await b.recv() for _ in range(2)]
+    await svc.stop()
+    await a.close()
+    await b.close()
+    svc2 = await service_factory(adapters=("loomi",))
+    for creds, got in ((creds_a, got_a), (creds_b, got_b)):
+        c, ok = await resume(svc2, creds, last_seq=0)
+        assert ok["payload"]["truncated"] is False
+        replayed = [await c.recv() for _ in range(10)]
+        assert replayed == [dict(f, replayed=True) for f in got]
+        await c.close()
