@@ -270,6 +270,7 @@ class Registry:
         prefix = codec.SEQ_PREFIX
         for d in self.devices.values():
             log_ = d.log
+            window = log_.window  # SeqLog.keep, inlined: this loop runs per device per event
             frames = []
             n = n0
             for tail in tails:
@@ -282,7 +283,9 @@ class Registry:
                     d.offset = s - n
                     segments.append((d.device_id, n, s - n))
                 f = prefix % (s, s) + tail
-                log_.keep(s, f)
+                if len(window) == window.maxlen:
+                    log_.floor = window[0][0]
+                window.append((s, f))
                 frames.append(f)
             out.append((d, frames))
         if out:
