@@ -94,7 +94,8 @@ class LoomiWS(web.WebSocketResponse):
         hook, self.on_too_large = self.on_too_large, None
         if hook is not None and code == WSCloseCode.MESSAGE_TOO_BIG and not self.closed:
             try:
-                await asyncio.wait_for(self.send_frame(await hook(), WSMsgType.TEXT), 1.0)
+                data = await asyncio.wait_for(hook(), 1.0)
+                await asyncio.wait_for(self.send_frame(data, WSMsgType.TEXT), 1.0)
             except Exception:
                 pass
         return await super().close(code=code, message=message, drain=drain)
@@ -502,7 +503,8 @@ class LoomiFrontEnd(FrontEnd):
             await conn.outbox.flush(1.0 if conn.device is not None else 0.3)
         else:  # overflowed: write the error past the dropped queue (uncompressed frames are atomic)
             try:
-                await asyncio.wait_for(conn.ws.send_frame(await self._direct_error(conn, exc), WSMsgType.TEXT), 1.0)
+                data = await asyncio.wait_for(self._direct_error(conn, exc), 1.0)
+                await asyncio.wait_for(conn.ws.send_frame(data, WSMsgType.TEXT), 1.0)
             except Exception:
                 pass
         await self._close(conn, close_code(payload["code"]), payload["code"])

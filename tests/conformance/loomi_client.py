@@ -79,7 +79,7 @@ class LoomiApp:
         """Scan the QR payload: connect to its url, hello with the one-time token. Returns hello.ok."""
         assert qr["v"] == 1
         self.url = qr["url"]
-        ok = await self._open({"protocol_version": 1, "token": qr["token"], "device_info": self.info})
+        ok = await self.open_with({"protocol_version": 1, "token": qr["token"], "device_info": self.info})
         self.device_id = ok["payload"]["device_id"]
         self.credential = ok["payload"]["credential"]
         return ok
@@ -92,9 +92,10 @@ class LoomiApp:
                        "device_info": self.info}
         if self.processed is not None:
             hello["last_seq"] = self.processed
-        return await self._open(hello)
+        return await self.open_with(hello)
 
-    async def _open(self, hello: dict) -> dict:
+    async def open_with(self, hello: dict) -> dict:
+        """Connect to ``url`` and send this hello (any payload) as the first frame; returns hello.ok."""
         await self.disconnect()
         self.http = aiohttp.ClientSession()
         _OPEN.add(self)
@@ -112,6 +113,9 @@ class LoomiApp:
         if first["type"] != "hello.ok":
             await self.drain_close()
             raise HelloRefused(first, self.close_code)
+        if first["payload"].get("protocol_version") != 1:  # §6: say so and stop, no guessing
+            await self.disconnect()
+            raise HelloRefused(first, None)
         self._process(first)
         self._reader = asyncio.ensure_future(self._read())
         if first["payload"]["truncated"]:

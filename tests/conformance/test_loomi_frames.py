@@ -121,7 +121,7 @@ async def test_pairing_token_is_single_use_and_the_credential_is_32_bytes(server
     posing = LoomiApp("Posing")
     posing.url = qr["url"]
     with pytest.raises(HelloRefused):
-        await posing._open({"protocol_version": 1, "token": qr["token"], "device_id": first.device_id,
+        await posing.open_with({"protocol_version": 1, "token": qr["token"], "device_id": first.device_id,
                             "credential": first.credential})
     app = LoomiApp()
     ok = await app.pair(qr)  # the refused hello did not use the token up

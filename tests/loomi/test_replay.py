@@ -7,7 +7,7 @@ import sqlite3
 from bridge_core import events as ev
 from bridge_core.commands import Origin, SendMessage
 
-from .helpers import Client, pair, resume, wait_for
+from .helpers import pair, resume, wait_for
 
 CLI = Origin(surface="cli", decided_by="local")
 
