@@ -70,3 +70,27 @@ def test_heartbeat_counts_a_miss_only_when_the_deadline_passes():
     s.ping_sent(125.0)
     with pytest.raises(HeartbeatTimeout):
         s.expire(135.0)  # the third miss in a row
+
+
+def test_pruning_keeps_the_events_and_the_segments_the_window_needs():
+    import sqlite3
+
+    from loomi_adapter import devices
+
+    c = sqlite3.connect(":memory:")
+    for stmt in devices.MIGRATIONS[1].split(";")[1:]:  # the two tables of the stored window
+        if stmt.strip():
+            c.execute(stmt)
+    c.executemany("INSERT INTO loomi_segments VALUES(?,?,?)",
+                  [("d", 1, 0), ("d", 5, 2), ("d", 10, 5), ("d", 20, 7), ("e", 3, 1), ("e", 30, 2)])
+    c.executemany("INSERT INTO loomi_events VALUES(?,?)", [(n, b"x") for n in range(1, 40)])
+    batch = devices._RowBatch()
+    batch.add([], [], 15)
+    batch(c)
+    assert c.execute("SELECT MIN(n), COUNT(*) FROM loomi_events").fetchone() == (15, 25)
+    # d's segment from 10 still covers events 15..19; e's from 3 covers 15..29
+    assert c.execute("SELECT device_id, from_n FROM loomi_segments ORDER BY 1, 2").fetchall() == [
+        ("d", 10), ("d", 20), ("e", 3), ("e", 30)]
+    # and a device's frames are rebuilt from them
+    frames = devices._frames_of([(n, b'"x":1}') for n in (15, 20)], [(10, 5), (20, 7)])
+    assert frames == [(20, b'{"seq":20,"event_id":"e_20","x":1}'), (27, b'{"seq":27,"event_id":"e_27","x":1}')]
