@@ -159,7 +159,7 @@ async def _ended_with_a_pending_approval(app: LoomiApp, end) -> None:
     done = await app.wait_for("run.completed", run_id=run_id)
     assert done["payload"]["status"] in ("cancelled", "failed", "completed")
     # the pending approval is resolved, with a choice from the spec's set, exactly once
-    resolved = await app.wait_for("approval.resolved", approval_id=approval_id)
+    resolved = await app.wait_for("approval.resolved", timeout=5, approval_id=approval_id)
     assert resolved["payload"]["choice"] in SPEC_CHOICES and resolved["payload"]["choice"] == "deny"
     late = await app.request("approval.resolve", {"approval_id": approval_id, "choice": "once"})
     assert late["type"] == "error" and late["payload"]["code"] == "already_resolved"
