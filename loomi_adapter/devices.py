@@ -1,17 +1,30 @@
-"""Paired devices, pairing tokens, per-device seq and the replay window.
+"""Paired devices, pairing tokens, per-device seq and the durable replay window.
 
 Security: tokens and credentials exist in clear only in the frame that
 carries them; the store keeps their SHA-256, compared in constant time.
 
-Seq persistence without a write per event: each device row holds
-``seq_reserved``, an upper bound of every seq the device was ever given.
-Numbers are handed out from memory; when a device's seq comes within half a
-block of its reservation, the next block is reserved with one queued write
-(the store's writer batches it). Only if a burst outruns that write does
-``next_seq`` wait for its commit. A clean shutdown stores the exact seq; after
-a crash the device continues above the reserved block. Either way the replay
-window (memory only) is lost, so a ``last_seq`` below the restart point gets
-``truncated: true``.
+Seq and replay (docs/loomi.md, "Seq across restarts"): numbering and the
+window themselves are pure (replay.SeqLog); this registry makes them
+durable without a write per event on the loop's critical path, and without
+ever waiting for the disk:
+
+- each device row holds ``seq_reserved``, an upper bound of every seq the
+  device was ever given; when a device's seq comes within half a block of
+  it, the next block is reserved with one queued write;
+- each event is stored ONCE, whatever the number of devices: a row of
+  ``loomi_events`` (its number ``n`` and its body without the seq), and for
+  each device a row of ``loomi_segments`` only when the device's offset
+  ``seq - n`` changed (a reply or a restart took seqs in between), so a
+  device's frame of event ``n`` is rebuilt exactly as it was sent. The rows
+  of one loop tick form one write (``_RowBatch``); old events and
+  superseded segments are pruned now and then, keeping the newest
+  ``window + 1`` events (the one before a device's window gives its floor).
+
+Both are queued *before* the frame that carries the seq, and a frame leaves
+only once the writes queued before it committed (the store's durability
+barrier, ``Store.synced``): whatever a device received, the database knows
+(its seq is reserved, its event is kept), so a ``kill -9`` never makes a
+seq repeat or a sent event vanish from the replay.
 """
 
 from __future__ import annotations
@@ -23,6 +36,7 @@ import logging
 import os
 import secrets
 import sqlite3
+import threading
 import time
 from typing import Any, Optional
 
@@ -31,6 +45,7 @@ from bridge_core.redact import fingerprint
 from bridge_core.store import Store
 
 from . import codec
+from .replay import SeqLog, restored
 
 log = logging.getLogger("agent_bridge.loomi.devices")
 
@@ -38,6 +53,7 @@ SEQ_BLOCK = 4096
 IDEMPOTENCY_KEEP = 256
 MAX_PENDING_TOKENS = 100
 MAX_TTL = 86400.0
+PRUNE_EVERY = 64  # events between two prunes of old events and superseded segments
 
 MIGRATIONS = [
     """
@@ -58,10 +74,74 @@ MIGRATIONS = [
         expires_at REAL NOT NULL
     );
     """,
+    # 2: the replay window in the database. replay_floor: every event at or below it is gone
+    # (-1: a device from before these tables, whose window was in memory: all of its past is gone)
+    """
+    ALTER TABLE loomi_devices ADD COLUMN replay_floor INTEGER NOT NULL DEFAULT -1;
+    CREATE TABLE loomi_events(
+        n INTEGER PRIMARY KEY,
+        body BLOB NOT NULL
+    );
+    CREATE TABLE loomi_segments(
+        device_id TEXT NOT NULL,
+        from_n INTEGER NOT NULL,
+        seq_offset INTEGER NOT NULL,
+        PRIMARY KEY(device_id, from_n)
+    ) WITHOUT ROWID;
+    """,
 ]
 
-_DEVICE_COLUMNS = "device_id, credential_hash, name, model, os, app_version, paired_at, last_seen, seq_reserved"
+_DEVICE_COLUMNS = ("device_id, credential_hash, name, model, os, app_version, paired_at, last_seen, seq_reserved, "
+                   "replay_floor")
 _DUMMY_HASH = hashlib.sha256(b"no such device").hexdigest()
+_EVENT_SQL = "INSERT OR REPLACE INTO loomi_events(n, body) VALUES(?,?)"
+_SEGMENT_SQL = "INSERT OR REPLACE INTO loomi_segments(device_id, from_n, seq_offset) VALUES(?,?,?)"
+_PRUNE_SQL = (
+    "DELETE FROM loomi_events WHERE n < ?1;"
+    # a segment is superseded once a later one of its device starts at or below the oldest event kept
+    "DELETE FROM loomi_segments WHERE from_n < ?1 AND EXISTS (SELECT 1 FROM loomi_segments t"
+    " WHERE t.device_id = loomi_segments.device_id AND t.from_n > loomi_segments.from_n AND t.from_n <= ?1)"
+)
+
+
+class _RowBatch:
+    """Replay rows as ONE store write, open for more rows until the writer thread takes it.
+
+    The batch is submitted when it opens, before its first row is added, so every frame queued
+    after a row was added carries a later ticket and leaves only once the batch committed. Rows
+    offered after the writer took the batch go into a new one (submitted then, hence later).
+    """
+
+    __slots__ = ("events", "segments", "prune", "taken", "lock")
+
+    def __init__(self) -> None:
+        self.events: list[tuple] = []
+        self.segments: list[tuple] = []
+        self.prune: Optional[int] = None
+        self.taken = False
+        self.lock = threading.Lock()
+
+    def add(self, events: list[tuple], segments: list[tuple], prune: Optional[int]) -> bool:
+        with self.lock:
+            if self.taken:
+                return False
+            self.events.extend(events)
+            if segments:
+                self.segments.extend(segments)
+            if prune is not None:
+                self.prune = prune
+            return True
+
+    def __call__(self, c: sqlite3.Connection) -> None:
+        with self.lock:
+            self.taken = True
+        if self.events:
+            c.executemany(_EVENT_SQL, self.events)
+        if self.segments:
+            c.executemany(_SEGMENT_SQL, self.segments)
+        if self.prune is not None:  # after the rows: a batch may hold rows it prunes
+            for stmt in _PRUNE_SQL.split(";"):
+                c.execute(stmt, (self.prune,))
 
 
 def hash_secret(secret: str) -> str:
@@ -69,11 +149,11 @@ def hash_secret(secret: str) -> str:
 
 
 class Device:
-    """A paired device: identity, its seq counter, replay window and request memory."""
+    """A paired device: identity, its seq log (counter + replay window) and request memory."""
 
     def __init__(self, device_id: str, credential_hash: str, *, name=None, model=None, os=None,
                  app_version=None, paired_at: float = 0.0, last_seen: Optional[float] = None,
-                 seq: int = 0, reserved: int = 0, window: int = codec.REPLAY_WINDOW):
+                 log_: Optional[SeqLog] = None, reserved: int = 0):
         self.device_id = device_id
         self.credential_hash = credential_hash
         self.name = name
@@ -82,26 +162,17 @@ class Device:
         self.app_version = app_version
         self.paired_at = paired_at
         self.last_seen = last_seen
-        self.seq = seq  # the last seq given out
-        self.reserved = reserved  # committed upper bound of seq
-        self.limit = reserved  # above this seq, Registry.advance must run (set by the registry)
-        self.floor = seq  # every replayable frame with seq <= floor is gone
-        # (seq, frame) of the last events, appended by the server's fan-out (which updates floor)
-        self.window: collections.deque[tuple[int, bytes]] = collections.deque(maxlen=window)
+        self.log = log_ if log_ is not None else SeqLog()
+        self.reserved = reserved  # the highest seq reservation queued (the barrier makes it durable in time)
+        self.limit = reserved  # above this seq, the next block is reserved (set by the registry)
+        self.offset: Optional[int] = None  # seq - event number of its last stored segment
         self.conn: Any = None  # the live connection (server.Connection), if any
         self.requests: collections.OrderedDict = collections.OrderedDict()
-        self._pending: Any = None  # concurrent.futures.Future of a block reservation
-        self._pending_target = 0
-        self._store_failed = False
 
-    def replay(self, last_seq: Optional[int]) -> tuple[list[bytes], bool]:
-        """Frames after ``last_seq`` (marked replayed), and whether the gap was truncated."""
-        if last_seq is None:
-            return [], False
-        if last_seq > self.seq:  # a seq this server never gave: its state was lost
-            return [], True
-        frames = [codec.mark_replayed(f) for s, f in self.window if s > last_seq]
-        return frames, last_seq < self.floor
+    @property
+    def seq(self) -> int:
+        """The last seq given out."""
+        return self.log.seq
 
     def remember(self, key: Any, value: Any) -> None:
         self.requests[key] = value
@@ -129,21 +200,35 @@ class Registry:
         self.window = window
         self.devices: dict[str, Device] = {}
         self._tokens: dict[str, float] = {}  # token hash -> expires_at
+        self._batch: Optional[_RowBatch] = None  # the replay rows' open write
+        self.event_no = 0  # the number of the last event stored
+        self._pruned_at = 0
 
     # --- lifecycle ------------------------------------------------------------
 
     async def prepare(self) -> None:
         self.store.migrate("loomi", MIGRATIONS)
         now = time.time()
+        events = [(n, bytes(b)) for n, b in self.store.query("SELECT n, body FROM loomi_events ORDER BY n")]
+        self.event_no = self._pruned_at = events[-1][0] if events else 0
+        segments: dict[str, list[tuple[int, int]]] = collections.defaultdict(list)
+        for did, from_n, off in self.store.query(
+                "SELECT device_id, from_n, seq_offset FROM loomi_segments ORDER BY device_id, from_n"):
+            segments[did].append((from_n, off))
+        floors = []
         for row in self.store.query(f"SELECT {_DEVICE_COLUMNS} FROM loomi_devices"):
-            did, chash, name, model, os_, app, paired, seen, reserved = row
+            did, chash, name, model, os_, app, paired, seen, reserved, floor = row
+            if floor < 0:  # its window was in memory only: everything it was given is gone
+                floor = reserved
+                floors.append((floor, did))
             self.devices[did] = Device(did, chash, name=name, model=model, os=os_, app_version=app,
-                                       paired_at=paired, last_seen=seen, seq=reserved, reserved=reserved,
-                                       window=self.window)
+                                       paired_at=paired, last_seen=seen, reserved=reserved,
+                                       log_=restored(_frames_of(events, segments.get(did, [])), reserved, floor,
+                                                     self.window))
         for h, exp in self.store.query("SELECT token_hash, expires_at FROM loomi_pair_tokens"):
             if exp > now:
                 self._tokens[h] = exp
-        # reserve a fresh block for every device before the first event; drop dead tokens
+        # reserve a fresh block for every device before the first event; drop dead tokens and rows
         rows = []
         for d in self.devices.values():
             d.reserved = d.seq + self.block
@@ -152,79 +237,94 @@ class Registry:
 
         def write(c: sqlite3.Connection) -> None:
             c.executemany("UPDATE loomi_devices SET seq_reserved=? WHERE device_id=?", rows)
+            c.executemany("UPDATE loomi_devices SET replay_floor=? WHERE device_id=?", floors)
             c.execute("DELETE FROM loomi_pair_tokens WHERE expires_at <= ?", (now,))
+            c.execute("DELETE FROM loomi_segments WHERE device_id NOT IN (SELECT device_id FROM loomi_devices)")
 
         await self.store.write(write)
 
     async def persist_exact(self) -> None:
         """Clean shutdown: store each device's exact seq (nothing above it was given out)."""
-        for d in self.devices.values():
-            if d._pending is not None:
-                try:
-                    d._pending.result(timeout=10)
-                except Exception:
-                    pass
         rows = [(d.seq, d.device_id) for d in self.devices.values()]
         if rows:
             await self.store.write(lambda c: c.executemany(
                 "UPDATE loomi_devices SET seq_reserved=? WHERE device_id=?", rows))
 
-    # --- seq --------------------------------------------------------------------
+    # --- seq and the window ----------------------------------------------------------
 
     def next_seq(self, d: Device) -> int:
-        s = d.seq + 1
-        d.seq = s
+        """A seq for a frame that is not replayed (replies, pings)."""
+        log_ = d.log
+        s = log_.seq + 1
+        log_.seq = s
         if s > d.limit:
-            self.advance(d)
+            self._reserve(d)
         return s
 
-    def advance(self, d: Device) -> None:
-        """The slow path of ``next_seq`` (``d.seq`` is past ``d.limit``): settle or reserve a block."""
-        s = d.seq
-        if d._pending is not None and d._pending.done():
-            self._settle(d)
-        if s > d.reserved:
-            self._reserve_now(d)
-        elif d._pending is None and s > d.reserved - self.block // 2:
+    def record(self, tails: list[bytes]) -> list[tuple[Device, list[bytes]]]:
+        """An event (its bodies without their ``{``) for every device: each device's frames (its
+        next seqs spliced in), kept in its window and, before any frame is queued, in the store."""
+        n0 = self.event_no
+        out = []
+        segments: list[tuple] = []
+        prefix = codec.SEQ_PREFIX
+        for d in self.devices.values():
+            log_ = d.log
+            window = log_.window  # SeqLog.keep, inlined: this loop runs per device per event
+            frames = []
+            n = n0
+            for tail in tails:
+                n += 1
+                s = log_.seq + 1
+                log_.seq = s
+                if s > d.limit:
+                    self._reserve(d)
+                if s - n != d.offset:
+                    d.offset = s - n
+                    segments.append((d.device_id, n, s - n))
+                f = prefix % (s, s) + tail
+                if len(window) == window.maxlen:
+                    log_.floor = window[0][0]
+                window.append((s, f))
+                frames.append(f)
+            out.append((d, frames))
+        if out:
+            self.event_no = n = n0 + len(tails)
+            prune = None
+            if n - self._pruned_at >= PRUNE_EVERY:
+                self._pruned_at = n
+                prune = n - self.window  # keeps the newest window + 1 events
+            self._store_rows([(n0 + i + 1, t) for i, t in enumerate(tails)], segments, prune)
+        return out
+
+    def _store_rows(self, events: list[tuple], segments: list[tuple], prune: Optional[int]) -> None:
+        b = self._batch
+        if b is None or not b.add(events, segments, prune):
+            b = self._batch = _RowBatch()
+            self.store.write_later(b)
+            b.add(events, segments, prune)
+
+    def resume(self, d: Device, last_seq: Optional[int]):
+        """``replay.Resume`` for a hello with ``last_seq``; reserves seqs when it moved the numbering."""
+        res = d.log.resume(last_seq)
+        if d.seq > d.limit:
             self._reserve(d)
-        self._relimit(d)
+        return res
 
     def _relimit(self, d: Device) -> None:
-        d.limit = d.reserved if d._pending is not None else d.reserved - self.block // 2
+        d.limit = d.reserved - self.block // 2
 
     def _reserve(self, d: Device) -> None:
+        """Queue the next block. Never waits: every frame carrying these seqs is queued after this
+        write, and the durability barrier lets it leave only once the write committed."""
         target = max(d.reserved, d.seq) + self.block
         did = d.device_id
-        d._pending_target = target
-        d._pending = self.store.submit(
-            lambda c: c.execute(
-                "UPDATE loomi_devices SET seq_reserved=MAX(seq_reserved, ?) WHERE device_id=?", (target, did)
-            )
-        )
+        d.reserved = target
+        self._relimit(d)
+        self.store.execute_later(
+            "UPDATE loomi_devices SET seq_reserved=MAX(seq_reserved, ?) WHERE device_id=?", (target, did))
 
-    def _settle(self, d: Device) -> None:
-        fut, d._pending = d._pending, None
-        exc = fut.exception()
-        if exc is None:
-            d.reserved = max(d.reserved, d._pending_target)
-            d._store_failed = False
-        elif not d._store_failed:
-            d._store_failed = True
-            log.error("could not reserve seq numbers for device %s: %s", d.device_id, exc)
-
-    def _reserve_now(self, d: Device) -> None:
-        """A burst outran the reservation: wait for its commit (rare, one small transaction)."""
-        if d._pending is None:
-            self._reserve(d)
-        try:
-            d._pending.result(timeout=30)
-        except Exception:
-            pass
-        self._settle(d)
-        if d.seq > d.reserved:  # the store is gone (shutdown): keep numbering in memory
-            d.reserved = d.seq
-
-    # --- pairing tokens -----------------------------------------------------------
+# --- pairing tokens -----------------------------------------------------------
 
     async def create_token(self, ttl: float) -> tuple[str, float]:
         ttl = min(float(ttl), MAX_TTL)
@@ -262,11 +362,11 @@ class Registry:
         now = time.time()
         d = Device(new_id(), hash_secret(credential), name=info.name or info.model, model=info.model,
                    os=info.os, app_version=info.app_version, paired_at=now, last_seen=now,
-                   seq=0, reserved=self.block, window=self.window)
+                   reserved=self.block, log_=SeqLog(size=self.window))
         await self.store.write(lambda c: c.execute(
-            f"INSERT INTO loomi_devices({_DEVICE_COLUMNS}) VALUES(?,?,?,?,?,?,?,?,?)",
+            f"INSERT INTO loomi_devices({_DEVICE_COLUMNS}) VALUES(?,?,?,?,?,?,?,?,?,?)",
             (d.device_id, d.credential_hash, d.name, d.model, d.os, d.app_version, d.paired_at, d.last_seen,
-             d.reserved),
+             d.reserved, 0),
         ))
         self._relimit(d)
         self.devices[d.device_id] = d
@@ -295,11 +395,31 @@ class Registry:
     async def revoke(self, device_id: str) -> Optional[Device]:
         d = self.devices.pop(device_id, None)
         if d is not None:
-            await self.store.write(lambda c: c.execute("DELETE FROM loomi_devices WHERE device_id=?", (device_id,)))
+            def write(c: sqlite3.Connection) -> None:
+                c.execute("DELETE FROM loomi_devices WHERE device_id=?", (device_id,))
+                c.execute("DELETE FROM loomi_segments WHERE device_id=?", (device_id,))
+
+            await self.store.write(write)
         return d
 
     def list(self) -> list[dict]:
         return sorted((d.as_dict() for d in self.devices.values()), key=lambda x: x["paired_at"])
+
+
+def _frames_of(events: list[tuple[int, bytes]], segments: list[tuple[int, int]]) -> list[tuple[int, bytes]]:
+    """A device's stored frames (seq, frame), rebuilt from the shared events and its segments."""
+    if not segments:
+        return []
+    out = []
+    i = 0
+    for n, body in events:
+        if n < segments[0][0]:
+            continue  # before the device had any event
+        while i + 1 < len(segments) and segments[i + 1][0] <= n:
+            i += 1
+        s = n + segments[i][1]
+        out.append((s, codec.SEQ_PREFIX % (s, s) + body))
+    return out
 
 
 # --- the CLI's fallback when no server is running ------------------------------------
@@ -338,6 +458,7 @@ def offline_revoke(data_dir: str, device_id: str) -> bool:
         return False
     try:
         cur = conn.execute("DELETE FROM loomi_devices WHERE device_id=?", (device_id,))
+        # its replay rows go at the server's next start (the table may not exist yet)
         return cur.rowcount > 0
     finally:
         conn.close()

@@ -12,10 +12,10 @@ import logging
 import os
 import socket
 import ssl
-from typing import Any, Optional
+from typing import Any, Awaitable, Callable, Optional
 
 import orjson
-from aiohttp import WSMsgType, web
+from aiohttp import WSCloseCode, WSMsgType, web
 
 from bridge_core import events as ev
 from bridge_core.commands import Origin
@@ -73,6 +73,24 @@ _NEEDS_EXTRA = frozenset({ev.ConversationCreated, ev.ConversationRenamed, ev.Con
 _NO_EXTRA = codec.Extra()
 
 
+class LoomiWS(web.WebSocketResponse):
+    """The protocol socket, with one addition: a frame over ``MAX_FRAME`` is answered with a fatal
+    ``too_large`` error before the close (aiohttp's reader refuses it from its header and closes
+    with 1009 by itself, so the error goes out from the close)."""
+
+    on_too_large: Optional[Callable[[], Awaitable[bytes]]] = None
+
+    async def close(self, *, code: int = WSCloseCode.OK, message: bytes = b"", drain: bool = True) -> bool:
+        hook, self.on_too_large = self.on_too_large, None
+        if hook is not None and code == WSCloseCode.MESSAGE_TOO_BIG and not self.closed:
+            try:
+                data = await asyncio.wait_for(hook(), 1.0)
+                await asyncio.wait_for(self.send_frame(data, WSMsgType.TEXT), 1.0)
+            except Exception:
+                pass
+        return await super().close(code=code, message=message, drain=drain)
+
+
 class Connection:
     """One socket: its outbox, protocol session, device (once authenticated) and tasks."""
 
@@ -99,6 +117,7 @@ class LoomiFrontEnd(FrontEnd):
         self.hello_timeout = float(sec.get("hello_timeout", 9.0))
         self.ping_interval = float(sec.get("ping_interval", 25.0))
         self.max_missed = int(sec.get("max_missed_pongs", 3))
+        self.pong_timeout = float(sec.get("pong_timeout", 10.0))  # a ping is missed without a pong by then
         self.outbox_items = int(sec.get("outbox_items", 2048))
         self.rate = float(sec.get("rate", 100.0))  # frames per second per socket (pongs exempt)
         self.burst = float(sec.get("burst", 200.0))
@@ -190,24 +209,14 @@ class LoomiFrontEnd(FrontEnd):
         bodies = render(event, extra)
         if not bodies:
             return
-        # the hot path: per device only a seq, a small prefix, and a concatenation
-        tails = [b[1:] for b in bodies]
-        advance = self.registry.advance
-        prefix = codec.SEQ_PREFIX
-        for d in devices.values():
+        # the hot path: per device a seq, a small prefix and a concatenation, kept for replay. Every
+        # device's rows are queued (one batched write) before any frame is (devices.py), so once one
+        # device has the event it is durable for all of them
+        for d, frames in self.registry.record([b[1:] for b in bodies]):
             conn = d.conn
-            put = conn.outbox.put if conn is not None else None
-            window = d.window
-            for tail in tails:
-                s = d.seq + 1
-                d.seq = s
-                if s > d.limit:
-                    advance(d)
-                f = prefix % (s, s) + tail
-                if len(window) == window.maxlen:
-                    d.floor = window[0][0]
-                window.append((s, f))
-                if put is not None:
+            if conn is not None:
+                put = conn.outbox.put
+                for f in frames:
                     put(f)
 
     def _send(self, conn: Connection, type_: str, payload: dict) -> None:
@@ -225,11 +234,13 @@ class LoomiFrontEnd(FrontEnd):
 
     async def handle_ws(self, request: web.Request) -> web.StreamResponse:
         addr = client_address(request)
-        ws = web.WebSocketResponse(max_msg_size=MAX_FRAME, heartbeat=None, autoping=True, compress=False)
+        ws = LoomiWS(max_msg_size=MAX_FRAME, heartbeat=None, autoping=True, compress=False)
         await ws.prepare(request)
-        conn = Connection(ws, addr, Session(self.max_missed, rate=self.rate, burst=self.burst), request.transport)
+        session = Session(self.max_missed, pong_timeout=self.pong_timeout, rate=self.rate, burst=self.burst)
+        conn = Connection(ws, addr, session, request.transport)
         conn.outbox = Outbox(ws_text_sender(ws), max_items=self.outbox_items,
                              on_overflow=lambda: self._overflow(conn))
+        ws.on_too_large = lambda: self._direct_error(conn, TooLarge(f"Frame larger than {MAX_FRAME} bytes"))
         self.sockets.add(ws)
         writer = self.tasks.spawn(self._write(conn), name="loomi-writer")
         try:
@@ -264,9 +275,7 @@ class LoomiFrontEnd(FrontEnd):
             await self._fatal(conn, AuthTimeout())
             return False
         if msg.type is not WSMsgType.TEXT:
-            if msg.type is WSMsgType.ERROR:
-                await self._fatal(conn, TooLarge("Frame too large", fatal=True))
-            elif msg.type is WSMsgType.BINARY:
+            if msg.type is WSMsgType.BINARY:
                 await self._fatal(conn, Unauthorized("The first frame must be a hello"))
             return False
         token_fp = None
@@ -309,18 +318,19 @@ class LoomiFrontEnd(FrontEnd):
         conn.device = d
         conn.session.opened(d.device_id)
         self.registry.seen(d, info)
-        frames, truncated = d.replay(last_seq)
-        self._send(conn, "hello.ok", codec.hello_ok(
+        res = self.registry.resume(d, last_seq)
+        # hello.ok carries the seq the app reported (docs/loomi.md "Handshake"): the replay follows above it
+        conn.outbox.put(codec.frame(res.seq, "hello.ok", codec.hello_ok(
             device_id=d.device_id, credential=credential, server_name=self.server_name,
-            server_version=self.server_version, truncated=truncated,
-        ))
-        for f in frames:
+            server_version=self.server_version, truncated=res.truncated,
+        )))
+        for f in res.frames:
             conn.outbox.put(f)
         d.conn = conn
         conn.tasks.append(self.tasks.spawn(self._worker(conn), name="loomi-worker"))
         conn.tasks.append(self.tasks.spawn(self._heartbeat(conn), name="loomi-heartbeat"))
         log.info("loomi: device %s connected from %s (replayed %d, truncated %s)", d.device_id, conn.addr,
-                 len(frames), truncated)
+                 len(res.frames), res.truncated)
 
     async def _serve(self, conn: Connection) -> None:
         ws = conn.ws
@@ -333,9 +343,7 @@ class LoomiFrontEnd(FrontEnd):
             elif msg.type is WSMsgType.BINARY:
                 self._error(conn, BadRequest("Binary frames are reserved"))
             elif msg.type is WSMsgType.ERROR:
-                if not conn.closing:
-                    await self._fatal(conn, TooLarge(f"Frame larger than {MAX_FRAME} bytes", fatal=True))
-                return
+                return  # the error (too_large included, see LoomiWS) was sent and the socket is closed
             else:
                 return
 
@@ -427,18 +435,30 @@ class LoomiFrontEnd(FrontEnd):
         fut.set_result((False, err))
 
     async def _heartbeat(self, conn: Connection) -> None:
+        """A ping every ``ping_interval``; each pong deadline is checked when it passes (session.expire)."""
+        loop = asyncio.get_running_loop()
+        session = conn.session
+        next_ping = loop.time() + self.ping_interval
+        deadline: Optional[float] = None
         while not conn.closing:
-            await asyncio.sleep(self.ping_interval)
+            wake = next_ping if deadline is None else min(next_ping, deadline)
+            await asyncio.sleep(max(0.0, wake - loop.time()))
             if conn.closing:
                 return
+            now = loop.time()
             try:
-                conn.session.ping_due()
+                deadline = session.expire(now)
             except BridgeError as exc:
-                log.info("loomi: device %s missed %d pings; disconnecting", conn.session.device_id,
-                         conn.session.max_missed)
+                log.info("loomi: device %s missed %d pings in a row; disconnecting", session.device_id,
+                         session.missed)
                 self._kick(conn, exc)
                 return
-            self._send(conn, "ping", {})
+            if now >= next_ping:
+                self._send(conn, "ping", {})
+                session.ping_sent(now)
+                next_ping = now + self.ping_interval
+                if deadline is None:
+                    deadline = now + self.pong_timeout
 
     # --- closing -----------------------------------------------------------------------
 
@@ -474,13 +494,23 @@ class LoomiFrontEnd(FrontEnd):
             self._send(conn, "error", payload)
             await conn.outbox.flush(1.0 if conn.device is not None else 0.3)
         else:  # overflowed: write the error past the dropped queue (uncompressed frames are atomic)
-            d = conn.device
-            seq = self.registry.next_seq(d) if d is not None else 0
             try:
-                await asyncio.wait_for(conn.ws.send_frame(codec.frame(seq, "error", payload), WSMsgType.TEXT), 1.0)
+                data = await asyncio.wait_for(self._direct_error(conn, exc), 1.0)
+                await asyncio.wait_for(conn.ws.send_frame(data, WSMsgType.TEXT), 1.0)
             except Exception:
                 pass
         await self._close(conn, close_code(payload["code"]), payload["code"])
+
+    async def _direct_error(self, conn: Connection, exc: BridgeError) -> bytes:
+        """A fatal error frame to write past the outbox (dropped or closing). It takes a seq like any
+        reply, so it waits for the store as the outbox would (devices.py: a sent seq is reserved)."""
+        conn.closing = True
+        payload = error_payload(exc)
+        payload["fatal"] = True
+        d = conn.device
+        seq = self.registry.next_seq(d) if d is not None else 0
+        await self.bridge.store.synced()
+        return codec.frame(seq, "error", payload)
 
     async def _close(self, conn: Connection, code: int, reason: str) -> None:
         # an unauthenticated peer gets little time to answer the close: it is gone by 10 s

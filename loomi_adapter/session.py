@@ -3,13 +3,16 @@
 Feed it the first frame (``receive_hello``), then each parsed frame
 (``request``); it returns a typed request, or raises the error to send. It enforces the handshake (``hello``
 first, exactly once, either a pairing token or a device id + credential),
-and counts unanswered server pings (``ping_due``).
+and keeps the heartbeat's books (``ping_sent`` / ``expire``, docs/loomi.md
+"Heartbeat"): a server ping is missed when no pong came within
+``pong_timeout`` of it, and ``max_missed`` misses in a row close the socket.
 
     HELLO --hello ok--> OPEN --close--> CLOSED
 """
 
 from __future__ import annotations
 
+import collections
 import enum
 from typing import Any, Optional, Union
 
@@ -23,6 +26,7 @@ from .errors import HeartbeatTimeout
 MAX_SECRET = 256
 MAX_DEVICE_ID = 64
 MAX_INFO = 200
+MAX_SEQ = 2**53 - 1  # a seq any app's JSON parser holds exactly
 
 
 class Phase(enum.Enum):
@@ -74,19 +78,22 @@ def classify_hello(h: codec.Hello) -> Handshake:
         raise Unauthorized("hello needs a pairing token, or a device_id and credential")
     if not h.device_id or len(h.device_id) > MAX_DEVICE_ID or not h.credential or len(h.credential) > MAX_SECRET:
         raise Unauthorized("Unknown device or wrong credential")
-    if h.last_seq is not None and h.last_seq < 0:
-        raise BadRequest("last_seq must not be negative", fatal=True)
+    if h.last_seq is not None and not 0 <= h.last_seq <= MAX_SEQ:
+        raise BadRequest(f"last_seq must be an integer in [0, {MAX_SEQ}]", fatal=True)
     return ResumeHello(device_id=h.device_id, credential=h.credential, last_seq=h.last_seq, info=info)
 
 
 class Session:
     """One socket's protocol state: handshake phase, heartbeat accounting, request rate."""
 
-    def __init__(self, max_missed: int = 3, *, rate: float = 100.0, burst: float = 200.0):
+    def __init__(self, max_missed: int = 3, *, pong_timeout: float = 10.0, rate: float = 100.0,
+                 burst: float = 200.0):
         self.phase = Phase.HELLO
         self.device_id: Optional[str] = None
         self.max_missed = max_missed
-        self.unanswered = 0
+        self.pong_timeout = pong_timeout
+        self.missed = 0  # pings missed in a row
+        self._deadlines: collections.deque[float] = collections.deque()  # of the pings not yet answered
         self.rate = rate
         self.burst = burst
         self._tokens = burst
@@ -125,19 +132,36 @@ class Session:
             raise BadRequest("Already authenticated")
         req = codec.decode_request(frame)
         if type(req) is codec.Pong:
-            self.unanswered = 0
+            self.pong()
         return req
 
     def opened(self, device_id: str) -> None:
         self.phase = Phase.OPEN
         self.device_id = device_id
-        self.unanswered = 0
+        self.missed = 0
+        self._deadlines.clear()
 
     def closed(self) -> None:
         self.phase = Phase.CLOSED
 
-    def ping_due(self) -> None:
-        """Account for one server ping about to be sent; raises once too many went unanswered."""
-        if self.unanswered >= self.max_missed:
-            raise HeartbeatTimeout()
-        self.unanswered += 1
+    # --- heartbeat -----------------------------------------------------------------
+
+    def ping_sent(self, now: float) -> None:
+        """A server ping left at ``now``: a pong is due within ``pong_timeout``."""
+        self._deadlines.append(now + self.pong_timeout)
+
+    def pong(self) -> None:
+        """A pong answers every ping outstanding and resets the count of misses."""
+        self.missed = 0
+        self._deadlines.clear()
+
+    def expire(self, now: float) -> Optional[float]:
+        """Count the pings whose pong deadline passed by ``now`` as missed; raises HeartbeatTimeout at
+        ``max_missed`` in a row. Returns the next deadline to check, or None."""
+        dl = self._deadlines
+        while dl and dl[0] <= now:
+            dl.popleft()
+            self.missed += 1
+        if self.missed >= self.max_missed:
+            raise HeartbeatTimeout(f"No pong to {self.missed} pings in a row")
+        return dl[0] if dl else None

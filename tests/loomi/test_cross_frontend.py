@@ -48,7 +48,7 @@ async def test_a_pheby_run_streams_to_loomi_and_the_device_answers_its_approval(
     assert "".join(deltas) == "Ran: make deploy"
     tools = [f["type"] for f in phone_frames if f["type"].startswith("run.tool_")]
     assert tools == ["run.tool_started", "run.tool_finished"]
-    assert phone.frames[0]["seq"] == 1 and [f["seq"] for f in phone.frames] == sorted({f["seq"] for f in phone.frames})
+    assert phone.frames[0]["seq"] == 0 and [f["seq"] for f in phone.frames] == sorted({f["seq"] for f in phone.frames})
     await pheby.close()
     await phone.close()
 

@@ -28,7 +28,7 @@ async def test_pair_payload_and_hello_ok(loomi):
     c = await Client.connect(loomi)
     ok = await c.hello(token=qr["token"])
     assert ok["type"] == "hello.ok"
-    assert ok["v"] == 1 and ok["seq"] == 1 and ok["event_id"] == "e_1"
+    assert ok["v"] == 1 and ok["seq"] == 0 and ok["event_id"] == "e_0"  # a new device has seen nothing
     assert ok["task_id"] is None and ok["run_id"] is None and isinstance(ok["ts"], float)
     p = ok["payload"]
     assert set(p) == {"device_id", "credential", "server_name", "server_version", "protocol_version",
@@ -41,9 +41,9 @@ async def test_pair_payload_and_hello_ok(loomi):
     assert rows == [(p["device_id"], hashlib.sha256(p["credential"].encode()).hexdigest())]
     await c.close()
     # later hellos carry device_id + credential, and no new credential comes back
-    c2, ok2 = await resume(loomi, p, last_seq=1)
+    c2, ok2 = await resume(loomi, p, last_seq=0)
     assert ok2["type"] == "hello.ok" and ok2["payload"]["device_id"] == p["device_id"]
-    assert "credential" not in ok2["payload"] and ok2["seq"] > 1
+    assert "credential" not in ok2["payload"] and ok2["seq"] == 0
     await c2.close()
 
 

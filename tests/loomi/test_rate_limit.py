@@ -23,7 +23,9 @@ async def test_a_burst_of_frames_is_answered_with_rate_limited(loomi):
                 answers.append(f)
         pongs = [f for f in answers if f["type"] == "pong"]
         limited = [f for f in answers if f["type"] == "error" and f["payload"]["code"] == "rate_limited"]
-        assert len(pongs) + len(limited) == burst + 1  # every frame answered, the garbage one too
+        # every frame answered, the garbage one too (invalid_json once the bucket has refilled a token)
+        garbage = [f for f in answers if f["type"] == "error" and f["payload"]["code"] == "invalid_json"]
+        assert len(pongs) + len(limited) + len(garbage) == burst + 1 and len(garbage) <= 1
         assert 200 <= len(pongs) < burst
         assert limited and all(not f["payload"]["fatal"] for f in limited)
         # still open and serving once the bucket refills
