@@ -55,7 +55,6 @@ async def test_a_revoked_device_gets_refused_and_its_socket_closes(server):
     assert refused.value.frame["payload"]["code"] == "unauthorized"
 
 
-@pytest.mark.xfail(strict=False, reason="needs the limiter fix on sec-core")
 async def test_one_misbehaving_phone_behind_one_address_locks_out_no_one(server):
     good = await paired(server, "Good phone")
     revoked = await paired(server, "Revoked phone")

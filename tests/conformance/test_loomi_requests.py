@@ -170,7 +170,6 @@ async def _ended_with_a_pending_approval(app: LoomiApp, end) -> None:
     assert len(app.find("approval.resolved", approval_id=approval_id)) == 1
 
 
-@pytest.mark.xfail(strict=False, reason="needs the core fix on conf-pheby (pending decisions resolved on run end)")
 async def test_cancel_with_a_pending_approval_resolves_it(server):
     app = await paired(server)
 
@@ -182,7 +181,6 @@ async def test_cancel_with_a_pending_approval_resolves_it(server):
     await app.disconnect()
 
 
-@pytest.mark.xfail(strict=False, reason="needs the core fix on conf-pheby (pending decisions resolved on run end)")
 async def test_pause_with_a_pending_approval_resolves_it(server):
     app = await paired(server)
 
@@ -194,7 +192,6 @@ async def test_pause_with_a_pending_approval_resolves_it(server):
     await app.disconnect()
 
 
-@pytest.mark.xfail(strict=False, reason="needs the core fix on conf-pheby (timeouts resolve with a choice of the spec)")
 async def test_an_approval_that_times_out_resolves_with_a_spec_choice(server_factory):
     server = server_factory(config="[demo]\napproval_timeout = 0.5\n")
     app = await paired(server)
