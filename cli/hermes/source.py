@@ -23,22 +23,22 @@ import os
 import time
 from typing import TYPE_CHECKING, Any, Optional
 
-from ... import events as ev
-from ...errors import (
+from bridge_core import events as ev
+from bridge_core.errors import (
     BadRequest,
     ClarifyNotFound,
     ConversationNotFound,
     NotFound,
     Unavailable,
 )
-from ...ids import is_hex32, new_id, short_id
-from ...redact import redact
-from ..base import AgentSource, ModelCurrent, ModelsSnapshot, Provider, ReasoningSnapshot, YoloSnapshot
+from bridge_core.ids import is_hex32, new_id, short_id
+from bridge_core.redact import redact
+from bridge_core.agents.base import AgentSource, ModelCurrent, ModelsSnapshot, Provider, ReasoningSnapshot, YoloSnapshot
 from .compat import HermesApi, parse_effort
 from .runs import HermesRun, strip_cursor
 
 if TYPE_CHECKING:
-    from ...state import ConversationState
+    from bridge_core.state import ConversationState
 
 log = logging.getLogger("agent_bridge.hermes")
 
