@@ -1,4 +1,4 @@
-"""Configuration: CONTRACT.md's options, environment variables and TOML file.
+"""Configuration: the options, environment variables and TOML file of README.md ("Running it").
 
 Precedence: command-line flags, then environment variables, then the TOML
 file (``--config`` or ``<data-dir>/config.toml``), then defaults. Missing

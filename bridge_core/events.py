@@ -4,7 +4,7 @@ Plain frozen attrs classes, no JSON code on them. Every event names its
 conversation (``conversation_id``; Pheby conversation, Loomi task, lvmh
 session), the run where there is one, and a UTC timestamp in float epoch
 seconds. Adapters render these into their protocol's frames (see the
-mapping table in DESIGN.md).
+renderers in docs/architecture.md, "One event, agent to socket").
 """
 
 from __future__ import annotations

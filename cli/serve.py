@@ -1,64 +1,23 @@
-"""``agent-bridge serve``: the bridge, its agent and its front ends in one process."""
+"""``agent-bridge serve``: the bridge, its agent and its front ends in one process.
+
+The app itself is built by the composition root, ``app.py``; this module is the
+command's glue: flags to configuration, logging, signals.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib
-import json
 import logging
-import os
 import signal
-import sqlite3
 import sys
 from typing import Any
 
-from bridge_core.agents.base import AgentSource
-from bridge_core.bridge import Bridge
-from bridge_core.config import Config, ConfigError, build_config, is_loopback
-from bridge_core.frontend import FrontEnd, PortInUse, make_ssl_context
-from bridge_core.security import raise_nofile_limit, remove_admin_key, write_admin_key
+from bridge_core.config import Config, build_config
+
+from .app import Service, check_bind, describe, make_agent
 
 log = logging.getLogger("agent_bridge")
-
-FRONTENDS = {
-    "pheby": "pheby_adapter.server:PhebyFrontEnd",
-    "loomi": "loomi_adapter.server:LoomiFrontEnd",
-    "lvmh": "lvmh_adapter.server:LvmhFrontEnd",
-}
-
-
-def frontend_class(name: str) -> type:
-    modname, _, clsname = FRONTENDS[name].partition(":")
-    try:
-        mod = importlib.import_module(modname)
-        return getattr(mod, clsname)
-    except (ImportError, AttributeError):
-        available = [n for n in FRONTENDS if _available(n)]
-        raise ConfigError(
-            f"front end {name!r} is not available in this build (available: {', '.join(available) or 'none'})"
-        )
-
-
-def _available(name: str) -> bool:
-    modname, _, clsname = FRONTENDS[name].partition(":")
-    try:
-        return hasattr(importlib.import_module(modname), clsname)
-    except ImportError:
-        return False
-
-
-def make_agent(cfg: Config) -> AgentSource:
-    if cfg.agent == "demo":
-        from bridge_core.agents.demo import DemoAgent
-
-        return DemoAgent(approval_timeout=cfg.approval_timeout or None)
-    if cfg.agent == "hermes":
-        raise ConfigError(
-            "the Hermes agent runs inside Hermes's own gateway: enable the agent-bridge plugin and run "
-            "`hermes gateway run` (see docs/hermes.md)"
-        )
-    raise ConfigError(f"unknown agent {cfg.agent!r}; choose demo or hermes")
 
 
 def config_from_args(args: argparse.Namespace) -> Config:
@@ -78,14 +37,6 @@ def config_from_args(args: argparse.Namespace) -> Config:
         "log_level": getattr(args, "log_level", None),
     }
     return build_config(flags)
-
-
-def check_bind(cfg: Config) -> None:
-    if not is_loopback(cfg.host) and not cfg.tls and not cfg.loomi_allow_insecure_bind:
-        raise ConfigError(
-            f"refusing to bind {cfg.host} without TLS: pass --tls-cert/--tls-key, "
-            "or set LOOMI_ALLOW_INSECURE_BIND=true to allow plain ws:// on a non-loopback address"
-        )
 
 
 class MalformedRequestFilter(logging.Filter):
@@ -115,86 +66,6 @@ def setup_logging(level: str) -> None:
     )
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     logging.getLogger("aiohttp.server").addFilter(MalformedRequestFilter())
-
-
-class Service:
-    """The bridge plus its front ends, started and stopped together."""
-
-    def __init__(self, cfg: Config, source: AgentSource):
-        self.cfg = cfg
-        self.bridge = Bridge(cfg.data_dir, source, retention_days=cfg.retention_days)
-        self.frontends: dict[str, FrontEnd] = {}
-        self.ports: dict[str, int] = {}
-
-    async def start(self) -> dict[str, int]:
-        cfg = self.cfg
-        raise_nofile_limit()  # a low soft limit would run the listeners out of descriptors
-        classes = {name: frontend_class(name) for name in cfg.adapters}
-        ssl_ctx = None
-        if cfg.tls:
-            try:
-                ssl_ctx = make_ssl_context(cfg.tls_cert, cfg.tls_key)
-            except (OSError, ValueError) as exc:
-                raise ConfigError(f"cannot load TLS certificate/key: {exc}")
-        try:
-            self.bridge.store.open()
-        except (sqlite3.Error, OSError) as exc:
-            raise ConfigError(
-                f"cannot open the database in {cfg.data_dir}: {exc} (is the data directory writable, with space left?)"
-            )
-        try:  # a new key at every start, before anything listens: a previous run's key never works
-            cfg.admin_key = write_admin_key(cfg.data_dir)
-        except OSError as exc:
-            raise ConfigError(f"cannot write the admin key in {cfg.run_dir}: {exc.strerror or exc}")
-        for name, cls in classes.items():
-            fe = cls(self.bridge, cfg)
-            await fe.prepare()
-            self.frontends[name] = fe
-        await self.bridge.start()
-        try:
-            for name, fe in self.frontends.items():
-                self.ports[name] = await fe.start(cfg.host, cfg.ports[name], ssl_ctx)
-        except PortInUse as exc:
-            await self.stop()
-            raise ConfigError(str(exc.args[1] if len(exc.args) > 1 else exc))
-        self.bridge.report_interrupted()  # every front end listens now: runs a crash cut short end as failed
-        os.makedirs(cfg.run_dir, mode=0o700, exist_ok=True)
-        tmp = os.path.join(cfg.run_dir, "ports.json.tmp")
-        with open(tmp, "w") as f:
-            json.dump(self.ports, f)
-        os.replace(tmp, os.path.join(cfg.run_dir, "ports.json"))
-        return self.ports
-
-    async def stop(self) -> None:
-        for fe in self.frontends.values():
-            try:
-                await fe.stop()
-            except Exception:
-                log.exception("stopping %s failed", fe.name)
-        await self.bridge.stop()
-        try:
-            os.unlink(os.path.join(self.cfg.run_dir, "ports.json"))
-        except OSError:
-            pass
-        if self.cfg.admin_key:
-            remove_admin_key(self.cfg.data_dir, self.cfg.admin_key)
-
-
-def describe(cfg: Config, ports: dict[str, int]) -> list[str]:
-    scheme_ws = "wss" if cfg.tls else "ws"
-    scheme_http = "https" if cfg.tls else "http"
-    host = cfg.host if ":" not in cfg.host else f"[{cfg.host}]"
-    lines = [f"agent-bridge: {cfg.agent} agent, data in {cfg.data_dir}"]
-    urls = {
-        "pheby": f"{scheme_ws}://{host}:{{port}}/ws  (attachments {scheme_http}://{host}:{{port}}/attachments/<id>)",
-        "loomi": f"{scheme_ws}://{host}:{{port}}/ws  (pair a phone: agent-bridge loomi pair)",
-        "lvmh": f"{scheme_http}://{host}:{{port}}/  (web UI; plugins: {scheme_ws}://{host}:{{port}}/agent/ws)",
-    }
-    for name, port in ports.items():
-        lines.append(f"  {name:<6} {urls[name].format(port=port)}")
-    for name, path in cfg.secret_paths.items():
-        lines.append(f"  {name} stored in {path} (owner-only)")
-    return lines
 
 
 async def serve_async(cfg: Config) -> int:

@@ -67,7 +67,7 @@ def frame(seq: int, type_: str, payload: dict, *, task_id: Optional[str] = None,
 
 
 def task_dict(conv: Any) -> dict:
-    """A task as CONTRACT.md fixes it (from a bridge ConversationState)."""
+    """A task object, as the bridge fixes its fields (from a bridge ConversationState)."""
     return {
         "task_id": conv.conversation_id,
         "title": conv.name,

@@ -4,7 +4,7 @@ Decoders take the raw text of one frame (or a query/body) and return typed
 values or raise ``FrameError``/``BadRequest``; nothing here does I/O.
 
 A plugin event is stored and re-served as the JSON text it arrived in (the
-"envelope+payload" object of lvmh-protocol.md), so the hot path parses each
+"envelope+payload" object of the lvmh protocol), so the hot path parses each
 frame once and never re-encodes it. Only a frame whose ``ts`` is missing or
 unusable is re-encoded with the daemon's clock.
 """

@@ -1,6 +1,6 @@
 """The core's error codes as lvmh answers: HTTP statuses for REST, error frames for sockets.
 
-REST errors are ``{"error": "message"}`` with a status (lvmh-protocol.md,
+REST errors are ``{"error": "message"}`` with a status (the lvmh protocol,
 "Transport 2"); socket errors are an ``error`` frame the peer may ignore
 (unknown types are ignored by plugins and browsers). Anything that is not a
 ``BridgeError`` becomes a detail-free internal error, with its traceback in

@@ -32,7 +32,7 @@ from bridge_core.store import Store
 log = logging.getLogger("agent_bridge.lvmh.store")
 
 MIGRATIONS = [
-    # 1: lvmh-protocol.md "Daemon persistence" (+ which side owns a session)
+    # 1: the lvmh protocol "Daemon persistence" (+ which side owns a session)
     """
     CREATE TABLE events(
         sessionId TEXT NOT NULL,

@@ -174,6 +174,18 @@ class PluginSource(AgentSource):
         if handle is not None:
             handle.cancel()
 
+    def info_changed(self, sid: str, name: str, before: dict, info: dict) -> None:
+        """Session ``sid``'s info changed (its hello or a ``session_info``): a new name or model
+        of its conversation becomes ``ConversationUpdated`` / ``ModelChanged``."""
+        conv = self.bridge.conversations.get(sid)
+        if conv is None or conv.source != SOURCE_NAME:
+            return
+        if name != conv.name:
+            self.bridge.publish(ev.ConversationUpdated(conversation_id=sid, name=name))
+        model, provider = info.get("model"), info.get("provider")
+        if model and (model, provider) != (before.get("model"), before.get("provider")):
+            self.bridge.publish(ev.ModelChanged(model=model, provider=provider, scope="conversation", conversation_id=sid))
+
     # --- lvmh -> shared -------------------------------------------------------------------------------
 
     def _start(self, sid: str, run_id: Optional[str] = None, request_id: Optional[str] = None) -> _Run:

@@ -1,6 +1,6 @@
 """Shared events of the bridge's own conversations as lvmh session events (pure).
 
-DESIGN.md's mapping table, lvmh column:
+The shared-event mapping, lvmh column (docs/architecture.md names each front end's renderer):
 
 | shared event | lvmh events |
 |---|---|

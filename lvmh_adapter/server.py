@@ -617,19 +617,7 @@ class LvmhFrontEnd(FrontEnd):
             return
         rec.info = info
         self.log.upsert_session(rec.id, info, "plugin")
-        conv = self.bridge.conversations.get(rec.id)
-        if conv is not None and conv.source == SOURCE_NAME:
-            name = display_name(info)
-            if name != conv.name:
-                self.bridge.publish(ev.ConversationUpdated(conversation_id=rec.id, name=name))
-            if (info.get("model"), info.get("provider")) != (before.get("model"), before.get("provider")) and info.get(
-                "model"
-            ):
-                self.bridge.publish(
-                    ev.ModelChanged(
-                        model=info["model"], provider=info.get("provider"), scope="conversation", conversation_id=rec.id
-                    )
-                )
+        self.source.info_changed(rec.id, display_name(info), before, info)  # the shared events come from the source
         self.stream.list_changed()
 
     def _ingest(self, rec: SessionRecord, frame: codec.PluginFrame) -> None:

@@ -1,4 +1,4 @@
-"""The built-in deterministic demo agent (CONTRACT.md, "The demo agent").
+"""The built-in deterministic demo agent (README.md, "The demo agent").
 
 Every front end can be tried and tested with it, without an LLM.
 """

@@ -1,4 +1,4 @@
-// REST client for /api (lvmh-protocol.md, "Transport 2"). Every call carries the bearer token.
+// REST client for /api (the lvmh protocol, "Transport 2"). Every call carries the bearer token.
 
 export class ApiError extends Error {
   constructor(status, message, body) {

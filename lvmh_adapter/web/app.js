@@ -1,4 +1,4 @@
-// lvmh web UI: watch and drive every agent session (lvmh-protocol.md, "Transport 2" and "Transport 3").
+// lvmh web UI: watch and drive every agent session (the lvmh protocol, "Transport 2" and "Transport 3").
 // It talks to the daemon like any client: REST under /api with the bearer token, and the browser
 // WebSocket /ws?token=... for live frames. No build step, no network beyond this origin.
 

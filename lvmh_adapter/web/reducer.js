@@ -1,4 +1,4 @@
-// Pure state for one lvmh session: fold protocol events (lvmh-protocol.md) into a timeline.
+// Pure state for one lvmh session: fold lvmh protocol events into a timeline.
 // No DOM, no I/O: the page renders what this builds, and `node --test` checks it.
 //
 // Events are the envelope plus payload, flat: {v, sessionId, seq, ts, type, ...payload}.

@@ -1,5 +1,5 @@
 // lvmh worker: the process a daemon-spawned container runs (`node /bridge/index.mjs`,
-// lvmh-protocol.md "POST /api/spawn" step 3).
+// the lvmh protocol "POST /api/spawn" step 3).
 //
 // A headless pi session (the SDK's session runtime: createAgentSessionRuntime ->
 // createAgentSessionServices + createAgentSessionFromServices) with the lvmh extension loaded. The

@@ -1,4 +1,4 @@
-"""An lvmh client written from the protocol specification alone (lvmh-protocol.md, version 1).
+"""An lvmh client written from the protocol specification alone (the lvmh protocol, version 1).
 
 Three parts, as an app developer would build them from the spec's three transports:
 

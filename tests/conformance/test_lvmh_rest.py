@@ -13,7 +13,7 @@ import pytest
 from tests.conformance.conftest import LVMH_TOKEN, PHEBY_SECRET
 from tests.conformance.lvmh_client import Browser, Plugin, Rest, create_conversation, eventually, until
 
-# every REST endpoint that takes a body (lvmh-protocol.md "Transport 2", plus the bridge's
+# every REST endpoint that takes a body (the lvmh protocol "Transport 2", plus the bridge's
 # decision endpoints), with a well-formed body for each
 SID = "unknown-session"
 POSTS = [

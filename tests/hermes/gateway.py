@@ -50,6 +50,27 @@ def unavailable_reason() -> Optional[str]:
     return None
 
 
+# This checkout's packages under their import names (the CLI folder cli/ imports as
+# agent_bridge_cli, docs/hermes.md), for the gateway's PYTHONPATH.
+PACKAGES = {"bridge_core": "bridge_core", "pheby_adapter": "pheby_adapter", "loomi_adapter": "loomi_adapter",
+            "lvmh_adapter": "lvmh_adapter", "agent_bridge_cli": "cli"}
+
+
+def checkout_path(home: str) -> str:
+    """A folder that imports this checkout's code, whichever checkout installed the shared venv.
+
+    Not the checkout itself: its ``cli/`` folder would shadow Hermes's own ``cli`` module, and
+    the plugin's package ``agent_bridge_cli`` is that folder under another name.
+    """
+    path = os.path.join(home, "pythonpath")
+    os.makedirs(path, exist_ok=True)
+    for name, folder in PACKAGES.items():
+        link = os.path.join(path, name)
+        if not os.path.lexists(link):
+            os.symlink(os.path.join(ROOT, folder), link)
+    return path
+
+
 def hermes_env(home: str, data: str) -> dict:
     env = {
         "PATH": os.path.dirname(HERMES) + os.pathsep + os.environ.get("PATH", "/usr/bin:/bin"),
@@ -61,7 +82,7 @@ def hermes_env(home: str, data: str) -> dict:
         "AGENT_BRIDGE_DATA": data,
         "PHEBY_SECRET": PHEBY_SECRET,
         "LVMH_TOKEN": LVMH_TOKEN,
-        "PYTHONPATH": ROOT,  # this checkout's code, whichever checkout installed the venv
+        "PYTHONPATH": checkout_path(home),
         "PYTHONUNBUFFERED": "1",
         "HERMES_DISABLE_LAZY_INSTALLS": "1",
         "TIRITH_ENABLED": "false",

@@ -16,12 +16,12 @@ import types
 
 import pytest
 
-from bridge_core.agents import hermes as plugin
-from bridge_core.agents.hermes import adapter as adapter_mod
-from bridge_core.agents.hermes.cli import setup_loomi
-from bridge_core.agents.hermes.compat import accepts_kwarg, has_param, parse_effort
-from bridge_core.agents.hermes.hooks import HookSet
-from bridge_core.agents.hermes.runs import strip_cursor
+from agent_bridge_cli import hermes as plugin
+from agent_bridge_cli.hermes import adapter as adapter_mod
+from agent_bridge_cli.hermes.cli import setup_loomi
+from agent_bridge_cli.hermes.compat import accepts_kwarg, has_param, parse_effort
+from agent_bridge_cli.hermes.hooks import HookSet
+from agent_bridge_cli.hermes.runs import strip_cursor
 
 from .fakes import FakeApi
 
@@ -230,7 +230,7 @@ def test_register_platforms_hooks_and_cli(tmp_path, monkeypatch):
     monkeypatch.setenv("AGENT_BRIDGE_DATA", str(tmp_path / "data"))
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "config.toml").write_text('adapters = "pheby,loomi"\n')
-    monkeypatch.setattr("bridge_core.agents.hermes.host._HOST", None)
+    monkeypatch.setattr("agent_bridge_cli.hermes.host._HOST", None)
 
     class Ctx:
         def __init__(self):

@@ -9,7 +9,7 @@ import pytest
 
 from bridge_core import commands as cmd
 from bridge_core import events as ev
-from bridge_core.agents.hermes.source import HermesAgent, tool_preview
+from agent_bridge_cli.hermes.source import HermesAgent, tool_preview
 from bridge_core.bridge import Bridge
 from bridge_core.errors import BadRequest, NotFound
 

@@ -102,7 +102,7 @@ class FakePlugin:
                 return frame
 
     async def run(self, text: str = "Hello", reply: str = "Hi there") -> None:
-        """One pi turn as the real plugin sends it (lvmh-protocol.md, notes section 4 run C)."""
+        """One pi turn as the real plugin sends it (the lvmh protocol v1, as recorded from a real pi run)."""
         await self.event("agent_start")
         await self.event("message_start", message={"role": "user", "id": f"u{self.seq}"})
         await self.event("message_end", message=_msg("user", f"u{self.seq - 1}", text))

@@ -1,4 +1,4 @@
-// One lvmh session's connection to the daemon (lvmh-protocol.md "Transport 1").
+// One lvmh session's connection to the daemon (the lvmh protocol "Transport 1").
 //
 // - seq: assigned here to every daemon-bound event, from 1, per session. If the daemon already
 //   knows the session (first `welcome` has lastSeq > 0: a resumed session, a pi restart, an

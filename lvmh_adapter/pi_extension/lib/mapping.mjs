@@ -1,4 +1,4 @@
-// pi extension events -> lvmh protocol payloads (lvmh-protocol.md, "Plugin -> daemon events").
+// pi extension events -> lvmh protocol payloads (the lvmh protocol, "Plugin -> daemon events").
 // Pure functions plus one small per-session class for message ids. Nothing here touches I/O.
 
 import { randomUUID } from "node:crypto";

@@ -1,6 +1,6 @@
 // A stand-in for pi's ExtensionAPI and ExtensionContext, shaped after pi 1.6.0
 // (dist/core/extensions/types.d.ts) and the event sequence observed from a real pi run
-// (shared/notes/pi-lvmh-docker-gitlab.md §4).
+// (recorded from pi 1.6.0 in a worker container).
 
 import { mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";

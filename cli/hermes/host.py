@@ -1,8 +1,9 @@
 """One bridge per Hermes gateway process, shared by every registered platform.
 
-``BridgeHost`` builds the same ``Service`` as ``agent-bridge serve`` (same
-configuration, data directory, ports, secrets, TLS and bind checks), with a
-``HermesAgent`` as its agent source, and runs it on the gateway's event loop:
+``BridgeHost`` builds the same ``Service`` as ``agent-bridge serve``, from the one
+composition root ``agent_bridge_cli.app`` (same configuration, data directory, ports,
+secrets, TLS and bind checks), with a ``HermesAgent`` as its agent source, and runs it
+on the gateway's event loop:
 it starts with the first platform adapter's ``connect()`` and stops when the
 last one disconnects.
 """
@@ -13,9 +14,10 @@ import asyncio
 import logging
 from typing import Any, Optional
 
-from ...config import Config, ConfigError, build_config
+from bridge_core.config import Config, ConfigError, build_config
+
+from ..app import Service, check_bind, describe, is_available
 from .compat import HermesApi
-from .ourcli import cli_module
 from .source import HermesAgent
 
 log = logging.getLogger("agent_bridge.hermes")
@@ -33,11 +35,9 @@ def load_config(*, with_secrets: bool = True) -> Config:
 
 
 def available_adapters(cfg: Config) -> tuple[str, ...]:
-    _available = cli_module("serve")._available
-
     chosen = []
     for name in cfg.adapters:
-        if _available(name):
+        if is_available(name):
             chosen.append(name)
         else:
             log.warning("agent-bridge: front end %r is not available in this build; not registering it", name)
@@ -78,9 +78,6 @@ class BridgeHost:
                     raise
 
     async def _start(self) -> None:
-        serve = cli_module("serve")
-        Service, check_bind, describe = serve.Service, serve.check_bind, serve.describe
-
         cfg = load_config()
         cfg.adapters = tuple(a for a in cfg.adapters if a in self.platforms) or self.platforms
         check_bind(cfg)

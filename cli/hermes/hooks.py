@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Optional
 
-from ...redact import redact
+from bridge_core.redact import redact
 from .compat import STREAM_HOOKS
 
 log = logging.getLogger("agent_bridge.hermes")

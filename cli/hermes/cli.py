@@ -31,7 +31,7 @@ class _OneParser:
 def _exit_with(fn: Callable[[argparse.Namespace], Any]) -> Callable[[argparse.Namespace], Any]:
     @functools.wraps(fn)
     def run(args: argparse.Namespace) -> Any:
-        from ...config import ConfigError
+        from bridge_core.config import ConfigError
 
         try:
             rc = fn(args)
@@ -58,9 +58,7 @@ def _wrap_funcs(parser: argparse.ArgumentParser) -> None:
 
 
 def setup_loomi(parser: argparse.ArgumentParser) -> None:
-    from .ourcli import cli_module
-
-    common_options = cli_module("main").common_options
+    from ..main import common_options
 
     try:
         import loomi_adapter.cli as loomi_cli

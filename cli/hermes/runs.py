@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Optional
 
-from ... import events as ev
-from ...ids import draft_message_id
+from bridge_core import events as ev
+from bridge_core.ids import draft_message_id
 
 SEGMENT_JOIN = "\n\n"
 

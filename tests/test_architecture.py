@@ -1,0 +1,69 @@
+"""The layering of docs/architecture.md, checked: import-linter's contracts in pyproject.toml.
+
+Hosts (``agent_bridge_cli``: the CLI and the Hermes plugin) above the front ends above
+``bridge_core``; the three front ends independent. A crossing import fails this test with
+import-linter's report. The contracts are run against this checkout's code (a folder of
+links with the import names, as ``cli/`` installs as ``agent_bridge_cli``), and once against
+a tree with deliberate crossings, so a contract that no longer checks anything fails too.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGES = {"bridge_core": "bridge_core", "pheby_adapter": "pheby_adapter", "loomi_adapter": "loomi_adapter",
+            "lvmh_adapter": "lvmh_adapter", "agent_bridge_cli": "cli"}
+LINT = (
+    "import sys\n"
+    "from importlinter.cli import lint_imports\n"
+    "sys.exit(lint_imports(config_filename='pyproject.toml', no_cache=True, no_logo=True))\n"
+)
+
+try:  # part of the test extra like pytest itself: missing, this fails rather than skips (CI must check layers)
+    import importlinter  # noqa: F401
+except ImportError as exc:  # pragma: no cover
+    raise ImportError("import-linter is missing: pip install -e '.[test]'") from exc
+
+
+def lint(cwd: str, pythonpath: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": pythonpath}
+    return subprocess.run([sys.executable, "-c", LINT], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_import_contracts_hold(tmp_path):
+    links = tmp_path / "packages"
+    links.mkdir()
+    for name, folder in PACKAGES.items():
+        os.symlink(os.path.join(ROOT, folder), links / name)
+    shutil.copy(os.path.join(ROOT, "pyproject.toml"), tmp_path / "pyproject.toml")
+    done = lint(str(tmp_path), str(links))
+    report = done.stdout + done.stderr
+    assert done.returncode == 0, f"a layering contract is broken (docs/architecture.md):\n{report}"
+    assert "2 kept, 0 broken" in report, report
+
+
+def test_contracts_catch_crossings(tmp_path):
+    tree = tmp_path / "packages"
+    crossings = {
+        "bridge_core": "import pheby_adapter\n",  # the core reaching up
+        "pheby_adapter": "import bridge_core\n",
+        "loomi_adapter": "import bridge_core\n",
+        "lvmh_adapter": "import loomi_adapter\n",  # one front end using another
+        "agent_bridge_cli": "import bridge_core, pheby_adapter\n",
+    }
+    for name, body in crossings.items():
+        (tree / name).mkdir(parents=True)
+        (tree / name / "__init__.py").write_text("")
+        (tree / name / "mod.py").write_text(body)
+    shutil.copy(os.path.join(ROOT, "pyproject.toml"), tmp_path / "pyproject.toml")
+    done = lint(str(tmp_path), str(tree))
+    report = done.stdout + done.stderr
+    assert done.returncode != 0, report
+    assert "hosts above the front ends above the core BROKEN" in report, report
+    assert "the front ends never import each other BROKEN" in report, report
+    assert "bridge_core.mod -> pheby_adapter" in report, report
+    assert "lvmh_adapter.mod -> loomi_adapter" in report, report
