@@ -178,7 +178,7 @@ async def test_approval_timeout_is_decided_by_timeout(rig):
     req = of(events, ev.ApprovalRequested)[0]
     source.approval_settled(key, "timeout", "rm -rf /tmp/x")
     res = of(events, ev.ApprovalResolved)[0]
-    assert (res.approval_id, res.choice, res.decided_by, res.accepted) == (req.approval_id, "timeout", "timeout", False)
+    assert (res.approval_id, res.choice, res.decided_by, res.accepted) == (req.approval_id, "deny", "timeout", False)
     with pytest.raises(Exception) as info:
         await bridge.execute(cmd.ResolveApproval(approval_id=req.approval_id, choice="once"), ORIGIN)
     assert info.value.code == "already_resolved"
