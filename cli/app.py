@@ -146,7 +146,7 @@ def describe(cfg: Config, ports: dict[str, int]) -> list[str]:
     urls = {
         "pheby": f"{scheme_ws}://{host}:{{port}}/ws  (attachments {scheme_http}://{host}:{{port}}/attachments/<id>)",
         "loomi": f"{scheme_ws}://{host}:{{port}}/ws  (pair a phone: agent-bridge loomi pair)",
-        "lvmh": f"{scheme_http}://{host}:{{port}}/  (web UI; plugins: {scheme_ws}://{host}:{{port}}/agent/ws)",
+        "lvmh": f"{scheme_http}://{host}:{{port}}/  (web UI, log in with `agent-bridge lvmh open`; plugins: {scheme_ws}://{host}:{{port}}/agent/ws)",
     }
     for name, port in ports.items():
         lines.append(f"  {name:<6} {urls[name].format(port=port)}")
