@@ -238,7 +238,7 @@ class LoomiFrontEnd(FrontEnd):
         await ws.prepare(request)
         session = Session(self.max_missed, pong_timeout=self.pong_timeout, rate=self.rate, burst=self.burst)
         conn = Connection(ws, addr, session, request.transport)
-        conn.outbox = Outbox(ws_text_sender(ws), max_items=self.outbox_items,
+        conn.outbox = Outbox(ws_text_sender(ws, request), max_items=self.outbox_items,
                              on_overflow=lambda: self._overflow(conn))
         ws.on_too_large = lambda: self._direct_error(conn, TooLarge(f"Frame larger than {MAX_FRAME} bytes"))
         self.sockets.add(ws)

@@ -452,7 +452,7 @@ class LvmhFrontEnd(FrontEnd):
             return error_response("Unauthorized", 401, "unauthorized")
         ws = web.WebSocketResponse(max_msg_size=codec.MAX_PLUGIN_FRAME, heartbeat=HEARTBEAT, compress=False)
         await ws.prepare(request)
-        outbox = Outbox(ws_text_sender(ws), max_items=4096, on_overflow=lambda: self._close_later(ws, b"slow peer"))
+        outbox = Outbox(ws_text_sender(ws, request), max_items=4096, on_overflow=lambda: self._close_later(ws, b"slow peer"))
         conn = PluginConn(ws, outbox, peer_host(request), principal)
         writer = self.tasks.spawn(conn.outbox.run(), name="lvmh-plugin-writer")
         self.sockets.add(ws)
@@ -683,7 +683,7 @@ class LvmhFrontEnd(FrontEnd):
         ws = web.WebSocketResponse(max_msg_size=codec.MAX_BROWSER_FRAME, heartbeat=HEARTBEAT, compress=False)
         await ws.prepare(request)
         conn = BrowserConn(
-            ws, Outbox(ws_text_sender(ws), on_overflow=lambda: self._close_later(ws, b"slow consumer; reconnect"))
+            ws, Outbox(ws_text_sender(ws, request), on_overflow=lambda: self._close_later(ws, b"slow consumer; reconnect"))
         )
         writer = self.tasks.spawn(conn.outbox.run(), name="lvmh-browser-writer")
         state = BrowserSession()

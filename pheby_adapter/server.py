@@ -12,7 +12,7 @@ from aiohttp import WSMsgType, web
 
 from bridge_core import commands as cmd
 from bridge_core import events as ev
-from bridge_core.errors import BridgeError, InvalidJson, RateLimited, SlowConsumer, TooLarge
+from bridge_core.errors import BridgeError, InvalidJson, RateLimited, TooLarge
 from bridge_core.frontend import FrontEnd, ws_text_sender
 from bridge_core.security import HelloLockout, bearer_token, client_address
 from bridge_core.hub import Outbox
@@ -30,10 +30,11 @@ LOCKED_BODY = {"error": {"code": "rate_limited", "message": "Too many failed att
 
 
 class Connection:
-    __slots__ = ("ws", "outbox", "session", "peer", "id", "executing")
+    __slots__ = ("ws", "outbox", "session", "peer", "id", "executing", "transport")
 
-    def __init__(self, ws: web.WebSocketResponse, session: PhebySession, peer: str, conn_id: str):
+    def __init__(self, ws: web.WebSocketResponse, session: PhebySession, peer: str, conn_id: str, transport: Any = None):
         self.ws = ws
+        self.transport = transport  # the request's, to abort a peer that does not take the close frame
         self.session = session
         self.peer = peer
         self.id = conn_id
@@ -193,7 +194,8 @@ class PhebyFrontEnd(FrontEnd):
         ws = PhebySocket(heartbeat=self.heartbeat, max_msg_size=2 * codec.MAX_FRAME, autoping=True)
         await ws.prepare(request)
         self._next_id += 1
-        conn = Connection(ws, PhebySession(self.secret, time.time(), rate=self.rate, burst=self.burst), peer, f"p{self._next_id}")
+        conn = Connection(ws, PhebySession(self.secret, time.time(), rate=self.rate, burst=self.burst), peer,
+                          f"p{self._next_id}", request.transport)
         self.sockets.add(ws)
         writer = None
         try:
@@ -201,7 +203,7 @@ class PhebyFrontEnd(FrontEnd):
                 return ws
             self.limiter.passed(request)  # authenticated: no longer counted as unauthenticated
             conn.outbox = Outbox(
-                ws_text_sender(ws), max_items=self.outbox_items, on_overflow=lambda: self._slow(conn)
+                ws_text_sender(ws, request), max_items=self.outbox_items, on_overflow=lambda: self._slow(conn)
             )
             writer = self.tasks.spawn(conn.outbox.run(), name=f"pheby-writer-{conn.id}")
             self.conns[conn.id] = conn
@@ -331,8 +333,7 @@ class PhebyFrontEnd(FrontEnd):
         self.conns.pop(conn.id, None)  # no more fan-out to it, at once
         self.stats["slow_disconnects"] += 1
         log.warning("pheby: connection %s could not keep up; disconnecting", conn.id)
-        err = SlowConsumer()
-        self.tasks.spawn(_close_slow(conn.ws, err.message), name=f"pheby-slow-{conn.id}")
+        self.tasks.spawn(_close_slow(conn.ws, conn.transport), name=f"pheby-slow-{conn.id}")
 
     # --- attachments --------------------------------------------------------------
 
@@ -371,12 +372,11 @@ class PhebyFrontEnd(FrontEnd):
         )
 
 
-async def _close_slow(ws: web.WebSocketResponse, reason: str) -> None:
+async def _close_slow(ws: web.WebSocketResponse, transport: Any) -> None:
     """Close with 1013 slow_consumer; a peer that does not even take the close frame is aborted."""
     try:
         await asyncio.wait_for(ws.close(code=CLOSE_TRY_AGAIN, message=b"slow_consumer"), 2.0)
     except Exception:
-        transport = getattr(ws._req, "transport", None) if getattr(ws, "_req", None) is not None else None
         if transport is not None:
             transport.abort()
 
