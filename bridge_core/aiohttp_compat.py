@@ -1,4 +1,4 @@
-"""The one module that touches aiohttp internals (docs/architecture.md, "aiohttp").
+"""The one module that touches aiohttp internals (docs/architecture.md, "Where each rule lives").
 
 Everything else in the bridge uses aiohttp's public API. aiohttp has no
 public way to write a batch of WebSocket frames with one transport write,

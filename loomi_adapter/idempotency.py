@@ -1,4 +1,4 @@
-"""A device's request memory, without I/O (docs/loomi.md; docs/architecture.md, "Pure protocol state").
+"""A device's request memory, without I/O (docs/architecture.md, "Where each rule lives").
 
 A request with a ``request_id`` runs once per (type, request_id) per device:
 a repeat while it runs waits for the first one's outcome, a repeat after it

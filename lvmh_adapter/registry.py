@@ -1,4 +1,4 @@
-"""The lvmh session registry, without I/O (docs/architecture.md, "Pure protocol state").
+"""The lvmh session registry, without I/O (docs/architecture.md, "Where each rule lives").
 
 One ``SessionRecord`` per session the daemon knows: a plugin session (pi
 numbers its events) or a bridge conversation (the daemon numbers them). The

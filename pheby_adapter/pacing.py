@@ -1,4 +1,4 @@
-"""Pheby's draft pacing, without I/O (docs/architecture.md, "Pure protocol state").
+"""Pheby's draft pacing, without I/O (docs/architecture.md, "Where each rule lives").
 
 A streaming message is a run of cumulative ``message.delta`` drafts. Sending
 every one is O(n^2) bytes; a client only ever replaces the bubble, so it gets
