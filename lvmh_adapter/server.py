@@ -100,7 +100,7 @@ class LvmhFrontEnd(FrontEnd):
     # --- lifecycle ---------------------------------------------------------------------------------
 
     async def prepare(self) -> None:
-        self.log.migrate()
+        await self.log.amigrate()
         self.workers.migrated()
         self.registry.restore(self.log.load(), codec.session_info)
         self.bridge.add_source(self.source)
