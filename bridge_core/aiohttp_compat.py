@@ -45,7 +45,6 @@ def check_internals(ws: Optional[web.WebSocketResponse] = None) -> list[str]:
     With a prepared ``ws`` its live writer and protocol are checked too.
     """
     from aiohttp import base_protocol
-    from aiohttp._websocket import writer as ws_writer  # noqa: PLC0415 (only to check it is still there)
 
     missing = []
     if not hasattr(web.WebSocketResponse, "_writer"):
@@ -56,8 +55,6 @@ def check_internals(ws: Optional[web.WebSocketResponse] = None) -> list[str]:
         base_protocol.BaseProtocol, "_paused"
     ):
         missing.append("BaseProtocol._paused")
-    if not hasattr(ws_writer, "WebSocketWriter"):
-        missing.append("aiohttp._websocket.writer.WebSocketWriter")
     if ws is not None:
         writer = _writer(ws)
         if writer is None:
