@@ -10,11 +10,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-import struct
 from typing import TYPE_CHECKING, Any, Optional
 
 from aiohttp import WSMsgType, web
 
+from . import aiohttp_compat
 from .security import REFUSED_JSON, AuthLimiter, peer_host  # noqa: F401 (peer_host: re-exported for the adapters)
 from .tasks import TaskSet
 
@@ -37,11 +37,6 @@ def make_ssl_context(cert: Optional[str], key: Optional[str]) -> Optional[ssl.SS
     return ctx
 
 
-_LEN1 = struct.Struct("!BB").pack
-_LEN2 = struct.Struct("!BBH").pack
-_LEN3 = struct.Struct("!BBQ").pack
-
-
 # the 429 an over-cap connection gets, in each front end's error shape
 REFUSAL_BODIES = {
     "lvmh": b'{"error":"Too many unauthenticated connections from this address","code":"rate_limited"}',
@@ -53,68 +48,36 @@ STORE_KEY: web.AppKey = web.AppKey("agent_bridge_store")
 class ws_text_sender:
     """An Outbox sender: pre-encoded JSON bytes as WebSocket text frames.
 
-    ``many`` writes a batch of frames with one transport write (server frames
-    are unmasked; uncompressed frames are valid even when permessage-deflate
-    was negotiated). It falls back to ``send_frame`` per frame whenever the
-    aiohttp writer is not in the plain state it expects.
+    ``many`` writes a batch of frames with one transport write
+    (``aiohttp_compat.write_text_frames``, the only use of aiohttp internals).
+    It falls back to ``send_frame`` per frame whenever the aiohttp writer is
+    not in the plain state it expects.
 
-    Durable before delivered: ``durable_store`` is the front end's store (its
-    app carries it under ``STORE_KEY``); the Outbox lets frames leave only once
-    the store has committed every write queued before them (``Store.synced``),
-    so a client never holds an event a crash could take back.
+    Durable before delivered: ``request`` is the handler's request, whose app
+    carries the front end's store under ``STORE_KEY``; the Outbox lets frames
+    leave only once the store has committed every write queued before them
+    (``Store.synced``), so a client never holds an event a crash could take back.
     """
 
     __slots__ = ("ws", "_store")
 
-    def __init__(self, ws: web.WebSocketResponse):
+    def __init__(self, ws: web.WebSocketResponse, request: Optional[web.BaseRequest] = None):
         self.ws = ws
-        self._store: Any = False
+        self._store: Any = request.app.get(STORE_KEY) if request is not None else None
 
     def durable_store(self) -> Any:
         """The store whose writes this connection's frames wait for (the Outbox awaits it)."""
-        if self._store is False:
-            req = getattr(self.ws, "_req", None)
-            app = getattr(req, "app", None) if req is not None else None
-            self._store = app.get(STORE_KEY) if app is not None else None
         return self._store
 
     async def __call__(self, data: bytes) -> None:
         await self.ws.send_frame(data, WSMsgType.TEXT)
 
     async def many(self, frames: list) -> None:
-        writer = getattr(self.ws, "_writer", None)
-        transport = getattr(writer, "transport", None)
-        if (
-            writer is None
-            or transport is None
-            or getattr(writer, "_closing", True)
-            or not hasattr(writer, "_output_size")
-            or not hasattr(writer, "_limit")
-        ):
+        if not aiohttp_compat.batch_ready(self.ws):
             for data in frames:
                 await self.ws.send_frame(data, WSMsgType.TEXT)
             return
-        if transport.is_closing():
-            raise ConnectionResetError("Cannot write to closing transport")
-        parts = []
-        total = 0
-        for data in frames:
-            n = len(data)
-            if n < 126:
-                parts.append(_LEN1(0x81, n))
-            elif n < 65536:
-                parts.append(_LEN2(0x81, 126, n))
-            else:
-                parts.append(_LEN3(0x81, 127, n))
-            parts.append(data)
-            total += n + 10
-        transport.write(b"".join(parts))
-        writer._output_size += total
-        if writer._output_size > writer._limit:
-            writer._output_size = 0
-            protocol = writer.protocol
-            if getattr(protocol, "_paused", False):
-                await protocol._drain_helper()
+        await aiohttp_compat.write_text_frames(self.ws, frames)
 
 
 class FrontEnd:

@@ -124,6 +124,12 @@ class Store:
         assert self._wconn is not None, "store not open"
         return _apply_migrations(self._wconn, component, migrations, in_tx=False)
 
+    async def amigrate(self, component: str, migrations: Sequence[str]) -> int:
+        """``migrate`` from the event loop: awaits the writer thread instead of blocking the loop on it."""
+        if self._thread is not None and self._thread.is_alive():
+            return await self.write(lambda c: _apply_migrations(c, component, migrations, in_tx=True))
+        return self.migrate(component, migrations)
+
     def close(self) -> None:
         if self._thread is not None and self._thread.is_alive():
             self._q.put(_STOP)

@@ -45,6 +45,7 @@ from bridge_core.redact import fingerprint
 from bridge_core.store import Store
 
 from . import codec
+from .idempotency import RequestCache
 from .replay import SeqLog, restored
 
 log = logging.getLogger("agent_bridge.loomi.devices")
@@ -167,18 +168,12 @@ class Device:
         self.limit = reserved  # above this seq, the next block is reserved (set by the registry)
         self.offset: Optional[int] = None  # seq - event number of its last stored segment
         self.conn: Any = None  # the live connection (server.Connection), if any
-        self.requests: collections.OrderedDict = collections.OrderedDict()
+        self.requests = RequestCache(IDEMPOTENCY_KEEP)  # (type, request_id) -> in flight or its result
 
     @property
     def seq(self) -> int:
         """The last seq given out."""
         return self.log.seq
-
-    def remember(self, key: Any, value: Any) -> None:
-        self.requests[key] = value
-        self.requests.move_to_end(key)
-        while len(self.requests) > IDEMPOTENCY_KEEP:
-            self.requests.popitem(last=False)
 
     def as_dict(self) -> dict:
         return {
@@ -207,7 +202,7 @@ class Registry:
     # --- lifecycle ------------------------------------------------------------
 
     async def prepare(self) -> None:
-        self.store.migrate("loomi", MIGRATIONS)
+        await self.store.amigrate("loomi", MIGRATIONS)  # never blocks the loop on the writer thread
         now = time.time()
         events = [(n, bytes(b)) for n, b in self.store.query("SELECT n, body FROM loomi_events ORDER BY n")]
         self.event_no = self._pruned_at = events[-1][0] if events else 0

@@ -238,7 +238,7 @@ class LoomiFrontEnd(FrontEnd):
         await ws.prepare(request)
         session = Session(self.max_missed, pong_timeout=self.pong_timeout, rate=self.rate, burst=self.burst)
         conn = Connection(ws, addr, session, request.transport)
-        conn.outbox = Outbox(ws_text_sender(ws), max_items=self.outbox_items,
+        conn.outbox = Outbox(ws_text_sender(ws, request), max_items=self.outbox_items,
                              on_overflow=lambda: self._overflow(conn))
         ws.on_too_large = lambda: self._direct_error(conn, TooLarge(f"Frame larger than {MAX_FRAME} bytes"))
         self.sockets.add(ws)
@@ -403,17 +403,20 @@ class LoomiFrontEnd(FrontEnd):
         self._send(conn, "ack", {"request_id": rid, "ok": True, "result": result})
 
     async def _execute_once(self, d: Device, key: tuple, req: Any, origin: Origin) -> Any:
-        """Run a request once per (type, request_id) per device; a repeat gets the first result."""
-        entry = d.requests.get(key)
-        if isinstance(entry, tuple):
-            return entry[1]
-        if isinstance(entry, asyncio.Future):
-            ok, value = await asyncio.shield(entry)
+        """Run a request once per (type, request_id) per device; a repeat gets the first result.
+
+        What was seen is the device's ``RequestCache`` (idempotency.py); here only the running and awaiting.
+        """
+        entry = d.requests.lookup(key)
+        if entry is not None:
+            if entry.done:
+                return entry.value
+            ok, value = await asyncio.shield(entry.value)
             if ok:
                 return value
             raise value
         fut = asyncio.get_running_loop().create_future()
-        d.remember(key, fut)
+        d.requests.start(key, fut)
         try:
             result = codec.result_of(req, await self.bridge.execute(codec.to_command(req), origin))
         except Exception as exc:
@@ -423,15 +426,13 @@ class LoomiFrontEnd(FrontEnd):
         except BaseException:
             self._forget(d, key, fut, Unavailable("Request interrupted"))
             raise
-        if d.requests.get(key) is fut:
-            d.requests[key] = (True, result)
+        d.requests.succeeded(key, fut, result)
         fut.set_result((True, result))
         return result
 
     @staticmethod
     def _forget(d: Device, key: tuple, fut: asyncio.Future, err: BridgeError) -> None:
-        if d.requests.get(key) is fut:
-            del d.requests[key]
+        d.requests.failed(key, fut)
         fut.set_result((False, err))
 
     async def _heartbeat(self, conn: Connection) -> None:

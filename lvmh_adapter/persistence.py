@@ -110,6 +110,10 @@ class EventLog:
     def migrate(self) -> None:
         self.store.migrate("lvmh", MIGRATIONS)
 
+    async def amigrate(self) -> None:
+        """``migrate`` from the event loop (awaits the store's writer, never blocks the loop)."""
+        await self.store.amigrate("lvmh", MIGRATIONS)
+
     def load(self) -> list[StoredSession]:
         out = []
         for sid, info, last_seq, last_at, source, reserved in self.store.query(

@@ -34,6 +34,7 @@ from .errors import error_frame, error_response
 from .inflight import InFlight
 from .persistence import EventLog
 from .plugin_source import SOURCE_NAME, PluginSource
+from .registry import Claim, SessionRecord, SessionRegistry
 from .render import OpenRun, Renderer
 from .session import Event, Hello, PluginSession, Reject
 from .stream import BrowserConn, EventStream
@@ -43,27 +44,10 @@ log = logging.getLogger("agent_bridge.lvmh")
 HELLO_TIMEOUT = 10.0
 HEARTBEAT = 30.0
 MAX_BODY = codec.MAX_BODY
-SEQ_BLOCK = 1000  # seqs of a bridge session reserved at a time (message_update numbers are never stored)
 LIST_EVENTS = (ev.ConversationCreated, ev.ConversationRenamed, ev.ConversationUpdated)
 PLUGIN_RETURN = 60.0  # s a plugin has to come back before the daemon closes its open run (twice its backoff cap)
 INTERRUPTED = "interrupted by a restart"
 GONE = "the pi session did not reconnect"
-
-
-class SessionRecord:
-    __slots__ = ("id", "source", "info", "high", "last_event_at", "conn", "reserved", "run", "abandon", "top")
-
-    def __init__(self, sid: str, source: str, info: dict, high: int = 0, last_event_at: Optional[int] = None):
-        self.id = sid
-        self.source = source  # "plugin" | "bridge"
-        self.info = info
-        self.high = high  # plugin: highest seq accepted; bridge: last seq assigned
-        self.last_event_at = last_event_at
-        self.conn: Optional[PluginConn] = None
-        self.reserved = high  # bridge: seqs up to here are recorded as handed out; plugin: seen up to here, at most
-        self.top = high  # plugin: the highest seq it used, deltas included (never below reserved after a restart)
-        self.run = OpenRun()  # plugin: what its stored events leave open (a run, message, tools)
-        self.abandon: Optional[asyncio.TimerHandle] = None  # plugin: closes its open run if it never returns
 
 
 class PluginConn:
@@ -100,7 +84,8 @@ class LvmhFrontEnd(FrontEnd):
         self.public_url = public_url(config)
         self.plugin_conns: set[PluginConn] = set()
         self.log = EventLog(bridge.store)
-        self.records: dict[str, SessionRecord] = {}
+        self.registry = SessionRegistry()  # the seq books and ownership of every session (registry.py)
+        self.records = self.registry.records
         self.stream = EventStream(self.session_list, self.spawn_jobs)
         self._list_cache: Optional[tuple[int, float, bytes]] = None
         self.renderer = Renderer(self.bridge_info)
@@ -115,16 +100,9 @@ class LvmhFrontEnd(FrontEnd):
     # --- lifecycle ---------------------------------------------------------------------------------
 
     async def prepare(self) -> None:
-        self.log.migrate()
+        await self.log.amigrate()
         self.workers.migrated()
-        for row in self.log.load():
-            source = "bridge" if row.source == "bridge" else "plugin"
-            info = row.info if source == "bridge" else codec.session_info(row.info, row.id)
-            high = max(row.last_seq, row.reserved) if source == "bridge" else row.last_seq
-            rec = self.records[row.id] = SessionRecord(row.id, source, info, high, row.last_event_at)
-            if source == "plugin":  # its unstored deltas may have used seqs up to what was recorded
-                rec.reserved = row.reserved
-                rec.top = max(row.last_seq, row.reserved)
+        self.registry.restore(self.log.load(), codec.session_info)
         self.bridge.add_source(self.source)
         self._load_extensions()
 
@@ -410,12 +388,10 @@ class LvmhFrontEnd(FrontEnd):
         # (docs/conformance.md, lvmh, "Runs cut short").
         log.info("lvmh: plugin session %s did not come back; closing its open run", sid)
         now = codec.now_ms()
-        seq = max(rec.high, rec.top)
-        for etype, payload in rec.run.settle(GONE):
-            seq += 1
+        settled = rec.run.settle(GONE)
+        for seq, (etype, payload) in zip(rec.daemon_seqs(len(settled)), settled):
             payload["synthetic"] = True
             self._store_event(rec, seq, etype, payload, now)
-        rec.high = rec.top = seq
 
     def _store_event(self, rec: SessionRecord, seq: int, etype: str, payload: dict, ts_ms: int) -> None:
         """One event the daemon writes into a session: persisted (unless a delta) and streamed."""
@@ -452,7 +428,7 @@ class LvmhFrontEnd(FrontEnd):
             return error_response("Unauthorized", 401, "unauthorized")
         ws = web.WebSocketResponse(max_msg_size=codec.MAX_PLUGIN_FRAME, heartbeat=HEARTBEAT, compress=False)
         await ws.prepare(request)
-        outbox = Outbox(ws_text_sender(ws), max_items=4096, on_overflow=lambda: self._close_later(ws, b"slow peer"))
+        outbox = Outbox(ws_text_sender(ws, request), max_items=4096, on_overflow=lambda: self._close_later(ws, b"slow peer"))
         conn = PluginConn(ws, outbox, peer_host(request), principal)
         writer = self.tasks.spawn(conn.outbox.run(), name="lvmh-plugin-writer")
         self.sockets.add(ws)
@@ -535,8 +511,7 @@ class LvmhFrontEnd(FrontEnd):
                                errors.CLOSE_CONFLICT, b"session id taken")
             return
         if rec is None:
-            rec = SessionRecord(sid, "plugin", {}, self.log.committed.get(sid, 0))
-            self.records[sid] = rec
+            rec = self.registry.add(sid, "plugin", {}, self.log.committed.get(sid, 0))
         if not self._take_over(rec, conn):
             await self._refuse_takeover(conn)
             return
@@ -554,8 +529,7 @@ class LvmhFrontEnd(FrontEnd):
             await self._refuse_takeover(conn)
             return
         last = self.log.welcome_seq(sid)
-        if last > rec.high:
-            rec.high = last
+        rec.welcomed(last)
         conn.outbox.put(codec.welcome(sid, last))
         conn.record = rec
         conn.state.bound_ok()
@@ -585,13 +559,9 @@ class LvmhFrontEnd(FrontEnd):
         """Make ``conn`` the session's connection, closing an older one of the same credential
         (a reconnect, or a new socket while the old is half-open). False when the session is
         held by a live connection under another credential: no takeover (docs/security.md)."""
-        old = rec.conn
-        if old is None or old is conn:
-            return True
-        if old.principal.credential != conn.principal.credential and not old.ws.closed:
-            return False
-        old.replaced = True
-        rec.conn = None
+        claim, old = rec.claim(conn)
+        if claim is not Claim.REPLACE:
+            return claim is Claim.OURS
         log.info("lvmh: plugin session %s reconnected; closing its previous socket", rec.id)
         self.tasks.spawn(old.ws.close(code=errors.CLOSE_REPLACED, message=b"replaced by a newer connection"))
         return True
@@ -623,24 +593,17 @@ class LvmhFrontEnd(FrontEnd):
     def _ingest(self, rec: SessionRecord, frame: codec.PluginFrame) -> None:
         etype = frame.type
         if etype == "message_update":
-            if frame.seq > rec.high:
-                if frame.seq > rec.top:
-                    rec.top = frame.seq
-                    if frame.seq > rec.reserved:  # recorded ahead, so a closing event never reuses a delta's seq
-                        rec.reserved = frame.seq + SEQ_BLOCK
-                        self.log.reserve(rec.id, rec.reserved)
+            fresh, reserve = rec.plugin_delta(frame.seq)
+            if reserve is not None:  # recorded ahead, so a closing event never reuses a delta's seq
+                self.log.reserve(rec.id, reserve)
+            if fresh:
                 self.inflight.feed(rec.id, etype, frame.seq, frame.obj)
                 self.stream.push(rec.id, frame.seq, frame.raw)
                 self.source.translate(rec.id, etype, frame.obj)
             return
         self.log.append(rec.id, frame.seq, frame.ts, etype, frame.raw)
-        if frame.seq <= rec.high:
+        if not rec.plugin_event(frame.seq, frame.ts):
             return  # a resend: stored once (INSERT OR IGNORE), not shown or translated twice
-        rec.high = frame.seq
-        if frame.seq > rec.top:
-            rec.top = frame.seq
-        if rec.last_event_at is None or frame.ts > rec.last_event_at:
-            rec.last_event_at = frame.ts
         rec.run.feed(etype, frame.obj)
         self.inflight.feed(rec.id, etype, frame.seq, frame.obj)
         self.stream.push(rec.id, frame.seq, frame.raw)
@@ -671,7 +634,7 @@ class LvmhFrontEnd(FrontEnd):
         ws = web.WebSocketResponse(max_msg_size=codec.MAX_BROWSER_FRAME, heartbeat=HEARTBEAT, compress=False)
         await ws.prepare(request)
         conn = BrowserConn(
-            ws, Outbox(ws_text_sender(ws), on_overflow=lambda: self._close_later(ws, b"slow consumer; reconnect"))
+            ws, Outbox(ws_text_sender(ws, request), on_overflow=lambda: self._close_later(ws, b"slow consumer; reconnect"))
         )
         writer = self.tasks.spawn(conn.outbox.run(), name="lvmh-browser-writer")
         state = BrowserSession()
@@ -711,18 +674,15 @@ class LvmhFrontEnd(FrontEnd):
         rec = self.records.get(cid)
         if rec is None:
             info = self.bridge_info(cid)
-            rec = SessionRecord(cid, "bridge", info, self.log.committed.get(cid, 0))
-            self.records[cid] = rec
+            rec = self.registry.add(cid, "bridge", info, self.log.committed.get(cid, 0))
             self.log.upsert_session(cid, info, "bridge", online=True)
         return rec
 
     def _emit(self, cid: str, etype: str, payload: dict, ts: float) -> None:
         rec = self._bridge_record(cid)
-        rec.high += 1
-        seq = rec.high
-        if seq + SEQ_BLOCK // 2 > rec.reserved:  # reserve ahead, so a restart never reuses a seq
-            rec.reserved = seq + SEQ_BLOCK
-            self.log.reserve(cid, rec.reserved)
+        seq, reserve = rec.next_bridge_seq()
+        if reserve is not None:  # reserve ahead, so a restart never reuses a seq
+            self.log.reserve(cid, reserve)
         self._store_event(rec, seq, etype, payload, int(ts * 1000))
 
     def on_event(self, seq: int, e: Any) -> None:
@@ -771,7 +731,7 @@ class LvmhFrontEnd(FrontEnd):
             self._emit(cid, etype, payload, e.ts)
 
     def _forget(self, sid: str) -> None:
-        rec = self.records.pop(sid, None)
+        rec = self.registry.pop(sid)
         if rec is not None and rec.abandon is not None:
             rec.abandon.cancel()
         self._models.pop(sid, None)

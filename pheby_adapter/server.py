@@ -12,7 +12,7 @@ from aiohttp import WSMsgType, web
 
 from bridge_core import commands as cmd
 from bridge_core import events as ev
-from bridge_core.errors import BridgeError, InvalidJson, RateLimited, SlowConsumer, TooLarge
+from bridge_core.errors import BridgeError, InvalidJson, RateLimited, TooLarge
 from bridge_core.frontend import FrontEnd, ws_text_sender
 from bridge_core.security import HelloLockout, bearer_token, client_address
 from bridge_core.hub import Outbox
@@ -20,6 +20,7 @@ from bridge_core.wire import dumps
 
 from . import codec
 from .errors import to_pheby_error
+from .pacing import DraftPacer
 from .session import CLOSE_POLICY, CLOSE_TOO_BIG, CLOSE_TRY_AGAIN, PhebySession, secret_matches
 
 log = logging.getLogger("agent_bridge.pheby")
@@ -30,10 +31,11 @@ LOCKED_BODY = {"error": {"code": "rate_limited", "message": "Too many failed att
 
 
 class Connection:
-    __slots__ = ("ws", "outbox", "session", "peer", "id", "executing")
+    __slots__ = ("ws", "outbox", "session", "peer", "id", "executing", "transport")
 
-    def __init__(self, ws: web.WebSocketResponse, session: PhebySession, peer: str, conn_id: str):
+    def __init__(self, ws: web.WebSocketResponse, session: PhebySession, peer: str, conn_id: str, transport: Any = None):
         self.ws = ws
+        self.transport = transport  # the request's, to abort a peer that does not take the close frame
         self.session = session
         self.peer = peer
         self.id = conn_id
@@ -62,32 +64,6 @@ class PhebySocket(web.WebSocketResponse):
         return await super().close(code=code, message=message, drain=drain)
 
 
-class _DraftFrame:
-    """A lazily rendered cumulative draft: encoded when sent, once per draft length."""
-
-    __slots__ = ("fe", "message_id")
-
-    def __init__(self, fe: "PhebyFrontEnd", message_id: str):
-        self.fe = fe
-        self.message_id = message_id
-
-    def __len__(self) -> int:
-        e = self.fe._drafts.get(self.message_id)
-        return 64 + (e.draft.length if e is not None else 0)
-
-    def __call__(self) -> Optional[bytes]:
-        fe = self.fe
-        e = fe._drafts.get(self.message_id)
-        if e is None:
-            return None  # the message completed meanwhile; message.complete follows
-        cached = fe._draft_cache.get(self.message_id)
-        if cached is not None and cached[0] == e.draft.length:
-            return cached[1]
-        data = dumps(codec.delta_frame(e))
-        fe._draft_cache[self.message_id] = (e.draft.length, data)
-        return data
-
-
 class PhebyFrontEnd(FrontEnd):
     name = "pheby"
 
@@ -103,13 +79,18 @@ class PhebyFrontEnd(FrontEnd):
         # slowed per address by self.limiter (FrontEnd), which never refuses the right secret
         self.lockout = HelloLockout(codec.LOCKOUT_FAILS, codec.LOCKOUT_WINDOW)
         self.conns: dict[str, Connection] = {}
-        self._drafts: dict[str, ev.TextDelta] = {}
-        self._draft_cache: dict[str, tuple[int, bytes]] = {}
-        self._draft_sent: dict[str, float] = {}
-        self._draft_timers: dict[str, asyncio.TimerHandle] = {}
-        self.draft_interval = float(opts.get("draft_interval_ms", 40)) / 1000.0
+        self.pacer = DraftPacer(float(opts.get("draft_interval_ms", 40)) / 1000.0)
+        self._draft_timers: dict[str, asyncio.TimerHandle] = {}  # the pacer's due pushes
         self._next_id = 0
         self.stats = {"connections": 0, "slow_disconnects": 0, "rate_limited": 0, "auth_failures": 0}
+
+    @property
+    def draft_interval(self) -> float:
+        return self.pacer.interval
+
+    @draft_interval.setter
+    def draft_interval(self, value: float) -> None:
+        self.pacer.interval = value
 
     @property
     def secret(self) -> str:
@@ -129,22 +110,16 @@ class PhebyFrontEnd(FrontEnd):
         if t is ev.TextDelta:
             if event.kind != "text":
                 return
-            mid = event.message_id
-            self._drafts[mid] = event
-            if mid in self._draft_timers:
-                return  # a flush is already scheduled; it will send the newest draft
             loop = asyncio.get_running_loop()
-            wait = self._draft_sent.get(mid, -1e9) + self.draft_interval - loop.time()
-            if wait <= 0:
-                self._push_draft(mid)
-            else:
-                self._draft_timers[mid] = loop.call_later(wait, self._push_draft, mid)
+            pace = self.pacer.offer(loop.time(), event)
+            if pace.now:
+                self._push_draft(event.message_id)
+            elif pace.at is not None:
+                self._draft_timers[event.message_id] = loop.call_at(pace.at, self._push_draft, event.message_id)
             return
         if t is ev.MessageCompleted or t is ev.RunFinished:
             mid = event.message_id if t is ev.MessageCompleted else f"draft-{event.run_id}"
-            self._drafts.pop(mid, None)
-            self._draft_cache.pop(mid, None)
-            self._draft_sent.pop(mid, None)
+            self.pacer.end(mid)
             timer = self._draft_timers.pop(mid, None)
             if timer is not None:
                 timer.cancel()
@@ -161,22 +136,12 @@ class PhebyFrontEnd(FrontEnd):
                     box.put(data)
 
     def _push_draft(self, mid: str) -> None:
-        """Queue the newest cumulative draft of ``mid`` to every client (at most once per draft_interval).
-
-        Cumulative drafts are O(n^2) bytes if every delta is sent; a client
-        only ever replaces the bubble, so it gets the newest text at a steady
-        rate, and a slow client's unsent draft is replaced in place.
-        """
+        """Queue the pacer's push of ``mid`` to every client (pacing.DraftPacer: what and when)."""
         self._draft_timers.pop(mid, None)
-        e = self._drafts.get(mid)
-        if e is None:
+        push = self.pacer.push(mid, asyncio.get_running_loop().time())
+        if push is None:
             return
-        first = mid not in self._draft_sent
-        self._draft_sent[mid] = asyncio.get_running_loop().time()
-        key = ("draft", mid)
-        # the first draft is rendered now, so it goes out even if the message completes before it is sent
-        # (frames wait for the store's commit of what came before them); later ones render when sent
-        frame = dumps(codec.delta_frame(e)) if first else _DraftFrame(self, mid)
+        frame, key = push
         for conn in tuple(self.conns.values()):  # an overflowing outbox removes its conn (_slow)
             if conn.outbox is not None:
                 conn.outbox.put(frame, key)
@@ -193,7 +158,8 @@ class PhebyFrontEnd(FrontEnd):
         ws = PhebySocket(heartbeat=self.heartbeat, max_msg_size=2 * codec.MAX_FRAME, autoping=True)
         await ws.prepare(request)
         self._next_id += 1
-        conn = Connection(ws, PhebySession(self.secret, time.time(), rate=self.rate, burst=self.burst), peer, f"p{self._next_id}")
+        conn = Connection(ws, PhebySession(self.secret, time.time(), rate=self.rate, burst=self.burst), peer,
+                          f"p{self._next_id}", request.transport)
         self.sockets.add(ws)
         writer = None
         try:
@@ -201,7 +167,7 @@ class PhebyFrontEnd(FrontEnd):
                 return ws
             self.limiter.passed(request)  # authenticated: no longer counted as unauthenticated
             conn.outbox = Outbox(
-                ws_text_sender(ws), max_items=self.outbox_items, on_overflow=lambda: self._slow(conn)
+                ws_text_sender(ws, request), max_items=self.outbox_items, on_overflow=lambda: self._slow(conn)
             )
             writer = self.tasks.spawn(conn.outbox.run(), name=f"pheby-writer-{conn.id}")
             self.conns[conn.id] = conn
@@ -331,8 +297,7 @@ class PhebyFrontEnd(FrontEnd):
         self.conns.pop(conn.id, None)  # no more fan-out to it, at once
         self.stats["slow_disconnects"] += 1
         log.warning("pheby: connection %s could not keep up; disconnecting", conn.id)
-        err = SlowConsumer()
-        self.tasks.spawn(_close_slow(conn.ws, err.message), name=f"pheby-slow-{conn.id}")
+        self.tasks.spawn(_close_slow(conn.ws, conn.transport), name=f"pheby-slow-{conn.id}")
 
     # --- attachments --------------------------------------------------------------
 
@@ -371,12 +336,11 @@ class PhebyFrontEnd(FrontEnd):
         )
 
 
-async def _close_slow(ws: web.WebSocketResponse, reason: str) -> None:
+async def _close_slow(ws: web.WebSocketResponse, transport: Any) -> None:
     """Close with 1013 slow_consumer; a peer that does not even take the close frame is aborted."""
     try:
         await asyncio.wait_for(ws.close(code=CLOSE_TRY_AGAIN, message=b"slow_consumer"), 2.0)
     except Exception:
-        transport = getattr(ws._req, "transport", None) if getattr(ws, "_req", None) is not None else None
         if transport is not None:
             transport.abort()
 

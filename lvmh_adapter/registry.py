@@ -1,0 +1,146 @@
+"""The lvmh session registry, without I/O (docs/architecture.md, "Where each rule lives").
+
+One ``SessionRecord`` per session the daemon knows: a plugin session (pi
+numbers its events) or a bridge conversation (the daemon numbers them). The
+record keeps the seq books and answers what the front end must do; the front
+end does it (store writes, streaming, closing sockets):
+
+- ``high``: plugin, the highest seq accepted; bridge, the last seq assigned.
+- ``top``: plugin, the highest seq it used, deltas (``message_update``, never
+  stored) included; after a restart never below ``reserved``.
+- ``reserved``: bridge, seqs up to here are recorded as handed out (a block
+  ahead, so a restart never reuses a seq); plugin, seen up to here at most
+  (recorded once a delta's seq passes it, so a closing event the daemon
+  writes never reuses a delta's seq).
+- ``conn``: the plugin connection holding the session, if any (``claim``).
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, Iterable, Optional
+
+from .render import OpenRun
+
+SEQ_BLOCK = 1000  # seqs of a session reserved at a time (message_update numbers are never stored)
+
+
+class Claim(enum.Enum):
+    """What a hello's connection gets: the session (``OURS``), the session once the older
+    socket of the same credential is closed (``REPLACE``), or nothing (``TAKEN``)."""
+
+    OURS = "ours"
+    REPLACE = "replace"
+    TAKEN = "taken"
+
+
+class SessionRecord:
+    __slots__ = ("id", "source", "info", "high", "last_event_at", "conn", "reserved", "run", "abandon", "top")
+
+    def __init__(self, sid: str, source: str, info: dict, high: int = 0, last_event_at: Optional[int] = None):
+        self.id = sid
+        self.source = source  # "plugin" | "bridge"
+        self.info = info
+        self.high = high
+        self.last_event_at = last_event_at
+        self.conn: Any = None  # server.PluginConn
+        self.reserved = high
+        self.top = high
+        self.run = OpenRun()  # plugin: what its stored events leave open (a run, message, tools)
+        self.abandon: Any = None  # plugin: the front end's timer that closes its open run if it never returns
+
+    # --- seqs -------------------------------------------------------------------------------------
+
+    def next_bridge_seq(self) -> tuple[int, Optional[int]]:
+        """A bridge conversation's next seq, and the reservation to record now (None: still covered)."""
+        self.high += 1
+        seq = self.high
+        if seq + SEQ_BLOCK // 2 > self.reserved:  # reserve ahead, so a restart never reuses a seq
+            self.reserved = seq + SEQ_BLOCK
+            return seq, self.reserved
+        return seq, None
+
+    def plugin_delta(self, seq: int) -> tuple[bool, Optional[int]]:
+        """A plugin's ``message_update`` numbered ``seq``: (new, so shown; the reservation to record or None)."""
+        if seq <= self.high:
+            return False, None
+        reserve = None
+        if seq > self.top:
+            self.top = seq
+            if seq > self.reserved:  # recorded ahead, so a closing event never reuses a delta's seq
+                self.reserved = seq + SEQ_BLOCK
+                reserve = self.reserved
+        return True, reserve
+
+    def plugin_event(self, seq: int, ts: int) -> bool:
+        """A plugin's stored event: True when new, False for a resend (stored once, never shown twice)."""
+        if seq <= self.high:
+            return False
+        self.high = seq
+        if seq > self.top:
+            self.top = seq
+        if self.last_event_at is None or ts > self.last_event_at:
+            self.last_event_at = ts
+        return True
+
+    def welcomed(self, last_seq: int) -> None:
+        """``welcome`` told the plugin ``last_seq`` is stored: nothing at or below it is new."""
+        if last_seq > self.high:
+            self.high = last_seq
+
+    def daemon_seqs(self, count: int) -> range:
+        """Seqs for ``count`` events the daemon writes into a plugin session (closing a run it left
+        open): above every seq the plugin used, its unstored deltas included."""
+        start = max(self.high, self.top)
+        self.high = self.top = start + count
+        return range(start + 1, start + count + 1)
+
+    # --- ownership --------------------------------------------------------------------------------
+
+    def claim(self, conn: Any) -> tuple[Claim, Any]:
+        """``conn`` (with ``principal.credential``, ``ws.closed``, ``replaced``) says hello for this session.
+
+        A connection of the same credential (a reconnect, or a new socket while
+        the old is half-open) replaces the old one, returned to be closed; a
+        live connection under another credential keeps the session (docs/security.md).
+        """
+        old = self.conn
+        if old is None or old is conn:
+            return Claim.OURS, None
+        if old.principal.credential != conn.principal.credential and not old.ws.closed:
+            return Claim.TAKEN, None
+        old.replaced = True
+        self.conn = None
+        return Claim.REPLACE, old
+
+
+class SessionRegistry:
+    """Every known session by id (``records``), restored from the store's rows at start."""
+
+    __slots__ = ("records",)
+
+    def __init__(self) -> None:
+        self.records: dict[str, SessionRecord] = {}
+
+    def restore(self, rows: Iterable[Any], plugin_info: Any) -> None:
+        """Rows of the session table (``id``, ``source``, ``info``, ``last_seq``, ``reserved``,
+        ``last_event_at``); ``plugin_info(raw, sid)`` cleans a plugin session's info."""
+        for row in rows:
+            source = "bridge" if row.source == "bridge" else "plugin"
+            info = row.info if source == "bridge" else plugin_info(row.info, row.id)
+            high = max(row.last_seq, row.reserved) if source == "bridge" else row.last_seq
+            rec = self.records[row.id] = SessionRecord(row.id, source, info, high, row.last_event_at)
+            if source == "plugin":  # its unstored deltas may have used seqs up to what was recorded
+                rec.reserved = row.reserved
+                rec.top = max(row.last_seq, row.reserved)
+
+    def get(self, sid: str) -> Optional[SessionRecord]:
+        return self.records.get(sid)
+
+    def add(self, sid: str, source: str, info: dict, committed: int) -> SessionRecord:
+        """A session first seen now, numbered on from ``committed`` (its highest stored seq)."""
+        rec = self.records[sid] = SessionRecord(sid, source, info, committed)
+        return rec
+
+    def pop(self, sid: str) -> Optional[SessionRecord]:
+        return self.records.pop(sid, None)

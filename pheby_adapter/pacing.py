@@ -1,0 +1,121 @@
+"""Pheby's draft pacing, without I/O (docs/architecture.md, "Where each rule lives").
+
+A streaming message is a run of cumulative ``message.delta`` drafts. Sending
+every one is O(n^2) bytes; a client only ever replaces the bubble, so it gets
+the first draft at once and then the newest text at most once per
+``interval`` (40 ms by default). A slow client's unsent draft is replaced in
+place (the front end queues it under a per-message key in the Outbox), and
+later drafts are encoded when they are sent, once per draft length.
+
+The front end feeds ``offer(now, event)`` with each text delta and
+``end(message_id)`` when a message completes; ``offer`` answers ``Pace``:
+push now, push at ``at``, or nothing (a push is already due). When the push
+is due the front end calls ``push(message_id, now)``, which gives what to
+queue. The clock, the timers and the sockets stay in the front end.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Hashable, Optional
+
+import attrs
+
+from bridge_core import events as ev
+from bridge_core.wire import dumps
+
+from . import codec
+
+NEVER = -1e9
+
+
+@attrs.frozen
+class Pace:
+    """What to do with a draft just offered: push it ``now``, or at ``at`` (loop time); neither: already due."""
+
+    now: bool = False
+    at: Optional[float] = None
+
+
+WAITING = Pace()
+PUSH_NOW = Pace(now=True)
+
+
+class DraftFrame:
+    """A lazily rendered cumulative draft: encoded when sent, once per draft length (None once completed)."""
+
+    __slots__ = ("pacer", "message_id")
+
+    def __init__(self, pacer: "DraftPacer", message_id: str):
+        self.pacer = pacer
+        self.message_id = message_id
+
+    def __len__(self) -> int:
+        e = self.pacer.drafts.get(self.message_id)
+        return 64 + (e.draft.length if e is not None else 0)
+
+    def __call__(self) -> Optional[bytes]:
+        return self.pacer.encoded(self.message_id)
+
+
+class DraftPacer:
+    """The newest draft per message, when each was last pushed, and which have a push due."""
+
+    __slots__ = ("interval", "drafts", "_sent", "_due", "_cache")
+
+    def __init__(self, interval: float):
+        self.interval = interval
+        self.drafts: dict[str, ev.TextDelta] = {}
+        self._sent: dict[str, float] = {}
+        self._due: set[str] = set()
+        self._cache: dict[str, tuple[int, bytes]] = {}
+
+    def offer(self, now: float, event: ev.TextDelta) -> Pace:
+        """A text delta arrived at ``now``: keep it as the newest draft of its message."""
+        mid = event.message_id
+        self.drafts[mid] = event
+        if mid in self._due:
+            return WAITING  # the push already due sends the newest draft
+        wait = self._sent.get(mid, NEVER) + self.interval - now
+        if wait <= 0:
+            return PUSH_NOW
+        self._due.add(mid)
+        return Pace(at=now + wait)
+
+    def push(self, message_id: str, now: float) -> Optional[tuple[Any, Hashable]]:
+        """The push of ``message_id`` at ``now``: (frame, outbox key) to queue to every client, or None.
+
+        The first draft of a message is encoded now, so it goes out even if
+        the message completes before it is sent (frames wait for the store's
+        commit of what came before them); later ones are a ``DraftFrame``,
+        encoded when sent, that replaces an unsent one in place.
+        """
+        self._due.discard(message_id)
+        e = self.drafts.get(message_id)
+        if e is None:
+            return None
+        first = message_id not in self._sent
+        self._sent[message_id] = now
+        frame = dumps(codec.delta_frame(e)) if first else DraftFrame(self, message_id)
+        return frame, ("draft", message_id)
+
+    def end(self, message_id: str) -> bool:
+        """The message completed (or its run finished): forget it. True if a push was due (cancel it)."""
+        self.drafts.pop(message_id, None)
+        self._cache.pop(message_id, None)
+        self._sent.pop(message_id, None)
+        if message_id in self._due:
+            self._due.discard(message_id)
+            return True
+        return False
+
+    def encoded(self, message_id: str) -> Optional[bytes]:
+        """The newest draft of ``message_id`` as frame bytes (cached per draft length); None once it ended."""
+        e = self.drafts.get(message_id)
+        if e is None:
+            return None  # the message completed meanwhile; message.complete follows
+        cached = self._cache.get(message_id)
+        if cached is not None and cached[0] == e.draft.length:
+            return cached[1]
+        data = dumps(codec.delta_frame(e))
+        self._cache[message_id] = (e.draft.length, data)
+        return data

@@ -1,0 +1,93 @@
+"""Pheby's draft pacer (pheby_adapter/pacing.py) on its own: no sockets, no loop, a given clock."""
+
+from __future__ import annotations
+
+import json
+
+from bridge_core import events as ev
+from pheby_adapter.pacing import DraftFrame, DraftPacer, Pace
+
+TS = 1_700_000_000.0
+
+
+def _delta(draft: ev.Draft, piece: str, mid: str = "m1") -> ev.TextDelta:
+    draft.append(piece)
+    return ev.TextDelta(conversation_id="c1", run_id="r1", message_id=mid, delta=piece, draft=draft, ts=TS)
+
+
+def _text(frame) -> str:
+    data = frame() if callable(frame) else frame
+    return json.loads(data)["text"]
+
+
+def test_the_first_draft_goes_at_once_encoded_now():
+    p = DraftPacer(0.040)
+    d = ev.Draft()
+    assert p.offer(10.0, _delta(d, "a")) == Pace(now=True)
+    frame, key = p.push("m1", 10.0)
+    assert key == ("draft", "m1")
+    assert isinstance(frame, bytes)  # encoded now: it goes out even if the message completes first
+    assert json.loads(frame) == {"type": "message.delta", "conversation_id": "c1", "message_id": "m1",
+                                 "text": "a", "ts": json.loads(frame)["ts"]}
+
+
+def test_then_the_newest_draft_at_most_once_per_interval():
+    p = DraftPacer(0.040)
+    d = ev.Draft()
+    p.offer(10.0, _delta(d, "a"))
+    p.push("m1", 10.0)
+    pace = p.offer(10.010, _delta(d, "b"))
+    assert pace.now is False and abs(pace.at - 10.040) < 1e-9  # due one interval after the last push
+    assert p.offer(10.020, _delta(d, "c")) == Pace()  # a push is already due: it sends the newest
+    assert p.offer(10.030, _delta(d, "d")) == Pace()
+    frame, key = p.push("m1", 10.040)
+    assert isinstance(frame, DraftFrame) and key == ("draft", "m1")
+    assert _text(frame) == "abcd"
+    # a delta a full interval after the last push goes at once again
+    assert p.offer(10.081, _delta(d, "e")) == Pace(now=True)
+
+
+def test_a_later_draft_is_rendered_when_sent_and_cached_per_length():
+    p = DraftPacer(0.040)
+    d = ev.Draft()
+    p.offer(0.0, _delta(d, "x"))
+    p.push("m1", 0.0)
+    p.offer(0.001, _delta(d, "y"))
+    frame, _ = p.push("m1", 0.040)
+    p.offer(0.041, _delta(d, "z"))  # after the push, before the frame leaves: the frame sends the newest
+    assert _text(frame) == "xyz"
+    assert frame() is frame()  # one encoding per draft length
+    assert len(frame) == 64 + 3
+
+
+def test_a_completed_message_is_forgotten_and_its_due_push_cancelled():
+    p = DraftPacer(0.040)
+    d = ev.Draft()
+    p.offer(0.0, _delta(d, "a"))
+    p.push("m1", 0.0)
+    p.offer(0.010, _delta(d, "b"))
+    lazy = DraftFrame(p, "m1")
+    assert p.end("m1") is True  # the front end cancels its timer
+    assert lazy() is None  # an unsent later draft renders to nothing: message.complete follows
+    assert p.push("m1", 0.040) is None
+    assert p.end("m1") is False
+    # a new message with the same id starts over: its first draft at once
+    assert p.offer(0.050, _delta(ev.Draft(), "n")) == Pace(now=True)
+
+
+def test_messages_are_paced_independently():
+    p = DraftPacer(0.040)
+    d1, d2 = ev.Draft(), ev.Draft()
+    assert p.offer(0.0, _delta(d1, "a", "m1")).now
+    p.push("m1", 0.0)
+    assert p.offer(0.001, _delta(d2, "b", "m2")).now
+    assert p.offer(0.002, _delta(d1, "c", "m1")).at is not None
+
+
+def test_the_interval_can_change():
+    p = DraftPacer(0.040)
+    d = ev.Draft()
+    p.offer(0.0, _delta(d, "a"))
+    p.push("m1", 0.0)
+    p.interval = 3600.0
+    assert abs(p.offer(1.0, _delta(d, "b")).at - 3600.0) < 1e-9
