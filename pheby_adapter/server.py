@@ -12,6 +12,7 @@ from aiohttp import WSMsgType, web
 
 from bridge_core import commands as cmd
 from bridge_core import events as ev
+from bridge_core.attachments import file_response
 from bridge_core.errors import BridgeError, InvalidJson, RateLimited, SlowConsumer, TooLarge
 from bridge_core.frontend import FrontEnd, ws_text_sender
 from bridge_core.security import HelloLockout, bearer_token, client_address
@@ -357,18 +358,7 @@ class PhebyFrontEnd(FrontEnd):
             found = self.bridge.attachments.get(request.match_info["attachment_id"])
         if found is None:
             return web.json_response(NOT_FOUND_BODY, status=404)
-        att, path = found
-        disposition = "inline" if att.inline_image else "attachment"
-        safe_name = att.filename.replace('"', "").replace("\\", "").replace("\r", "").replace("\n", "")
-        return web.FileResponse(
-            path,
-            headers={
-                "Content-Type": att.mime_type,
-                "Content-Disposition": f'{disposition}; filename="{safe_name}"',
-                "Cache-Control": "private, no-store",
-                "X-Content-Type-Options": "nosniff",
-            },
-        )
+        return file_response(*found)
 
 
 async def _close_slow(ws: web.WebSocketResponse, reason: str) -> None:
