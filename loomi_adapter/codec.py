@@ -18,8 +18,10 @@ import orjson
 
 from bridge_core import commands as cmd
 from bridge_core import events as ev
+from bridge_core.attachments import attachment_fields
 from bridge_core.errors import BadRequest, InvalidJson, UnknownType, VersionMismatch
 from bridge_core.redact import fingerprint
+from bridge_core.wire import strict_converter
 
 PROTOCOL_VERSION = 1
 REPLAY_WINDOW = 512
@@ -96,18 +98,7 @@ def approval_choices(choices) -> list[dict]:
 
 
 def attachment_dict(a: ev.Attachment) -> dict:
-    return {
-        "attachment_id": a.attachment_id,
-        "filename": a.filename,
-        "mime_type": a.mime_type,
-        "size": a.size,
-        "kind": a.kind,
-        "inline_image": a.inline_image,
-        "message_id": a.message_id,
-        "created_at": a.created_at,
-        "expires_at": a.expires_at,
-        "url": a.download_path,
-    }
+    return attachment_fields(a, with_conversation=False, path_key="url")
 
 
 @attrs.define
@@ -415,19 +406,6 @@ TYPE_OF: dict[type, str] = {v: k for k, v in REQUEST_TYPES.items()}
 TASK_STATUSES = ("idle", "running", "waiting")
 
 
-def _strict(kind: type, name: str):
-    def check(value: Any, _: Any) -> Any:
-        if kind is int and isinstance(value, bool):
-            raise TypeError(f"expected {name}")
-        if kind is float and isinstance(value, int) and not isinstance(value, bool):
-            return float(value)
-        if not isinstance(value, kind):
-            raise TypeError(f"expected {name}")
-        return value
-
-    return check
-
-
 def _status_filter(value: Any, _: Any) -> Optional[tuple[str, ...]]:
     if value is None:
         return None
@@ -444,11 +422,7 @@ def _status_filter(value: Any, _: Any) -> Optional[tuple[str, ...]]:
 
 
 def make_converter() -> cattrs.Converter:
-    conv = cattrs.Converter(forbid_extra_keys=False)
-    conv.register_structure_hook(str, _strict(str, "a string"))
-    conv.register_structure_hook(int, _strict(int, "an integer"))
-    conv.register_structure_hook(float, _strict(float, "a number"))
-    conv.register_structure_hook(bool, _strict(bool, "a boolean"))
+    conv = strict_converter()  # the shared strict scalars; Loomi adds its status filter
     conv.register_structure_hook(Optional[tuple[str, ...]], _status_filter)
     return conv
 

@@ -18,6 +18,7 @@ from bridge_core.agents.base import ModelCurrent, ModelsSnapshot, ReasoningSnaps
 from bridge_core.bridge import Snapshot
 from bridge_core.errors import BadRequest, BridgeError, InvalidJson, TooLarge, UnknownType
 from bridge_core.state import ConversationState
+from bridge_core.attachments import attachment_fields
 from bridge_core.wire import iso, strict_converter, structure
 
 PROTOCOL_VERSION = 1
@@ -285,19 +286,7 @@ def pong_frame(ts: float, request_id: Optional[str] = None) -> dict:
 
 
 def attachment_dict(a: ev.Attachment) -> dict:
-    return {
-        "attachment_id": a.attachment_id,
-        "filename": a.filename,
-        "mime_type": a.mime_type,
-        "size": a.size,
-        "kind": a.kind,
-        "inline_image": a.inline_image,
-        "conversation_id": a.conversation_id,
-        "message_id": a.message_id,
-        "created_at": iso(a.created_at),
-        "expires_at": iso(a.expires_at),
-        "download_path": a.download_path,
-    }
+    return attachment_fields(a, stamp=iso)
 
 
 def approval_request_frame(e: ev.ApprovalRequested) -> dict:
