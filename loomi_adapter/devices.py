@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import collections
 import hashlib
-import hmac
 import logging
 import os
 import secrets
@@ -41,6 +40,7 @@ import time
 from typing import Any, Optional
 
 from bridge_core.ids import new_id
+from bridge_core.security import same_secret
 from bridge_core.redact import fingerprint
 from bridge_core.store import Store
 
@@ -376,9 +376,9 @@ class Registry:
         d = self.devices.get(device_id)
         h = hash_secret(credential)
         if d is None:
-            hmac.compare_digest(h, _DUMMY_HASH)
+            same_secret(h, _DUMMY_HASH)
             return None
-        return d if hmac.compare_digest(h, d.credential_hash) else None
+        return d if same_secret(h, d.credential_hash) else None
 
     def seen(self, d: Device, info: Optional[codec.DeviceInfo] = None) -> None:
         d.last_seen = time.time()
