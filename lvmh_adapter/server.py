@@ -24,6 +24,7 @@ from bridge_core import events as ev
 from bridge_core.errors import BridgeError
 from bridge_core.frontend import FrontEnd, peer_host, ws_text_sender
 from bridge_core.security import bearer_token, client_address
+from bridge_core.seqalloc import SeqReservation
 from bridge_core.hub import Outbox
 from bridge_core.ids import new_id
 
@@ -51,7 +52,7 @@ GONE = "the pi session did not reconnect"
 
 
 class SessionRecord:
-    __slots__ = ("id", "source", "info", "high", "last_event_at", "conn", "reserved", "run", "abandon", "top")
+    __slots__ = ("id", "source", "info", "high", "last_event_at", "conn", "seqs", "run", "abandon", "top")
 
     def __init__(self, sid: str, source: str, info: dict, high: int = 0, last_event_at: Optional[int] = None):
         self.id = sid
@@ -60,7 +61,9 @@ class SessionRecord:
         self.high = high  # plugin: highest seq accepted; bridge: last seq assigned
         self.last_event_at = last_event_at
         self.conn: Optional[PluginConn] = None
-        self.reserved = high  # bridge: seqs up to here are recorded as handed out; plugin: seen up to here, at most
+        # bridge: seqs up to its reservation are recorded as handed out (a block ahead);
+        # plugin: seen up to it, at most (recorded once a delta's seq passes it)
+        self.seqs = SeqReservation(SEQ_BLOCK, high, margin=SEQ_BLOCK // 2 if source == "bridge" else 0)
         self.top = high  # plugin: the highest seq it used, deltas included (never below reserved after a restart)
         self.run = OpenRun()  # plugin: what its stored events leave open (a run, message, tools)
         self.abandon: Optional[asyncio.TimerHandle] = None  # plugin: closes its open run if it never returns
@@ -123,7 +126,7 @@ class LvmhFrontEnd(FrontEnd):
             high = max(row.last_seq, row.reserved) if source == "bridge" else row.last_seq
             rec = self.records[row.id] = SessionRecord(row.id, source, info, high, row.last_event_at)
             if source == "plugin":  # its unstored deltas may have used seqs up to what was recorded
-                rec.reserved = row.reserved
+                rec.seqs.set(row.reserved)
                 rec.top = max(row.last_seq, row.reserved)
         self.bridge.add_source(self.source)
         self._load_extensions()
@@ -638,9 +641,9 @@ class LvmhFrontEnd(FrontEnd):
             if frame.seq > rec.high:
                 if frame.seq > rec.top:
                     rec.top = frame.seq
-                    if frame.seq > rec.reserved:  # recorded ahead, so a closing event never reuses a delta's seq
-                        rec.reserved = frame.seq + SEQ_BLOCK
-                        self.log.reserve(rec.id, rec.reserved)
+                    upto = rec.seqs.need(frame.seq)  # recorded ahead, so a closing event never reuses a delta's seq
+                    if upto is not None:
+                        self.log.reserve(rec.id, upto)
                 self.inflight.feed(rec.id, etype, frame.seq, frame.obj)
                 self.stream.push(rec.id, frame.seq, frame.raw)
                 self.source.translate(rec.id, etype, frame.obj)
@@ -732,9 +735,9 @@ class LvmhFrontEnd(FrontEnd):
         rec = self._bridge_record(cid)
         rec.high += 1
         seq = rec.high
-        if seq + SEQ_BLOCK // 2 > rec.reserved:  # reserve ahead, so a restart never reuses a seq
-            rec.reserved = seq + SEQ_BLOCK
-            self.log.reserve(cid, rec.reserved)
+        upto = rec.seqs.need(seq)  # reserve ahead, so a restart never reuses a seq
+        if upto is not None:
+            self.log.reserve(cid, upto)
         self._store_event(rec, seq, etype, payload, int(ts * 1000))
 
     def on_event(self, seq: int, e: Any) -> None:
