@@ -3,8 +3,13 @@
 Plain frozen attrs classes, no JSON code on them. Every event names its
 conversation (``conversation_id``; Pheby conversation, Loomi task, lvmh
 session), the run where there is one, and a UTC timestamp in float epoch
-seconds. Adapters render these into their protocol's frames (see the
-mapping table in DESIGN.md).
+seconds. Adapters render these into their protocol's frames (docs/architecture.md).
+
+Provenance: the events a command causes (the user message, the run's start and
+end, a decision's resolution) carry ``origin``, the ``commands.Origin`` the
+command entered the core with (front end and connection); ``None`` when no
+command caused them (the agent's own runs, timeouts). Front ends read it,
+never a request id, to know whose request an event answers.
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ import time
 from typing import Any, Literal, Optional, Union
 
 import attrs
+
+from .commands import Origin
 
 RunStatus = Literal["completed", "failed", "cancelled"]
 ToolStatus = Literal["running", "completed", "failed", "cancelled"]
@@ -107,6 +114,7 @@ class UserMessageSent:
     message_id: str
     text: str
     run_id: Optional[str] = None
+    origin: Optional[Origin] = None
     ts: float = attrs.field(factory=now)
 
 
@@ -119,6 +127,7 @@ class RunStarted:
     provider: Optional[str] = None
     title: Optional[str] = None
     request_id: Optional[str] = None
+    origin: Optional[Origin] = None
     ts: float = attrs.field(factory=now)
 
 
@@ -247,6 +256,7 @@ class RunFinished:
     text: str = ""
     usage: Optional[Usage] = None
     request_id: Optional[str] = None
+    origin: Optional[Origin] = None  # the cancel's when a command cancelled it, else the run's
     ts: float = attrs.field(factory=now)
 
 
@@ -278,6 +288,7 @@ class ApprovalResolved:
     reason: Optional[str] = None
     request_id: Optional[str] = None
     surface: Optional[str] = None  # which front end answered: pheby, loomi, lvmh
+    origin: Optional[Origin] = None
     ts: float = attrs.field(factory=now)
 
 
@@ -303,6 +314,7 @@ class ClarifyResolved:
     decided_by: DecidedBy = "remote"
     request_id: Optional[str] = None
     surface: Optional[str] = None
+    origin: Optional[Origin] = None
     ts: float = attrs.field(factory=now)
 
 

@@ -26,8 +26,6 @@ from bridge_core.wire import strict_converter
 PROTOCOL_VERSION = 1
 REPLAY_WINDOW = 512
 MAX_REQUEST_ID = 128
-# request ids Loomi passes to the core are namespaced, so a run's origin is visible
-REQUEST_PREFIX = "loomi:"
 
 # --- server -> client ------------------------------------------------------
 
@@ -110,7 +108,9 @@ class Extra:
 
 
 def _run_started(e: ev.RunStarted, x: Extra) -> list[bytes]:
-    surface = "loomi" if (e.request_id or "").startswith(REQUEST_PREFIX) else None
+    # "loomi" for a run a Loomi request started; as it always was, only one that carried a request_id
+    origin = e.origin
+    surface = "loomi" if origin is not None and origin.surface == "loomi" and e.request_id is not None else None
     session_id = getattr(x.conv, "session_id", None) or e.conversation_id
     payload = {
         "run_id": e.run_id,
@@ -478,14 +478,10 @@ def decode_request(f: ClientFrame) -> Any:
     return req
 
 
-def core_request_id(request_id: Optional[str]) -> Optional[str]:
-    return None if request_id is None else REQUEST_PREFIX + request_id
-
-
 def to_command(req: Any) -> Any:
     """The shared command of a (non-handshake) request."""
     t = type(req)
-    rid = core_request_id(getattr(req, "request_id", None))
+    rid = getattr(req, "request_id", None)
     if t is SessionSend:
         return cmd.SendMessage(text=req.text, conversation_id=req.task_id, request_id=rid)
     if t is RunCancel:

@@ -248,18 +248,12 @@ def decode_request(frame: dict) -> Any:
 # --- server -> client ----------------------------------------------------------
 
 
-REQUEST_PREFIX = "pheby:"
-
-
-def own_request_id(request_id: Optional[str]) -> Optional[str]:
-    """Pheby's request ids travel through the core as ``pheby:<id>``; other front ends' ids never show."""
-    if request_id is not None and request_id.startswith(REQUEST_PREFIX):
-        return request_id[len(REQUEST_PREFIX):]
+def own_request_id(e: Any) -> Optional[str]:
+    """The request id of an event Pheby's own request caused (its ``origin``); other front ends' ids never show."""
+    origin = e.origin
+    if origin is not None and origin.surface == "pheby":
+        return e.request_id
     return None
-
-
-def core_request_id(request_id: Optional[str]) -> Optional[str]:
-    return None if request_id is None else REQUEST_PREFIX + request_id
 
 
 def _with_rid(frame: dict, request_id: Optional[str]) -> dict:
@@ -366,7 +360,7 @@ def render_event(e: Any) -> list[dict]:
     if t is ev.RunStarted:
         return [
             _with_rid(
-                {"type": "run.accepted", "conversation_id": e.conversation_id, "run_id": e.run_id}, own_request_id(e.request_id)
+                {"type": "run.accepted", "conversation_id": e.conversation_id, "run_id": e.run_id}, own_request_id(e)
             ),
             {
                 "type": "message.start",
@@ -390,7 +384,7 @@ def render_event(e: Any) -> list[dict]:
         frame = {"type": "run.finished", "conversation_id": e.conversation_id, "run_id": e.run_id, "status": e.status}
         if e.status == "failed":
             frame["error"] = (e.error or "failed")[:500]
-        return [_with_rid(frame, own_request_id(e.request_id))]
+        return [_with_rid(frame, own_request_id(e))]
     if t is ev.ToolStarted:
         return [tool_frame(e.conversation_id, e.run_id, e.call_id, e.tool_name, "running", e.ts, args=e.args)]
     if t is ev.ToolFinished:
@@ -415,7 +409,7 @@ def render_event(e: Any) -> list[dict]:
                     "surface": e.surface,
                     "ts": iso(e.ts),
                 },
-                own_request_id(e.request_id),
+                own_request_id(e),
             )
         ]
     if t is ev.ClarifyRequested:
@@ -433,7 +427,7 @@ def render_event(e: Any) -> list[dict]:
                     "surface": e.surface,
                     "ts": iso(e.ts),
                 },
-                own_request_id(e.request_id),
+                own_request_id(e),
             )
         ]
     if t is ev.AttachmentAdded:

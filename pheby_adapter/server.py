@@ -7,7 +7,6 @@ import logging
 import time
 from typing import Any, Optional
 
-import attrs
 from aiohttp import WSMsgType, web
 
 from bridge_core import commands as cmd
@@ -303,16 +302,12 @@ class PhebyFrontEnd(FrontEnd):
         filled once the reply is known: the spec's order, reply first.
         """
         rid = getattr(command, "request_id", None)
-        if rid is not None:
-            core_command = attrs.evolve(command, request_id=codec.core_request_id(rid))
-        else:
-            core_command = command
         box = conn.outbox
         slot = box.reserve() if box is not None else None
         conn.executing = command
         frame: Optional[dict] = None
         try:
-            result = await self.bridge.execute(core_command, origin)
+            result = await self.bridge.execute(command, origin)
             frame = codec.reply(command, result, time.time())
         except BridgeError as err:
             frame = codec.error_frame(to_pheby_error(err, command), rid, time.time())
