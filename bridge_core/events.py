@@ -131,12 +131,8 @@ class RunStarted:
     ts: float = attrs.field(factory=now)
 
 
-class Draft:
-    """A run's accumulating text, shared by its deltas (no O(n^2) copying).
-
-    ``text()`` joins lazily, so the cumulative text is only built when a
-    front end actually sends it (Pheby coalesces to the latest draft).
-    """
+class _Buffer:
+    """Append-only text: what was appended is never changed, so any prefix of it is a value."""
 
     __slots__ = ("_text", "_parts", "length")
 
@@ -149,37 +145,101 @@ class Draft:
         self._parts.append(piece)
         self.length += len(piece)
 
-    def set(self, text: str) -> None:
-        self._text = text
-        self._parts = []
-        self.length = len(text)
-
-    def text(self) -> str:
+    def upto(self, n: int) -> str:
+        """The first ``n`` characters; joined lazily, so a run of deltas costs no O(n^2) copying."""
         if self._parts:
             self._text += "".join(self._parts)
             self._parts = []
-        return self._text
+        t = self._text
+        return t if n == len(t) else t[:n]
+
+
+class TextSoFar(tuple):
+    """Immutable: a run's cumulative text at one delta (the first ``length`` characters of an
+    append-only buffer). A ``TextDelta`` holds one; the text is only built when a front end
+    actually sends it (Pheby coalesces to the latest draft)."""
+
+    __slots__ = ()
+
+    def __new__(cls, buf: _Buffer, length: int) -> "TextSoFar":
+        return tuple.__new__(cls, (buf, length))
+
+    @property
+    def length(self) -> int:
+        return self[1]
+
+    def text(self) -> str:
+        return self[0].upto(self[1])
+
+    @classmethod
+    def of(cls, text: str) -> "TextSoFar":
+        return cls(_Buffer(text), len(text))
 
     def __repr__(self) -> str:
-        return f"Draft(length={self.length})"
+        return f"TextSoFar(length={self[1]})"
+
+
+class Draft:
+    """A run's accumulating text: the mutable accumulator a run (or its source) owns.
+
+    Events never hold it: ``snapshot()`` is what a ``TextDelta`` keeps. ``set``
+    (a non-append edit) starts a new buffer, so earlier snapshots keep their text.
+    """
+
+    __slots__ = ("_buf",)
+
+    def __init__(self, text: str = ""):
+        self._buf = _Buffer(text)
+
+    @property
+    def length(self) -> int:
+        return self._buf.length
+
+    def append(self, piece: str) -> None:
+        self._buf.append(piece)
+
+    def set(self, text: str) -> None:
+        self._buf = _Buffer(text)
+
+    def text(self) -> str:
+        buf = self._buf
+        return buf.upto(buf.length)
+
+    def snapshot(self) -> TextSoFar:
+        buf = self._buf
+        return TextSoFar(buf, buf.length)
+
+    def __repr__(self) -> str:
+        return f"Draft(length={self._buf.length})"
+
+
+def _text_so_far(value: Any) -> TextSoFar:
+    """A ``TextDelta``'s ``draft``: given the run's ``Draft``, its snapshot at this delta."""
+    if type(value) is TextSoFar:
+        return value
+    if type(value) is Draft:
+        return value.snapshot()
+    if isinstance(value, str):
+        return TextSoFar.of(value)
+    raise TypeError(f"draft must be a Draft, TextSoFar or str, not {type(value).__name__}")
 
 
 @_frozen
 class TextDelta:
-    """Streamed text: the increment, and the run's draft holding the cumulative text."""
+    """Streamed text: the increment, and the cumulative text at this delta (immutable)."""
 
     conversation_id: str
     run_id: str
     message_id: str
     delta: str
-    draft: Draft = attrs.field(eq=False, repr=False, factory=Draft)
+    draft: TextSoFar = attrs.field(eq=False, repr=False, factory=Draft, converter=_text_so_far)
     kind: DeltaKind = "text"
     iteration: int = 0
     ts: float = attrs.field(factory=now)
 
     @property
     def text(self) -> str:
-        """The cumulative text of this kind so far (at the time it is read)."""
+        """The cumulative text of this kind up to and including this delta."""
         return self.draft.text()
 
 
