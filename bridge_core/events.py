@@ -3,7 +3,7 @@
 Plain frozen attrs classes, no JSON code on them. Every event names its
 conversation (``conversation_id``; Pheby conversation, Loomi task, lvmh
 session), the run where there is one, and a UTC timestamp in float epoch
-seconds. Adapters render these into their protocol's frames (docs/architecture.md).
+seconds. Adapters render these into their protocol's frames.
 
 Provenance: the events a command causes (the user message, the run's start and
 end, a decision's resolution) carry ``origin``, the ``commands.Origin`` the

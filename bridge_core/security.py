@@ -222,7 +222,7 @@ def admin_headers(data_dir: str) -> dict:
 def remove_admin_key(data_dir: str, key: str) -> None:
     """On shutdown: remove the key file if it still holds this run's key."""
     try:
-        if read_admin_key(data_dir) == key:
+        if same_secret(read_admin_key(data_dir) or "", key):
             os.unlink(admin_key_path(data_dir))
     except (OSError, ValueError):
         pass

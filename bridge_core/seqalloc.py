@@ -1,4 +1,4 @@
-"""Seq-block reservation, the one rule (pure: no I/O; docs/architecture.md).
+"""Seq-block reservation, the one rule (pure: no I/O; docs/security.md, docs/loomi.md).
 
 A front end that numbers frames (Loomi per device, lvmh per session) must never
 hand out a seq twice, even after a ``kill -9``; writing every seq would put a

@@ -14,13 +14,13 @@ from bridge_core import events as ev
 from bridge_core.attachments import file_response
 from bridge_core.errors import BridgeError, InvalidJson, RateLimited, SlowConsumer, TooLarge
 from bridge_core.frontend import FrontEnd, ws_text_sender
-from bridge_core.security import HelloLockout, bearer_token, client_address
+from bridge_core.security import HelloLockout, bearer_token, client_address, same_secret
 from bridge_core.hub import Outbox
 from bridge_core.wire import dumps
 
 from . import codec
 from .errors import to_pheby_error
-from .session import CLOSE_POLICY, CLOSE_TOO_BIG, CLOSE_TRY_AGAIN, PhebySession, secret_matches
+from .session import CLOSE_POLICY, CLOSE_TOO_BIG, CLOSE_TRY_AGAIN, PhebySession
 
 log = logging.getLogger("agent_bridge.pheby")
 
@@ -344,7 +344,7 @@ class PhebyFrontEnd(FrontEnd):
         given = self._request_secret(request)
         if given is None:
             return web.json_response(UNAUTHORIZED_BODY, status=401)
-        if not secret_matches(given, self.secret):
+        if not same_secret(given, self.secret):
             await self.limiter.wrong(client_address(request))
             return web.json_response(UNAUTHORIZED_BODY, status=401)
         self.limiter.passed(request)

@@ -41,9 +41,6 @@ class Step:
     authenticated: bool = False
 
 
-secret_matches = same_secret  # the shared constant-time comparison (bridge_core.security)
-
-
 class PhebySession:
     def __init__(self, secret: str, now: float, *, rate: float = 100.0, burst: float = 200.0):
         self._secret = secret
@@ -96,7 +93,7 @@ class PhebySession:
                 VersionMismatch(f"Server speaks protocol_version {codec.PROTOCOL_VERSION}"), rid, now, CLOSE_POLICY
             )
         secret = frame.get("secret")
-        if not isinstance(secret, str) or not secret_matches(secret, self._secret):
+        if not isinstance(secret, str) or not same_secret(secret, self._secret):
             return self._auth_failure(Unauthorized("Invalid secret"), rid, now)
         self.state = "ready"
         ready = codec.ready_frame(now)
