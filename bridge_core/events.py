@@ -213,12 +213,17 @@ class Draft:
         return f"Draft(length={self._buf.length})"
 
 
+_new_snapshot = tuple.__new__
+
+
 def _text_so_far(value: Any) -> TextSoFar:
     """A ``TextDelta``'s ``draft``: given the run's ``Draft``, its snapshot at this delta."""
-    if type(value) is TextSoFar:
+    t = type(value)
+    if t is Draft:  # the hot path (one per streamed delta): Draft.snapshot, inlined
+        buf = value._buf
+        return _new_snapshot(TextSoFar, (buf, buf.length))
+    if t is TextSoFar:
         return value
-    if type(value) is Draft:
-        return value.snapshot()
     if isinstance(value, str):
         return TextSoFar.of(value)
     raise TypeError(f"draft must be a Draft, TextSoFar or str, not {type(value).__name__}")

@@ -61,9 +61,7 @@ class SessionRecord:
         self.high = high  # plugin: highest seq accepted; bridge: last seq assigned
         self.last_event_at = last_event_at
         self.conn: Optional[PluginConn] = None
-        # bridge: seqs up to its reservation are recorded as handed out (a block ahead);
-        # plugin: seen up to it, at most (recorded once a delta's seq passes it)
-        self.seqs = SeqReservation(SEQ_BLOCK, high, margin=SEQ_BLOCK // 2 if source == "bridge" else 0)
+        self.seqs = SeqReservation(SEQ_BLOCK, high, margin=SEQ_BLOCK // 2 if source == "bridge" else 0)  # bridge: handed out; plugin: seen
         self.top = high  # plugin: the highest seq it used, deltas included (never below reserved after a restart)
         self.run = OpenRun()  # plugin: what its stored events leave open (a run, message, tools)
         self.abandon: Optional[asyncio.TimerHandle] = None  # plugin: closes its open run if it never returns
