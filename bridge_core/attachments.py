@@ -3,6 +3,14 @@
 Files the agent produces are copied into ``<data-dir>/attachments/<id>``;
 the original is never touched. Copies expire after ``retention_days``
 (0 = keep forever) and an hourly cleanup deletes them.
+
+Serving is one rule for every front end (docs/security.md): ``AttachmentStore.get``
+finds a file (known id, not expired, a regular file directly in the attachments
+directory, never a link) and ``file_response`` sends it with ``download_headers``
+(its type, ``nosniff``, ``private, no-store``, a sandboxing CSP and a
+content-disposition whose file name cannot break the header). Each front end
+only authenticates the request and answers "not found" in its own shape.
+``attachment_fields`` is the attachment's JSON form the Pheby and Loomi frames share.
 """
 
 from __future__ import annotations
@@ -12,7 +20,10 @@ import mimetypes
 import os
 import shutil
 import time
-from typing import Optional
+import urllib.parse
+from typing import Callable, Optional
+
+from aiohttp import web
 
 from .events import Attachment
 from .ids import is_hex32, new_id
@@ -35,6 +46,60 @@ def kind_for(mime_type: str) -> str:
 
 
 INLINE_IMAGE_TYPES = {"image/png", "image/jpeg", "image/gif", "image/webp"}
+ATTACHMENT_CSP = "default-src 'none'; sandbox"
+
+
+# --- serving: one rule for every front end ----------------------------------------------------
+
+
+def content_disposition(filename: str, inline: bool) -> str:
+    """``inline`` or ``attachment`` with an ASCII fallback name (no quote, backslash, ``;`` or
+    control character can end the header) and the exact name as RFC 5987 ``filename*``."""
+    ascii_name = "".join(c if 0x20 <= ord(c) < 0x7F and c not in '"\\;' else "_" for c in filename) or "file"
+    quoted = urllib.parse.quote(filename, safe="")
+    return f"{'inline' if inline else 'attachment'}; filename=\"{ascii_name}\"; filename*=UTF-8''{quoted}"
+
+
+def download_headers(att: Attachment) -> dict:
+    """The headers of every attachment download, whichever front end serves it."""
+    return {
+        "Content-Type": att.mime_type,
+        "Content-Disposition": content_disposition(att.filename, att.inline_image),
+        "X-Content-Type-Options": "nosniff",
+        "Cache-Control": "private, no-store",
+        "Content-Security-Policy": ATTACHMENT_CSP,
+    }
+
+
+def file_response(att: Attachment, path: str) -> web.FileResponse:
+    """The download of what ``AttachmentStore.get`` found (the caller has authenticated)."""
+    return web.FileResponse(path, headers=download_headers(att))
+
+
+def attachment_fields(
+    a: Attachment,
+    *,
+    stamp: Callable[[Optional[float]], object] = lambda t: t,
+    with_conversation: bool = True,
+    path_key: str = "download_path",
+) -> dict:
+    """An attachment as a JSON object, in one key order: ``stamp`` renders the two times
+    (epoch seconds as they are, or ISO-8601), ``path_key`` names the download path."""
+    out: dict = {
+        "attachment_id": a.attachment_id,
+        "filename": a.filename,
+        "mime_type": a.mime_type,
+        "size": a.size,
+        "kind": a.kind,
+        "inline_image": a.inline_image,
+    }
+    if with_conversation:
+        out["conversation_id"] = a.conversation_id
+    out["message_id"] = a.message_id
+    out["created_at"] = stamp(a.created_at)
+    out["expires_at"] = stamp(a.expires_at)
+    out[path_key] = a.download_path
+    return out
 
 
 class AttachmentStore:

@@ -49,6 +49,7 @@ CLEANUP_INTERVAL = 3600.0
 PENDING_KEY = "pending-decision:"  # settings rows of decisions not yet resolved (for a restart to resolve)
 DRAFT_SAVE_INTERVAL = 1.0  # seconds between saves of a streaming draft (what a crash can lose)
 RUN_END_REASON = {"cancelled": "cancelled", "failed": "failed", "completed": "completed"}
+_STAMPED = frozenset({ev.UserMessageSent, ev.RunStarted, ev.RunFinished})  # events stamped with their origin
 
 
 @attrs.frozen
@@ -93,6 +94,11 @@ class Bridge:
         self._resolved: collections.OrderedDict[str, ev.ApprovalResolved] = collections.OrderedDict()
         self._resolved_clarify: collections.OrderedDict[str, ev.ClarifyResolved] = collections.OrderedDict()
         self._sending: set[str] = set()
+        # provenance (events.py): the origin of the message being sent per conversation, of each
+        # open run, and of a cancel under way; the events they cause are stamped as published
+        self._entering: dict[str, cmd.Origin] = {}
+        self._run_origin: dict[str, cmd.Origin] = {}
+        self._cancel_origin: dict[str, cmd.Origin] = {}
         self._draft_saved: dict[str, float] = {}  # run_id -> when its draft was last saved
         self.interrupted_runs: list[tuple[str, str]] = []
         self.started = False
@@ -253,6 +259,8 @@ class Bridge:
     # --- the event log ---------------------------------------------------------
 
     def publish(self, event: Any) -> int:
+        if type(event) in _STAMPED and event.origin is None:
+            event = self._stamp(event)
         if type(event) is ev.RunFinished:
             self.close_run(event)
         conv_id = getattr(event, "conversation_id", None)
@@ -271,6 +279,20 @@ class Bridge:
         if t is ev.ConversationDeleted:
             self.conversations.pop(event.conversation_id, None)
         return seq
+
+    def _stamp(self, event: Any) -> Any:
+        """The origin of the command that caused ``event`` (None when no command did)."""
+        t = type(event)
+        if t is ev.RunFinished:
+            run_id = event.run_id
+            started = self._run_origin.pop(run_id, None)
+            cancelled = self._cancel_origin.pop(run_id, None)
+            origin = cancelled if event.status == "cancelled" and cancelled is not None else started
+        else:
+            origin = self._entering.get(event.conversation_id)
+            if origin is not None and t is ev.RunStarted:
+                self._run_origin[event.run_id] = origin
+        return event if origin is None else attrs.evolve(event, origin=origin)
 
     def close_run(self, finished: ev.RunFinished) -> None:
         """A run closes what it opened, whatever ends it (docs/conformance.md, Pheby: "run end").
@@ -521,10 +543,12 @@ class Bridge:
         source = self.source_for(conv)
         run_id = new_id()
         self._sending.add(cid)
+        self._entering[cid] = origin  # sources publish the message and the run's start before they return
         try:
             run_id = await source.send_message(conv, c.text, run_id, c.request_id) or run_id
         finally:
             self._sending.discard(cid)
+            self._entering.pop(cid, None)
         return SendResult(conversation_id=cid, run_id=run_id, created=created)
 
     async def _cancel(self, c: cmd.CancelRun, origin: cmd.Origin) -> str:
@@ -538,12 +562,23 @@ class Bridge:
             raise BadRequest("run_id or conversation_id required")
         assert conv.run is not None
         run_id = conv.run.run_id
-        await self.source_for(conv).cancel(conv, run_id, c.request_id)
+        await self._cancel_noted(conv, run_id, origin, self.source_for(conv).cancel(conv, run_id, c.request_id))
         return run_id
+
+    async def _cancel_noted(self, conv: ConversationState, run_id: str, origin: cmd.Origin, step: Any) -> None:
+        """Run a source's cancel (or pause) with its origin noted for the run's end."""
+        self._cancel_origin[run_id] = origin
+        try:
+            await step
+        except BaseException:
+            self._cancel_origin.pop(run_id, None)
+            raise
+        if conv.run is None or conv.run.run_id != run_id:
+            self._cancel_origin.pop(run_id, None)  # ended already (its RunFinished took it, or not)
 
     async def _pause(self, c: cmd.PauseRun, origin: cmd.Origin) -> str:
         conv = self.find_run(c.run_id, c.conversation_id)
-        await self.source_for(conv).pause(conv, c.run_id, c.request_id)
+        await self._cancel_noted(conv, c.run_id, origin, self.source_for(conv).pause(conv, c.run_id, c.request_id))
         return c.run_id
 
     async def _resume(self, c: cmd.ResumeRun, origin: cmd.Origin) -> SendResult:
@@ -587,6 +622,7 @@ class Bridge:
             reason=c.reason,
             request_id=c.request_id,
             surface=origin.surface,
+            origin=origin,
         )
         self._remember(self._resolved, c.approval_id, resolved)
         self.publish(resolved)
@@ -627,6 +663,7 @@ class Bridge:
             decided_by=origin.decided_by,  # type: ignore[arg-type]
             request_id=c.request_id,
             surface=origin.surface,
+            origin=origin,
         )
         self._remember(self._resolved_clarify, c.clarify_id, resolved)
         self.publish(resolved)

@@ -1,8 +1,10 @@
 """The shared command model: what a front end asks of the bridge.
 
 Adapters decode their frames into these frozen classes and hand them to
-``Bridge.execute``. ``origin`` says which front end (and connection) asked,
-so a resolution can report who decided.
+``Bridge.execute``. ``origin`` says which front end (and connection) asked:
+the bridge puts it on the events the command causes, so a front end knows its
+own requests without reading anything into request ids, and a resolution can
+report who decided.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ def _frozen(cls):
 
 @_frozen
 class Origin:
+    """Where a command entered the core; the events it causes carry it (``events``: provenance)."""
+
     surface: str  # pheby | loomi | lvmh | agent | cli
     connection: Optional[str] = None  # connection or device id, for logs only
     decided_by: str = "remote"  # what Loomi's decided_by says for this surface

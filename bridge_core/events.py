@@ -5,6 +5,12 @@ conversation (``conversation_id``; Pheby conversation, Loomi task, lvmh
 session), the run where there is one, and a UTC timestamp in float epoch
 seconds. Adapters render these into their protocol's frames (see the
 renderers in docs/architecture.md, "One event, agent to socket").
+
+Provenance: the events a command causes (the user message, the run's start and
+end, a decision's resolution) carry ``origin``, the ``commands.Origin`` the
+command entered the core with (front end and connection); ``None`` when no
+command caused them (the agent's own runs, timeouts). Front ends read it,
+never a request id, to know whose request an event answers.
 """
 
 from __future__ import annotations
@@ -13,6 +19,8 @@ import time
 from typing import Any, Literal, Optional, Union
 
 import attrs
+
+from .commands import Origin
 
 RunStatus = Literal["completed", "failed", "cancelled"]
 ToolStatus = Literal["running", "completed", "failed", "cancelled"]
@@ -107,6 +115,7 @@ class UserMessageSent:
     message_id: str
     text: str
     run_id: Optional[str] = None
+    origin: Optional[Origin] = None
     ts: float = attrs.field(factory=now)
 
 
@@ -119,15 +128,12 @@ class RunStarted:
     provider: Optional[str] = None
     title: Optional[str] = None
     request_id: Optional[str] = None
+    origin: Optional[Origin] = None
     ts: float = attrs.field(factory=now)
 
 
-class Draft:
-    """A run's accumulating text, shared by its deltas (no O(n^2) copying).
-
-    ``text()`` joins lazily, so the cumulative text is only built when a
-    front end actually sends it (Pheby coalesces to the latest draft).
-    """
+class _Buffer:
+    """Append-only text: what was appended is never changed, so any prefix of it is a value."""
 
     __slots__ = ("_text", "_parts", "length")
 
@@ -140,37 +146,106 @@ class Draft:
         self._parts.append(piece)
         self.length += len(piece)
 
-    def set(self, text: str) -> None:
-        self._text = text
-        self._parts = []
-        self.length = len(text)
-
-    def text(self) -> str:
+    def upto(self, n: int) -> str:
+        """The first ``n`` characters; joined lazily, so a run of deltas costs no O(n^2) copying."""
         if self._parts:
             self._text += "".join(self._parts)
             self._parts = []
-        return self._text
+        t = self._text
+        return t if n == len(t) else t[:n]
+
+
+class TextSoFar(tuple):
+    """Immutable: a run's cumulative text at one delta (the first ``length`` characters of an
+    append-only buffer). A ``TextDelta`` holds one; the text is only built when a front end
+    actually sends it (Pheby coalesces to the latest draft)."""
+
+    __slots__ = ()
+
+    def __new__(cls, buf: _Buffer, length: int) -> "TextSoFar":
+        return tuple.__new__(cls, (buf, length))
+
+    @property
+    def length(self) -> int:
+        return self[1]
+
+    def text(self) -> str:
+        return self[0].upto(self[1])
+
+    @classmethod
+    def of(cls, text: str) -> "TextSoFar":
+        return cls(_Buffer(text), len(text))
 
     def __repr__(self) -> str:
-        return f"Draft(length={self.length})"
+        return f"TextSoFar(length={self[1]})"
+
+
+class Draft:
+    """A run's accumulating text: the mutable accumulator a run (or its source) owns.
+
+    Events never hold it: ``snapshot()`` is what a ``TextDelta`` keeps. ``set``
+    (a non-append edit) starts a new buffer, so earlier snapshots keep their text.
+    """
+
+    __slots__ = ("_buf",)
+
+    def __init__(self, text: str = ""):
+        self._buf = _Buffer(text)
+
+    @property
+    def length(self) -> int:
+        return self._buf.length
+
+    def append(self, piece: str) -> None:
+        self._buf.append(piece)
+
+    def set(self, text: str) -> None:
+        self._buf = _Buffer(text)
+
+    def text(self) -> str:
+        buf = self._buf
+        return buf.upto(buf.length)
+
+    def snapshot(self) -> TextSoFar:
+        buf = self._buf
+        return TextSoFar(buf, buf.length)
+
+    def __repr__(self) -> str:
+        return f"Draft(length={self._buf.length})"
+
+
+_new_snapshot = tuple.__new__
+
+
+def _text_so_far(value: Any) -> TextSoFar:
+    """A ``TextDelta``'s ``draft``: given the run's ``Draft``, its snapshot at this delta."""
+    t = type(value)
+    if t is Draft:  # the hot path (one per streamed delta): Draft.snapshot, inlined
+        buf = value._buf
+        return _new_snapshot(TextSoFar, (buf, buf.length))
+    if t is TextSoFar:
+        return value
+    if isinstance(value, str):
+        return TextSoFar.of(value)
+    raise TypeError(f"draft must be a Draft, TextSoFar or str, not {type(value).__name__}")
 
 
 @_frozen
 class TextDelta:
-    """Streamed text: the increment, and the run's draft holding the cumulative text."""
+    """Streamed text: the increment, and the cumulative text at this delta (immutable)."""
 
     conversation_id: str
     run_id: str
     message_id: str
     delta: str
-    draft: Draft = attrs.field(eq=False, repr=False, factory=Draft)
+    draft: TextSoFar = attrs.field(eq=False, repr=False, factory=Draft, converter=_text_so_far)
     kind: DeltaKind = "text"
     iteration: int = 0
     ts: float = attrs.field(factory=now)
 
     @property
     def text(self) -> str:
-        """The cumulative text of this kind so far (at the time it is read)."""
+        """The cumulative text of this kind up to and including this delta."""
         return self.draft.text()
 
 
@@ -247,6 +322,7 @@ class RunFinished:
     text: str = ""
     usage: Optional[Usage] = None
     request_id: Optional[str] = None
+    origin: Optional[Origin] = None  # the cancel's when a command cancelled it, else the run's
     ts: float = attrs.field(factory=now)
 
 
@@ -278,6 +354,7 @@ class ApprovalResolved:
     reason: Optional[str] = None
     request_id: Optional[str] = None
     surface: Optional[str] = None  # which front end answered: pheby, loomi, lvmh
+    origin: Optional[Origin] = None
     ts: float = attrs.field(factory=now)
 
 
@@ -303,6 +380,7 @@ class ClarifyResolved:
     decided_by: DecidedBy = "remote"
     request_id: Optional[str] = None
     surface: Optional[str] = None
+    origin: Optional[Origin] = None
     ts: float = attrs.field(factory=now)
 
 

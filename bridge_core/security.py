@@ -2,7 +2,8 @@
 
 - ``client_address``: which address counts for limits and logs (today the
   socket peer; a trusted-proxy option belongs here and nowhere else).
-- ``bearer_token``: the one ``Authorization: Bearer`` parser.
+- ``parse_bearer`` / ``bearer_token``: the one ``Authorization: Bearer`` parser;
+  ``same_secret``: the one constant-time comparison of credentials.
 - ``loopback_refusal`` / ``require_loopback_admin``: the loopback-only
   endpoints (loopback peer, loopback ``Host``, no ``Origin``, no forwarding
   header, the admin key as a bearer).
@@ -85,9 +86,9 @@ def client_address(request: web.Request) -> str:
 # --- credentials --------------------------------------------------------------------------------
 
 
-def bearer_token(request: web.Request, schemes: Iterable[str] = ("bearer",)) -> Optional[str]:
-    """The credential of ``Authorization: Bearer <value>`` (or another of ``schemes``), else None."""
-    header = request.headers.get("Authorization")
+def parse_bearer(header: Optional[str], schemes: Iterable[str] = ("bearer",)) -> Optional[str]:
+    """The credential of an ``Authorization`` value ``<scheme> <value>`` for one of ``schemes``
+    (case-insensitive), else None. Pure: the one parser every front end's check goes through."""
     if not header:
         return None
     scheme, _, value = header.strip().partition(" ")
@@ -96,11 +97,20 @@ def bearer_token(request: web.Request, schemes: Iterable[str] = ("bearer",)) -> 
     return value.strip() or None
 
 
+def bearer_token(request: web.Request, schemes: Iterable[str] = ("bearer",)) -> Optional[str]:
+    """The credential of ``Authorization: Bearer <value>`` (or another of ``schemes``), else None."""
+    return parse_bearer(request.headers.get("Authorization"), schemes)
+
+
 def same_secret(given: str, expected: str) -> bool:
-    """Constant-time comparison of two secrets (False when either is empty)."""
+    """Constant-time comparison of two secrets (False when either is empty).
+
+    Every credential check of every front end ends here. ``surrogatepass`` encodes
+    any string (a header's undecodable bytes, a lone surrogate) without raising.
+    """
     if not given or not expected:
         return False
-    return hmac.compare_digest(given.encode("utf-8", "surrogateescape"), expected.encode("utf-8", "surrogateescape"))
+    return hmac.compare_digest(given.encode("utf-8", "surrogatepass"), expected.encode("utf-8", "surrogatepass"))
 
 
 def weak_secret_reason(name: str, value: Optional[str]) -> Optional[str]:
@@ -144,10 +154,8 @@ def loopback_refusal(peer: str, headers: Mapping[str, str], admin_key: str) -> O
         return "loopback only: the Host must be 127.0.0.1, localhost or [::1]", False
     if "Origin" in headers:
         return "loopback only: requests from web pages (with an Origin) are refused", False
-    auth = headers.get("Authorization", "")
-    scheme, _, given = auth.strip().partition(" ")
-    given = given.strip()
-    if scheme.lower() != "bearer" or not given:
+    given = parse_bearer(headers.get("Authorization"))
+    if given is None:
         return "the admin key is required: Authorization: Bearer <data-dir>/run/admin.key", False
     if not same_secret(given, admin_key):
         return "wrong admin key", True
@@ -214,7 +222,7 @@ def admin_headers(data_dir: str) -> dict:
 def remove_admin_key(data_dir: str, key: str) -> None:
     """On shutdown: remove the key file if it still holds this run's key."""
     try:
-        if read_admin_key(data_dir) == key:
+        if same_secret(read_admin_key(data_dir) or "", key):
             os.unlink(admin_key_path(data_dir))
     except (OSError, ValueError):
         pass

@@ -34,8 +34,8 @@ def _unknown(data: Any, _cls: type) -> UnknownEvent:
 
 def event_converter() -> cattrs.Converter:
     conv = strict_converter()
-    conv.register_unstructure_hook(ev.Draft, lambda d: d.text())
-    conv.register_structure_hook(ev.Draft, lambda v, _t: ev.Draft(conv.structure(v, str)))
+    conv.register_unstructure_hook(ev.TextSoFar, lambda d: d.text())
+    conv.register_structure_hook(ev.TextSoFar, lambda v, _t: ev.TextSoFar.of(conv.structure(v, str)))
     conv.register_structure_hook(UnknownEvent, _unknown)
     configure_tagged_union(
         ev.Event, conv, tag_name=TAG, tag_generator=lambda cl: cl.__name__, default=UnknownEvent

@@ -8,7 +8,7 @@ call, pending approvals and clarifications, and attachments. No I/O.
 from __future__ import annotations
 
 import collections
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import attrs
 
@@ -22,8 +22,9 @@ class ActiveRun:
     run_id: str
     message_id: str
     started_at: float
-    draft: ev.Draft = attrs.field(factory=ev.Draft)
-    reasoning_draft: ev.Draft = attrs.field(factory=ev.Draft)
+    # the latest delta's text (immutable), or a Draft where the state itself set it
+    draft: Union[ev.TextSoFar, ev.Draft] = attrs.field(factory=ev.Draft)
+    reasoning_draft: Union[ev.TextSoFar, ev.Draft] = attrs.field(factory=ev.Draft)
     status: str = "running"
     request_id: Optional[str] = None
     completed: bool = False  # its message (message_id) was completed

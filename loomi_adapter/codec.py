@@ -18,14 +18,14 @@ import orjson
 
 from bridge_core import commands as cmd
 from bridge_core import events as ev
+from bridge_core.attachments import attachment_fields
 from bridge_core.errors import BadRequest, InvalidJson, UnknownType, VersionMismatch
 from bridge_core.redact import fingerprint
+from bridge_core.wire import strict_converter
 
 PROTOCOL_VERSION = 1
 REPLAY_WINDOW = 512
 MAX_REQUEST_ID = 128
-# request ids Loomi passes to the core are namespaced, so a run's origin is visible
-REQUEST_PREFIX = "loomi:"
 
 # --- server -> client ------------------------------------------------------
 
@@ -96,18 +96,7 @@ def approval_choices(choices) -> list[dict]:
 
 
 def attachment_dict(a: ev.Attachment) -> dict:
-    return {
-        "attachment_id": a.attachment_id,
-        "filename": a.filename,
-        "mime_type": a.mime_type,
-        "size": a.size,
-        "kind": a.kind,
-        "inline_image": a.inline_image,
-        "message_id": a.message_id,
-        "created_at": a.created_at,
-        "expires_at": a.expires_at,
-        "url": a.download_path,
-    }
+    return attachment_fields(a, with_conversation=False, path_key="url")
 
 
 @attrs.define
@@ -119,7 +108,9 @@ class Extra:
 
 
 def _run_started(e: ev.RunStarted, x: Extra) -> list[bytes]:
-    surface = "loomi" if (e.request_id or "").startswith(REQUEST_PREFIX) else None
+    # "loomi" for a run a Loomi request started; as it always was, only one that carried a request_id
+    origin = e.origin
+    surface = "loomi" if origin is not None and origin.surface == "loomi" and e.request_id is not None else None
     session_id = getattr(x.conv, "session_id", None) or e.conversation_id
     payload = {
         "run_id": e.run_id,
@@ -415,19 +406,6 @@ TYPE_OF: dict[type, str] = {v: k for k, v in REQUEST_TYPES.items()}
 TASK_STATUSES = ("idle", "running", "waiting")
 
 
-def _strict(kind: type, name: str):
-    def check(value: Any, _: Any) -> Any:
-        if kind is int and isinstance(value, bool):
-            raise TypeError(f"expected {name}")
-        if kind is float and isinstance(value, int) and not isinstance(value, bool):
-            return float(value)
-        if not isinstance(value, kind):
-            raise TypeError(f"expected {name}")
-        return value
-
-    return check
-
-
 def _status_filter(value: Any, _: Any) -> Optional[tuple[str, ...]]:
     if value is None:
         return None
@@ -444,11 +422,7 @@ def _status_filter(value: Any, _: Any) -> Optional[tuple[str, ...]]:
 
 
 def make_converter() -> cattrs.Converter:
-    conv = cattrs.Converter(forbid_extra_keys=False)
-    conv.register_structure_hook(str, _strict(str, "a string"))
-    conv.register_structure_hook(int, _strict(int, "an integer"))
-    conv.register_structure_hook(float, _strict(float, "a number"))
-    conv.register_structure_hook(bool, _strict(bool, "a boolean"))
+    conv = strict_converter()  # the shared strict scalars; Loomi adds its status filter
     conv.register_structure_hook(Optional[tuple[str, ...]], _status_filter)
     return conv
 
@@ -504,14 +478,10 @@ def decode_request(f: ClientFrame) -> Any:
     return req
 
 
-def core_request_id(request_id: Optional[str]) -> Optional[str]:
-    return None if request_id is None else REQUEST_PREFIX + request_id
-
-
 def to_command(req: Any) -> Any:
     """The shared command of a (non-handshake) request."""
     t = type(req)
-    rid = core_request_id(getattr(req, "request_id", None))
+    rid = getattr(req, "request_id", None)
     if t is SessionSend:
         return cmd.SendMessage(text=req.text, conversation_id=req.task_id, request_id=rid)
     if t is RunCancel:

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import collections
 import hashlib
-import hmac
 import logging
 import os
 import secrets
@@ -41,7 +40,9 @@ import time
 from typing import Any, Optional
 
 from bridge_core.ids import new_id
+from bridge_core.security import same_secret
 from bridge_core.redact import fingerprint
+from bridge_core.seqalloc import SeqReservation
 from bridge_core.store import Store
 
 from . import codec
@@ -154,7 +155,7 @@ class Device:
 
     def __init__(self, device_id: str, credential_hash: str, *, name=None, model=None, os=None,
                  app_version=None, paired_at: float = 0.0, last_seen: Optional[float] = None,
-                 log_: Optional[SeqLog] = None, reserved: int = 0):
+                 log_: Optional[SeqLog] = None, reserved: int = 0, block: int = SEQ_BLOCK):
         self.device_id = device_id
         self.credential_hash = credential_hash
         self.name = name
@@ -164,8 +165,8 @@ class Device:
         self.paired_at = paired_at
         self.last_seen = last_seen
         self.log = log_ if log_ is not None else SeqLog()
-        self.reserved = reserved  # the highest seq reservation queued (the barrier makes it durable in time)
-        self.limit = reserved  # above this seq, the next block is reserved (set by the registry)
+        # the highest seq reservation queued (the barrier makes it durable in time); the shared rule
+        self.seqs = SeqReservation(block, reserved)
         self.offset: Optional[int] = None  # seq - event number of its last stored segment
         self.conn: Any = None  # the live connection (server.Connection), if any
         self.requests = RequestCache(IDEMPOTENCY_KEEP)  # (type, request_id) -> in flight or its result
@@ -217,7 +218,7 @@ class Registry:
                 floor = reserved
                 floors.append((floor, did))
             self.devices[did] = Device(did, chash, name=name, model=model, os=os_, app_version=app,
-                                       paired_at=paired, last_seen=seen, reserved=reserved,
+                                       paired_at=paired, last_seen=seen, reserved=reserved, block=self.block,
                                        log_=restored(_frames_of(events, segments.get(did, [])), reserved, floor,
                                                      self.window))
         for h, exp in self.store.query("SELECT token_hash, expires_at FROM loomi_pair_tokens"):
@@ -226,9 +227,7 @@ class Registry:
         # reserve a fresh block for every device before the first event; drop dead tokens and rows
         rows = []
         for d in self.devices.values():
-            d.reserved = d.seq + self.block
-            self._relimit(d)
-            rows.append((d.reserved, d.device_id))
+            rows.append((d.seqs.restart(d.seq), d.device_id))
 
         def write(c: sqlite3.Connection) -> None:
             c.executemany("UPDATE loomi_devices SET seq_reserved=? WHERE device_id=?", rows)
@@ -252,7 +251,7 @@ class Registry:
         log_ = d.log
         s = log_.seq + 1
         log_.seq = s
-        if s > d.limit:
+        if s > d.seqs.limit:
             self._reserve(d)
         return s
 
@@ -265,6 +264,7 @@ class Registry:
         prefix = codec.SEQ_PREFIX
         for d in self.devices.values():
             log_ = d.log
+            seqs = d.seqs
             window = log_.window  # SeqLog.keep, inlined: this loop runs per device per event
             frames = []
             n = n0
@@ -272,7 +272,7 @@ class Registry:
                 n += 1
                 s = log_.seq + 1
                 log_.seq = s
-                if s > d.limit:
+                if s > seqs.limit:
                     self._reserve(d)
                 if s - n != d.offset:
                     d.offset = s - n
@@ -302,20 +302,17 @@ class Registry:
     def resume(self, d: Device, last_seq: Optional[int]):
         """``replay.Resume`` for a hello with ``last_seq``; reserves seqs when it moved the numbering."""
         res = d.log.resume(last_seq)
-        if d.seq > d.limit:
+        if d.seq > d.seqs.limit:
             self._reserve(d)
         return res
-
-    def _relimit(self, d: Device) -> None:
-        d.limit = d.reserved - self.block // 2
 
     def _reserve(self, d: Device) -> None:
         """Queue the next block. Never waits: every frame carrying these seqs is queued after this
         write, and the durability barrier lets it leave only once the write committed."""
-        target = max(d.reserved, d.seq) + self.block
+        target = d.seqs.need(d.seq)
+        if target is None:
+            return
         did = d.device_id
-        d.reserved = target
-        self._relimit(d)
         self.store.execute_later(
             "UPDATE loomi_devices SET seq_reserved=MAX(seq_reserved, ?) WHERE device_id=?", (target, did))
 
@@ -357,13 +354,12 @@ class Registry:
         now = time.time()
         d = Device(new_id(), hash_secret(credential), name=info.name or info.model, model=info.model,
                    os=info.os, app_version=info.app_version, paired_at=now, last_seen=now,
-                   reserved=self.block, log_=SeqLog(size=self.window))
+                   reserved=self.block, block=self.block, log_=SeqLog(size=self.window))
         await self.store.write(lambda c: c.execute(
             f"INSERT INTO loomi_devices({_DEVICE_COLUMNS}) VALUES(?,?,?,?,?,?,?,?,?,?)",
             (d.device_id, d.credential_hash, d.name, d.model, d.os, d.app_version, d.paired_at, d.last_seen,
-             d.reserved, 0),
+             d.seqs.reserved, 0),
         ))
-        self._relimit(d)
         self.devices[d.device_id] = d
         return d, credential
 
@@ -371,9 +367,9 @@ class Registry:
         d = self.devices.get(device_id)
         h = hash_secret(credential)
         if d is None:
-            hmac.compare_digest(h, _DUMMY_HASH)
+            same_secret(h, _DUMMY_HASH)
             return None
-        return d if hmac.compare_digest(h, d.credential_hash) else None
+        return d if same_secret(h, d.credential_hash) else None
 
     def seen(self, d: Device, info: Optional[codec.DeviceInfo] = None) -> None:
         d.last_seen = time.time()

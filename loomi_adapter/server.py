@@ -18,6 +18,7 @@ import orjson
 from aiohttp import WSCloseCode, WSMsgType, web
 
 from bridge_core import events as ev
+from bridge_core.attachments import file_response
 from bridge_core.commands import Origin
 from bridge_core.errors import (
     AuthTimeout,
@@ -602,23 +603,12 @@ class LoomiFrontEnd(FrontEnd):
         found = self.bridge.attachments.get(request.match_info["attachment_id"])
         if found is None:
             return _json({"error": {"code": "not_found", "message": "Attachment not found"}}, status=404)
-        att, path = found
-        disposition = "inline" if att.inline_image else "attachment"
-        return web.FileResponse(path, headers={
-            "Content-Type": att.mime_type,
-            "Content-Disposition": f'{disposition}; filename="{_ascii_name(att.filename)}"',
-            "X-Content-Type-Options": "nosniff",
-            "Cache-Control": "private, no-store",
-        })
+        return file_response(*found)
 
 
 def error_from(exc: BaseException) -> BridgeError:
     log.error("loomi request failed", exc_info=exc)
     return as_bridge_error(exc)
-
-
-def _ascii_name(name: str) -> str:
-    return "".join(c if 32 <= ord(c) < 127 and c not in '"\\' else "_" for c in name) or "file"
 
 
 def _json(obj: Any, status: int = 200, headers: Optional[dict] = None) -> web.Response:

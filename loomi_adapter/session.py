@@ -19,6 +19,7 @@ from typing import Any, Optional, Union
 import attrs
 
 from bridge_core.errors import BadRequest, BridgeError, Unauthorized, VersionMismatch
+from bridge_core.ratelimit import TokenBucket
 
 from . import codec
 from .errors import HeartbeatTimeout
@@ -96,17 +97,12 @@ class Session:
         self._deadlines: collections.deque[float] = collections.deque()  # of the pings not yet answered
         self.rate = rate
         self.burst = burst
-        self._tokens = burst
-        self._at: Optional[float] = None
+        self.bucket = TokenBucket(rate, burst)
         self.rate_limited = 0
 
     def allow(self, now: float) -> bool:
-        """Token bucket: ``rate`` frames per second, bursts up to ``burst``; False = answer rate_limited."""
-        if self._at is not None:
-            self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate)
-        self._at = now
-        if self._tokens >= 1.0:
-            self._tokens -= 1.0
+        """The shared token bucket: ``rate`` frames per second, bursts up to ``burst``; False = answer rate_limited."""
+        if self.bucket.take(now):
             return True
         self.rate_limited += 1
         return False

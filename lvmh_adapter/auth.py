@@ -21,7 +21,6 @@ credential alone.
 from __future__ import annotations
 
 import hashlib
-import hmac
 import inspect
 import logging
 import secrets
@@ -31,6 +30,8 @@ from typing import Any, Callable, Literal, Optional
 import attrs
 from aiohttp import web
 from yarl import URL
+
+from bridge_core.security import same_secret
 
 log = logging.getLogger("agent_bridge.lvmh.auth")
 
@@ -134,13 +135,13 @@ class Authenticator:
     """Credential -> Principal, the one place lvmh decides who a request is."""
 
     def __init__(self, user_token: str, workers: Optional[WorkerCredentials]):
-        self._user = (user_token or "").encode("utf-8", "surrogateescape")
+        self._user = user_token or ""
         self.workers = workers
 
     def resolve(self, presented: Optional[str]) -> Optional[Principal]:
         if not presented:
             return None
-        if self._user and hmac.compare_digest(presented.encode("utf-8", "surrogateescape"), self._user):
+        if same_secret(presented, self._user):
             return USER
         if self.workers is not None:
             sid = self.workers.lookup(presented)

@@ -20,6 +20,8 @@ from __future__ import annotations
 import enum
 from typing import Any, Iterable, Optional
 
+from bridge_core.seqalloc import SeqReservation
+
 from .render import OpenRun
 
 SEQ_BLOCK = 1000  # seqs of a session reserved at a time (message_update numbers are never stored)
@@ -35,7 +37,7 @@ class Claim(enum.Enum):
 
 
 class SessionRecord:
-    __slots__ = ("id", "source", "info", "high", "last_event_at", "conn", "reserved", "run", "abandon", "top")
+    __slots__ = ("id", "source", "info", "high", "last_event_at", "conn", "seqs", "run", "abandon", "top")
 
     def __init__(self, sid: str, source: str, info: dict, high: int = 0, last_event_at: Optional[int] = None):
         self.id = sid
@@ -44,21 +46,24 @@ class SessionRecord:
         self.high = high
         self.last_event_at = last_event_at
         self.conn: Any = None  # server.PluginConn
-        self.reserved = high
+        # bridge: handed out, reserved half a block early; plugin: seen, recorded once a seq passes it
+        self.seqs = SeqReservation(SEQ_BLOCK, high, margin=SEQ_BLOCK // 2 if source == "bridge" else 0)
         self.top = high
         self.run = OpenRun()  # plugin: what its stored events leave open (a run, message, tools)
         self.abandon: Any = None  # plugin: the front end's timer that closes its open run if it never returns
 
     # --- seqs -------------------------------------------------------------------------------------
 
+    @property
+    def reserved(self) -> int:
+        """The seqs recorded as used (bridge: handed out; plugin: its deltas included)."""
+        return self.seqs.reserved
+
     def next_bridge_seq(self) -> tuple[int, Optional[int]]:
         """A bridge conversation's next seq, and the reservation to record now (None: still covered)."""
         self.high += 1
         seq = self.high
-        if seq + SEQ_BLOCK // 2 > self.reserved:  # reserve ahead, so a restart never reuses a seq
-            self.reserved = seq + SEQ_BLOCK
-            return seq, self.reserved
-        return seq, None
+        return seq, self.seqs.need(seq)  # reserve ahead, so a restart never reuses a seq
 
     def plugin_delta(self, seq: int) -> tuple[bool, Optional[int]]:
         """A plugin's ``message_update`` numbered ``seq``: (new, so shown; the reservation to record or None)."""
@@ -67,9 +72,7 @@ class SessionRecord:
         reserve = None
         if seq > self.top:
             self.top = seq
-            if seq > self.reserved:  # recorded ahead, so a closing event never reuses a delta's seq
-                self.reserved = seq + SEQ_BLOCK
-                reserve = self.reserved
+            reserve = self.seqs.need(seq)  # recorded ahead, so a closing event never reuses a delta's seq
         return True, reserve
 
     def plugin_event(self, seq: int, ts: int) -> bool:
@@ -131,7 +134,7 @@ class SessionRegistry:
             high = max(row.last_seq, row.reserved) if source == "bridge" else row.last_seq
             rec = self.records[row.id] = SessionRecord(row.id, source, info, high, row.last_event_at)
             if source == "plugin":  # its unstored deltas may have used seqs up to what was recorded
-                rec.reserved = row.reserved
+                rec.seqs.set(row.reserved)
                 rec.top = max(row.last_seq, row.reserved)
 
     def get(self, sid: str) -> Optional[SessionRecord]:

@@ -9,12 +9,12 @@ Spawn and GitLab routes come from ``spawn.py`` and ``gitlab.py``.
 
 from __future__ import annotations
 
-import urllib.parse
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from bridge_core import commands as cmd
+from bridge_core.attachments import file_response
 from bridge_core.errors import Conflict, NotFound, TooLarge
 from bridge_core.frontend import peer_host
 
@@ -27,12 +27,6 @@ if TYPE_CHECKING:
 
 def _origin(request: web.Request) -> cmd.Origin:
     return cmd.Origin(surface="lvmh", connection=peer_host(request), decided_by="remote")
-
-
-def _content_disposition(filename: str, inline: bool) -> str:
-    ascii_name = "".join(c if 0x20 <= ord(c) < 0x7F and c not in '"\\;' else "_" for c in filename) or "file"
-    quoted = urllib.parse.quote(filename, safe="")
-    return f"{'inline' if inline else 'attachment'}; filename=\"{ascii_name}\"; filename*=UTF-8''{quoted}"
 
 
 async def read_json(request: web.Request, *, allow_empty: bool = False) -> dict:
@@ -161,12 +155,4 @@ class Rest:
         found = self.fe.bridge.attachments.get(request.match_info["id"])
         if found is None:
             return error_response("Attachment not found", 404, "not_found")
-        att, path = found
-        headers = {
-            "Content-Type": att.mime_type,
-            "Content-Disposition": _content_disposition(att.filename, att.inline_image),
-            "X-Content-Type-Options": "nosniff",
-            "Cache-Control": "private, no-store",
-            "Content-Security-Policy": "default-src 'none'; sandbox",
-        }
-        return web.FileResponse(path, headers=headers)
+        return file_response(*found)

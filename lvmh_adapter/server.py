@@ -182,9 +182,9 @@ class LvmhFrontEnd(FrontEnd):
         """Origin, then credential -> principal, then the principal's scope (lvmh_adapter/auth.py)."""
         path = request.path
         if path == "/ws":
-            presented = _bearer(request) or request.query.get("token")
+            presented = bearer_token(request) or request.query.get("token")
         elif path.startswith("/api/") or path == "/api" or path == "/agent/ws":
-            presented = _bearer(request)
+            presented = bearer_token(request)
         else:
             return await handler(request)
         refused = check_origin(request, self.public_url)
@@ -743,7 +743,6 @@ class LvmhFrontEnd(FrontEnd):
         self.stream.list_changed()
 
 
-_bearer = bearer_token  # the shared parser (bridge_core.security)
 
 
 def _json_default(obj: Any) -> Any:

@@ -18,6 +18,7 @@ from bridge_core.agents.base import ModelCurrent, ModelsSnapshot, ReasoningSnaps
 from bridge_core.bridge import Snapshot
 from bridge_core.errors import BadRequest, BridgeError, InvalidJson, TooLarge, UnknownType
 from bridge_core.state import ConversationState
+from bridge_core.attachments import attachment_fields
 from bridge_core.wire import iso, strict_converter, structure
 
 PROTOCOL_VERSION = 1
@@ -247,18 +248,12 @@ def decode_request(frame: dict) -> Any:
 # --- server -> client ----------------------------------------------------------
 
 
-REQUEST_PREFIX = "pheby:"
-
-
-def own_request_id(request_id: Optional[str]) -> Optional[str]:
-    """Pheby's request ids travel through the core as ``pheby:<id>``; other front ends' ids never show."""
-    if request_id is not None and request_id.startswith(REQUEST_PREFIX):
-        return request_id[len(REQUEST_PREFIX):]
+def own_request_id(e: Any) -> Optional[str]:
+    """The request id of an event Pheby's own request caused (its ``origin``); other front ends' ids never show."""
+    origin = e.origin
+    if origin is not None and origin.surface == "pheby":
+        return e.request_id
     return None
-
-
-def core_request_id(request_id: Optional[str]) -> Optional[str]:
-    return None if request_id is None else REQUEST_PREFIX + request_id
 
 
 def _with_rid(frame: dict, request_id: Optional[str]) -> dict:
@@ -285,19 +280,7 @@ def pong_frame(ts: float, request_id: Optional[str] = None) -> dict:
 
 
 def attachment_dict(a: ev.Attachment) -> dict:
-    return {
-        "attachment_id": a.attachment_id,
-        "filename": a.filename,
-        "mime_type": a.mime_type,
-        "size": a.size,
-        "kind": a.kind,
-        "inline_image": a.inline_image,
-        "conversation_id": a.conversation_id,
-        "message_id": a.message_id,
-        "created_at": iso(a.created_at),
-        "expires_at": iso(a.expires_at),
-        "download_path": a.download_path,
-    }
+    return attachment_fields(a, stamp=iso)
 
 
 def approval_request_frame(e: ev.ApprovalRequested) -> dict:
@@ -377,7 +360,7 @@ def render_event(e: Any) -> list[dict]:
     if t is ev.RunStarted:
         return [
             _with_rid(
-                {"type": "run.accepted", "conversation_id": e.conversation_id, "run_id": e.run_id}, own_request_id(e.request_id)
+                {"type": "run.accepted", "conversation_id": e.conversation_id, "run_id": e.run_id}, own_request_id(e)
             ),
             {
                 "type": "message.start",
@@ -401,7 +384,7 @@ def render_event(e: Any) -> list[dict]:
         frame = {"type": "run.finished", "conversation_id": e.conversation_id, "run_id": e.run_id, "status": e.status}
         if e.status == "failed":
             frame["error"] = (e.error or "failed")[:500]
-        return [_with_rid(frame, own_request_id(e.request_id))]
+        return [_with_rid(frame, own_request_id(e))]
     if t is ev.ToolStarted:
         return [tool_frame(e.conversation_id, e.run_id, e.call_id, e.tool_name, "running", e.ts, args=e.args)]
     if t is ev.ToolFinished:
@@ -426,7 +409,7 @@ def render_event(e: Any) -> list[dict]:
                     "surface": e.surface,
                     "ts": iso(e.ts),
                 },
-                own_request_id(e.request_id),
+                own_request_id(e),
             )
         ]
     if t is ev.ClarifyRequested:
@@ -444,7 +427,7 @@ def render_event(e: Any) -> list[dict]:
                     "surface": e.surface,
                     "ts": iso(e.ts),
                 },
-                own_request_id(e.request_id),
+                own_request_id(e),
             )
         ]
     if t is ev.AttachmentAdded:

@@ -7,21 +7,21 @@ import logging
 import time
 from typing import Any, Optional
 
-import attrs
 from aiohttp import WSMsgType, web
 
 from bridge_core import commands as cmd
 from bridge_core import events as ev
+from bridge_core.attachments import file_response
 from bridge_core.errors import BridgeError, InvalidJson, RateLimited, TooLarge
 from bridge_core.frontend import FrontEnd, ws_text_sender
-from bridge_core.security import HelloLockout, bearer_token, client_address
+from bridge_core.security import HelloLockout, bearer_token, client_address, same_secret
 from bridge_core.hub import Outbox
 from bridge_core.wire import dumps
 
 from . import codec
 from .errors import to_pheby_error
 from .pacing import DraftPacer
-from .session import CLOSE_POLICY, CLOSE_TOO_BIG, CLOSE_TRY_AGAIN, PhebySession, secret_matches
+from .session import CLOSE_POLICY, CLOSE_TOO_BIG, CLOSE_TRY_AGAIN, PhebySession
 
 log = logging.getLogger("agent_bridge.pheby")
 
@@ -268,16 +268,12 @@ class PhebyFrontEnd(FrontEnd):
         filled once the reply is known: the spec's order, reply first.
         """
         rid = getattr(command, "request_id", None)
-        if rid is not None:
-            core_command = attrs.evolve(command, request_id=codec.core_request_id(rid))
-        else:
-            core_command = command
         box = conn.outbox
         slot = box.reserve() if box is not None else None
         conn.executing = command
         frame: Optional[dict] = None
         try:
-            result = await self.bridge.execute(core_command, origin)
+            result = await self.bridge.execute(command, origin)
             frame = codec.reply(command, result, time.time())
         except BridgeError as err:
             frame = codec.error_frame(to_pheby_error(err, command), rid, time.time())
@@ -313,7 +309,7 @@ class PhebyFrontEnd(FrontEnd):
         given = self._request_secret(request)
         if given is None:
             return web.json_response(UNAUTHORIZED_BODY, status=401)
-        if not secret_matches(given, self.secret):
+        if not same_secret(given, self.secret):
             await self.limiter.wrong(client_address(request))
             return web.json_response(UNAUTHORIZED_BODY, status=401)
         self.limiter.passed(request)
@@ -322,18 +318,7 @@ class PhebyFrontEnd(FrontEnd):
             found = self.bridge.attachments.get(request.match_info["attachment_id"])
         if found is None:
             return web.json_response(NOT_FOUND_BODY, status=404)
-        att, path = found
-        disposition = "inline" if att.inline_image else "attachment"
-        safe_name = att.filename.replace('"', "").replace("\\", "").replace("\r", "").replace("\n", "")
-        return web.FileResponse(
-            path,
-            headers={
-                "Content-Type": att.mime_type,
-                "Content-Disposition": f'{disposition}; filename="{safe_name}"',
-                "Cache-Control": "private, no-store",
-                "X-Content-Type-Options": "nosniff",
-            },
-        )
+        return file_response(*found)
 
 
 async def _close_slow(ws: web.WebSocketResponse, transport: Any) -> None:

@@ -8,7 +8,6 @@ valid ``hello`` with the right secret and protocol version.
 
 from __future__ import annotations
 
-import hmac
 from typing import Any, Optional
 
 import attrs
@@ -21,6 +20,8 @@ from bridge_core.errors import (
     Unauthorized,
     VersionMismatch,
 )
+from bridge_core.ratelimit import TokenBucket
+from bridge_core.security import same_secret
 from bridge_core.wire import loads_object
 
 from . import codec
@@ -38,28 +39,6 @@ class Step:
     close: Optional[int] = None
     auth_failed: bool = False
     authenticated: bool = False
-
-
-class TokenBucket:
-    """``rate`` frames per second with bursts up to ``burst``."""
-
-    def __init__(self, rate: float, burst: float, now: float):
-        self.rate = rate
-        self.burst = burst
-        self.tokens = burst
-        self.at = now
-
-    def take(self, now: float) -> bool:
-        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
-        self.at = now
-        if self.tokens >= 1.0:
-            self.tokens -= 1.0
-            return True
-        return False
-
-
-def secret_matches(given: str, expected: str) -> bool:
-    return hmac.compare_digest(given.encode("utf-8", "surrogatepass"), expected.encode("utf-8", "surrogatepass"))
 
 
 class PhebySession:
@@ -114,7 +93,7 @@ class PhebySession:
                 VersionMismatch(f"Server speaks protocol_version {codec.PROTOCOL_VERSION}"), rid, now, CLOSE_POLICY
             )
         secret = frame.get("secret")
-        if not isinstance(secret, str) or not secret_matches(secret, self._secret):
+        if not isinstance(secret, str) or not same_secret(secret, self._secret):
             return self._auth_failure(Unauthorized("Invalid secret"), rid, now)
         self.state = "ready"
         ready = codec.ready_frame(now)

@@ -139,9 +139,15 @@ def test_decode_request_only_raises_bridge_errors(value):
 
 
 def test_only_phebys_own_request_ids_are_echoed_on_broadcasts():
-    mine = ev.RunStarted(conversation_id="c", run_id="r", message_id="draft-r", request_id="pheby:r6")
-    other = ev.RunStarted(conversation_id="c", run_id="r", message_id="draft-r", request_id="loomi:r6")
+    pheby, loomi = cmd.Origin(surface="pheby", connection="c1"), cmd.Origin(surface="loomi", connection="d1")
+    mine = ev.RunStarted(conversation_id="c", run_id="r", message_id="draft-r", request_id="r6", origin=pheby)
+    other = ev.RunStarted(conversation_id="c", run_id="r", message_id="draft-r", request_id="r6", origin=loomi)
+    agents = ev.RunStarted(conversation_id="c", run_id="r", message_id="draft-r", request_id="r6")
     assert codec.render_event(mine)[0] == {"type": "run.accepted", "conversation_id": "c", "run_id": "r", "request_id": "r6"}
     assert codec.render_event(other)[0] == {"type": "run.accepted", "conversation_id": "c", "run_id": "r"}
-    resolved = ev.ApprovalResolved(conversation_id="c", run_id="r", approval_id="a", choice="once", request_id="loomi:x")
+    assert codec.render_event(agents)[0] == {"type": "run.accepted", "conversation_id": "c", "run_id": "r"}
+    resolved = ev.ApprovalResolved(conversation_id="c", run_id="r", approval_id="a", choice="once", request_id="x",
+                                   origin=loomi)
     assert "request_id" not in codec.render_event(resolved)[0]
+    finished = ev.RunFinished(conversation_id="c", run_id="r", status="cancelled", request_id="k", origin=pheby)
+    assert codec.render_event(finished)[0]["request_id"] == "k"

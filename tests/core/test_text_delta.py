@@ -1,0 +1,52 @@
+"""A TextDelta is immutable all through: it keeps the cumulative text as it was at that delta,
+whatever the run's draft does next (more deltas, a non-append edit)."""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+
+from bridge_core import events as ev
+
+
+def delta(draft, piece: str) -> ev.TextDelta:
+    return ev.TextDelta(conversation_id="c", run_id="r", message_id="m", delta=piece, draft=draft)
+
+
+def test_each_delta_keeps_its_own_cumulative_text():
+    d = ev.Draft()
+    seen = []
+    for piece in ("He", "llo", ", ", "world"):
+        d.append(piece)
+        seen.append(delta(d, piece))
+    assert [e.text for e in seen] == ["He", "Hello", "Hello, ", "Hello, world"]
+    assert [e.draft.length for e in seen] == [2, 5, 7, 12]
+    d.set("Hi")  # a non-append edit of the draft (Hermes' markdown fix-up) starts afresh
+    edited = delta(d, "")
+    assert edited.text == "Hi" and seen[-1].text == "Hello, world" and seen[0].text == "He"
+
+
+def test_the_event_holds_no_mutable_draft():
+    d = ev.Draft("x")
+    e = delta(d, "x")
+    assert type(e.draft) is ev.TextSoFar and isinstance(e.draft, tuple)
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        e.draft = ev.Draft()  # type: ignore[misc]
+    assert not hasattr(e.draft, "append") and not hasattr(e.draft, "set")
+    assert delta("abc", "c").text == "abc"  # from the events' JSON form: a plain string
+    assert ev.TextDelta(conversation_id="c", run_id="r", message_id="m", delta="").text == ""
+    with pytest.raises(TypeError):
+        delta(42, "")
+
+
+def test_the_state_fold_follows_the_latest_delta():
+    from bridge_core.state import ConversationState
+
+    conv = ConversationState(conversation_id="c", name="n")
+    conv.apply(ev.RunStarted(conversation_id="c", run_id="r", message_id="m"))
+    d = ev.Draft()
+    for piece in ("a", "b", "c"):
+        d.append(piece)
+        conv.apply(delta(d, piece))
+    d.append("d")  # appended, not yet published: the state shows what was published
+    assert conv.run.text == "abc"
