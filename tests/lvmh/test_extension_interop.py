@@ -16,6 +16,7 @@ import pytest
 from lvmh_adapter.cli import plugin_path
 from tests.conftest import LVMH_TOKEN
 from tests.lvmh.helpers import Api
+from tests.peers import missing_peer
 
 SID = "01a22693-a4c3-719c-0000-00000000abcd"
 
@@ -39,7 +40,7 @@ def _node22() -> str | None:
 
 
 NODE = _node22()
-pytestmark = pytest.mark.skipif(NODE is None, reason="needs Node >= 22 (scripts/install-pi.sh installs it)")
+pytestmark = pytest.mark.skipif(NODE is None, reason=missing_peer("Node 22", "needs Node >= 22 (scripts/install-pi.sh installs it)"))
 
 SCRIPT = r"""
 import { createLvmhAgent } from "EXT/lvmh-agent.mjs";
