@@ -64,5 +64,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     n = config.stash.get(_DROPPED, 0)
     if n:
         terminalreporter.write_line(
-            f"{n} slow '{SLOW_MARKER}' tests deselected by default; run them with {FULL_ENV}=1, "
-            f"-m {SLOW_MARKER}, pytest tests/hardening, or ./scripts/test (the whole suite)")
+            f"{n} slow test{'s' if n != 1 else ''} (marker '{SLOW_MARKER}') deselected by default; run "
+            f"{'them' if n != 1 else 'it'} with {FULL_ENV}=1, -m {SLOW_MARKER}, pytest tests/hardening, "
+            "or ./scripts/test (the whole suite)")

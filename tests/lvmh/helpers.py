@@ -136,6 +136,12 @@ def _ms() -> int:
     return int(time.time() * 1000)
 
 
+# No frame acknowledges a browser's subscribe, but a socket's frames are handled in order: once the
+# error answering this frame (an unknown type) is back, everything sent before it has been taken.
+BROWSER_SYNC = '{"type":"sync"}'
+BROWSER_SYNC_ANSWER = b'"code":"unknown_type"'
+
+
 class Browser:
     """The web UI's /ws: session_list, events, spawn_status frames."""
 
@@ -167,6 +173,12 @@ class Browser:
             frame = await self.recv(max(0.01, deadline - loop.time()))
             if pred(frame):
                 return frame
+
+    async def subscribe(self, sid: str, timeout: float = 5.0) -> None:
+        """Subscribe to ``sid`` and wait until the server has taken it (see BROWSER_SYNC)."""
+        await self.send({"type": "subscribe", "sessionId": sid})
+        await self.send(BROWSER_SYNC)
+        await self.recv_until(lambda f: f["type"] == "error" and f.get("code") == "unknown_type", timeout)
 
     async def session_list(self, pred: Callable[[list], bool] = lambda s: True, timeout: float = 5.0) -> list:
         frame = await self.recv_until(lambda f: f["type"] == "session_list" and pred(f["sessions"]), timeout)
