@@ -390,6 +390,15 @@ async def test_burst_of_frames_is_rate_limited_without_starving_others(bridge_fa
 # --- connect/disconnect storm ----------------------------------------------------------------------------------
 
 
+async def _rss_back(srv, base: int, slack: int, timeout: float = 10.0) -> None:
+    """Until the server, its clients gone, has given back what it used for them (RSS under ``base + slack``);
+    the caller asserts it: a server that keeps the memory fails there after ``timeout``."""
+    try:
+        await until(lambda: srv.rss() - base < slack, timeout, "the memory given back", interval=0.2)
+    except AssertionError:
+        pass
+
+
 async def test_connect_disconnect_storm_returns_to_baseline(bridge_factory):
     rate = scaled(1000)  # connections per second
     seconds = 10
@@ -450,6 +459,7 @@ async def test_connect_disconnect_storm_returns_to_baseline(bridge_factory):
     peak = srv.rss()
     await srv.quiesce()
     await srv.fds_back(fds0)
+    await _rss_back(srv, rss0, 32 * 1024 * 1024)
     rss1, fds1 = srv.rss(), srv.fds()
     SUMMARY.resource(f"storm {rate * seconds} connections in {elapsed:.1f} s (peak RSS {peak / 1e6:.0f} MB)",
                      rss0, rss1, fds0, fds1)
@@ -461,6 +471,7 @@ async def test_connect_disconnect_storm_returns_to_baseline(bridge_factory):
     counter.update(ok=0, failed=0)
     await storm(rate * 3, rate)
     await srv.quiesce()
+    await _rss_back(srv, rss1, 8 * 1024 * 1024)
     rss2 = srv.rss()
     assert rss2 - rss1 < 8 * 1024 * 1024, (rss1, rss2)
     assert counter["failed"] == 0
