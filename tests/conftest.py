@@ -13,6 +13,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from tests.peers import pytest_runtest_makereport  # noqa: E402,F401  (peer-missing skips fail under CI)
+from tests.selection import pytest_collection_modifyitems, pytest_terminal_summary  # noqa: E402,F401  (slow suite opt-in)
+
 PHEBY_SECRET = "test-pheby-secret-0123456789"
 LVMH_TOKEN = "test-lvmh-token-0123456789"
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import LVMH_TOKEN
+from tests.peers import missing_peer
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = os.environ.get("AGENT_BRIDGE_CHROMIUM", "/usr/bin/chromium")
@@ -46,7 +47,7 @@ def browser_skip_reason() -> str | None:
 async def browser():
     reason = browser_skip_reason()
     if reason:
-        pytest.skip(reason)
+        pytest.skip(missing_peer("Chromium", reason))
     from playwright.async_api import async_playwright
 
     async with async_playwright() as pw:

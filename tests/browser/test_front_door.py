@@ -9,7 +9,6 @@ every field that reaches the page, a reload mid-stream that loses no text, comfo
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import time
@@ -19,6 +18,7 @@ import pytest
 from bridge_core.commands import DeleteConversation, Origin, SendMessage
 from cli.main import main
 from tests.conftest import LVMH_TOKEN
+from tests.waiting import until
 
 from .conftest import TIMEOUT_MS, shot
 from .test_web_ui import FakePlugin, expect, open_session, send, settled
@@ -39,24 +39,13 @@ async def no_injection(page):
     assert injected == []
 
 
-async def until(cond, timeout: float = TIMEOUT_MS / 1000):
-    """Poll an async condition until it holds (a deadline, never a fixed wait)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await cond()
-        if value:
-            return value
-        assert time.monotonic() < deadline, "condition never held"
-        await asyncio.sleep(0.05)
-
-
 async def run_over(ui, cid: str) -> None:
     """Until the conversation has no active run."""
 
     async def idle():
         return ui.svc.bridge.conversations[cid].run is None
 
-    await until(idle)
+    await until(idle, TIMEOUT_MS / 1000, "the run's end", interval=0.05)
 
 
 # --- 1. the newcomer's first minute ----------------------------------------------------------
@@ -382,11 +371,11 @@ async def test_reload_mid_stream_shows_the_whole_text_so_far(ui):
         return a == b and a_streaming and b_streaming
 
     seen: list = []
-    await until(lambda: consistent([watcher, late]))
+    await until(lambda: consistent([watcher, late]), TIMEOUT_MS / 1000, "both pages showing the same stream", interval=0.05)
     assert seen[-1][0].startswith("w1 w2 w3")
     await late.reload()
     await expect(late.locator(".msg-assistant.streaming")).to_contain_text("w1 w2 w3")
-    await until(lambda: consistent([watcher, late]))
+    await until(lambda: consistent([watcher, late]), TIMEOUT_MS / 1000, "both pages showing the same stream", interval=0.05)
 
     await expect(settled(watcher)).to_have_count(1)
     await expect(settled(late)).to_have_count(1)

@@ -11,6 +11,7 @@ import pytest
 from aiohttp import web
 
 from lvmh_adapter.web import CSP, WEB_DIR, static_routes, web_files
+from tests.peers import missing_peer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -100,10 +101,10 @@ def test_reducer_node_tests():
     """The pure event reducer (lvmh_adapter/web/reducer.js) under node's test runner."""
     node = shutil.which("node")
     if node is None:
-        pytest.skip("node is not installed (needed for the reducer's node tests)")
+        pytest.skip(missing_peer("Node", "node is not on PATH (needed for the reducer's node tests)"))
     version = subprocess.run([node, "--version"], capture_output=True, text=True).stdout.strip()
     if int(version.lstrip("v").split(".")[0]) < 18:
-        pytest.skip(f"node {version} is too old for node --test (need >= 18)")
+        pytest.skip(missing_peer("Node", f"node {version} is too old for node --test (need >= 18)"))
     proc = subprocess.run(
         [node, "--test", str(ROOT / "tests/browser/js/reducer.test.mjs")],
         capture_output=True,

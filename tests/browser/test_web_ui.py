@@ -16,6 +16,7 @@ import pytest
 
 from bridge_core.commands import Origin, ResolveApproval, SendMessage
 from tests.conftest import LVMH_TOKEN
+from tests.waiting import until
 
 from .conftest import TIMEOUT_MS, shot
 
@@ -86,12 +87,11 @@ class FakePlugin:
         await self.ws.send_str(json.dumps(frame))
 
     async def wait_for(self, type_: str):
-        for _ in range(400):
-            for f in self.received:
-                if f.get("type") == type_:
-                    return f
-            await asyncio.sleep(0.05)
-        raise AssertionError(f"no {type_} frame reached the plugin; got {self.received}")
+        try:
+            return await until(lambda: next((f for f in self.received if f.get("type") == type_), None),
+                               TIMEOUT_MS / 1000, f"a {type_} frame", interval=0.05)
+        except AssertionError:
+            raise AssertionError(f"no {type_} frame reached the plugin; got {self.received}") from None
 
     async def close(self):
         if self.ws is not None:
@@ -380,10 +380,7 @@ async def test_reconnect_after_server_restart(ui):
     assert svc2.ports["lvmh"] == port
     # a run that completes before the page is back (most likely): only the refetch can show it
     await svc2.bridge.execute(SendMessage(text="while you were away", conversation_id=cid), Origin(surface="cli"))
-    for _ in range(200):
-        if svc2.bridge.conversations[cid].run is None:
-            break
-        await asyncio.sleep(0.05)
+    await until(lambda: svc2.bridge.conversations[cid].run is None, TIMEOUT_MS / 1000, "the run's end", interval=0.05)
     await expect(page.locator("#conn")).to_contain_text("live")
     await expect(page.locator(".msg-assistant").last).to_contain_text("Echo: while you were away")
 

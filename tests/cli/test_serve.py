@@ -9,11 +9,11 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 
 import pytest
 
 from tests.pheby.client import PhebyClient
+from tests.waiting import until_sync
 
 EXE = [sys.executable, "-m", "cli"]
 
@@ -26,15 +26,16 @@ def _env(**extra):
 
 def _wait_ports(data_dir, proc, timeout=20.0):
     path = os.path.join(data_dir, "run", "ports.json")
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def ports():
         if proc.poll() is not None:
             raise AssertionError(f"serve exited early: {proc.returncode} {proc.stderr.read()}")
         if os.path.exists(path):
             with open(path) as f:
                 return json.load(f)
-        time.sleep(0.05)
-    raise AssertionError("ports.json never appeared")
+        return None
+
+    return until_sync(ports, timeout, what="ports.json", interval=0.05)
 
 
 def _start(data_dir, *args, env=None):

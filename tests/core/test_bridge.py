@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from bridge_core import commands as cmd
@@ -11,6 +9,7 @@ from bridge_core import events as ev
 from bridge_core.agents.demo import DemoAgent, demo_png
 from bridge_core.bridge import Bridge
 from bridge_core.errors import AlreadyResolved, ApprovalNotFound, BadRequest, ConversationNotFound, RunActive
+from tests.waiting import until
 
 PHEBY = cmd.Origin(surface="pheby")
 LOOMI = cmd.Origin(surface="loomi", decided_by="remote")
@@ -28,10 +27,7 @@ async def run_to_end(bridge, text, cid=None):
     events = []
     unsub = bridge.hub.subscribe(lambda s, e: events.append(e))
     res = await bridge.execute(cmd.SendMessage(text=text, conversation_id=cid), PHEBY)
-    for _ in range(2000):
-        if any(isinstance(e, ev.RunFinished) and e.run_id == res.run_id for e in events):
-            break
-        await asyncio.sleep(0.005)
+    await until(lambda: any(isinstance(e, ev.RunFinished) and e.run_id == res.run_id for e in events), what="the run's end")
     unsub()
     return res, events
 
@@ -60,7 +56,7 @@ async def test_one_run_at_a_time(bridge):
 
 async def test_approval_first_answer_wins_across_surfaces(bridge):
     res = await bridge.execute(cmd.SendMessage(text="/approve ls"), PHEBY)
-    await asyncio.sleep(0.01)
+    await until(lambda: bridge.conversation(res.conversation_id).approvals, what="the approval request")
     conv = bridge.conversation(res.conversation_id)
     (aid,) = conv.approvals
     assert conv.status == "waiting"
@@ -94,7 +90,7 @@ async def test_interrupted_run_is_failed_after_restart(tmp_path):
     b = Bridge(d, DemoAgent())
     await b.start()
     res = await b.execute(cmd.SendMessage(text="/slow 30"), PHEBY)
-    await asyncio.sleep(0.05)
+    await until(lambda: b.conversation(res.conversation_id).run.text, what="the first streamed words (saved at once)")
     b.store.flush()
     # simulate a crash: no clean shutdown of the run (the store is closed without the run finishing)
     b.store.close()
@@ -120,7 +116,7 @@ async def test_unknown_conversation(bridge):
 async def test_task_list_status(bridge):
     a = await bridge.execute(cmd.SendMessage(text="/approve ls"), PHEBY)
     b, _ = await run_to_end(bridge, "hi")
-    await asyncio.sleep(0.01)
+    await until(lambda: bridge.conversation(a.conversation_id).approvals, what="the approval request")
     waiting = await bridge.execute(cmd.ListTasks(status_filter="waiting"), PHEBY)
     assert [c.conversation_id for c in waiting] == [a.conversation_id]
     idle = await bridge.execute(cmd.ListTasks(status_filter="idle"), PHEBY)
@@ -138,7 +134,7 @@ async def test_interrupted_run_is_reported_failed_once_front_ends_listen(tmp_pat
     b = Bridge(d, DemoAgent())
     await b.start()
     res = await b.execute(cmd.SendMessage(text="/slow 30"), PHEBY)
-    await asyncio.sleep(0.05)
+    await until(lambda: b.conversation(res.conversation_id).run.text, what="the first streamed words (saved at once)")
     b.store.flush()
     b.store.close()  # a crash: the run never finished
     b2 = Bridge(d, DemoAgent())
@@ -166,7 +162,7 @@ async def test_interrupted_run_is_reported_failed_once_front_ends_listen(tmp_pat
 
 async def test_a_finished_run_leaves_no_pending_decision_ids(bridge):
     res = await bridge.execute(cmd.SendMessage(text="/approve ls"), PHEBY)
-    await asyncio.sleep(0.01)
+    await until(lambda: bridge.conversation(res.conversation_id).approvals, what="the approval request")
     (aid,) = bridge.conversation(res.conversation_id).approvals
     await bridge.execute(cmd.CancelRun(conversation_id=res.conversation_id, run_id=res.run_id), PHEBY)
     assert aid not in bridge._approvals

@@ -7,6 +7,7 @@ import asyncio
 import threading
 
 from tests.pheby.client import PhebyClient
+from tests.waiting import turns, until
 
 
 async def test_frames_wait_for_the_writes_before_them(service_factory):
@@ -75,15 +76,14 @@ async def test_outbox_holds_frames_for_their_writes_with_grace():
     box = Outbox(Sender(), max_items=10)
     writer = asyncio.ensure_future(box.run())
     box.put(b"before")  # no write pending: leaves at once
-    await asyncio.sleep(0.01)
-    assert sent == [b"before"]
+    await until(lambda: sent == [b"before"], what="the first frame")
     store.submitted += 1  # a write is queued; frames after it wait
     for i in range(10 * GRACE - 1):
         assert box.put(b"f%d" % i)  # the barrier's wait is the server's, not a slow client: grace
-    await asyncio.sleep(0.01)
+    await turns()  # the writer had every chance to send: still held
     assert sent == [b"before"] and not box.overflowed
     store.released.set()
-    await asyncio.sleep(0.05)
-    assert len(sent) == 10 * GRACE and not box.overflowed
+    await until(lambda: len(sent) == 10 * GRACE, what="the held frames")
+    assert not box.overflowed
     box.close()
     await asyncio.wait_for(writer, 1)

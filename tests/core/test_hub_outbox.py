@@ -8,6 +8,8 @@ import pytest
 
 from bridge_core.hub import Hub, Outbox
 
+from tests.waiting import turns, until
+
 
 def test_hub_orders_and_isolates_broken_subscribers():
     hub = Hub()
@@ -37,10 +39,10 @@ async def test_outbox_delivers_in_order_and_coalesces_by_key():
     box.put(b"complete")
     assert len(box) == 2  # one coalesced draft slot + complete
     gate.set()
-    await asyncio.sleep(0.01)
+    await until(lambda: len(sent) >= 3, what="the queued frames")
     assert sent == [b"start", b"draft99", b"complete"]
     box.put(b"next", key="d")  # a new slot once the old one was sent
-    await asyncio.sleep(0.01)
+    await until(lambda: len(sent) == 4, what="the next frame")
     assert sent[-1] == b"next"
     box.close()
     await asyncio.wait_for(writer, 1)
@@ -50,7 +52,7 @@ async def test_outbox_overflow_closes_and_reports():
     overflowed = []
 
     async def never(data):
-        await asyncio.sleep(3600)
+        await asyncio.sleep(3600)  # the subject: a peer that never takes the frame (cancelled at the end)
 
     box = Outbox(never, max_items=3, on_overflow=lambda: overflowed.append(True))
     writer = asyncio.create_task(box.run())
@@ -66,7 +68,7 @@ async def test_outbox_overflow_closes_and_reports():
 
 async def test_outbox_byte_limit():
     async def never(data):
-        await asyncio.sleep(3600)
+        await asyncio.sleep(3600)  # the subject: a peer that never takes the frame (cancelled at the end)
 
     box = Outbox(never, max_items=1000, max_bytes=100)
     writer = asyncio.create_task(box.run())
@@ -104,8 +106,8 @@ async def test_wait_room_returns_once_the_writer_drained():
         box.put(b"x%d" % i)
     writer = asyncio.ensure_future(box.run())
     waiting = asyncio.ensure_future(box.wait_room(10))
-    await asyncio.sleep(0.02)
-    assert not waiting.done()  # 100 queued
+    await turns()
+    assert not waiting.done()  # 100 queued, none sent
     release.set()
     await asyncio.wait_for(waiting, 2.0)
     assert len(box) <= 10
@@ -126,15 +128,11 @@ async def test_a_reserved_reply_goes_out_before_what_was_queued_after_it():
     box.put(b"broadcast")  # caused by the request, queued while it runs
     empty = box.reserve()
     box.put(b"later")
-    for _ in range(100):  # the writer stops at the unfilled reservation
-        await asyncio.sleep(0)
+    await turns()  # the writer stops at the unfilled reservation
     assert sent == [b"before"]
     box.fill(slot, b"reply")
     box.fill(empty, None)  # a request without a direct reply leaves no frame
-    for _ in range(100):
-        if len(sent) == 4:
-            break
-        await asyncio.sleep(0)
+    await until(lambda: len(sent) == 4, what="the reply and what followed it")
     assert sent == [b"before", b"reply", b"broadcast", b"later"]
     box.close()
     await writer

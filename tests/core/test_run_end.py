@@ -10,8 +10,6 @@ the next start (``report_interrupted``).
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from bridge_core import commands as cmd
@@ -21,6 +19,7 @@ from bridge_core.agents.demo import DemoAgent
 from bridge_core.bridge import Bridge
 from bridge_core.errors import AlreadyResolved
 from bridge_core.ids import draft_message_id
+from tests.waiting import until
 
 PHEBY = cmd.Origin(surface="pheby")
 
@@ -89,10 +88,7 @@ async def test_restart_closes_interrupted_run_with_its_pending_decision(tmp_path
     await b.start()
     res = await b.execute(cmd.SendMessage(text="/approve reboot"), PHEBY)
     conv = b.conversation(res.conversation_id)
-    for _ in range(1000):  # until the demo run asks (poll with a deadline)
-        if conv.approvals:
-            break
-        await asyncio.sleep(0.002)
+    await until(lambda: conv.approvals, what="the demo run's approval request")
     (aid,) = conv.approvals
     b.store.flush()
     b.store.close()  # a crash: nothing more is written, the run never finishes

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 
 import pytest
 
 from bridge_core.errors import Unavailable
 from bridge_core.store import Store
+from tests.waiting import until
 
 
 def test_migrations_are_ordered_and_recorded(tmp_path):
@@ -78,15 +78,15 @@ async def test_disk_full_refuses_sends_clearly_and_recovers(tmp_path):
     origin = cmd.Origin(surface="pheby")
     try:
         res = await b.execute(cmd.SendMessage(text="before"), origin)
-        await asyncio.sleep(0.05)
+        await until(lambda: b.conversation(res.conversation_id).run is None, what="the first turn's end")
         await b.store.aflush()
         pages = b.store.query("PRAGMA page_count")[0][0]
         await b.store.write(lambda c: c.execute(f"PRAGMA max_page_count={pages}"))
         big = "x" * 60_000
         with pytest.raises(Unavailable):
             for _ in range(20):  # the first turns may be accepted before a commit has failed
-                await b.execute(cmd.SendMessage(text=big, conversation_id=res.conversation_id), origin)
-                await asyncio.sleep(0.05)
+                sent = await b.execute(cmd.SendMessage(text=big, conversation_id=res.conversation_id), origin)
+                await until(lambda: b.conversation(sent.conversation_id).run is None, what="the turn's end")
                 await b.store.aflush()
         assert b.store.failed is not None
         await b.store.write(lambda c: c.execute("PRAGMA max_page_count=1073741823"))

@@ -263,7 +263,7 @@ class FakeOpenAI:
                     fake.headers.append({k.lower(): v for k, v in self.headers.items()})
                 reply = fake._next_reply(body)
                 if reply.delay:
-                    time.sleep(reply.delay)
+                    time.sleep(reply.delay)  # the subject: a slow model, as the test scripted it
                 if reply.status != 200:
                     self._json(reply.status, {"error": {"message": reply.error, "type": "server_error"}})
                     return
@@ -284,7 +284,7 @@ class FakeOpenAI:
                 self.close_connection = True
                 for i, chunk in enumerate(fake._chunks(body, reply)):
                     if i and reply.chunk_delay:
-                        time.sleep(reply.chunk_delay)
+                        time.sleep(reply.chunk_delay)  # the subject: a model streaming slowly (scripted)
                     if fake._stopping.is_set():
                         return  # the server is stopping: end the stream without [DONE]
                     self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
@@ -373,7 +373,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     print(fake.base_url, flush=True)
     try:
         while True:
-            time.sleep(3600)
+            time.sleep(3600)  # the command-line fake serves until Ctrl-C (its server runs in a thread)
     except KeyboardInterrupt:
         pass
     finally:

@@ -13,12 +13,14 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
-import time
 from typing import Optional
 
 from bench.proc import ProcWatch, admin_headers_for, note_admin_key, raise_fd_limit  # noqa: F401 (re-exported)
+
+from tests.waiting import until, until_sync
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -83,6 +85,7 @@ class BridgeProcess:
         self.watch: Optional[ProcWatch] = None
         self.ports: dict = {}
         self.starts = 0
+        self.idle_sockets = 0
 
     @property
     def portfile(self) -> str:
@@ -106,18 +109,22 @@ class BridgeProcess:
                                      stdin=subprocess.DEVNULL)
         out.close()
         err.close()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+
+        def listening() -> bool:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"bridge exited with {self.proc.returncode}: {self.stderr()[-3000:]}")
-            if os.path.exists(self.portfile):
-                with open(self.portfile) as f:
-                    self.ports = json.load(f)
-                note_admin_key(self.ports, self.data_dir)  # pairing helpers find it by the Loomi port
-                self.watch = ProcWatch(self.proc.pid)
-                return self.ports
-            time.sleep(0.05)
-        raise RuntimeError(f"bridge did not start in {timeout} s: {self.stderr()[-3000:]}")
+            return os.path.exists(self.portfile)
+
+        try:
+            until_sync(listening, timeout, "ports.json", interval=0.05)
+        except AssertionError:
+            raise RuntimeError(f"bridge did not start in {timeout} s: {self.stderr()[-3000:]}") from None
+        with open(self.portfile) as f:
+            self.ports = json.load(f)
+        note_admin_key(self.ports, self.data_dir)  # pairing helpers find it by the Loomi port
+        self.watch = ProcWatch(self.proc.pid)
+        self.idle_sockets = self.tcp_connections()  # its listeners (and loop internals), no client yet
+        return self.ports
 
     def run_to_exit(self, timeout: float = 30.0) -> int:
         """Start a process expected to exit on its own (bad configuration); its exit status."""
@@ -173,16 +180,29 @@ class BridgeProcess:
             return ""
 
     async def wait_log(self, text: str, count: int = 1, timeout: float = 30.0) -> bool:
-        """Wait until the current process's stderr contains ``text`` ``count`` times."""
-        import asyncio
+        """Wait until the current process's stderr contains ``text`` ``count`` times (False past ``timeout``)."""
+        try:
+            await until(lambda: self.stderr().count(text) >= count, timeout, repr(text), interval=0.05)
+        except AssertionError:
+            return False
+        return True
 
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while loop.time() < deadline:
-            if self.stderr().count(text) >= count:
-                return True
-            await asyncio.sleep(0.05)
-        return False
+    async def quiesce(self, held: int = 0, timeout: float = 30.0) -> None:
+        """Until the server holds no client sockets beyond the ``held`` ones the test keeps open (the
+        sockets it had just after starting are its own: listeners). Resource baselines come after it."""
+        try:
+            await until(lambda: self.tcp_connections() <= self.idle_sockets + held, timeout, "", interval=0.05)
+        except AssertionError:
+            raise AssertionError(f"the server still holds {self.tcp_connections() - self.idle_sockets} client "
+                                 f"sockets after {timeout:g}s (the test holds {held})") from None
+
+    async def fds_back(self, target: int, timeout: float = 30.0) -> int:
+        """Until the server's descriptors are back to ``target`` (or fewer); the count (checked by the caller)."""
+        try:
+            await until(lambda: self.fds() <= target, timeout, "the descriptors back", interval=0.1)
+        except AssertionError:
+            pass
+        return self.fds()
 
     def rss(self) -> int:
         return self.watch.rss() if self.watch else 0
@@ -215,3 +235,20 @@ class BridgeProcess:
 
     def db_path(self) -> str:
         return os.path.join(self.data_dir, "bridge.db")
+
+
+def count_rows(db: str, sql: str, params: tuple = ()) -> int:
+    """``SELECT count(*) ...`` on a running server's database, read-only."""
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return conn.execute(sql, params).fetchone()[0]
+    finally:
+        conn.close()
+
+
+async def wait_rows(db: str, sql: str, params: tuple, n: int, timeout: float = 10.0) -> None:
+    """Until ``sql`` (a count) reaches ``n``: what was delivered is committed."""
+    try:
+        await until(lambda: count_rows(db, sql, params) >= n, timeout, f"{n} rows committed", interval=0.02)
+    except AssertionError:
+        raise AssertionError(f"only {count_rows(db, sql, params)} of {n} rows committed") from None

@@ -16,12 +16,12 @@ What must hold afterwards:
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 
 import pytest
 
 from .clients import LoomiClient, PhebyClient, all_events, lvmh_api, lvmh_plugin
+from .proc import wait_rows
 from .summary import SUMMARY
 
 pytestmark = pytest.mark.hardening
@@ -83,7 +83,9 @@ async def test_kill9_mid_run_then_restart(bridge_factory):
     run_id = started[-1]["run_id"]
     await pheby.until(lambda f: f["type"] == "message.delta" and f["conversation_id"] == cid and len(f["text"].split()) >= 3)
     await loomi.until(lambda f: f["type"] == "run.delta" and f["payload"]["run_id"] == run_id)
-    await asyncio.sleep(0.2)
+    # the draft as saved so far is committed (the restart completes the message with it)
+    await wait_rows(srv.db_path(), "SELECT count(*) FROM messages WHERE conversation_id=? AND role='assistant' "
+                    "AND text LIKE 'w1%'", (cid,), 1)
 
     srv.kill9()
     SUMMARY.fault("kill -9 mid-run")

@@ -15,6 +15,7 @@ import orjson
 import pytest
 
 from bench.load import pair_loomi_devices
+from tests.lvmh.helpers import BROWSER_SYNC, BROWSER_SYNC_ANSWER
 
 from .clients import LoomiClient, PhebyClient, all_events, lvmh_api, lvmh_browser
 from .proc import LVMH_TOKEN, PHEBY_SECRET
@@ -38,13 +39,7 @@ def no_tracebacks(srv) -> None:
 
 async def wait_fds(srv, target: int, timeout: float = 15.0) -> int:
     """Wait until the server's descriptors are back to ``target`` (or fewer); returns the count."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    n = srv.fds()
-    while n > target and loop.time() < deadline:
-        await asyncio.sleep(0.2)
-        n = srv.fds()
-    return n
+    return await srv.fds_back(target, timeout)
 
 
 async def loomi_raw(port: int, device: tuple) -> RawWS:
@@ -91,7 +86,7 @@ async def test_half_open_and_idle_sockets_are_reaped(bridge_factory):
     ports = srv.ports
     async with aiohttp.ClientSession() as http:
         device = (await pair_loomi_devices(http, ports["loomi"], 1))[0]
-    await asyncio.sleep(0.5)
+    await srv.quiesce()
     fds0 = srv.fds()
 
     # authenticated, then silent: never answers a protocol ping (Pheby) or a ping frame (Loomi)
@@ -163,7 +158,7 @@ async def test_network_drops_mid_frame(bridge_factory):
     async with aiohttp.ClientSession() as http:
         device = (await pair_loomi_devices(http, ports["loomi"], 1))[0]
     watcher = await PhebyClient.connect(ports["pheby"])
-    await asyncio.sleep(0.3)
+    await srv.quiesce(held=1)  # only the watcher's socket is left
     fds0 = srv.fds()
     drops = 0
     for cut in _partial_frames():
@@ -192,7 +187,7 @@ async def test_network_drops_mid_frame(bridge_factory):
             await w2.drain()
             w2.transport.abort() if how == "rst" else w2.write_eof()
             drops += 2
-            await asyncio.sleep(0.05)
+            await srv.quiesce(held=1)  # the server let go of every cut socket itself (only the watcher is left)
             for s in socks:
                 s.abort()
             w.transport.abort()
@@ -269,8 +264,7 @@ async def test_approval_timeout_resolves_as_timeout_everywhere(bridge_factory):
     cid = await asker.create("timeouts")
     browser = lvmh_browser(ports["lvmh"])
     await browser.open()
-    await browser.send({"type": "subscribe", "sessionId": cid})
-    await asyncio.sleep(0.2)
+    await browser.subscribe(cid)
     await asker.send({"type": "chat.send", "conversation_id": cid, "text": "/approve shutdown -h now", "request_id": "a"})
     req = (await asker.until(lambda f: f["type"] == "approval.request"))[-1]
     aid = req["approval_id"]
@@ -319,8 +313,12 @@ async def test_slow_consumers_are_dropped_and_recover(bridge_factory):
     slow_l = await loomi_raw(ports["loomi"], devices[0])
     slow_b = await RawWS.connect(ports["lvmh"], f"/ws?token={LVMH_TOKEN}")
     slow_b.send_text(orjson.dumps({"type": "subscribe", "sessionId": cid}))
+    slow_b.send_text(BROWSER_SYNC.encode())
     await slow_b.drain()
-    await asyncio.sleep(0.2)
+    while True:  # the subscribe is in once the answer to the frame after it is back (it reads that much)
+        op, data = await slow_b.recv_frame(10)
+        if op == OP_TEXT and BROWSER_SYNC_ANSWER in data:
+            break
 
     # they resume reading once the server has given up on them (its log says so), and must then
     # find the close reason behind what was already buffered

@@ -15,6 +15,9 @@ import aiohttp
 import orjson
 import pytest
 
+from tests.lvmh.helpers import BROWSER_SYNC, BROWSER_SYNC_ANSWER
+from tests.waiting import until
+
 from .clients import PhebyClient, create_conversations, lvmh_plugin
 from .flood import SOURCES, open_many, open_ws
 from .proc import LVMH_TOKEN, PHEBY_SECRET, admin_headers_for
@@ -194,15 +197,18 @@ async def test_lvmh_concurrent_connections_each_complete_a_run(bridge_factory):
 
     async def browser(i: int):
         ws = await open_ws(ports["lvmh"], f"/ws?token={LVMH_TOKEN}", source=SOURCES[i % len(SOURCES)],
-                           scan=[b'"type":"session_list"', b'"type":"agent_settled"', b'Echo: web flood %d.' % i])
+                           scan=[b'"type":"session_list"', b'"type":"agent_settled"', b'Echo: web flood %d.' % i,
+                                 BROWSER_SYNC_ANSWER])
         assert await ws.wait(lambda w: w.counts[0] >= 1, 120)
         ws.send(orjson.dumps({"type": "subscribe", "sessionId": cids[i]}))
+        ws.send(BROWSER_SYNC.encode())
         return ws
 
     browsers = await open_many(n, browser)
     SUMMARY.held("lvmh browser concurrent", n)
     connect_s = time.monotonic() - t0
-    await asyncio.sleep(0.3)  # the subscriptions are in
+    subscribed = await asyncio.gather(*(ws.wait(lambda w: w.counts[3] >= 1, 120) for ws in browsers))
+    assert all(subscribed)  # the subscriptions are in
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=100)) as http:
         async def prompt(i: int) -> int:
             async with http.post(f"http://127.0.0.1:{ports['lvmh']}/api/sessions/{cids[i]}/prompt",
@@ -236,7 +242,7 @@ async def test_ten_thousand_idle_connections(bridge_factory):
     srv = bridge_factory("idle", log_level="WARNING")
     ports = srv.ports
     devices = await pair_many(ports["loomi"], n_loomi)
-    await asyncio.sleep(0.5)
+    await srv.quiesce()  # the pairing sockets are gone on the server's side too
     rss0, fds0 = srv.rss(), srv.fds()
     t0 = time.monotonic()
 
@@ -250,7 +256,7 @@ async def test_ten_thousand_idle_connections(bridge_factory):
     socks += await open_many(n_loomi, lambda i: loomi_flood_client(ports["loomi"], i, devices[i], []))
     socks += await open_many(n_browser, browser)
     elapsed = time.monotonic() - t0
-    await asyncio.sleep(1.0)
+    await until(lambda: srv.tcp_connections() >= srv.idle_sockets + len(socks), 60, "every idle socket accepted")
     rss1, fds1 = srv.rss(), srv.fds()
     SUMMARY.held("idle (Pheby+Loomi+lvmh browser)", len(socks))
     SUMMARY.resource(f"{len(socks)} idle connections", rss0, rss1, fds0, fds1)
@@ -268,11 +274,7 @@ async def test_ten_thousand_idle_connections(bridge_factory):
         ws.abort()
     assert closed == 0
     # and lets go of every descriptor
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 30
-    while srv.fds() > fds0 and loop.time() < deadline:
-        await asyncio.sleep(0.2)
-    assert srv.fds() <= fds0
+    assert await srv.fds_back(fds0) <= fds0
 
 
 # --- a burst of 10,000 frames from one client ----------------------------------------------------------------
@@ -289,6 +291,7 @@ async def test_burst_of_frames_is_rate_limited_without_starving_others(bridge_fa
     await other.run(cid, "before the burst")
     baseline = time.monotonic() - baseline_t
     results = {}
+    bursting = set()  # the front ends whose burst is written
 
     async def flood_pheby():
         answers = {"pong": 0, "rate_limited": 0, "other": 0}
@@ -309,6 +312,7 @@ async def test_burst_of_frames_is_rate_limited_without_starving_others(bridge_fa
         await asyncio.wait_for(got_ready.wait(), 10)
         ws.on_text = on_text
         ws.transport.write(b"".join(encode_frame(b'{"type":"ping"}') for _ in range(burst)))
+        bursting.add("pheby")
         await ws.wait(lambda w: answers["pong"] + answers["rate_limited"] >= burst, 120)
         ws.abort()
         results["pheby"] = answers
@@ -334,6 +338,7 @@ async def test_burst_of_frames_is_rate_limited_without_starving_others(bridge_fa
             "protocol_version": 1, "device_id": device[0], "credential": device[1]}}))
         await asyncio.wait_for(opened.wait(), 10)
         ws.transport.write(b"".join(encode_frame(b'{"v":1,"type":"ping","payload":{}}') for _ in range(burst)))
+        bursting.add("loomi")
         await ws.wait(lambda w: answers["pong"] + answers["rate_limited"] >= burst, 120)
         ws.abort()
         results["loomi"] = answers
@@ -344,6 +349,7 @@ async def test_burst_of_frames_is_rate_limited_without_starving_others(bridge_fa
         ws = await open_ws(ports["lvmh"], f"/ws?token={LVMH_TOKEN}", scan=[b'"type":"error"'])
         ws.transport.write(b"".join(encode_frame(orjson.dumps({"type": "subscribe", "sessionId": f"s{i % 50}"}))
                                     for i in range(burst)))
+        bursting.add("lvmh")
         plugin = lvmh_plugin(ports["lvmh"], "burst-plugin")
         await plugin.connect()
         frames = [orjson.dumps({"v": 1, "sessionId": "burst-plugin", "seq": s, "ts": _ms(),
@@ -359,7 +365,7 @@ async def test_burst_of_frames_is_rate_limited_without_starving_others(bridge_fa
         ws.abort()
 
     flood = asyncio.gather(flood_pheby(), flood_loomi(), flood_lvmh())
-    await asyncio.sleep(0.05)
+    await until(lambda: len(bursting) == 3 or flood.done(), 60, "the three bursts sent")
     # a bystander's runs during the floods complete
     during = []
     for i in range(5):
@@ -382,6 +388,15 @@ async def test_burst_of_frames_is_rate_limited_without_starving_others(bridge_fa
 
 
 # --- connect/disconnect storm ----------------------------------------------------------------------------------
+
+
+async def _rss_back(srv, base: int, slack: int, timeout: float = 10.0) -> None:
+    """Until the server, its clients gone, has given back what it used for them (RSS under ``base + slack``);
+    the caller asserts it: a server that keeps the memory fails there after ``timeout``."""
+    try:
+        await until(lambda: srv.rss() - base < slack, timeout, "the memory given back", interval=0.2)
+    except AssertionError:
+        pass
 
 
 async def test_connect_disconnect_storm_returns_to_baseline(bridge_factory):
@@ -432,21 +447,19 @@ async def test_connect_disconnect_storm_returns_to_baseline(bridge_factory):
         for start in range(0, total, per_tick):
             tasks += [asyncio.ensure_future(one(i)) for i in range(start, min(total, start + per_tick))]
             next_t = t0 + (start // per_tick + 1) * tick
-            await asyncio.sleep(max(0.0, next_t - time.monotonic()))
+            await asyncio.sleep(max(0.0, next_t - time.monotonic()))  # the subject: pacing the storm's rate
         await asyncio.gather(*tasks)
         return time.monotonic() - t0
 
     await storm(rate, rate)  # warm-up: first-use allocations are not a leak
-    await asyncio.sleep(2.0)
+    await srv.quiesce()
     rss0, fds0 = srv.rss(), srv.fds()
     counter.update(ok=0, failed=0)
     elapsed = await storm(rate * seconds, rate)
     peak = srv.rss()
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 20
-    while srv.fds() > fds0 and loop.time() < deadline:
-        await asyncio.sleep(0.2)
-    await asyncio.sleep(1.0)
+    await srv.quiesce()
+    await srv.fds_back(fds0)
+    await _rss_back(srv, rss0, 32 * 1024 * 1024)
     rss1, fds1 = srv.rss(), srv.fds()
     SUMMARY.resource(f"storm {rate * seconds} connections in {elapsed:.1f} s (peak RSS {peak / 1e6:.0f} MB)",
                      rss0, rss1, fds0, fds1)
@@ -457,7 +470,8 @@ async def test_connect_disconnect_storm_returns_to_baseline(bridge_factory):
     # one more storm of the same size must not grow it again: nothing accumulates per connection
     counter.update(ok=0, failed=0)
     await storm(rate * 3, rate)
-    await asyncio.sleep(2.0)
+    await srv.quiesce()
+    await _rss_back(srv, rss1, 8 * 1024 * 1024)
     rss2 = srv.rss()
     assert rss2 - rss1 < 8 * 1024 * 1024, (rss1, rss2)
     assert counter["failed"] == 0

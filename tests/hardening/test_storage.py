@@ -15,14 +15,16 @@ SQLite error path) and "read-only at start".
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sqlite3
 import subprocess
 
 import pytest
 
+from tests.waiting import until, until_sync
+
 from .clients import LoomiClient, PhebyClient, lvmh_api
+from .proc import count_rows, wait_rows
 from .summary import SUMMARY
 
 pytestmark = pytest.mark.hardening
@@ -39,12 +41,11 @@ def _mount_tmpfs(path: str, size: str) -> None:
 
 
 def _umount(path: str) -> None:
-    for _ in range(20):
-        if subprocess.run(["umount", path], capture_output=True).returncode == 0:
-            return
-        import time
-
-        time.sleep(0.2)
+    try:  # busy while the stopped server's files are still being released
+        until_sync(lambda: subprocess.run(["umount", path], capture_output=True).returncode == 0, 4, "umount",
+                   interval=0.2)
+    except AssertionError:
+        pass
 
 
 def integrity(path: str) -> str:
@@ -53,21 +54,6 @@ def integrity(path: str) -> str:
         return conn.execute("PRAGMA integrity_check").fetchone()[0]
     finally:
         conn.close()
-
-
-async def wait_rows(db: str, sql: str, params: tuple, n: int, timeout: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-        try:
-            got = conn.execute(sql, params).fetchone()[0]
-        finally:
-            conn.close()
-        if got >= n:
-            return
-        assert loop.time() < deadline, f"only {got} of {n} rows committed"
-        await asyncio.sleep(0.02)
 
 
 def fill(path: str) -> int:
@@ -124,7 +110,10 @@ async def _disk_full(srv) -> None:
             refused = frames[-1]
             break
         accepted_while_full += 1
-        await asyncio.sleep(0.05)
+        # this turn's writes were tried: committed, or the server logged the failed commit
+        await until(lambda: "store commit failed" in srv.stderr() or "store write failed" in srv.stderr()
+                    or count_rows(srv.db_path(), "SELECT count(*) FROM messages WHERE conversation_id=? AND text LIKE ?",
+                                  (cid, f"while full {i} %")) >= 1, 30, "the turn's writes tried")
     assert refused is not None, "a full disk was never reported"
     assert "cannot save" in refused["error"]["message"], refused
     ack = await loomi.request("session.send", {"task_id": cid, "text": "from loomi while full"})

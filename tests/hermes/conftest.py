@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.peers import missing_peer
+
 from .gateway import Gateway, unavailable_reason
 
 
@@ -11,7 +13,7 @@ from .gateway import Gateway, unavailable_reason
 def hermes_gateway(tmp_path_factory):
     reason = unavailable_reason()
     if reason is not None:
-        pytest.skip(reason)
+        pytest.skip(missing_peer("Hermes", reason))
     gw = Gateway(str(tmp_path_factory.mktemp("hermes-e2e")))
     try:
         gw.start()

@@ -20,8 +20,9 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from typing import Optional
+
+from tests.waiting import until_sync
 
 from .fake_model import FakeModel
 
@@ -144,10 +145,10 @@ class Gateway:
             start_new_session=True,
         )
         log.close()
-        deadline = time.monotonic() + START_TIMEOUT
         ports_file = os.path.join(self.data, "run", "ports.json")
         wanted = set(self.adapters.split(","))
-        while time.monotonic() < deadline:
+
+        def up() -> Optional[dict]:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"hermes gateway exited ({self.proc.returncode}):\n{self.log_tail()}")
             try:
@@ -155,11 +156,13 @@ class Gateway:
                     ports = json.load(f)
             except (OSError, ValueError):
                 ports = {}
-            if wanted <= set(ports) and "Gateway running" in self.log():
-                self.ports = ports
-                return self
-            time.sleep(0.2)
-        raise RuntimeError(f"hermes gateway did not come up in {START_TIMEOUT}s:\n{self.log_tail()}")
+            return ports if wanted <= set(ports) and "Gateway running" in self.log() else None
+
+        try:
+            self.ports = until_sync(up, START_TIMEOUT, "the hermes gateway", interval=0.2)
+        except AssertionError:
+            raise RuntimeError(f"hermes gateway did not come up in {START_TIMEOUT}s:\n{self.log_tail()}") from None
+        return self
 
     def log(self) -> str:
         try:

@@ -23,6 +23,8 @@ from agent_bridge_cli.hermes.compat import accepts_kwarg, has_param, parse_effor
 from agent_bridge_cli.hermes.hooks import HookSet
 from agent_bridge_cli.hermes.runs import strip_cursor
 
+from tests.waiting import turns, until
+
 from .fakes import FakeApi
 
 
@@ -74,7 +76,7 @@ async def test_hooks_cross_to_the_loop_and_redact():
     t.start()
     t.join()
     assert results == [None] * 8  # no veto, no prompt injection
-    await asyncio.sleep(0.05)
+    await until(lambda: len(host.source.calls) >= 6, what="the hook calls on the loop")
     names = [c[0] for c in host.source.calls]
     assert names == ["tool_started", "tool_finished", "tool_started", "approval_settled", "turn_started", "turn_ended"]
     args = host.source.calls[0][1]
@@ -92,7 +94,7 @@ async def test_hooks_ignore_other_platforms_and_a_stopped_bridge():
     host.ready = False
     host.api.session_env = lambda name: {"HERMES_SESSION_PLATFORM": "pheby", "HERMES_SESSION_CHAT_ID": "c"}.get(name, "")
     hooks.pre_tool_call(tool_name="x", args={})
-    await asyncio.sleep(0.02)
+    await turns()  # anything crossed to the loop (call_soon_threadsafe) has run
     assert host.source.calls == []
 
 
@@ -106,7 +108,7 @@ async def test_upstream_stream_hooks_use_session_context():
         hooks.on_interim_message(text="Looking", already_streamed=False),
         hooks.on_stream_end(final_text="Hi", finished=True, error=None),
     )).start()
-    await asyncio.sleep(0.05)
+    await until(lambda: len(host.source.calls) >= 4, what="the stream hook calls on the loop")
     assert host.source.calls == [
         ("stream_delta", ("loomi", "c9", "Hi", "text")),
         ("stream_delta", ("loomi", "c9", "hmm", "reasoning")),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 
 import pytest
@@ -12,6 +11,7 @@ from bridge_core import events as ev
 from agent_bridge_cli.hermes.source import HermesAgent, tool_preview
 from bridge_core.bridge import Bridge
 from bridge_core.errors import BadRequest, NotFound
+from tests.waiting import until
 
 from .fakes import FakeAdapter, FakeApi
 
@@ -317,10 +317,7 @@ async def test_conversations_come_from_hermes_session_db(tmp_path):
     bridge.store.open()
     await bridge.start()
     try:
-        for _ in range(100):
-            if cid in bridge.conversations:
-                break
-            await asyncio.sleep(0.01)
+        await until(lambda: cid in bridge.conversations, what="the adopted Hermes session")
         assert list(bridge.conversations) == [cid]
         conv = bridge.conversations[cid]
         assert conv.name == "Trip plans" and conv.session_id == "s1" and conv.source == "hermes"

@@ -11,6 +11,7 @@ import aiohttp
 from aiohttp import web
 
 from tests.conftest import LVMH_TOKEN
+from tests.waiting import until
 
 AUTH = {"Authorization": f"Bearer {LVMH_TOKEN}"}
 
@@ -135,6 +136,12 @@ def _ms() -> int:
     return int(time.time() * 1000)
 
 
+# No frame acknowledges a browser's subscribe, but a socket's frames are handled in order: once the
+# error answering this frame (an unknown type) is back, everything sent before it has been taken.
+BROWSER_SYNC = '{"type":"sync"}'
+BROWSER_SYNC_ANSWER = b'"code":"unknown_type"'
+
+
 class Browser:
     """The web UI's /ws: session_list, events, spawn_status frames."""
 
@@ -166,6 +173,12 @@ class Browser:
             frame = await self.recv(max(0.01, deadline - loop.time()))
             if pred(frame):
                 return frame
+
+    async def subscribe(self, sid: str, timeout: float = 5.0) -> None:
+        """Subscribe to ``sid`` and wait until the server has taken it (see BROWSER_SYNC)."""
+        await self.send({"type": "subscribe", "sessionId": sid})
+        await self.send(BROWSER_SYNC)
+        await self.recv_until(lambda f: f["type"] == "error" and f.get("code") == "unknown_type", timeout)
 
     async def session_list(self, pred: Callable[[list], bool] = lambda s: True, timeout: float = 5.0) -> list:
         frame = await self.recv_until(lambda f: f["type"] == "session_list" and pred(f["sessions"]), timeout)
@@ -226,21 +239,28 @@ class Api:
         return body
 
     async def wait_events(self, sid: str, pred: Callable[[list], bool], timeout: float = 5.0) -> list[dict]:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while True:
+        last: list[dict] = []
+
+        async def matched() -> Optional[tuple[list[dict]]]:
             status, evs = await self.get(f"/api/sessions/{sid}/events")
             assert status in (200, 404), (status, evs)
-            if status == 404:  # not connected yet
-                evs = []
-            if pred(evs):
-                return evs
-            if loop.time() > deadline:
-                raise AssertionError(f"events never matched: {[(e['seq'], e['type']) for e in evs]}")
-            await asyncio.sleep(0.02)
+            last[:] = evs if status == 200 else []  # 404: not connected yet
+            return (list(last),) if pred(last) else None
+
+        try:
+            (evs,) = await until(matched, timeout, what=f"events of {sid}")
+        except AssertionError:
+            raise AssertionError(f"events never matched: {[(e['seq'], e['type']) for e in last]}") from None
+        return evs
 
     async def close(self) -> None:
         await self.http.close()
+
+
+async def subscribed(svc, sid: str, yes: bool = True) -> None:
+    """Until a browser is (``yes``) or no longer is subscribed to ``sid`` (no frame acknowledges it)."""
+    stream = svc.frontends["lvmh"].stream
+    await until(lambda: stream.subscribed(sid) == yes, what=f"the browser's {'' if yes else 'un'}subscribe of {sid}")
 
 
 async def db_rows(svc, sql: str, params: tuple = ()) -> list[tuple]:

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from bridge_core import commands as cmd
-from tests.lvmh.helpers import session_snapshot
+from tests.lvmh.helpers import session_snapshot, subscribed
 
 SID = "01a22693-a4c3-719c-9d1e-bbbbbbbbbbbb"
 
@@ -54,7 +52,7 @@ async def test_live_deltas_reach_the_browser_but_are_not_persisted(lvmh, plugins
     await p.connect()
     b = await browsers()
     await b.send({"type": "subscribe", "sessionId": SID})
-    await asyncio.sleep(0.05)  # the subscribe is read before the plugin's events
+    await subscribed(lvmh, SID)  # the subscribe is read before the plugin's events
     await p.run("question", "one two three")
     got = await b.events_until(SID, lambda e: e["type"] == "agent_settled")
     types = [e["type"] for e in got]
@@ -83,22 +81,23 @@ async def test_unsubscribe_and_one_subscription_at_a_time(lvmh, plugins, browser
     b = await browsers()
     await b.send({"type": "subscribe", "sessionId": SID})
     await b.send({"type": "subscribe", "sessionId": other})  # replaces the first
-    await asyncio.sleep(0.05)
+    await subscribed(lvmh, other)
+    await subscribed(lvmh, SID, False)
     await p.event("agent_start")
     await q.event("agent_start")
     frame = await b.recv_until(lambda f: f["type"] == "events")
     assert frame["sessionId"] == other
     await b.send({"type": "unsubscribe", "sessionId": other})
-    await asyncio.sleep(0.05)
+    await subscribed(lvmh, other, False)
     await q.event("agent_settled", aborted=False)
     await b.send({"type": "subscribe", "sessionId": SID})
-    await asyncio.sleep(0.05)
+    await subscribed(lvmh, SID)
     await p.event("agent_settled", aborted=False)
     frame = await b.recv_until(lambda f: f["type"] == "events")
     assert frame["sessionId"] == SID and frame["events"][0]["seq"] == 2
 
 
-async def test_bad_browser_frames_are_answered_and_the_socket_stays(browsers, plugins):
+async def test_bad_browser_frames_are_answered_and_the_socket_stays(lvmh, browsers, plugins):
     b = await browsers()
     await b.session_list()
     for frame in ["nope", "[]", '{"type": 3}', '{"type": "dance"}', '{"type": "subscribe"}',
@@ -109,16 +108,16 @@ async def test_bad_browser_frames_are_answered_and_the_socket_stays(browsers, pl
     p = plugins(SID)
     await p.connect()
     await b.send({"type": "subscribe", "sessionId": SID})
-    await asyncio.sleep(0.05)
+    await subscribed(lvmh, SID)
     await p.event("agent_start")
     frame = await b.recv_until(lambda f: f["type"] == "events")
     assert frame["events"][0]["type"] == "agent_start"
 
 
-async def test_subscribing_before_the_session_exists(plugins, browsers):
+async def test_subscribing_before_the_session_exists(lvmh, plugins, browsers):
     b = await browsers()
     await b.send({"type": "subscribe", "sessionId": SID})  # e.g. right after POST /api/spawn
-    await asyncio.sleep(0.05)
+    await subscribed(lvmh, SID)
     p = plugins(SID)
     await p.connect()
     await p.event("agent_start")
@@ -131,7 +130,7 @@ async def test_demo_run_streams_to_the_browser(lvmh, browsers, api):
     sid = conv.conversation_id
     b = await browsers()
     await b.send({"type": "subscribe", "sessionId": sid})
-    await asyncio.sleep(0.05)
+    await subscribed(lvmh, sid)
     status, body = await api.post(f"/api/sessions/{sid}/prompt", {"message": "hello big world"})
     assert status == 200
     got = await b.events_until(sid, lambda e: e["type"] == "agent_settled")

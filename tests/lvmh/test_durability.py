@@ -7,6 +7,7 @@ import threading
 
 from lvmh_adapter.persistence import EventLog
 from tests.lvmh.helpers import FakePlugin
+from tests.waiting import until
 
 SID = "durable-session-1"
 
@@ -30,11 +31,7 @@ async def test_welcome_waits_for_writes_in_flight(lvmh, plugins):
             await p.event("tool_execution_update", toolCallId="c", toolName="bash", partial="...")
         await p.event("message_update", delta="live")
         # received (the browser stream could show them) but not committed: not counted as persisted
-        for _ in range(100):
-            if fe.records[SID].high == 4:
-                break
-            await asyncio.sleep(0.01)
-        assert fe.records[SID].high == 4
+        await until(lambda: fe.records[SID].high == 4, what="the four events received")
         assert fe.log.committed[SID] == 1 and fe.log.welcome_seq(SID) == 1
 
         # a reconnecting plugin gets its welcome only once those writes have landed
@@ -42,6 +39,8 @@ async def test_welcome_waits_for_writes_in_flight(lvmh, plugins):
         await q.open()
         await q.send_raw({"v": 1, "type": "hello", "sessionId": SID, "seq": 0, "ts": 1, "session": {}})
         waiting = asyncio.ensure_future(q.recv_type("welcome", timeout=30))
+        # the subject: for this long, with nothing committing, no welcome may arrive (a sleep
+        # bounds a "never"; the welcome that follows the release below is waited for)
         await asyncio.sleep(0.2)
         assert not waiting.done()
     finally:
@@ -112,10 +111,7 @@ async def test_a_burst_is_written_in_few_transactions(lvmh, plugins, api):
         await p.ws.send_str(f)
     evs = await api.wait_events(SID, lambda e: len(e) == 1000, timeout=30)
     assert evs[-1]["seq"] == 1000
-    for _ in range(3000):
-        if await api.events(SID, after=n - 1):
-            break
-        await asyncio.sleep(0.01)
+    await until(lambda: api.events(SID, after=n - 1), timeout=30, what="the last event stored")
     await lvmh.frontends["lvmh"].log.aflush()
     assert store.query("SELECT COUNT(*) FROM events WHERE sessionId=?", (SID,)) == [(n,)]
     assert store.commits - before < n / 10  # batched: never one transaction per event
@@ -124,7 +120,7 @@ async def test_a_burst_is_written_in_few_transactions(lvmh, plugins, api):
 async def test_bridge_session_seqs_are_never_reused_after_a_restart(service_factory, tmp_path):
     """Deltas take seqs that are never stored; a restart mid-run must not hand those numbers out again."""
     from bridge_core import commands as cmd
-    from tests.lvmh.helpers import Api, Browser
+    from tests.lvmh.helpers import Api, Browser, subscribed
 
     data = tmp_path / "shared"
     svc = await service_factory(adapters=("lvmh",), data_dir=data)
@@ -134,12 +130,7 @@ async def test_bridge_session_seqs_are_never_reused_after_a_restart(service_fact
     api = Api(svc.ports["lvmh"])
     try:
         await b.send({"type": "subscribe", "sessionId": sid})
-        stream = svc.frontends["lvmh"].stream
-        for _ in range(500):  # the subscription is registered (no frame acknowledges it)
-            if stream.subscribed(sid):
-                break
-            await asyncio.sleep(0.01)
-        assert stream.subscribed(sid)
+        await subscribed(svc, sid)  # the subscription is registered (no frame acknowledges it)
         await api.post(f"/api/sessions/{sid}/prompt", {"message": "/slow 30"})
         seen = await b.events_until(sid, lambda e: e["type"] == "message_update" and e["delta"] == " w3")
         top = max(e["seq"] for e in seen)

@@ -16,6 +16,8 @@ import pytest
 from lvmh_adapter.cli import plugin_path
 from tests.conftest import LVMH_TOKEN
 from tests.lvmh.helpers import Api
+from tests.peers import missing_peer
+from tests.waiting import until
 
 SID = "01a22693-a4c3-719c-0000-00000000abcd"
 
@@ -39,7 +41,7 @@ def _node22() -> str | None:
 
 
 NODE = _node22()
-pytestmark = pytest.mark.skipif(NODE is None, reason="needs Node >= 22 (scripts/install-pi.sh installs it)")
+pytestmark = pytest.mark.skipif(NODE is None, reason=missing_peer("Node 22", "needs Node >= 22 (scripts/install-pi.sh installs it)"))
 
 SCRIPT = r"""
 import { createLvmhAgent } from "EXT/lvmh-agent.mjs";
@@ -102,8 +104,4 @@ async def test_the_pi_extension_streams_replays_and_takes_prompts(lvmh, tmp_path
     assert conv.source == "lvmh" and conv.name == "interop" and conv.run is None
     texts = [(m.role, m.text) for m in conv.messages]
     assert ("user", "from the web") in texts and ("assistant", "The tool said hello. Done.") in texts
-    for _ in range(200):
-        if not lvmh.frontends["lvmh"].plugin_online(SID):
-            break
-        await asyncio.sleep(0.01)
-    assert not lvmh.frontends["lvmh"].plugin_online(SID)
+    await until(lambda: not lvmh.frontends["lvmh"].plugin_online(SID), what="the plugin offline")

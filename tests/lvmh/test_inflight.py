@@ -7,10 +7,9 @@ bridge's own (demo) conversation; nothing streams, no frame.
 
 from __future__ import annotations
 
-import asyncio
-
 from bridge_core import commands as cmd
 from tests.lvmh.helpers import message
+from tests.waiting import until
 
 SID = "01a22693-a4c3-719c-9d1e-dddddddddddd"
 
@@ -67,11 +66,9 @@ async def test_demo_conversation_mid_stream(lvmh, browsers):
     conv = await lvmh.bridge.execute(cmd.CreateConversation(name="inflight"), cmd.LOCAL)
     cid = conv.conversation_id
     await lvmh.bridge.execute(cmd.SendMessage(text="/slow 1", conversation_id=cid), cmd.LOCAL)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 10
-    while len((conv.run.text if conv.run else "").split()) < 3:  # streamed with nobody watching
-        assert loop.time() < deadline and conv.run is not None
-        await asyncio.sleep(0.01)
+    # streamed with nobody watching
+    await until(lambda: len((conv.run.text if conv.run else "").split()) >= 3, what="three words streamed")
+    assert conv.run is not None
     b = await browsers()
     await b.send({"type": "subscribe", "sessionId": cid})
     inflight = await b.recv_until(lambda f: f["type"] == "inflight")

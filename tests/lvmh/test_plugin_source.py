@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from tests.lvmh.helpers import Api, FakePlugin, message, session_snapshot
 from tests.pheby.client import PhebyClient, types
+from tests.waiting import until
 
 SID = "01a22693-a4c3-719c-9d1e-cccccccccccc"
 
@@ -101,10 +100,8 @@ async def test_abort_from_pheby_and_offline_send(both):
         await plugin.recv_type("prompt")
         await plugin.event("agent_start")
         source = both.frontends["lvmh"].source
-        for _ in range(500):  # pi has begun the run (a run pi never began is cancelled at once)
-            if source.runs[SID].seen:
-                break
-            await asyncio.sleep(0.01)
+        # pi has begun the run (a run pi never began is cancelled at once)
+        await until(lambda: source.runs[SID].seen, what="the run begun by pi")
         await pheby.send({"type": "run.cancel", "conversation_id": SID, "run_id": accepted["run_id"], "request_id": "c"})
         await plugin.recv_type("abort")
         await plugin.event("agent_end", usage={})
@@ -113,10 +110,7 @@ async def test_abort_from_pheby_and_offline_send(both):
         assert fin["status"] == "cancelled" and fin["run_id"] == accepted["run_id"]
 
         await plugin.close()
-        for _ in range(200):
-            if not both.frontends["lvmh"].plugin_online(SID):
-                break
-            await asyncio.sleep(0.01)
+        await until(lambda: not both.frontends["lvmh"].plugin_online(SID), what="the plugin offline")
         await pheby.send({"type": "chat.send", "conversation_id": SID, "text": "anyone?", "request_id": "r3"})
         err = await pheby.recv_type("error")
         # the core's "unavailable", in Pheby's closed set of codes

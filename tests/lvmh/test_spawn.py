@@ -33,6 +33,7 @@ from lvmh_adapter.spawn import (
 )
 from tests.fakes.fake_docker import FakeDocker
 from tests.lvmh.helpers import bearer_app
+from tests.waiting import turns, until
 
 API_TOKEN = "test-lvmh-token-0123456789"
 PAT = "glpat-SECRETsecret0123456789"
@@ -40,12 +41,6 @@ ZAI_KEY = "zai-SECRET-provider-key-0123"
 GITLAB = "http://gitlab.test:8929"
 DAEMON_URL = "ws://bridge.test:8686/agent/ws"
 V = "/v1.50"
-
-
-async def wait_until(pred, what="condition", timeout=10.0):
-    async with asyncio.timeout(timeout):
-        while not pred():
-            await asyncio.sleep(0.01)
 
 
 class Env:
@@ -163,7 +158,7 @@ async def test_spawn_exact_request_sequence(env):
     clone = env.fake.by_name(f"lvmh-checkout-{sid}")
     worker = env.fake.by_name(f"lvmh-agent-{sid}")
     assert worker.id == wid
-    await wait_until(lambda: f"POST {V}/containers/{wid}/wait" in env.fake.lines())
+    await until(lambda: f"POST {V}/containers/{wid}/wait" in env.fake.lines())
     assert env.fake.lines() == [
         "GET /version",  # aiodocker's API version negotiation
         f"GET {V}/version",  # engine reachable?
@@ -320,11 +315,10 @@ def test_lvmh_url_for_containers(tmp_path):
 async def test_concurrent_spawns_on_one_repo_serialise_their_clones(env):
     env.fake.clone_gate = asyncio.Event()
     p1 = asyncio.ensure_future(env.call("POST", "/api/spawn", json={"repo": "group/project"}))
-    await wait_until(lambda: any(line.endswith("/wait") for line in env.fake.lines()))
+    await until(lambda: any(line.endswith("/wait") for line in env.fake.lines()))
     p2 = asyncio.ensure_future(env.call("POST", "/api/spawn", json={"repo": "group/project", "branch": "b2"}))
-    await wait_until(lambda: len(env.mgr.jobs()) == 2 and env.mgr.jobs()[1]["state"] == "queued")
-    for _ in range(20):  # let the second job run as far as it can: it must stay queued
-        await asyncio.sleep(0)
+    await until(lambda: len(env.mgr.jobs()) == 2 and env.mgr.jobs()[1]["state"] == "queued")
+    await turns(20)  # let the second job run as far as it can: it must stay queued
     status, jobs = await env.call("GET", "/api/spawn/status")
     assert [j["state"] for j in jobs] == ["cloning", "queued"]
     creates = [r for r in env.fake.requests if r.path == f"{V}/containers/create"]
@@ -349,7 +343,7 @@ async def test_different_repos_clone_in_parallel(env):
     env.fake.clone_gate = asyncio.Event()
     p1 = asyncio.ensure_future(env.call("POST", "/api/spawn", json={"repo": "group/one"}))
     p2 = asyncio.ensure_future(env.call("POST", "/api/spawn", json={"repo": "group/two"}))
-    await wait_until(lambda: sum(line.endswith("/wait") for line in env.fake.lines()) == 2)
+    await until(lambda: sum(line.endswith("/wait") for line in env.fake.lines()) == 2)
     assert sorted(j["state"] for j in env.mgr.jobs()) == ["cloning", "cloning"]
     env.fake.clone_gate.set()
     assert [s for s, _ in await asyncio.gather(p1, p2)] == [200, 200]
@@ -362,7 +356,7 @@ async def test_too_many_spawns_in_flight_is_429(tmp_path):
     async with Env(tmp_path, lvmh_toml="max_active_spawns = 1\n") as e:
         e.fake.clone_gate = asyncio.Event()
         p1 = asyncio.ensure_future(e.call("POST", "/api/spawn", json={"repo": "g/one"}))
-        await wait_until(lambda: any(line.endswith("/wait") for line in e.fake.lines()))
+        await until(lambda: any(line.endswith("/wait") for line in e.fake.lines()))
         status, body = await e.call("POST", "/api/spawn", json={"repo": "g/two"})
         assert status == 429 and "too many" in body["error"]
         e.fake.clone_gate.set()
@@ -498,11 +492,11 @@ async def test_worker_create_refused_is_502(env):
 async def test_worker_exit_is_tracked_with_log_tail(env):
     _, body = await env.call("POST", "/api/spawn", json={"repo": "group/project"})
     wid = body["containerId"]
-    await wait_until(lambda: f"POST {V}/containers/{wid}/wait" in env.fake.lines())
+    await until(lambda: f"POST {V}/containers/{wid}/wait" in env.fake.lines())
     env.fake.worker_logs = "boom: cannot reach daemon\n"
     env.fake.by_name(f"lvmh-agent-{body['sessionId']}").logs = env.fake.worker_logs
     env.fake.exit(wid, 1)
-    await wait_until(lambda: env.mgr.jobs()[0]["state"] == "exited")
+    await until(lambda: env.mgr.jobs()[0]["state"] == "exited")
     [job] = env.mgr.jobs()
     assert job["exitCode"] == 1 and job["error"] == "worker exited with 1: boom: cannot reach daemon"
     assert env.changes[-1] == env.mgr.jobs()
@@ -515,7 +509,7 @@ async def test_delete_container_stops_and_removes_by_label(env):
     _, body = await env.call("POST", "/api/spawn", json={"repo": "group/project"})
     sid, wid = body["sessionId"], body["containerId"]
     assert env.mgr.credentials.sessions() == [sid]
-    await wait_until(lambda: f"POST {V}/containers/{wid}/wait" in env.fake.lines())
+    await until(lambda: f"POST {V}/containers/{wid}/wait" in env.fake.lines())
     n = len(env.fake.requests)
     status, out = await env.call("DELETE", f"/api/sessions/{sid}/container")
     assert (status, out) == (200, {"ok": True})
@@ -525,7 +519,7 @@ async def test_delete_container_stops_and_removes_by_label(env):
     assert reqs[0].query == {"all": "1", "filters": json.dumps({"label": [f"lvmh.session={sid}"]})}
     assert reqs[1].query == {"t": "10"} and reqs[2].query == {"force": "1"}
     assert env.mgr.credentials.sessions() == []  # deleting the container revoked the worker's token
-    await wait_until(lambda: env.mgr.jobs()[0].get("exitCode") is not None)
+    await until(lambda: env.mgr.jobs()[0].get("exitCode") is not None)
     assert env.mgr.jobs()[0]["state"] == "stopped"
     status, out = await env.call("DELETE", f"/api/sessions/{sid}/container")
     assert status == 404 and "no spawned container" in out["error"]
@@ -553,7 +547,7 @@ async def test_delete_bad_or_unknown_session(env):
 async def test_delete_during_clone_cancels_the_spawn(env):
     env.fake.clone_gate = asyncio.Event()
     p = asyncio.ensure_future(env.call("POST", "/api/spawn", json={"repo": "group/project"}))
-    await wait_until(lambda: any(line.endswith("/wait") for line in env.fake.lines()))
+    await until(lambda: any(line.endswith("/wait") for line in env.fake.lines()))
     [job] = env.mgr.jobs()
     status, out = await env.call("DELETE", f"/api/sessions/{job['sessionId']}/container")
     assert (status, out) == (200, {"ok": True})

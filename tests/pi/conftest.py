@@ -21,6 +21,8 @@ from typing import Optional
 
 import pytest
 
+from tests.peers import missing_peer
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXTENSION_DIR = os.path.join(ROOT, "lvmh_adapter", "pi_extension")
 PI_VERSION = "1.6.0"
@@ -124,7 +126,7 @@ def find_pi_modules() -> Optional[str]:
 def node22() -> str:
     node = find_node()
     if node is None:
-        pytest.skip("needs Node >= 22.19 (run scripts/install-pi.sh, or set AGENT_BRIDGE_NODE)")
+        pytest.skip(missing_peer("Node 22", "needs Node >= 22.19 (run scripts/install-pi.sh, or set AGENT_BRIDGE_NODE)"))
     return node
 
 
@@ -132,7 +134,7 @@ def node22() -> str:
 def pi_cli(node22) -> str:
     pi = find_pi()
     if pi is None:
-        pytest.skip(f"needs pi {PI_VERSION} (run scripts/install-pi.sh, or set AGENT_BRIDGE_PI)")
+        pytest.skip(missing_peer("pi", f"needs pi {PI_VERSION} (run scripts/install-pi.sh, or set AGENT_BRIDGE_PI)"))
     return pi
 
 
@@ -140,5 +142,5 @@ def pi_cli(node22) -> str:
 def pi_modules(pi_cli) -> str:
     modules = find_pi_modules()
     if modules is None:
-        pytest.skip(f"needs pi {PI_VERSION}'s node_modules (run scripts/install-pi.sh, or set AGENT_BRIDGE_PI_MODULES)")
+        pytest.skip(missing_peer("pi", f"needs pi {PI_VERSION}'s node_modules (run scripts/install-pi.sh, or set AGENT_BRIDGE_PI_MODULES)"))
     return modules

@@ -15,12 +15,12 @@ import asyncio
 import json
 import os
 import signal
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
 from tests.pi.conftest import EXTENSION_DIR
+from tests.waiting import until
 
 MODEL = "fake/fake-model"
 
@@ -81,19 +81,13 @@ def pi_args(pi_cli: str, *extra: str, extension: str = EXTENSION_DIR, persist: b
 
 async def wait_until(pred: Callable[[], Any], timeout: float = 30.0, what: str = "condition",
                      interval: float = 0.02, detail: Optional[Callable[[], Any]] = None) -> Any:
-    """Poll ``pred`` (sync or async) until it returns something truthy; that value is returned."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        value = pred()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}"
-                                 + (f": {detail()}" if detail is not None else ""))
-        await asyncio.sleep(interval)
+    """tests.waiting.until, with ``detail()`` (e.g. a log) added to the message on a timeout."""
+    try:
+        return await until(pred, timeout, what, interval)
+    except AssertionError as e:
+        if detail is None:
+            raise
+        raise AssertionError(f"{e}: {detail()}") from None
 
 
 class Rpc:
@@ -126,13 +120,11 @@ class Rpc:
         assert self.proc.stdin is not None
         self.proc.stdin.write((json.dumps({"id": rid, "type": type_, **fields}) + "\n").encode())
         await self.proc.stdin.drain()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for r in self.records:
-                if r.get("type") == "response" and r.get("id") == rid:
-                    return r
-            await asyncio.sleep(0.02)
-        raise AssertionError(f"no response to {type_}")
+        try:
+            return await until(lambda: next((r for r in self.records if r.get("type") == "response" and r.get("id") == rid),
+                                            None), timeout, f"the response to {type_}", interval=0.02)
+        except AssertionError:
+            raise AssertionError(f"no response to {type_}") from None
 
     async def settled(self, count: int, timeout: float = 60) -> list[dict]:
         """Wait until pi has reported ``count`` agent_settled events in all; returns them."""

@@ -16,6 +16,7 @@ import orjson
 import pytest
 
 from bridge_core.security import DEFAULT_WRONG_RATE
+from tests import waiting
 from tests.hardening.proc import LVMH_TOKEN, PHEBY_SECRET, ROOT, BridgeProcess
 from tests.hardening.wsraw import HandshakeRefused, RawWS
 
@@ -60,14 +61,8 @@ def http_from(source: str) -> aiohttp.ClientSession:
 
 
 async def until(check: Callable[[], Awaitable[bool]], timeout: float = 10.0, what: str = "condition") -> None:
-    """Poll ``check`` until it is true (a deadline, not a fixed wait)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if await check():
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
+    """tests.waiting.until, polled every 50 ms: the checks here are requests that count against the limits."""
+    await waiting.until(check, timeout, what, interval=0.05)
 
 
 # --- guess counting --------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from tests.fakes.fake_docker import FakeDocker
 from tests.hardening.clients import PhebyClient, lvmh_api, lvmh_plugin
 from tests.hardening.proc import LVMH_TOKEN, BridgeProcess
 from tests.lvmh.helpers import FakePlugin, session_snapshot
+from tests.waiting import until
 
 V = "/v1.50"
 
@@ -109,17 +110,6 @@ async def closed(ws, timeout=5.0):
                 return msg.data, frames  # when the server dropped the transport before our reply)
             if msg.type in (aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR):
                 return ws.close_code, frames
-
-
-async def until(pred, what, timeout=10.0):
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        got = await pred()
-        if got:
-            return got
-        assert loop.time() < deadline, f"never: {what}"
-        await asyncio.sleep(0.02)
 
 
 async def pending_approval(pheby: PhebyClient, cid: str, command: str) -> str:
@@ -323,7 +313,7 @@ async def test_deleting_the_container_revokes_the_token_and_closes_its_socket(wo
         async def offline():
             _, sessions = await user.get("/api/sessions")
             return any(s["id"] == sid and s["online"] is False for s in sessions)
-        await until(offline, "the revoked worker's session is offline")
+        await until(offline, what="the revoked worker's session is offline", interval=0.02)
     finally:
         await worker.close()
         await user.close()
