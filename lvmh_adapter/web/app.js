@@ -9,9 +9,11 @@ import { LiveSocket } from "./socket.js";
 import { renderItem, renderPanel, timeEl } from "./view.js";
 import { SpawnDialog } from "./spawn.js";
 import { ConversationDialogs, isBridgeConversation } from "./conversations.js";
+import { sessionMatches, sessionTitle, shortPath } from "./labels.js";
+import { askNotifications, notifyPending, renderNotifyButton } from "./notify.js";
+import { THEME_KEY, TOKEN_KEY, applyTheme, cycleTheme, readStorage, writeStorage } from "./prefs.js";
+import { toast } from "./toast.js";
 
-const TOKEN_KEY = "lvmh.token";
-const THEME_KEY = "lvmh.theme";
 const MAX_KEPT_SESSIONS = 8;
 const STREAM_RENDER_MS = 100; // a streaming message is re-rendered (markdown) at most this often
 const APP_TITLE = "lvmh · agent conversations";
@@ -41,21 +43,8 @@ const app = {
   filter: "",
   unseen: false, // content arrived below while the user was scrolled up
   notified: new Set(), // decision keys a browser notification was shown for
+  focusPrompt: false, // a conversation was just created: focus its prompt once it can take text
 };
-
-function readStorage(key) {
-  try {
-    return localStorage.getItem(key) || "";
-  } catch {
-    return "";
-  }
-}
-function writeStorage(key, value) {
-  try {
-    if (value) localStorage.setItem(key, value);
-    else localStorage.removeItem(key);
-  } catch {}
-}
 
 const api = new Api(() => app.token, () => showGate("The daemon refused the token. Run agent-bridge lvmh open for a new login link, or paste the current LVMH token."));
 
@@ -78,34 +67,6 @@ function tokenFromFragment() {
     app.token = value;
     writeStorage(TOKEN_KEY, value);
   }
-}
-
-// --- theme -------------------------------------------------------------------------
-
-function applyTheme(mode) {
-  const root = document.documentElement;
-  if (mode === "light" || mode === "dark") root.dataset.theme = mode;
-  else delete root.dataset.theme;
-  const btn = $("theme-btn");
-  const label = mode === "light" ? "Light theme" : mode === "dark" ? "Dark theme" : "Theme follows the system";
-  btn.title = `${label} (click to change)`;
-  btn.setAttribute("aria-label", label);
-  btn.textContent = mode === "light" ? "☀" : mode === "dark" ? "☾" : "◐";
-}
-
-function cycleTheme() {
-  const cur = readStorage(THEME_KEY) || "auto";
-  const next = cur === "auto" ? "dark" : cur === "dark" ? "light" : "auto";
-  writeStorage(THEME_KEY, next === "auto" ? "" : next);
-  applyTheme(next);
-}
-
-// --- toasts ---------------------------------------------------------------------------
-
-export function toast(message, kind = "info", timeout = 5000) {
-  const el = h(`div.toast.toast-${kind}`, { role: kind === "error" ? "alert" : "status" }, message);
-  $("toasts").appendChild(el);
-  setTimeout(() => el.remove(), timeout);
 }
 
 // --- token gate --------------------------------------------------------------------
@@ -175,25 +136,6 @@ function setSessions(list) {
 function whenEl(ts) {
   const el = timeEl(ts, ".when");
   return el || h("span.when");
-}
-
-function sessionTitle(s) {
-  if (s && s.name) return String(s.name);
-  if (s && s.repo) return String(s.repo);
-  return s ? `Session ${String(s.id).slice(0, 8)}` : "Session";
-}
-
-function shortPath(p) {
-  if (!p) return "";
-  p = String(p);
-  const home = p.match(/^\/(home\/[^/]+|root)(\/|$)/);
-  if (home) p = "~" + p.slice(home[0].length - (home[2] ? 1 : 0));
-  return p.length > 48 ? "…" + p.slice(-47) : p;
-}
-
-export function sessionMatches(s, needle) {
-  if (!needle) return true;
-  return [s.name, s.repo, s.cwd].some((v) => typeof v === "string" && v.toLowerCase().includes(needle));
 }
 
 function renderList() {
@@ -512,53 +454,7 @@ function updateTitle() {
     } else title = `${st && st.phase === "running" ? "● " : ""}${name} · lvmh`;
   }
   if (document.title !== title) document.title = title;
-  notifyPending(pending);
-}
-
-function notificationsOn() {
-  return typeof Notification !== "undefined" && Notification.permission === "granted";
-}
-
-function notifyPending(pending) {
-  for (const item of pending) {
-    if (app.notified.has(item.key)) continue;
-    app.notified.add(item.key);
-    if (!notificationsOn() || !document.hidden) continue;
-    try {
-      const n = new Notification(item.kind === "clarify" ? "The agent asks" : "Approval needed", {
-        body: item.kind === "clarify" ? item.question : item.command,
-        tag: item.key,
-      });
-      n.onclick = () => {
-        window.focus();
-        n.close();
-      };
-    } catch {}
-  }
-}
-
-function renderNotifyButton() {
-  const btn = $("notify-btn");
-  const supported = typeof Notification !== "undefined";
-  const on = notificationsOn();
-  btn.hidden = !supported;
-  btn.setAttribute("aria-pressed", on ? "true" : "false");
-  btn.classList.toggle("on", on);
-  const label = on ? "Notifications are on for approvals and questions" : "Notify me when an approval or a question waits";
-  btn.title = label;
-  btn.setAttribute("aria-label", label);
-}
-
-async function askNotifications() {
-  // permission is asked only here, on the user's click
-  if (typeof Notification === "undefined") return;
-  if (Notification.permission === "denied") {
-    toast("Notifications are blocked for this site in the browser's settings.", "error");
-    return;
-  }
-  if (Notification.permission !== "granted") await Notification.requestPermission();
-  renderNotifyButton();
-  if (notificationsOn()) toast("You will be notified when an approval or a question waits.", "info", 3000);
+  notifyPending(pending, app.notified);
 }
 
 function renderPanelIfChanged(st) {
@@ -616,6 +512,10 @@ function renderComposer() {
   el.textContent = reason;
   el.hidden = !reason;
   $("composer").classList.toggle("offline", Boolean(reason));
+  if (app.focusPrompt && !ta.disabled && app.current) {
+    app.focusPrompt = false;
+    ta.focus();
+  }
 }
 
 async function sendPrompt() {
@@ -833,11 +733,9 @@ const dialogs = new ConversationDialogs({
   api,
   toast,
   openSession: (id) => {
+    app.focusPrompt = true; // renderComposer focuses it once the session is open and online
     location.hash = `#/s/${encodeURIComponent(id)}`;
-    setTimeout(() => {
-      const ta = $("prompt-input");
-      if (ta) ta.focus();
-    }, 0);
+    renderComposer();
   },
   currentId: () => app.current,
 });
@@ -862,15 +760,15 @@ function start() {
 
 function init() {
   tokenFromFragment();
-  applyTheme(readStorage(THEME_KEY) || "auto");
+  applyTheme(readStorage(THEME_KEY) || "auto", $("theme-btn"));
   $("new-conv-btn").addEventListener("click", () => dialogs.openNew());
-  $("notify-btn").addEventListener("click", askNotifications);
+  $("notify-btn").addEventListener("click", () => askNotifications($("notify-btn"), toast));
   $("session-search").addEventListener("input", (e) => {
     app.filter = e.target.value;
     renderList();
   });
-  renderNotifyButton();
-  $("theme-btn").addEventListener("click", cycleTheme);
+  renderNotifyButton($("notify-btn"));
+  $("theme-btn").addEventListener("click", () => cycleTheme($("theme-btn")));
   $("signout-btn").addEventListener("click", signOut);
   $("token-form").addEventListener("submit", submitToken);
   $("spawn-btn").addEventListener("click", () => spawn.open());
