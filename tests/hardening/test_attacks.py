@@ -339,7 +339,10 @@ async def test_oversize_frames_and_bodies_refused_before_parsing(bridge_factory)
         code2 = await closed_code(ws)
         ws.abort()
         results[which] = (closed, code2)
-    assert all(c == (1009, 1009) for c in results.values()), results
+    # a declared 1 GiB is always answered 1009; a frame sent in full may still be in flight when the server,
+    # having refused it from its header, closes: the client then sees the reset (1006) instead of the 1009
+    # close frame. Either way nothing of it was parsed or buffered (the RSS check below).
+    assert all(first == 1009 and second in (1009, 1006) for first, second in results.values()), results
     assert srv.rss() - rss0 < 200 * 1024 * 1024
 
     # bodies: a declared 10 GB body is refused after at most the limit (lvmh 1 MiB, Loomi 64 KiB)
