@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from .proc import BridgeProcess, raise_fd_limit
+from .proc import process_factory, raise_fd_limit
 from .summary import SUMMARY
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -44,15 +44,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 @pytest.fixture
 def bridge_factory(tmp_path):
     """Start bridge processes in tmp_path; each is stopped (SIGTERM) after the test."""
-    procs: list[BridgeProcess] = []
-
-    def make(name: str = "bridge", start: bool = True, **kw) -> BridgeProcess:
-        p = BridgeProcess(str(tmp_path / name), **kw)
-        procs.append(p)
-        if start:
-            p.start()
-        return p
-
+    make, stop_all = process_factory(str(tmp_path))
     yield make
-    for p in procs:
-        p.stop()
+    stop_all()

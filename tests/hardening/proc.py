@@ -252,3 +252,23 @@ async def wait_rows(db: str, sql: str, params: tuple, n: int, timeout: float = 1
         await until(lambda: count_rows(db, sql, params) >= n, timeout, f"{n} rows committed", interval=0.02)
     except AssertionError:
         raise AssertionError(f"only {count_rows(db, sql, params)} of {n} rows committed") from None
+
+
+def process_factory(base: str):
+    """``(make, stop_all)``: ``make(name, start=True, cls=BridgeProcess, **kw)`` starts a bridge process
+    under ``base``; ``stop_all()`` stops every one made (SIGTERM). The fixtures of tests/hardening
+    (``bridge_factory``) and tests/security (``bridges``) are this."""
+    procs: list = []
+
+    def make(name: str = "bridge", start: bool = True, cls: type = BridgeProcess, **kw) -> BridgeProcess:
+        p = cls(os.path.join(base, name), **kw)
+        procs.append(p)
+        if start:
+            p.start()
+        return p
+
+    def stop_all() -> None:
+        for p in procs:
+            p.stop()
+
+    return make, stop_all

@@ -17,7 +17,7 @@ import pytest
 
 from bridge_core.security import DEFAULT_WRONG_RATE
 from tests import waiting
-from tests.hardening.proc import LVMH_TOKEN, PHEBY_SECRET, ROOT, BridgeProcess
+from tests.hardening.proc import LVMH_TOKEN, PHEBY_SECRET, ROOT, BridgeProcess, process_factory
 from tests.hardening.wsraw import HandshakeRefused, RawWS
 
 __all__ = ["BridgeProcess", "LimitedBridge", "LVMH_TOKEN", "PHEBY_SECRET", "ROOT", "RawWS", "HandshakeRefused",
@@ -41,18 +41,9 @@ class LimitedBridge(BridgeProcess):
 @pytest.fixture
 def bridges(tmp_path):
     """``make(name, **kw)`` starts a bridge process (``cls=LimitedBridge, nofile=N`` for a low limit)."""
-    procs: list[BridgeProcess] = []
-
-    def make(name: str = "bridge", start: bool = True, cls: type = BridgeProcess, **kw) -> BridgeProcess:
-        p = cls(str(tmp_path / name), **kw)
-        procs.append(p)
-        if start:
-            p.start()
-        return p
-
+    make, stop_all = process_factory(str(tmp_path))
     yield make
-    for p in procs:
-        p.stop()
+    stop_all()
 
 
 def http_from(source: str) -> aiohttp.ClientSession:
