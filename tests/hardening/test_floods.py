@@ -65,15 +65,15 @@ async def pair_many(port: int, n: int) -> list[tuple[str, str]]:
     return devices
 
 
-async def pheby_flood_client(port: int, i: int, patterns: list[bytes]):
-    ws = await open_ws(port, source=SOURCES[i % len(SOURCES)], scan=[b'"type":"ready"', *patterns])
+async def pheby_flood_client(port: int, i: int, patterns: list[bytes], source: str = ""):
+    ws = await open_ws(port, source=source or SOURCES[i % len(SOURCES)], scan=[b'"type":"ready"', *patterns])
     ws.send(orjson.dumps({"type": "hello", "secret": PHEBY_SECRET, "protocol_version": 1}))
     assert await ws.wait(lambda w: w.counts[0] >= 1, 60), "no ready"
     return ws
 
 
-async def loomi_flood_client(port: int, i: int, device: tuple, patterns: list[bytes]):
-    ws = await open_ws(port, source=SOURCES[i % len(SOURCES)], scan=[b'"type":"hello.ok"', *patterns])
+async def loomi_flood_client(port: int, i: int, device: tuple, patterns: list[bytes], source: str = ""):
+    ws = await open_ws(port, source=source or SOURCES[i % len(SOURCES)], scan=[b'"type":"hello.ok"', *patterns])
     ws.send(orjson.dumps({"v": 1, "type": "hello", "payload": {
         "protocol_version": 1, "device_id": device[0], "credential": device[1]}}))
     assert await ws.wait(lambda w: w.counts[0] >= 1, 60), "no hello.ok"
@@ -406,22 +406,31 @@ async def test_connect_disconnect_storm_returns_to_baseline(bridge_factory):
     ports = srv.ports
     devices = await pair_many(ports["loomi"], 100)
     counter = {"ok": 0, "failed": 0}
+    why: dict[str, int] = {}  # which kind of client failed, and how: a failure names itself
+
+    # The storm is many clients, not one address flooding: spread over 200 loopback addresses, each sees
+    # 5 connections/s, far from the per-address cap on unauthenticated sockets (128, tested on its own in
+    # tests/security) even when a loaded two-core machine leaves the server seconds behind the storm.
+    sources = [f"127.0.{i // 250}.{2 + i % 250}" for i in range(200)]
 
     async def one(i: int) -> None:
         kind = i % 5
-        src = SOURCES[i % len(SOURCES)]
+        src = sources[i % len(sources)]
         try:
             if kind == 0:
-                ws = await pheby_flood_client(ports["pheby"], i, [])
+                ws = await pheby_flood_client(ports["pheby"], i, [], source=src)
             elif kind == 1:
-                ws = await loomi_flood_client(ports["loomi"], i, devices[i % len(devices)], [])
+                ws = await loomi_flood_client(ports["loomi"], i, devices[i % len(devices)], [], source=src)
             elif kind == 2:
                 ws = await open_ws(ports["lvmh"], f"/ws?token={LVMH_TOKEN}", source=src, scan=[b'"session_list"'])
                 assert await ws.wait(lambda w: w.counts[0] >= 1, 30)
             elif kind == 3:
                 ws = await open_ws(ports["lvmh"], "/agent/ws", source=src, headers=AUTH, scan=[b'"welcome"'])
                 ws.send(plugin_hello(f"storm-{i % 200}"))
-                assert await ws.wait(lambda w: w.counts[0] >= 1, 30)
+                # 40 session ids: a newer socket of the same session can say hello before this one's welcome
+                # went out, and then takes the session over (closed 4002, docs/security.md): served, too
+                welcomed = await ws.wait(lambda w: w.counts[0] >= 1, 30)
+                assert welcomed or ws.close_code == 4002, ws.close_code
             else:
                 r, w = await asyncio.open_connection("127.0.0.1", ports["loomi"], local_addr=(src, 0))
                 w.write(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
@@ -436,8 +445,10 @@ async def test_connect_disconnect_storm_returns_to_baseline(bridge_factory):
                 ws.transport.write(encode_frame(b"\x03\xe8", 8))  # a close frame, then gone
                 ws.transport.close()
             counter["ok"] += 1
-        except Exception:
+        except Exception as e:
             counter["failed"] += 1
+            key = f"{('pheby', 'loomi', 'lvmh-browser', 'lvmh-plugin', 'health')[kind]}: {e!r}"[:200]
+            why[key] = why.get(key, 0) + 1
 
     async def storm(total: int, per_second: int) -> float:
         tasks = []
@@ -455,6 +466,7 @@ async def test_connect_disconnect_storm_returns_to_baseline(bridge_factory):
     await srv.quiesce()
     rss0, fds0 = srv.rss(), srv.fds()
     counter.update(ok=0, failed=0)
+    why.clear()
     elapsed = await storm(rate * seconds, rate)
     peak = srv.rss()
     await srv.quiesce()
@@ -464,14 +476,15 @@ async def test_connect_disconnect_storm_returns_to_baseline(bridge_factory):
     SUMMARY.resource(f"storm {rate * seconds} connections in {elapsed:.1f} s (peak RSS {peak / 1e6:.0f} MB)",
                      rss0, rss1, fds0, fds1)
     SUMMARY.fault(f"connect/disconnect storm ({counter['ok']} ok, {counter['failed']} failed)")
-    assert counter["failed"] == 0, counter
+    assert counter["failed"] == 0, (counter, why)
     assert fds1 <= fds0, (fds0, fds1)
     assert rss1 - rss0 < 32 * 1024 * 1024, (rss0, rss1)
     # one more storm of the same size must not grow it again: nothing accumulates per connection
     counter.update(ok=0, failed=0)
+    why.clear()
     await storm(rate * 3, rate)
     await srv.quiesce()
     await _rss_back(srv, rss1, 8 * 1024 * 1024)
     rss2 = srv.rss()
     assert rss2 - rss1 < 8 * 1024 * 1024, (rss1, rss2)
-    assert counter["failed"] == 0
+    assert counter["failed"] == 0, (counter, why)
