@@ -130,6 +130,10 @@ class LoomiFrontEnd(FrontEnd):
         self._final_text: collections.OrderedDict[str, str] = collections.OrderedDict()
         self._stopped = False
 
+    def watching(self, conversation_id: str) -> bool:
+        """Whether a device would see ``conversation_id`` now (push: docs/push.md); a connected device sees every task."""
+        return any(d.conn is not None for d in self.registry.devices.values())
+
     # --- lifecycle ---------------------------------------------------------------
 
     async def prepare(self) -> None:
