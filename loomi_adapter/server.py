@@ -589,6 +589,8 @@ class LoomiFrontEnd(FrontEnd):
         d = await self.registry.revoke(device_id)
         if d is not None:
             log.info("loomi: device %s revoked", device_id)
+            if self.bridge.push is not None:  # its push subscriptions go with it (docs/push.md)
+                self.bridge.push.forget_owner(f"loomi:{device_id}")
             if d.conn is not None:
                 self._kick(d.conn, Revoked())
         return d

@@ -41,7 +41,7 @@ MIGRATIONS = [
         endpoint TEXT NOT NULL,
         p256dh TEXT NOT NULL,
         auth TEXT NOT NULL,
-        surface TEXT NOT NULL,
+        owner TEXT NOT NULL,
         created_at INTEGER NOT NULL
     );
     CREATE TABLE push_queue(
@@ -71,7 +71,7 @@ class Subscription:
     endpoint: str
     p256dh: str
     auth: str
-    surface: str
+    owner: str  # who registered it: "pheby", "lvmh", or "loomi:<device id>" (dropped with that device)
     created_at: int
 
 
@@ -115,7 +115,7 @@ class Deliveries:
     # --- lifecycle ------------------------------------------------------------------------------
 
     def load(self) -> None:
-        for row in self.store.query("SELECT id, endpoint, p256dh, auth, surface, created_at FROM push_subscriptions"):
+        for row in self.store.query("SELECT id, endpoint, p256dh, auth, owner, created_at FROM push_subscriptions"):
             sub = Subscription(*row)
             self.subscriptions[sub.id] = sub
             if self.cfg.web_push:
@@ -153,24 +153,24 @@ class Deliveries:
 
     # --- subscriptions ------------------------------------------------------------------------
 
-    def add_subscription(self, endpoint: str, p256dh: str, auth: str, surface: str) -> str:
+    def add_subscription(self, endpoint: str, p256dh: str, auth: str, owner: str) -> str:
         for sub in self.subscriptions.values():
-            if sub.endpoint == endpoint:  # the same endpoint again: its keys may have changed
-                if (sub.p256dh, sub.auth) != (p256dh, auth):
-                    sub.p256dh, sub.auth = p256dh, auth
-                    self.store.execute_later("UPDATE push_subscriptions SET p256dh=?, auth=? WHERE id=?",
-                                             (p256dh, auth, sub.id))  # fmt: skip
+            if sub.endpoint == endpoint:  # the same endpoint again: its keys (or its owner) may have changed
+                if (sub.p256dh, sub.auth, sub.owner) != (p256dh, auth, owner):
+                    sub.p256dh, sub.auth, sub.owner = p256dh, auth, owner
+                    self.store.execute_later("UPDATE push_subscriptions SET p256dh=?, auth=?, owner=? WHERE id=?",
+                                             (p256dh, auth, owner, sub.id))  # fmt: skip
                 return sub.id
-        sub = Subscription(id=f"ps_{new_id()}", endpoint=endpoint, p256dh=p256dh, auth=auth, surface=surface,
+        sub = Subscription(id=f"ps_{new_id()}", endpoint=endpoint, p256dh=p256dh, auth=auth, owner=owner,
                            created_at=int(time.time()))  # fmt: skip
         self.subscriptions[sub.id] = sub
         self.store.execute_later(
-            "INSERT INTO push_subscriptions(id, endpoint, p256dh, auth, surface, created_at) VALUES(?, ?, ?, ?, ?, ?)",
-            (sub.id, sub.endpoint, sub.p256dh, sub.auth, sub.surface, sub.created_at),
+            "INSERT INTO push_subscriptions(id, endpoint, p256dh, auth, owner, created_at) VALUES(?, ?, ?, ?, ?, ?)",
+            (sub.id, sub.endpoint, sub.p256dh, sub.auth, sub.owner, sub.created_at),
         )
         if self.cfg.web_push:
             self.targets[f"webpush:{sub.id}"] = Target(key=f"webpush:{sub.id}", kind="webpush", sub=sub)
-        log.info("push: subscription %s added from %s (endpoint %s)", sub.id, surface, fingerprint(endpoint))
+        log.info("push: subscription %s added by %s (endpoint %s)", sub.id, owner, fingerprint(endpoint))
         return sub.id
 
     def remove_subscription(self, subscription_id: str, why: str = "unregistered") -> bool:

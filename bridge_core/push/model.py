@@ -25,7 +25,7 @@ TITLES = {
     "notify": "Notification",
     "withdraw": "Answered",
 }
-MAX_BODY = 1000  # characters of agent text in a message (a Web Push payload is at most 4 KiB)
+MAX_BODY = 500  # characters of agent text in a message (a Web Push payload is at most 4 KiB, even in UTF-8)
 MAX_ENDPOINT = 2048
 MAX_SUBSCRIPTIONS = 200
 

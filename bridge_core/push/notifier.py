@@ -7,7 +7,7 @@ workers send them off the hot path. It answers the push commands (``RegisterPush
 decision token can do, resolve its approval with its choice through the core's normal
 command, with the origin ``push`` so every front end shows who decided.
 
-Decision tokens: 192 random bits (``secrets.token_urlsafe(24)``), one per decision and
+Decision tokens: 256 random bits (``secrets.token_urlsafe(32)``, as every generated secret), one per decision and
 choice, only their SHA-256 kept (memory and table ``push_tokens``); used once (both
 choices' tokens go), and gone when the decision resolves or its deadline passes.
 """
@@ -51,6 +51,13 @@ MAX_TOKEN = 128
 
 _FED = frozenset({ev.ApprovalRequested, ev.ApprovalResolved, ev.ClarifyRequested, ev.ClarifyResolved,
                   ev.RunStarted, ev.RunFinished, ev.Notification, ev.ConversationDeleted})  # fmt: skip
+
+
+def owner_of(origin: cmd.Origin) -> str:
+    """Who a subscription belongs to: a Loomi device (revoked with it), else the front end."""
+    if origin.surface == "loomi" and origin.connection:
+        return f"loomi:{origin.connection}"
+    return origin.surface
 
 
 def token_hash(token: str) -> str:
@@ -189,7 +196,7 @@ class Notifier:
     # --- decision tokens ---------------------------------------------------------------------------
 
     def _issue(self, d: Any, choice: str) -> str:
-        token = secrets.token_urlsafe(24)
+        token = secrets.token_urlsafe(32)
         expires = d.deadline_ts if d.deadline_ts is not None else time.time() + self.cfg.ttl_seconds
         h = token_hash(token)
         self.tokens[h] = Token(decision_id=d.decision_id, choice=choice, conversation_id=d.conversation_id,
@@ -237,9 +244,16 @@ class Notifier:
         subs = self.deliveries.subscriptions
         if len(subs) >= MAX_SUBSCRIPTIONS and all(s.endpoint != c.endpoint for s in subs.values()):
             raise TooLarge(f"At most {MAX_SUBSCRIPTIONS} push subscriptions")
-        sid = self.deliveries.add_subscription(c.endpoint, c.p256dh, c.auth, origin.surface)
+        sid = self.deliveries.add_subscription(c.endpoint, c.p256dh, c.auth, owner_of(origin))
         await self.bridge.store.synced()  # kept before it is confirmed
         return Registered(subscription_id=sid)
+
+    def forget_owner(self, owner: str) -> int:
+        """Drop every subscription ``owner`` registered (a revoked Loomi device's: ``loomi:<device id>``)."""
+        gone = [s.id for s in self.deliveries.subscriptions.values() if s.owner == owner]
+        for sid in gone:
+            self.deliveries.remove_subscription(sid, f"{owner} is gone")
+        return len(gone)
 
     async def _unregister(self, c: UnregisterPush, origin: cmd.Origin) -> Registered:
         if not self.deliveries.remove_subscription(c.subscription_id):

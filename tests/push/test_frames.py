@@ -3,7 +3,9 @@ never sends them sees nothing new."""
 
 from __future__ import annotations
 
-from tests.loomi.helpers import pair
+import aiohttp
+
+from tests.loomi.helpers import admin, base, pair
 from tests.pheby.client import PhebyClient
 from tests.waiting import until
 
@@ -17,7 +19,7 @@ async def test_pheby_push_register_and_unregister(push_bridge, push_service):
                                      "request_id": "p1"}, "push.registered")
         sid = reply["subscription_id"]
         assert reply == {"type": "push.registered", "subscription_id": sid, "request_id": "p1"}
-        assert svc.notifier.deliveries.subscriptions[sid].surface == "pheby"
+        assert svc.notifier.deliveries.subscriptions[sid].owner == "pheby"
         reply = await pheby.request({"type": "push.unregister", "subscription_id": sid, "request_id": "p2"},
                                     "push.unregistered")
         assert reply == {"type": "push.unregistered", "subscription_id": sid, "request_id": "p2"}
@@ -44,7 +46,7 @@ async def test_loomi_push_register_and_unregister(push_bridge, push_service):
         ack = await loomi.request("push.register", {"endpoint": sub.endpoint, "keys": sub.keys, "request_id": "u1"})
         sid = ack["payload"]["result"]["subscription_id"]
         assert ack["payload"] == {"request_id": "u1", "ok": True, "result": {"subscription_id": sid}}
-        assert svc.notifier.deliveries.subscriptions[sid].surface == "loomi"
+        assert svc.notifier.deliveries.subscriptions[sid].owner.startswith("loomi:")
         ack = await loomi.request("push.unregister", {"subscription_id": sid, "request_id": "u2"})
         assert ack["payload"]["ok"] is True
         err = await loomi.request("push.register", {"endpoint": sub.endpoint, "keys": {"auth": "x"},
@@ -71,5 +73,23 @@ async def test_a_subscription_made_on_loomi_gets_pushes(push_bridge, rest_factor
         msgs = await until(lambda: push_service.messages("distributor"), what="the clarify push")
         assert (msgs[0]["kind"], msgs[0]["conversation_id"]) == ("clarify", task)
         assert msgs[0]["body"].endswith(": Ship it?") and "actions" not in msgs[0]
+    finally:
+        await loomi.close()
+
+
+async def test_a_revoked_device_takes_its_push_subscriptions_with_it(push_bridge, push_service):
+    svc = await push_bridge()
+    loomi, hello = await pair(svc)
+    try:
+        sub = push_service.subscribe("revoked-phone")
+        ack = await loomi.request("push.register", {"endpoint": sub.endpoint, "keys": sub.keys, "request_id": "u1"})
+        sid = ack["payload"]["result"]["subscription_id"]
+        async with aiohttp.ClientSession() as http:
+            async with http.post(base(svc) + "/internal/devices/revoke", json={"device_id": hello["device_id"]},
+                                 headers=admin(svc)) as r:
+                assert r.status == 200
+        assert sid not in svc.notifier.deliveries.subscriptions
+        await until(lambda: svc.bridge.store.query("SELECT count(*) FROM push_subscriptions") == [(0,)],
+                    what="the subscription deleted")
     finally:
         await loomi.close()

@@ -83,7 +83,7 @@ def test_the_message_shape():
     assert m == {"v": 1, "kind": "approval", "conversation_id": "c1", "title": "Approval needed", "body": "Box: rm -rf x",
                  "url": "https://h/#/s/c1", "decision_id": "a1",
                  "actions": [{"action": "once", "title": "Approve once", "url": "u"}]}  # fmt: skip
-    assert len(message("notify", "c", "n", "x" * 5000, "")["body"]) <= 1010
+    assert len(message("notify", "c", "n", "x" * 5000, "")["body"]) <= 510
     assert conversation_url("https://h/", "a b") == "https://h/#/s/a%20b" and conversation_url(None, "c") == ""
     assert topic("c1") == topic("c1") != topic("c2") and len(topic("c1")) <= 32
 
