@@ -98,6 +98,7 @@ class PushRoutes:
     async def decide(self, request: web.Request) -> web.Response:
         notifier = self._notifier()
         if await notifier.decide(request.match_info["token"]):
+            self.fe.limiter.passed(request)  # a valid credential: no longer an unauthenticated connection
             return json_response({"ok": True})
         await self.fe.limiter.wrong(client_address(request))  # guessing is slowed like any wrong credential
         return error_response(GONE, 410, "gone")

@@ -33,8 +33,8 @@ from .auth import Authenticator, Principal, WorkerCredentials, check_origin, pri
 from .errors import error_frame, error_response
 from .inflight import InFlight
 from .persistence import EventLog
-from .push import PUSH_DECIDE, push_routes
 from .plugin_source import SOURCE_NAME, PluginSource
+from .push import PUSH_DECIDE, push_routes
 from .registry import Claim, SessionRecord, SessionRegistry
 from .render import OpenRun, Renderer
 from .session import Event, Hello, PluginSession, Reject

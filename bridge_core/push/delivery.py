@@ -82,7 +82,6 @@ class Item:
     msg: dict
     name: str  # the conversation's name (ntfy's body when not full text)
     created_at: float
-    attempts: int = 0
 
     def row(self, target: str) -> tuple:
         return (self.id, target, self.topic, json.dumps({"msg": self.msg, "name": self.name}), int(self.created_at))
@@ -95,6 +94,7 @@ class Target:
     sub: Optional[Subscription] = None
     queue: "collections.OrderedDict[str, Item]" = attrs.field(factory=collections.OrderedDict)
     worker: Optional[asyncio.Task] = None
+    failures: int = 0  # failed attempts in a row: the backoff is the endpoint's, whatever message is at the head
 
 
 class Deliveries:
@@ -236,6 +236,8 @@ class Deliveries:
                 continue
             await self.store.synced()  # on disk before it leaves: a crash mid-send sends it again, never loses it
             result, wait = await self._send(t, item)
+            if result != "retry":
+                t.failures = 0
             if result == "ok":
                 self.stats["delivered"] += 1
                 self._done(t, item, None)
@@ -248,9 +250,9 @@ class Deliveries:
             elif result == "drop":
                 self._done(t, item, "refused")
             else:
-                item.attempts += 1
+                t.failures += 1
                 self.stats["retries"] += 1
-                delay = wait if wait is not None else channels.backoff(item.attempts, cfg.retry_seconds,
+                delay = wait if wait is not None else channels.backoff(t.failures, cfg.retry_seconds,
                                                                        cfg.retry_max_seconds)  # fmt: skip
                 # a retry waits for its backoff (a newer message for the queue does not hurry it)
                 await asyncio.sleep(min(delay, cfg.retry_max_seconds))
