@@ -163,7 +163,7 @@ class Notifier:
                 self._send(message("withdraw", d.conversation_id, self._name(d.conversation_id), "",
                                    self._url(d.conversation_id), decision_id=d.decision_id))  # fmt: skip
             elif t is PushRun:
-                detail = a.error if a.status == "failed" and a.error else a.text
+                detail = a.error if a.status == "failed" and a.error else (a.text or self._last_reply(a.conversation_id))
                 self._send(message("run_finished", a.conversation_id, self._name(a.conversation_id), detail,
                                    self._url(a.conversation_id), title=run_title(a.status)))  # fmt: skip
             elif t is PushNotice:
@@ -189,6 +189,13 @@ class Notifier:
     def _name(self, conversation_id: str) -> str:
         conv = self.bridge.conversations.get(conversation_id)
         return conv.name if conv is not None else ""
+
+    def _last_reply(self, conversation_id: str) -> str:
+        conv = self.bridge.conversations.get(conversation_id)
+        for m in reversed(conv.messages if conv is not None else []):
+            if m.role == "assistant":
+                return m.text
+        return ""
 
     def _url(self, conversation_id: str) -> str:
         return conversation_url(self.base_url(), conversation_id)

@@ -59,13 +59,15 @@ async def test_webhook_is_signed_and_a_decision_answered_elsewhere_is_withdrawn(
         await pheby.send({"type": "chat.send", "conversation_id": cid, "text": "/approve open garage"})
         request = await pheby.recv_type("approval.request")
         first = (await until(lambda: webhook.received, what="the webhook's approval"))[0]
-        assert (first["kind"], first["decision_id"], first["body"]) == ("approval", request["approval_id"], "Home: open garage")
+        assert (first["kind"], first["decision_id"]) == ("approval", request["approval_id"])
+        assert first["body"] == "Home: open garage"
         assert [a["action"] for a in first["actions"]] == ["once", "deny"]
         # answered on Pheby: the pushed decision is withdrawn, and its tokens are void
         await pheby.send({"type": "approval.respond", "approval_id": request["approval_id"], "choice": "deny"})
         await pheby.recv_type("approval.resolved")
         withdraw = (await until(lambda: webhook.received[1:], what="the withdraw"))[0]
-        assert (withdraw["kind"], withdraw["decision_id"], withdraw["conversation_id"]) == ("withdraw", request["approval_id"], cid)
+        assert (withdraw["kind"], withdraw["decision_id"]) == ("withdraw", request["approval_id"])
+        assert withdraw["conversation_id"] == cid
         assert (await decide(first["actions"][0]["url"]))[0] == 410
         assert webhook.refused == [] and len(webhook.received) == 2  # one push per decision, one withdraw
     finally:

@@ -25,7 +25,8 @@ async def test_pheby_push_register_and_unregister(push_bridge, push_service):
         assert reply == {"type": "push.unregistered", "subscription_id": sid, "request_id": "p2"}
         assert svc.notifier.deliveries.subscriptions == {}
         # bad input: the spec's error codes, and the socket goes on
-        err = await pheby.request({"type": "push.unregister", "subscription_id": sid, "request_id": "p3"}, "push.unregistered")
+        err = await pheby.request({"type": "push.unregister", "subscription_id": sid, "request_id": "p3"},
+                                  "push.unregistered")
         assert (err["type"], err["error"]["code"], err["request_id"]) == ("error", "not_found", "p3")
         err = await pheby.request({"type": "push.register", "endpoint": sub.endpoint, "keys": {"p256dh": "x"},
                                    "request_id": "p4"}, "push.registered")

@@ -31,7 +31,7 @@ async def test_a_503_is_retried_with_backoff_until_it_goes_through(push_bridge, 
     await until(lambda: len(push_service.attempts) >= 2, what="two refused attempts")
     push_service.status["flaky"] = 201
     msgs = await until(lambda: push_service.messages("flaky"), what="the retried push")
-    assert msgs[0]["conversation_id"] == cid
+    assert (msgs[0]["conversation_id"], msgs[0]["title"], msgs[0]["body"]) == (cid, "Run finished", "Flaky: Echo: hello")
     assert svc.notifier.deliveries.stats["retries"] >= 2
     await until(lambda: svc.bridge.store.query("SELECT count(*) FROM push_queue") == [(0,)], what="the queue emptied")
 
