@@ -6,11 +6,22 @@ from __future__ import annotations
 import os
 import stat
 
+from lvmh_adapter.web import CSP
 from tests.lvmh.helpers import Browser
 from tests.loomi.helpers import pair
 from tests.pheby.client import PhebyClient
 from tests.push.conftest import decide
 from tests.waiting import until
+
+
+# the server -> client types of the Pheby spec's constants, and the bridge's documented extras
+PHEBY_SERVER_TYPES = {
+    "ready", "pong", "error", "conversation.snapshot", "conversation.created", "conversation.renamed",
+    "conversation.updated", "conversation.deleted", "conversation.history", "run.accepted", "run.finished",
+    "message.start", "message.delta", "message.complete", "tool.event", "approval.request", "approval.resolved",
+    "clarify.request", "clarify.resolved", "attachment.added", "models.snapshot", "model.current", "model.changed",
+    "reasoning.snapshot", "reasoning.changed", "yolo.snapshot", "yolo.changed",
+}  # fmt: skip
 
 
 async def _push(service, name, kind, after=0):
@@ -83,6 +94,8 @@ async def test_an_approval_answered_from_the_notification_resolves_everywhere(pu
         withdraw = await _push(push_service, "phone", "withdraw")
         assert (withdraw["decision_id"], withdraw["conversation_id"]) == (request["approval_id"], cid)
         assert "actions" not in withdraw
+        # a client that never registers sees only the spec's frames, push or not
+        assert {f["type"] for f in pheby.frames} <= PHEBY_SERVER_TYPES
     finally:
         await pheby.close()
         await loomi.close()
@@ -181,3 +194,14 @@ async def test_bad_subscriptions_are_refused_and_the_server_keeps_serving(push_b
     assert await rest.subscribe(sub) == first  # the same endpoint again is the same subscription
     status, _ = await rest.call("GET", "/api/push/vapid")
     assert status == 200
+
+
+async def test_the_service_worker_is_served_for_the_whole_page_with_its_csp(push_bridge, rest_factory):
+    svc = await push_bridge(adapters=("lvmh",))
+    rest = rest_factory(svc)
+    async with rest.http.get(rest.base + "/sw.js", headers={"Authorization": ""}) as r:
+        assert r.status == 200
+        assert r.headers["Service-Worker-Allowed"] == "/"
+        assert r.headers["Content-Security-Policy"] == CSP
+        assert r.headers["Content-Type"].startswith("text/javascript")
+        assert "notificationclick" in await r.text()
