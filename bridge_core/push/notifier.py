@@ -226,10 +226,17 @@ class Notifier:
         unknown, used, expired, or its decision was resolved meanwhile."""
         if not isinstance(token, str) or not 0 < len(token) <= MAX_TOKEN:
             return False
-        tok = self.tokens.get(token_hash(token))
-        if tok is None:
-            return False
+        h = token_hash(token)
+        tok = self.tokens.get(h)
+        if tok is None:  # issued by another node on the same store: it is in the table
+            row = self.bridge.store.query_one(
+                "SELECT decision_id, choice, conversation_id, expires_at FROM push_tokens WHERE token_hash=?", (h,)
+            )
+            if row is None:
+                return False
+            tok = Token(decision_id=row[0], choice=row[1], conversation_id=row[2], expires_at=float(row[3]))
         self._drop_tokens(tok.decision_id)  # once, synchronously: a second use finds nothing
+        self.bridge.store.execute_later("DELETE FROM push_tokens WHERE decision_id=?", (tok.decision_id,))
         if tok.expires_at <= time.time():
             return False
         try:

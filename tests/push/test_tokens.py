@@ -67,3 +67,23 @@ async def test_unknown_and_malformed_tokens_are_410(push_bridge, rest_factory):
     # the token is the only credential there: the bearer routes still want theirs
     status, _ = await decide(f"{base}/api/push/vapid")
     assert status in (401, 405)
+
+
+async def test_a_token_is_found_in_the_store_by_a_node_that_did_not_issue_it(push_bridge, rest_factory, webhook):
+    svc = await push_bridge(grace_seconds=0, webhook_url=webhook.url, webhook_secret=WEBHOOK_SECRET)
+    rest = rest_factory(svc)
+    cid = await rest.conversation("Shared store")
+    pheby = await PhebyClient.connect(svc.ports["pheby"])
+    try:
+        request = await _approval(pheby, cid, "deploy")
+        msg = (await until(lambda: webhook.received, what="the approval pushed"))[0]
+        await svc.bridge.store.aflush()
+        svc.notifier.tokens.clear()  # as on a node that only shares the store
+        assert await decide(msg["actions"][0]["url"]) == (200, {"ok": True})
+        resolved = await pheby.recv_type("approval.resolved")
+        assert (resolved["approval_id"], resolved["surface"]) == (request["approval_id"], "push")
+        await svc.bridge.store.aflush()
+        assert svc.bridge.store.query("SELECT count(*) FROM push_tokens") == [(0,)]
+        assert (await decide(msg["actions"][1]["url"]))[0] == 410
+    finally:
+        await pheby.close()
