@@ -94,6 +94,7 @@ class Target:
     sub: Optional[Subscription] = None
     queue: "collections.OrderedDict[str, Item]" = attrs.field(factory=collections.OrderedDict)
     worker: Optional[asyncio.Task] = None
+    sending: Optional[Item] = None  # the item on the wire now
     failures: int = 0  # failed attempts in a row: the backoff is the endpoint's, whatever message is at the head
 
 
@@ -194,10 +195,15 @@ class Deliveries:
         """Queue ``msg`` for every endpoint that takes its kind; returns how many."""
         n = 0
         for t in list(self.targets.values()):
-            if msg["kind"] == "withdraw" and t.kind == "ntfy":
-                continue  # ntfy cannot take a notification back: a withdraw would only buzz again
-            item = Item(id=new_id(), topic=topic_of(msg["conversation_id"]), msg=msg, name=conversation_name,
-                        created_at=time.time())  # fmt: skip
+            topic = topic_of(msg["conversation_id"])
+            if msg["kind"] == "withdraw":
+                if t.kind == "ntfy":
+                    continue  # ntfy cannot take a notification back: a withdraw would only buzz again
+                queued = t.queue.get(topic)
+                if queued is not None and queued is not t.sending and queued.msg.get("decision_id") == msg.get("decision_id"):
+                    self._done(t, queued, None)  # its push never left: nothing to take back
+                    continue
+            item = Item(id=new_id(), topic=topic, msg=msg, name=conversation_name, created_at=time.time())
             self._put(t, item)
             self._kick(t)
             n += 1
@@ -235,7 +241,11 @@ class Deliveries:
                 self._done(t, item, "expired")
                 continue
             await self.store.synced()  # on disk before it leaves: a crash mid-send sends it again, never loses it
-            result, wait = await self._send(t, item)
+            t.sending = item
+            try:
+                result, wait = await self._send(t, item)
+            finally:
+                t.sending = None
             if result != "retry":
                 t.failures = 0
             if result == "ok":

@@ -8,6 +8,7 @@ import socket
 import aiohttp
 
 from tests.hardening.proc import LVMH_TOKEN, BridgeProcess, count_rows
+from tests.pheby.client import PhebyClient
 from tests.waiting import until
 
 
@@ -82,3 +83,25 @@ async def test_nothing_queued_is_lost_across_a_restart(tmp_path, push_service):
         await until(lambda: count_rows(proc.db_path(), "SELECT count(*) FROM push_queue") == 0, what="the queue emptied")
     finally:
         proc.stop()
+
+
+async def test_a_decision_answered_before_its_push_left_is_neither_pushed_nor_withdrawn(push_bridge, rest_factory,
+                                                                                        push_service):
+    svc = await push_bridge(grace_seconds=0, retry_seconds=60)
+    rest = rest_factory(svc)
+    await rest.subscribe(push_service.subscribe("busy"))
+    push_service.status["busy"] = 503  # the push service is busy: the approval waits in the queue
+    cid = await rest.conversation("Busy")
+    pheby = await PhebyClient.connect(svc.ports["pheby"])
+    try:
+        await pheby.send({"type": "chat.send", "conversation_id": cid, "text": "/approve ls"})
+        request = await pheby.recv_type("approval.request")
+        await until(lambda: svc.notifier.deliveries.stats["retries"], what="the first attempt refused, a retry waiting")
+        assert svc.notifier.deliveries.queued() == 1
+        await pheby.send({"type": "approval.respond", "approval_id": request["approval_id"], "choice": "once"})
+        await pheby.recv_type("approval.resolved")
+        assert svc.notifier.deliveries.queued() == 0  # the undelivered approval went, and no withdraw took its place
+        await svc.bridge.store.aflush()
+        assert svc.bridge.store.query("SELECT count(*) FROM push_queue") == [(0,)]
+    finally:
+        await pheby.close()
