@@ -245,7 +245,7 @@ class Notifier:
                 PUSH_ORIGIN,
             )
         except BridgeError as exc:
-            log.info("push: a decision token's approval was not resolved (%s)", exc.code)
+            log.info("push: a notification's answer did not resolve its approval (%s)", exc.code)
             return False
         return True
 
