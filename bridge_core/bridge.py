@@ -102,6 +102,10 @@ class Bridge:
         self._draft_saved: dict[str, float] = {}  # run_id -> when its draft was last saved
         self.interrupted_runs: list[tuple[str, str]] = []
         self.started = False
+        # commands a core extension answers (bridge_core/push: push.register and friends), by type;
+        # and the push notifier itself, when the composition root wired one (docs/push.md)
+        self.extensions: dict[type, Callable[[Any, cmd.Origin], Any]] = {}
+        self.push: Any = None
         self.add_source(source)
 
     # --- lifecycle -----------------------------------------------------------
@@ -474,6 +478,9 @@ class Bridge:
     async def execute(self, command: Any, origin: cmd.Origin) -> Any:
         handler = _HANDLERS.get(type(command))
         if handler is None:
+            extension = self.extensions.get(type(command))
+            if extension is not None:
+                return await extension(command, origin)
             raise BadRequest(f"Unsupported command {type(command).__name__}")
         return await handler(self, command, origin)
 

@@ -28,6 +28,67 @@ class ConfigError(BridgeError):
     fatal = True
 
 
+# --- [push] (docs/push.md) -------------------------------------------------------
+
+
+@attrs.frozen
+class PushConfig:
+    """``[push]``: when a waiting decision or a finished run reaches a closed client, and through what."""
+
+    grace_seconds: float = 5.0  # a waiting approval/clarification is pushed when unanswered this long
+    run_seconds: float = 30.0  # a finished run is pushed when it ran longer and no client saw it end
+    web_push: bool = True  # Web Push (browsers, UnifiedPush distributors) on or off
+    ntfy_url: str = ""
+    ntfy_token: str = attrs.field(default="", repr=False)
+    ntfy_full_text: bool = False  # false: only the title and the conversation name reach the ntfy server
+    ntfy_actions: bool = True  # approvals carry "Approve once"/"Deny" on ntfy too (docs/push.md: who reads them)
+    webhook_url: str = ""
+    webhook_secret: str = attrs.field(default="", repr=False)
+    queue_size: int = 64  # notifications kept per endpoint while it cannot be reached (oldest dropped)
+    retry_seconds: float = 1.0  # the first retry's delay; doubled each time, at most retry_max_seconds
+    retry_max_seconds: float = 300.0
+    ttl_seconds: float = 86400.0  # a notification not delivered by then is dropped
+    vapid_subject: str = "mailto:agent-bridge@localhost"
+
+
+PUSH_MIN_SECRET = 16
+
+
+def parse_push(raw: Any) -> PushConfig:
+    """The ``[push]`` table (missing: the defaults); ConfigError naming the key on a bad value."""
+    if raw is None:
+        return PushConfig()
+    if not isinstance(raw, dict):
+        raise ConfigError("[push] must be a table")
+    fields = attrs.fields_dict(PushConfig)
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        field = fields.get(key)
+        if field is None:
+            raise ConfigError(f"unknown key push.{key}; known: {', '.join(fields)}")
+        default = field.default
+        if isinstance(default, bool):
+            if not isinstance(value, bool):
+                raise ConfigError(f"push.{key} must be true or false")
+        elif isinstance(default, (int, float)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ConfigError(f"push.{key} must be a non-negative number")
+            value = type(default)(value)
+        elif not isinstance(value, str):
+            raise ConfigError(f"push.{key} must be a string")
+        values[key] = value
+    cfg = PushConfig(**values)
+    for key in ("ntfy_url", "webhook_url"):
+        url = getattr(cfg, key)
+        if url and not url.startswith(("https://", "http://")):
+            raise ConfigError(f"push.{key} must be an http:// or https:// URL")
+    if cfg.webhook_url and len(cfg.webhook_secret) < PUSH_MIN_SECRET:
+        raise ConfigError(f"push.webhook_url needs push.webhook_secret of at least {PUSH_MIN_SECRET} characters")
+    if cfg.queue_size < 1:
+        raise ConfigError("push.queue_size must be at least 1")
+    return cfg
+
+
 @attrs.define
 class Config:
     data_dir: str
@@ -50,6 +111,7 @@ class Config:
     wrong_auth_rate: float = DEFAULT_WRONG_RATE  # [security] wrong_attempts_per_second
     unauth_per_address: int = DEFAULT_UNAUTH_PER_ADDRESS  # [security] unauthenticated_per_address
     admin_key: str = attrs.field(default="", repr=False)  # this run's, set by Service.start
+    push: PushConfig = attrs.field(factory=PushConfig)  # [push]
     extra: dict = attrs.field(factory=dict)  # the raw TOML, for adapters' own sections
     secret_paths: dict = attrs.field(factory=dict)  # which secrets were generated, and where
 
@@ -191,6 +253,7 @@ def build_config(args: dict, environ: Optional[dict] = None, *, with_secrets: bo
         log_level=str(pick("log_level", "log_level", default="INFO")),
         wrong_auth_rate=wrong_rate,
         unauth_per_address=int(unauth_cap),
+        push=parse_push(toml.get("push")),
         extra=toml,
     )
     if bool(cfg.tls_cert) != bool(cfg.tls_key):

@@ -18,6 +18,7 @@ from bridge_core.agents.base import AgentSource
 from bridge_core.bridge import Bridge
 from bridge_core.config import Config, ConfigError, is_loopback
 from bridge_core.frontend import FrontEnd, PortInUse, make_ssl_context
+from bridge_core.push import Notifier
 from bridge_core.security import raise_nofile_limit, remove_admin_key, write_admin_key
 
 log = logging.getLogger("agent_bridge")
@@ -82,6 +83,7 @@ class Service:
         self.bridge = Bridge(cfg.data_dir, source, retention_days=cfg.retention_days)
         self.frontends: dict[str, FrontEnd] = {}
         self.ports: dict[str, int] = {}
+        self.notifier: Notifier = None  # type: ignore[assignment]  # made in start, once the store is open
 
     async def start(self) -> dict[str, int]:
         cfg = self.cfg
@@ -103,11 +105,20 @@ class Service:
             cfg.admin_key = write_admin_key(cfg.data_dir)
         except OSError as exc:
             raise ConfigError(f"cannot write the admin key in {cfg.run_dir}: {exc.strerror or exc}")
+        # push (docs/push.md): before the front ends, which mount its routes and frames; it asks each
+        # front end whether a client watches a conversation
+        self.notifier = Notifier(self.bridge, cfg.push, cfg.data_dir)
+        if self.notifier.vapid_created:
+            cfg.secret_paths["vapid_private_key"] = self.notifier.vapid_created
+        await self.notifier.prepare()
         for name, cls in classes.items():
             fe = cls(self.bridge, cfg)
             await fe.prepare()
             self.frontends[name] = fe
+            if hasattr(fe, "watching"):
+                self.notifier.watchers.append(fe.watching)
         await self.bridge.start()
+        await self.notifier.start()
         try:
             for name, fe in self.frontends.items():
                 self.ports[name] = await fe.start(cfg.host, cfg.ports[name], ssl_ctx)
@@ -128,6 +139,8 @@ class Service:
                 await fe.stop()
             except Exception:
                 log.exception("stopping %s failed", fe.name)
+        if self.notifier is not None:
+            await self.notifier.stop()
         await self.bridge.stop()
         try:
             os.unlink(os.path.join(self.cfg.run_dir, "ports.json"))

@@ -20,6 +20,7 @@ from bridge_core import commands as cmd
 from bridge_core import events as ev
 from bridge_core.attachments import attachment_fields
 from bridge_core.errors import BadRequest, InvalidJson, UnknownType, VersionMismatch
+from bridge_core.push import RegisterPush, UnregisterPush
 from bridge_core.redact import fingerprint
 from bridge_core.wire import strict_converter
 
@@ -387,8 +388,29 @@ class TaskList:
     status_filter: Optional[tuple[str, ...]] = None
 
 
+# extensions (docs/push.md, README "Extension frames"): a Web Push / UnifiedPush endpoint for when
+# the app is closed; an app that never sends them sees nothing new
+@_frozen
+class PushKeys:
+    p256dh: str
+    auth: str
+
+
+@_frozen
+class PushRegister:
+    endpoint: str
+    keys: PushKeys
+    request_id: Optional[str] = None
+
+
+@_frozen
+class PushUnregister:
+    subscription_id: str
+    request_id: Optional[str] = None
+
+
 Request = Union[Hello, Ping, Pong, SessionSend, RunCancel, RunPause, RunResume, ApprovalResolve,
-                ClarifyResolve, TaskList]
+                ClarifyResolve, TaskList, PushRegister, PushUnregister]
 
 REQUEST_TYPES: dict[str, type] = {
     "hello": Hello,
@@ -401,6 +423,8 @@ REQUEST_TYPES: dict[str, type] = {
     "approval.resolve": ApprovalResolve,
     "clarify.resolve": ClarifyResolve,
     "task.list": TaskList,
+    "push.register": PushRegister,
+    "push.unregister": PushUnregister,
 }
 TYPE_OF: dict[type, str] = {v: k for k, v in REQUEST_TYPES.items()}
 TASK_STATUSES = ("idle", "running", "waiting")
@@ -497,6 +521,10 @@ def to_command(req: Any) -> Any:
     if t is TaskList:
         status = ",".join(req.status_filter) if req.status_filter else None
         return cmd.ListTasks(limit=max(0, min(req.limit, 500)), status_filter=status, request_id=rid)
+    if t is PushRegister:
+        return RegisterPush(endpoint=req.endpoint, p256dh=req.keys.p256dh, auth=req.keys.auth, request_id=rid)
+    if t is PushUnregister:
+        return UnregisterPush(subscription_id=req.subscription_id, request_id=rid)
     raise UnknownType(f"Unsupported request {TYPE_OF.get(t, t.__name__)}")
 
 
@@ -511,6 +539,8 @@ def result_of(req: Any, result: Any) -> Any:
         return {"approval_id": result.approval_id, "choice": result.choice, "decided_by": result.decided_by}
     if t is ClarifyResolve:
         return {"clarify_id": result.clarify_id, "response": result.response}
+    if t is PushRegister or t is PushUnregister:
+        return {"subscription_id": result.subscription_id}
     return None
 
 

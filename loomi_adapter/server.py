@@ -130,6 +130,10 @@ class LoomiFrontEnd(FrontEnd):
         self._final_text: collections.OrderedDict[str, str] = collections.OrderedDict()
         self._stopped = False
 
+    def watching(self, conversation_id: str) -> bool:
+        """Whether a device would see ``conversation_id`` now (push: docs/push.md); a connected device sees every task."""
+        return any(d.conn is not None for d in self.registry.devices.values())
+
     # --- lifecycle ---------------------------------------------------------------
 
     async def prepare(self) -> None:
@@ -585,6 +589,8 @@ class LoomiFrontEnd(FrontEnd):
         d = await self.registry.revoke(device_id)
         if d is not None:
             log.info("loomi: device %s revoked", device_id)
+            if self.bridge.push is not None:  # its push subscriptions go with it (docs/push.md)
+                self.bridge.push.forget_owner(f"loomi:{device_id}")
             if d.conn is not None:
                 self._kick(d.conn, Revoked())
         return d

@@ -34,6 +34,7 @@ from .errors import error_frame, error_response
 from .inflight import InFlight
 from .persistence import EventLog
 from .plugin_source import SOURCE_NAME, PluginSource
+from .push import PUSH_DECIDE, push_routes
 from .registry import Claim, SessionRecord, SessionRegistry
 from .render import OpenRun, Renderer
 from .session import Event, Hello, PluginSession, Reject
@@ -96,6 +97,10 @@ class LvmhFrontEnd(FrontEnd):
         self._models: dict[str, tuple] = {}
         sec = config.section("lvmh") if hasattr(config, "section") else {}
         self.plugin_return = float(sec.get("plugin_return_seconds") or PLUGIN_RETURN)
+
+    def watching(self, conversation_id: str) -> bool:
+        """Whether a browser has ``conversation_id`` open now (push: docs/push.md)."""
+        return self.stream.subscribed(conversation_id)
 
     # --- lifecycle ---------------------------------------------------------------------------------
 
@@ -163,6 +168,7 @@ class LvmhFrontEnd(FrontEnd):
         app.add_routes(rest.routes())
         app.add_routes(Conversations(self).routes())  # the bridge's own conversations (new, rename, delete, search)
         app.add_routes([web.get("/agent/ws", self._agent_ws), web.get("/ws", self._browser_ws)])
+        app.add_routes(push_routes(self))  # /api/push/* and the service worker (lvmh_adapter/push.py)
         for ext in (self.spawn, self.gitlab):
             if ext is not None:
                 app.add_routes(ext.routes())
@@ -183,6 +189,9 @@ class LvmhFrontEnd(FrontEnd):
         path = request.path
         if path == "/ws":
             presented = bearer_token(request) or request.query.get("token")
+        elif path.startswith(PUSH_DECIDE):  # the decision token in the path is the credential (push.py)
+            refused = check_origin(request, self.public_url)
+            return error_response(refused, 403, "forbidden_origin") if refused else await handler(request)
         elif path.startswith("/api/") or path == "/api" or path == "/agent/ws":
             presented = bearer_token(request)
         else:

@@ -17,6 +17,7 @@ from bridge_core import events as ev
 from bridge_core.agents.base import ModelCurrent, ModelsSnapshot, ReasoningSnapshot
 from bridge_core.bridge import Snapshot
 from bridge_core.errors import BadRequest, BridgeError, InvalidJson, TooLarge, UnknownType
+from bridge_core.push import Registered, RegisterPush, UnregisterPush
 from bridge_core.state import ConversationState
 from bridge_core.attachments import attachment_fields
 from bridge_core.wire import iso, strict_converter, structure
@@ -35,6 +36,8 @@ CLIENT_TYPES = (
     "clarify.respond", "models.list", "model.set", "models.current", "reasoning.set",
     "reasoning.current", "yolo.set", "yolo.current",
 )  # fmt: skip
+# the bridge's extension frames (README, "Extension frames"): an app that never sends them sees nothing new
+EXTENSION_TYPES = ("push.register", "push.unregister")
 
 _conv = strict_converter()
 
@@ -142,6 +145,25 @@ class _YoloSet:
     request_id: Optional[str] = None
 
 
+@attrs.frozen
+class _PushKeys:
+    p256dh: str
+    auth: str
+
+
+@attrs.frozen
+class _PushRegister:
+    endpoint: str
+    keys: _PushKeys
+    request_id: Optional[str] = None
+
+
+@attrs.frozen
+class _PushUnregister:
+    subscription_id: str
+    request_id: Optional[str] = None
+
+
 def _open(w: _Open) -> cmd.OpenConversation:
     if w.limit < 0:
         raise BadRequest("limit must not be negative")
@@ -215,6 +237,15 @@ _DECODERS: dict[str, tuple[type, Callable[[Any], Any]]] = {
     "yolo.set": (
         _YoloSet,
         lambda w: cmd.SetYolo(enabled=w.enabled, conversation_id=w.conversation_id, request_id=w.request_id),
+    ),
+    # extensions (docs/push.md): a Web Push / UnifiedPush endpoint for when the app is closed
+    "push.register": (
+        _PushRegister,
+        lambda w: RegisterPush(endpoint=w.endpoint, p256dh=w.keys.p256dh, auth=w.keys.auth, request_id=w.request_id),
+    ),
+    "push.unregister": (
+        _PushUnregister,
+        lambda w: UnregisterPush(subscription_id=w.subscription_id, request_id=w.request_id),
     ),
 }
 
@@ -543,6 +574,10 @@ def reply(command: Any, result: Any, ts: float) -> Optional[dict]:
         )  # fmt: skip
     if t is cmd.SetYolo:
         return yolo_changed_frame(result.enabled, result.scope, result.conversation_id, rid)
+    if t is RegisterPush or t is UnregisterPush:
+        assert isinstance(result, Registered)
+        kind = "push.registered" if t is RegisterPush else "push.unregistered"
+        return _with_rid({"type": kind, "subscription_id": result.subscription_id}, rid)
     return None  # chat.send, run.cancel, approval.respond, clarify.respond: the broadcast answers
 
 

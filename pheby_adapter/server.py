@@ -103,6 +103,10 @@ class PhebyFrontEnd(FrontEnd):
         app.router.add_get("/attachments/{attachment_id}/{tail:.*}", self.handle_attachment)
         return app
 
+    def watching(self, conversation_id: str) -> bool:
+        """Whether a client would see ``conversation_id`` now (push: docs/push.md); every Pheby client sees all."""
+        return bool(self.conns)
+
     # --- fan-out ----------------------------------------------------------------
 
     def on_event(self, seq: int, event: Any) -> None:

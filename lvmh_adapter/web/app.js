@@ -10,7 +10,8 @@ import { renderItem, renderPanel, timeEl } from "./view.js";
 import { SpawnDialog } from "./spawn.js";
 import { ConversationDialogs, isBridgeConversation } from "./conversations.js";
 import { sessionMatches, sessionTitle, shortPath } from "./labels.js";
-import { askNotifications, notifyPending, renderNotifyButton } from "./notify.js";
+import { notifyPending, renderNotifyButton } from "./notify.js";
+import { notifyMe } from "./push.js";
 import { THEME_KEY, TOKEN_KEY, applyTheme, cycleTheme, readStorage, writeStorage } from "./prefs.js";
 import { toast } from "./toast.js";
 
@@ -762,7 +763,7 @@ function init() {
   tokenFromFragment();
   applyTheme(readStorage(THEME_KEY) || "auto", $("theme-btn"));
   $("new-conv-btn").addEventListener("click", () => dialogs.openNew());
-  $("notify-btn").addEventListener("click", () => askNotifications($("notify-btn"), toast));
+  $("notify-btn").addEventListener("click", () => notifyMe(api, $("notify-btn"), toast));
   $("session-search").addEventListener("input", (e) => {
     app.filter = e.target.value;
     renderList();
