@@ -20,7 +20,7 @@ import http.client
 import ssl
 from typing import Any, Optional
 
-from bridge_core.config import build_config
+from bridge_core.config import build_config, undialable_reason
 from bridge_core.redact import fingerprint
 from bridge_core.security import admin_key_path, read_admin_key
 
@@ -171,6 +171,15 @@ def _write_qr(text: str, out: Any) -> None:
         out.write(text.translate(table))
 
 
+def tls_line(url: str, fp: str) -> str:
+    """What ``pair`` says about the transport: never "none" next to a wss:// URL."""
+    if not url.startswith("wss://"):
+        return "none (plain ws://)"
+    if fp:
+        return f"wss, certificate pinned (sha256 {fp})"
+    return "wss, no pin: the certificate must chain to a public CA"
+
+
 def cmd_pair(args: argparse.Namespace) -> int:
     data_dir = _data_dir(args)
     body = {} if args.ttl is None else {"ttl": args.ttl}
@@ -193,7 +202,11 @@ def cmd_pair(args: argparse.Namespace) -> int:
     print("Scan this code with the Loomi app to pair a device.")
     print(f"  server:  {payload['url']}")
     print(f"  name:    {payload['name']}")
-    print(f"  tls:     {'certificate sha256 ' + payload['fp'] if payload['fp'] else 'none (plain ws://)'}")
+    print(f"  tls:     {tls_line(payload['url'], payload['fp'])}")
+    reason = undialable_reason(payload["url"])
+    if reason:
+        print(f"agent-bridge: warning: a phone cannot dial {payload['url']} ({reason}); serve with --public-url "
+              "loomi=wss://<a name phones reach>/ws (docs/remote-access.md)", file=sys.stderr)
     print(f"  expires: in {ttl:g} s; single use (token {fingerprint(payload['token'])})" if isinstance(ttl, (int, float))
           else f"  single use (token {fingerprint(payload['token'])})")
     sys.stdout.flush()
