@@ -21,7 +21,7 @@ from aiohttp import WSMsgType, web
 from . import aiohttp_compat
 from .config import ConfigError
 from .errors import BridgeError
-from .security import REFUSED_JSON, AuthLimiter, peer_host  # noqa: F401 (peer_host: re-exported for the adapters)
+from .security import PROXY_RULE, REFUSED_JSON, AuthLimiter, ProxyRule, peer_host  # noqa: F401 (peer_host: re-exported)
 from .tasks import TaskSet
 
 if TYPE_CHECKING:
@@ -314,6 +314,7 @@ class FrontEnd:
         # wrong credentials slowed per address; unauthenticated connections capped per address
         self.limiter = AuthLimiter(rate=config.wrong_auth_rate, cap=config.unauth_per_address,
                                    refusal_body=REFUSAL_BODIES.get(self.name, REFUSED_JSON))
+        self.limiter.trusted = tuple(getattr(config, "trusted_proxies", ()))
 
     async def prepare(self) -> None:
         """Before the bridge starts: migrations, extra agent sources. The store is open."""
@@ -330,6 +331,7 @@ class FrontEnd:
     async def start(self, host: str, port: int, ssl_context: Optional[ssl.SSLContext] = None) -> int:
         app = self.build_app()
         app[STORE_KEY] = self.bridge.store  # frames wait for the writes queued before them (ws_text_sender)
+        app[PROXY_RULE] = ProxyRule(self.limiter.trusted, self.name)  # security.client_address reads it
         self.runner = web.AppRunner(
             app, handle_signals=False, access_log=None, shutdown_timeout=2.0, keepalive_timeout=self.keepalive_timeout
         )
