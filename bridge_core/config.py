@@ -302,6 +302,16 @@ def bound_url(name: str, host: str, port: int, tls: bool) -> str:
     return f"{'wss' if tls else 'ws'}://{h}:{port}/ws"
 
 
+def served_directly(url: str, bound_port: Optional[int]) -> bool:
+    """Whether clients of ``url`` reach the bridge's own listener (its port is the bound one), so they
+    see the bridge's certificate; otherwise a proxy or a port forward presents its own."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme in ("wss", "https") else 80)
+    return port == bound_port
+
+
 def undialable_reason(url: str) -> Optional[str]:
     """Why a phone elsewhere cannot dial ``url`` (a loopback or wildcard host), or None."""
     from urllib.parse import urlsplit

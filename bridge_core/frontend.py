@@ -241,6 +241,9 @@ class TLSReloader:
         return False
 
     def start(self) -> None:
+        if self.interval <= 0:
+            return
+
         async def watch() -> None:
             while True:
                 await asyncio.sleep(self.interval)

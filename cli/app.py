@@ -17,7 +17,7 @@ import sqlite3
 from bridge_core.agents.base import AgentSource
 from bridge_core.bridge import Bridge
 from bridge_core.config import (ENDPOINTS_FILE, Config, ConfigError, bound_url, is_loopback, read_endpoints,  # noqa: F401
-                                undialable_reason)
+                                served_directly, undialable_reason)
 from bridge_core.frontend import FrontEnd, PortInUse, TLSReloader, cert_names, name_matches
 from bridge_core.security import raise_nofile_limit, remove_admin_key, write_admin_key
 
@@ -92,7 +92,8 @@ class Service:
         ssl_ctx = None
         if cfg.tls:  # checked here (one-line errors, never a pass-phrase prompt), reloaded on change
             try:
-                self.tls = TLSReloader(cfg.tls_cert, cfg.tls_key)
+                watch = float(cfg.section("tls").get("watch_interval", 2.0))  # 0: only on SIGHUP
+                self.tls = TLSReloader(cfg.tls_cert, cfg.tls_key, interval=watch)
             except (OSError, ValueError) as exc:
                 raise ConfigError(f"cannot load TLS certificate/key: {exc}")
             ssl_ctx = self.tls.context
@@ -200,7 +201,7 @@ def remote_notes(cfg: Config, ports: dict[str, int], qr_fp: str = "") -> list[st
 
         for name, url in cfg.public_urls.items():
             host = urlsplit(url).hostname or ""
-            if url.startswith(("wss://", "https://")) and urlsplit(url).port in (None, ports.get(name)) \
+            if url.startswith(("wss://", "https://")) and served_directly(url, ports.get(name)) \
                     and not name_matches(names, host):
                 notes.append(f"warning: the served certificate does not name {host} ({name}'s public URL; it names "
                              f"{', '.join(names) or 'nothing'}): clients checking names will refuse it")

@@ -12,7 +12,6 @@ import os
 import socket
 import ssl
 from typing import Any, Awaitable, Callable, Optional
-from urllib.parse import urlsplit
 
 import orjson
 from aiohttp import WSCloseCode, WSMsgType, web
@@ -31,7 +30,7 @@ from bridge_core.errors import (
     Unavailable,
     as_bridge_error,
 )
-from bridge_core.config import bound_url
+from bridge_core.config import bound_url, served_directly
 from bridge_core.frontend import FrontEnd, cert_fingerprint, chains_to_public_ca, ws_text_sender
 from bridge_core.security import bearer_token, client_address, require_loopback_admin
 from bridge_core.hub import Outbox
@@ -61,11 +60,8 @@ def qr_fingerprint(public_fp: str, public_url: Optional[str], served_fp: str, se
         return public_fp
     if not served_fp or served_public_ca:
         return ""
-    if public_url:
-        parts = urlsplit(public_url)
-        port = parts.port or (443 if parts.scheme == "wss" else 80)
-        if port != bound_port:
-            return ""
+    if public_url and not served_directly(public_url, bound_port):
+        return ""
     return served_fp
 
 
