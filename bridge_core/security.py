@@ -163,7 +163,7 @@ class ProxyRule:
 
 
 PROXY_RULE: web.AppKey = web.AppKey("agent_bridge_proxy_rule", ProxyRule)
-_CLIENT = "agent_bridge.client_address"
+_CLIENT: web.RequestKey[str] = web.RequestKey("agent_bridge_client_address", str)
 
 
 def client_address(request: web.Request) -> str:

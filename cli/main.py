@@ -10,7 +10,7 @@ from typing import Optional
 from bridge_core.config import ConfigError
 
 # Subcommand groups contributed by the front ends: module with add_parser(subparsers, common).
-COMMAND_MODULES = ("loomi_adapter.cli", "lvmh_adapter.cli")
+COMMAND_MODULES = ("loomi_adapter.cli", "lvmh_adapter.cli", "pheby_adapter.cli")
 
 
 def common_options(p: argparse.ArgumentParser) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import io
 import json
 import os
 import sys
@@ -21,6 +20,7 @@ import ssl
 from typing import Any, Optional
 
 from bridge_core.config import build_config, undialable_reason
+from bridge_core import qr
 from bridge_core.redact import fingerprint
 from bridge_core.security import admin_key_path, read_admin_key
 
@@ -152,23 +152,7 @@ def _error_text(body: Any) -> str:
 # --- pair -------------------------------------------------------------------------
 
 
-def render_qr(data: str) -> str:
-    import qrcode
-
-    qr = qrcode.QRCode(border=2, error_correction=qrcode.constants.ERROR_CORRECT_L)
-    qr.add_data(data)
-    qr.make(fit=True)
-    buf = io.StringIO()
-    qr.print_ascii(out=buf, invert=True)
-    return buf.getvalue()
-
-
-def _write_qr(text: str, out: Any) -> None:
-    try:
-        out.write(text)
-    except UnicodeEncodeError:  # a terminal without UTF-8: full blocks as '#'
-        table = {ord("█"): "##", ord("▀"): "\"\"", ord("▄"): "..", ord(" "): "  "}
-        out.write(text.translate(table))
+render_qr, _write_qr = qr.render_qr, qr.write_qr  # the one renderer (bridge_core/qr.py)
 
 
 def tls_line(url: str, fp: str) -> str:
