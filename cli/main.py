@@ -45,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--retention-days", type=float, default=None, help="attachment retention (0 = keep)")
     serve.add_argument("--log-level", default=None, help="DEBUG, INFO (default), WARNING")
     serve.set_defaults(func=_serve)
+    from . import doctor  # remote access: agent-bridge doctor (docs/remote-access.md)
+
+    doctor.add_parser(sub, common_options)
     for modname in COMMAND_MODULES:
         try:
             mod = importlib.import_module(modname)
