@@ -22,7 +22,7 @@ from typing import Any, Optional
 from bridge_core.config import build_config, undialable_reason
 from bridge_core import qr
 from bridge_core.redact import fingerprint
-from bridge_core.security import admin_key_path, read_admin_key
+from bridge_core.security import admin_key_path, is_loopback, read_admin_key
 
 from . import devices as devices_mod
 
@@ -110,18 +110,30 @@ def _admin_key(data_dir: str) -> str:
     return key
 
 
+def _loopback_target(data_dir: str) -> str:
+    """Where the CLI dials the Loomi port: its bound address when that is a loopback one
+    (``--host 127.0.0.2``), else 127.0.0.1 (a wildcard bind includes it). Always on loopback."""
+    try:
+        with open(os.path.join(data_dir, "run", "loomi.json"), "r", encoding="utf-8") as f:
+            host = str(json.load(f).get("host") or "")
+    except (OSError, ValueError, AttributeError):
+        host = ""
+    return host if host and host != "localhost" and is_loopback(host) else "127.0.0.1"
+
+
 def _call(data_dir: str, method: str, path: str, body: Optional[dict] = None) -> tuple[int, Any]:
-    """One request to 127.0.0.1 (never through a proxy) with the admin key; with TLS the
-    certificate must match the pin."""
+    """One request on loopback (never through a proxy) with the admin key; with TLS the
+    certificate must match the pin. The ``Host`` is always 127.0.0.1 (the loopback-only rule)."""
     port, tls, fp = _endpoint(data_dir)
     key = _admin_key(data_dir)
+    target = _loopback_target(data_dir)
     if tls:
         ctx = ssl.create_default_context()
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE  # verified below against the pinned fingerprint instead
-        conn: http.client.HTTPConnection = http.client.HTTPSConnection("127.0.0.1", port, timeout=TIMEOUT, context=ctx)
+        conn: http.client.HTTPConnection = http.client.HTTPSConnection(target, port, timeout=TIMEOUT, context=ctx)
     else:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=TIMEOUT)
+        conn = http.client.HTTPConnection(target, port, timeout=TIMEOUT)
     try:
         conn.connect()
         if tls:
@@ -130,7 +142,8 @@ def _call(data_dir: str, method: str, path: str, body: Optional[dict] = None) ->
                 raise ServerError("the server on 127.0.0.1 does not present the configured certificate")
         data = json.dumps(body).encode() if body is not None else None
         conn.request(method, path, body=data,
-                     headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}"})
+                     headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}",
+                              "Host": f"127.0.0.1:{port}"})
         resp = conn.getresponse()
         raw = resp.read()
         try:
@@ -138,7 +151,8 @@ def _call(data_dir: str, method: str, path: str, body: Optional[dict] = None) ->
         except ValueError:
             return resp.status, None
     except (OSError, http.client.HTTPException) as exc:
-        raise NotRunning(f"agent-bridge is not answering on 127.0.0.1:{port} ({exc})")
+        raise NotRunning(f"agent-bridge is not answering on {target}:{port} ({exc}); `loomi pair` needs the Loomi "
+                         "port on loopback: bind --host 0.0.0.0 (or a loopback address), not one LAN address")
     finally:
         conn.close()
 

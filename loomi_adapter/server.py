@@ -166,8 +166,8 @@ class LoomiFrontEnd(FrontEnd):
         os.makedirs(self.config.run_dir, mode=0o700, exist_ok=True)
         tmp = self.runtime_file + ".tmp"
         with open(tmp, "wb") as f:  # fp: the served certificate, which the CLI pins on 127.0.0.1
-            f.write(orjson.dumps({"port": self.port, "tls": self.config.tls, "fp": self._served_fp,
-                                  "qr_fp": self.fp}))
+            f.write(orjson.dumps({"port": self.port, "host": self.config.host, "tls": self.config.tls,
+                                  "fp": self._served_fp, "qr_fp": self.fp}))
         os.replace(tmp, self.runtime_file)
 
     async def stop(self) -> None:

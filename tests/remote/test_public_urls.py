@@ -97,14 +97,13 @@ def _banner(bridge: BridgeProcess, last: str = "lvmh ") -> str:
 
 
 def test_banner_prints_public_urls_never_a_wildcard(tmp_path):
-    wild = BridgeProcess(str(tmp_path / "wild"), extra_args=["--host", "0.0.0.0"],
-                         env={"LOOMI_ALLOW_INSECURE_BIND": "true"})
-    wild.start()
-    try:
-        text = _banner(wild)
-        assert "0.0.0.0" not in text and f":{wild.ports['loomi']}/ws" in text
-    finally:
-        assert wild.stop() == 0
+    from cli.app import describe
+
+    cfg = build_config({"data_dir": str(tmp_path / "w"), "host": "0.0.0.0"}, {}, with_secrets=False)
+    text = "\n".join(describe(cfg, {"pheby": 1111, "loomi": 2222, "lvmh": 3333}))
+    assert "0.0.0.0" not in text and ":2222/ws" in text and ":3333/" in text  # this machine's primary address
+    cfg = build_config({"data_dir": str(tmp_path / "w"), "host": "::"}, {}, with_secrets=False)
+    assert "[::]" not in "\n".join(describe(cfg, {"loomi": 2222}))
     public = BridgeProcess(str(tmp_path / "public"), extra_args=[
         "--public-url", "pheby=wss://pheby.example.com/ws,loomi=wss://loomi.example.com/ws,lvmh=https://lvmh.example.com",
         "--public-fp", f"loomi={FP}"])
@@ -178,3 +177,30 @@ async def test_lvmh_login_link_uses_the_public_url(service_factory):
     rc, out, err = await cli("lvmh", "open", "--data-dir", svc.cfg.data_dir, LVMH_TOKEN=svc.cfg.lvmh_token)
     assert rc == 0, err
     assert "https://lvmh.example.com/#token=" in out
+
+
+def test_a_path_prefix_is_a_warning_for_pheby_and_loomi(tmp_path):
+    """One hostname or port per front end (docs/remote-access.md): lvmh refuses a prefix (above),
+    Pheby and Loomi start with a warning, since their attachment paths are absolute."""
+    from cli.app import remote_notes
+
+    cfg = build_config({"data_dir": str(tmp_path / "p"), "public_url": "pheby=wss://example.com/pheby/ws,"
+                        "loomi=wss://loomi.example.com/ws"}, {}, with_secrets=False)
+    notes = remote_notes(cfg, {"pheby": 1, "loomi": 2})
+    assert any(n.startswith("warning: pheby's public URL has a path prefix") and "own hostname or port" in n
+               for n in notes)
+    assert not any("loomi's public URL has a path prefix" in n for n in notes)
+
+
+async def test_pheby_download_path_is_absolute(service_factory):
+    """What the prefix warning is about: the spec's download_path is rooted at the host."""
+    from tests.pheby.client import PhebyClient
+
+    svc = await service_factory(adapters=("pheby",), public_url="pheby=wss://example.com/pheby/ws")
+    c = await PhebyClient.connect(svc.ports["pheby"])
+    cid = await c.create()
+    await c.send({"type": "chat.send", "conversation_id": cid, "text": "/attach"})
+    frames = await c.collect_until("run.finished")
+    att = next(f for f in frames if f["type"] == "attachment.added")["attachment"]
+    assert att["download_path"].startswith("/attachments/")
+    await c.close()
