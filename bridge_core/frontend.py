@@ -80,6 +80,7 @@ def cert_fingerprint(cert_path: Optional[str]) -> str:
 
 def check_key_pair(cert_path: str, key_path: str) -> None:
     """TLSError (one line) for a swapped pair, an encrypted key, a key of another certificate."""
+    from cryptography.exceptions import UnsupportedAlgorithm
     from cryptography.hazmat.primitives import serialization
 
     chain = read_chain(cert_path)
@@ -99,8 +100,8 @@ def check_key_pair(cert_path: str, key_path: str) -> None:
     except TypeError:
         raise TLSError(f"TLS key {key_path} is encrypted: give an unencrypted key "
                        "(openssl pkey -in KEY -out KEY.plain), the bridge never prompts for a pass phrase")
-    except (ValueError, Exception) as exc:  # an unsupported or corrupt key
-        raise TLSError(f"TLS key {key_path} is not a usable private key: {str(exc).splitlines()[0][:120]}")
+    except (ValueError, UnsupportedAlgorithm) as exc:  # a corrupt key, or a kind OpenSSL cannot use
+        raise TLSError(f"TLS key {key_path} is not a usable private key: {(str(exc).splitlines() or ['?'])[0][:120]}")
     fmt = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
     if key.public_key().public_bytes(*fmt) != chain[0].public_key().public_bytes(*fmt):
         raise TLSError(f"TLS key {key_path} does not belong to the certificate {cert_path}")

@@ -164,3 +164,11 @@ async def test_certificate_reload(tmp_path, how):
         assert await served_fp(b.ports["loomi"]) == renewed.fp and b.alive
     finally:
         assert b.stop() == 0
+
+
+def test_a_corrupt_key(tmp_path):
+    c = make_cert(str(tmp_path))
+    with open(c.key, "w") as f:
+        f.write("-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n")
+    assert f"TLS key {c.key} is not a usable private key" in _one_line(_serve(tmp_path, "--tls-cert", c.cert,
+                                                                             "--tls-key", c.key))
