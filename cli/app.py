@@ -13,10 +13,11 @@ import json
 import logging
 import os
 import sqlite3
+from typing import Optional
 
 from bridge_core.agents.base import AgentSource
 from bridge_core.bridge import Bridge
-from bridge_core.config import (ENDPOINTS_FILE, Config, ConfigError, bound_url, is_loopback, read_endpoints,  # noqa: F401
+from bridge_core.config import (ENDPOINTS_FILE, Config, ConfigError, bound_url, is_loopback, read_endpoints,
                                 served_directly, undialable_reason)
 from bridge_core.frontend import FrontEnd, PortInUse, TLSReloader, cert_names, name_matches
 from bridge_core.security import raise_nofile_limit, remove_admin_key, write_admin_key
@@ -123,6 +124,7 @@ class Service:
         if self.tls is not None:
             for fe in self.frontends.values():
                 self.tls.on_change(fe.tls_changed)
+            self.tls.on_change(lambda _fp: write_endpoints(cfg, self.ports, self.frontends))  # the QR's new fp
             self.tls.start()
         write_endpoints(cfg, self.ports, self.frontends)  # before ports.json: ready means both are there
         tmp = os.path.join(cfg.run_dir, "ports.json.tmp")
@@ -220,9 +222,12 @@ def write_endpoints(cfg: Config, ports: dict[str, int], frontends: dict) -> None
     os.replace(tmp, os.path.join(cfg.run_dir, ENDPOINTS_FILE))
 
 
-def describe(cfg: Config, ports: dict[str, int], qr_fp: str = "") -> list[str]:
+def describe(cfg: Config, ports: dict[str, int], qr_fp: Optional[str] = None) -> list[str]:
     """The lines a host prints (or logs) once the front ends listen: the URLs clients use (public ones
-    when given, never a wildcard), warnings about them, and where the secrets are."""
+    when given, never a wildcard), warnings about them, and where the secrets are. ``qr_fp``: the
+    Loomi QR's pin (by default as the running service wrote it to ``run/endpoints.json``)."""
+    if qr_fp is None:
+        qr_fp = str((read_endpoints(cfg.run_dir) or {}).get("loomi_fp") or "")
     lines = [f"agent-bridge: {cfg.agent} agent, data in {cfg.data_dir}"]
     for name, url in endpoint_urls(cfg, ports).items():
         extra = PATHS[name].format(http=_http_base(url), ws=url.replace("http", "ws", 1))

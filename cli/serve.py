@@ -86,7 +86,7 @@ async def serve_async(cfg: Config) -> int:
         loop.add_signal_handler(signal.SIGHUP, service.reload_tls)
     except (NotImplementedError, RuntimeError, AttributeError):
         pass
-    for line in describe(cfg, ports, qr_fp=getattr(service.frontends.get("loomi"), "fp", "")):
+    for line in describe(cfg, ports):
         print(line, flush=True)  # after the handlers: once the banner is out, a signal is handled
     await stop.wait()
     log.info("shutting down")

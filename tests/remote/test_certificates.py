@@ -155,6 +155,8 @@ async def test_certificate_reload(tmp_path, how):
         rc, out, err = await cli("loomi", "pair", "--json", "--data-dir", b.data_dir)
         assert rc == 0, err
         assert json.loads(out)["fp"] == renewed.fp
+        with open(os.path.join(b.data_dir, "run", "endpoints.json")) as f:
+            assert json.load(f)["loomi_fp"] == renewed.fp  # what doctor compares the served certificate with
         # a broken renewal is refused with one log line and the old certificate stays
         with open(live.key, "w") as f:
             f.write("garbage\n")
