@@ -72,7 +72,8 @@ def check_bind(cfg: Config) -> None:
     if not is_loopback(cfg.host) and not cfg.tls and not cfg.loomi_allow_insecure_bind:
         raise ConfigError(
             f"refusing to bind {cfg.host} without TLS: pass --tls-cert/--tls-key, "
-            "or set LOOMI_ALLOW_INSECURE_BIND=true to allow plain ws:// on a non-loopback address"
+            "or set LOOMI_ALLOW_INSECURE_BIND=true to allow plain ws:// on a non-loopback address (every front end; "
+            "docs/remote-access.md)"
         )
 
 
