@@ -239,3 +239,31 @@ def test_the_public_caddyfile_parses(tmp_path):
     routes = json.dumps(config["apps"]["http"])
     for port in (8620, 8621, 8686):
         assert f"127.0.0.1:{port}" in routes
+
+
+async def test_wrong_loomi_hellos_from_one_phone_never_refuse_a_fresh_token(setup):
+    """Behind the proxy, a phone hammering with a stale credential is slowed alone: a new phone's
+    pairing token is served (never rate_limited), and every stale hello gets its own verdict."""
+    rc, out, err = await cli("loomi", "pair", "--json", "--data-dir", setup.bridge.data_dir)
+    assert rc == 0, err
+    token = json.loads(out)["token"]
+    pin = ssl.create_default_context(cafile=setup.ca) if not setup.pin else None
+    if pin is None:
+        pin = ssl.create_default_context()
+        pin.check_hostname, pin.verify_mode = False, ssl.CERT_NONE
+
+    async def hello(source: str, payload: dict) -> str:
+        conn = aiohttp.TCPConnector(local_addr=(source, 0), ssl=pin)
+        async with aiohttp.ClientSession(connector=conn) as http:
+            async with http.ws_connect(setup.url("loomi")) as ws:
+                await ws.send_str(json.dumps({"v": 1, "type": "hello", "payload": payload}))
+                frame = await ws.receive_json(timeout=30)
+                return frame["type"] if frame["type"] != "error" else frame["payload"]["code"]
+
+    stale = {"device_id": "d" * 16, "credential": "c" * 43, "last_seq": 0}
+    bad = [asyncio.create_task(hello("127.0.0.8", stale)) for _ in range(40)]
+    try:
+        assert await hello("127.0.0.9", {"token": token, "name": "new phone"}) == "hello.ok"
+    finally:
+        results = await asyncio.gather(*bad)
+    assert set(results) == {"unauthorized"}
