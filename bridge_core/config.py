@@ -101,7 +101,7 @@ class Config:
     pheby_secret: str = attrs.field(default="", repr=False)
     lvmh_token: str = attrs.field(default="", repr=False)
     loomi_allow_insecure_bind: bool = False
-    loomi_public_url: Optional[str] = None
+    loomi_public_url: Optional[str] = None  # = public_urls["loomi"] (the --loomi-public-url alias)
     loomi_pair_ttl: float = 300.0
     retention_days: float = 7.0
     approval_timeout: float = 300.0
@@ -114,6 +114,10 @@ class Config:
     push: PushConfig = attrs.field(factory=PushConfig)  # [push]
     extra: dict = attrs.field(factory=dict)  # the raw TOML, for adapters' own sections
     secret_paths: dict = attrs.field(factory=dict)  # which secrets were generated, and where
+    # --- remote access (docs/remote-access.md) ---
+    public_urls: dict = attrs.field(factory=dict)  # front end -> validated public URL (--public-url)
+    public_fp: dict = attrs.field(factory=dict)  # front end -> SHA-256 hex the QR carries (--public-fp)
+    trusted_proxies: tuple = ()  # ipaddress networks whose forwarded headers name the client (--trusted-proxy)
 
     @property
     def tls(self) -> bool:
@@ -244,7 +248,6 @@ def build_config(args: dict, environ: Optional[dict] = None, *, with_secrets: bo
         loomi_allow_insecure_bind=_truthy(
             env.get("LOOMI_ALLOW_INSECURE_BIND", pick("loomi_allow_insecure_bind", "loomi", "allow_insecure_bind", default=False))
         ),
-        loomi_public_url=pick("loomi_public_url", "loomi", "public_url"),
         loomi_pair_ttl=num("loomi_pair_ttl", ("loomi", "pair_ttl"), 300.0),
         retention_days=num("retention_days", ("attachments", "retention_days"), 7.0),
         approval_timeout=num("approval_timeout", ("demo", "approval_timeout"), 300.0),
@@ -256,6 +259,7 @@ def build_config(args: dict, environ: Optional[dict] = None, *, with_secrets: bo
         push=parse_push(toml.get("push")),
         extra=toml,
     )
+    apply_remote_options(cfg, args, toml)
     if bool(cfg.tls_cert) != bool(cfg.tls_key):
         raise ConfigError("--tls-cert and --tls-key go together")
     for path in (cfg.tls_cert, cfg.tls_key):
@@ -274,3 +278,179 @@ def build_config(args: dict, environ: Optional[dict] = None, *, with_secrets: bo
             raise ConfigError(f"cannot use the data directory {data_dir}: {exc.strerror or exc}")
         cfg.secret_paths = {k: v for k, v in (("pheby_secret", p1), ("lvmh_token", p2)) if v}
     return cfg
+
+
+# --- remote access: public URLs, public fingerprints, trusted proxies (docs/remote-access.md) ---------
+
+PUBLIC_SCHEMES = {"pheby": ("ws", "wss"), "loomi": ("ws", "wss"), "lvmh": ("http", "https")}
+WILDCARD_HOSTS = ("0.0.0.0", "::", "[::]", "")
+
+
+def _pairs(value: Any, what: str) -> dict:
+    """``NAME=VALUE,NAME=VALUE`` (a flag), or a TOML table, as a dict; ConfigError otherwise."""
+    if value is None:
+        return {}
+    if isinstance(value, dict):
+        return {str(k).strip(): v for k, v in value.items()}
+    out: dict = {}
+    for item in str(value).split(","):
+        item = item.strip()
+        if not item:
+            continue
+        name, sep, val = item.partition("=")
+        if not sep or not name.strip() or not val.strip():
+            raise ConfigError(f"{what}: {item!r} is not NAME=VALUE (e.g. {what} loomi=...)")
+        out[name.strip()] = val.strip()
+    return out
+
+
+def validate_public_url(name: str, url: Any) -> str:
+    """A front end's public URL as given, when it is one a client can be told; ConfigError (one line) otherwise.
+
+    pheby and loomi: ``ws://`` or ``wss://``, a host, a path ending in ``/ws``; lvmh: ``http://`` or
+    ``https://``, a host, no path (the web UI and its API live at the root of their origin: one
+    hostname or port per front end, docs/remote-access.md). No user, query or fragment anywhere.
+    """
+    from urllib.parse import urlsplit
+
+    if name not in PUBLIC_SCHEMES:
+        raise ConfigError(f"--public-url: unknown front end {name!r}; choose from {', '.join(ALL_ADAPTERS)}")
+    schemes = PUBLIC_SCHEMES[name]
+    example = "wss://host.example.com/ws" if name != "lvmh" else "https://host.example.com"
+    text = str(url).strip()
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError as exc:
+        raise ConfigError(f"--public-url {name}={text}: not a URL ({exc}); e.g. {name}={example}")
+    if parts.scheme.lower() not in schemes or not parts.hostname:
+        raise ConfigError(f"--public-url {name}={text}: must start with {' or '.join(s + '://' for s in schemes)} "
+                          f"and name a host, e.g. {name}={example}")
+    if parts.username or parts.password or parts.query or parts.fragment:
+        raise ConfigError(f"--public-url {name}={text}: no user, query or fragment allowed; e.g. {name}={example}")
+    if port == 0:
+        raise ConfigError(f"--public-url {name}={text}: port 0 cannot be dialled")
+    if name == "lvmh":
+        if parts.path not in ("", "/"):
+            raise ConfigError(f"--public-url lvmh={text}: no path allowed (the web UI is served at the root of "
+                              "its own hostname or port), e.g. lvmh=https://lvmh.example.com")
+        return f"{parts.scheme.lower()}://{parts.netloc}"
+    if not parts.path.endswith("/ws"):
+        raise ConfigError(f"--public-url {name}={text}: the path must end in /ws, e.g. {name}={example}")
+    return f"{parts.scheme.lower()}://{parts.netloc}{parts.path}"
+
+
+def dialable_host(host: str) -> str:
+    """The host a client is told for a bind address: a wildcard (``0.0.0.0``, ``::``) becomes this
+    machine's primary address (the one its default route leaves from; no packet is sent), else as is."""
+    import socket
+
+    if host not in WILDCARD_HOSTS:
+        return host
+    family, probe = (socket.AF_INET6, "2001:db8::1") if ":" in host else (socket.AF_INET, "192.0.2.1")
+    try:
+        with socket.socket(family, socket.SOCK_DGRAM) as s:
+            s.connect((probe, 9))
+            return str(s.getsockname()[0])
+    except OSError:
+        return socket.gethostname()
+
+
+def bound_url(name: str, host: str, port: int, tls: bool) -> str:
+    """The URL of a front end at its bound address (a wildcard made dialable): ws(s)://H:P/ws, http(s)://H:P."""
+    h = dialable_host(host)
+    h = f"[{h}]" if ":" in h else h
+    if name == "lvmh":
+        return f"{'https' if tls else 'http'}://{h}:{port}"
+    return f"{'wss' if tls else 'ws'}://{h}:{port}/ws"
+
+
+def served_directly(url: str, bound_port: Optional[int]) -> bool:
+    """Whether clients of ``url`` reach the bridge's own listener (its port is the bound one), so they
+    see the bridge's certificate; otherwise a proxy or a port forward presents its own."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme in ("wss", "https") else 80)
+    return port == bound_port
+
+
+def undialable_reason(url: str) -> Optional[str]:
+    """Why a phone elsewhere cannot dial ``url`` (a loopback or wildcard host), or None."""
+    from urllib.parse import urlsplit
+
+    host = (urlsplit(url).hostname or "").strip("[]")
+    if host in WILDCARD_HOSTS or host == "::":
+        return f"{host or 'an empty host'} is a wildcard address, not one a phone can dial"
+    if is_loopback(host):
+        return f"{host} is loopback: only this machine can reach it"
+    return None
+
+
+def _fingerprint_hex(name: str, value: Any) -> str:
+    hexstr = str(value).strip().lower().replace(":", "")
+    if len(hexstr) != 64 or any(c not in "0123456789abcdef" for c in hexstr):
+        raise ConfigError(f"--public-fp {name}=...: must be a SHA-256 fingerprint, 64 hex digits (colons allowed)")
+    return hexstr
+
+
+def parse_trusted_proxies(value: Any) -> tuple:
+    """``CIDR,CIDR`` (a flag) or a TOML list as ``ipaddress`` networks; ConfigError naming the bad one."""
+    import ipaddress
+
+    if value is None:
+        return ()
+    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+    nets = []
+    for item in items:
+        item = str(item).strip()
+        if not item:
+            continue
+        try:
+            nets.append(ipaddress.ip_network(item, strict=False))
+        except ValueError:
+            raise ConfigError(f"--trusted-proxy: {item!r} is not an address or CIDR (e.g. 127.0.0.1/32,10.0.0.0/8)")
+    return tuple(nets)
+
+
+def apply_remote_options(cfg: Config, args: dict, toml: dict) -> None:
+    """``--public-url`` (and its alias ``--loomi-public-url``, and ``[loomi]``/``[lvmh] public_url``),
+    ``--public-fp`` and ``--trusted-proxy``, flags over the file, validated into ``cfg``.
+
+    In the file: ``public_url = "pheby=...,loomi=..."`` or a ``[public_url]`` table, likewise
+    ``public_fp``; ``trusted_proxy = ["127.0.0.1/32"]`` (or a comma-separated string)."""
+    urls: dict = {}
+    for name in ("loomi", "lvmh"):  # the older per-front-end keys, overridden by everything below
+        sec = toml.get(name)
+        if isinstance(sec, dict) and sec.get("public_url"):
+            urls[name] = sec["public_url"]
+    urls.update(_pairs(toml.get("public_url"), "--public-url"))
+    urls.update(_pairs(args.get("public_url"), "--public-url"))
+    if args.get("loomi_public_url"):
+        urls["loomi"] = args["loomi_public_url"]
+    cfg.public_urls = {name: validate_public_url(name, url) for name, url in urls.items()}
+    cfg.loomi_public_url = cfg.public_urls.get("loomi")
+    fps = dict(_pairs(toml.get("public_fp"), "--public-fp"))
+    fps.update(_pairs(args.get("public_fp"), "--public-fp"))
+    for name in fps:
+        if name != "loomi":
+            raise ConfigError(f"--public-fp: only loomi=HEX is used (the Loomi QR code carries it), not {name!r}")
+    cfg.public_fp = {name: _fingerprint_hex(name, v) for name, v in fps.items()}
+    raw = args.get("trusted_proxy")
+    cfg.trusted_proxies = parse_trusted_proxies(raw if raw is not None else toml.get("trusted_proxy"))
+
+
+ENDPOINTS_FILE = "endpoints.json"  # <run-dir>/endpoints.json, written by the running server (cli/app.py)
+
+
+def read_endpoints(run_dir: str) -> Optional[dict]:
+    """What the running server tells clients: ``{"urls": {name: url}, "public": [names], "ports": ...,
+    "tls": bool, "loomi_fp": hex}``, or None when no server wrote it."""
+    import json
+
+    try:
+        with open(os.path.join(run_dir, ENDPOINTS_FILE), "r", encoding="utf-8") as f:
+            info = json.load(f)
+        return info if isinstance(info, dict) and isinstance(info.get("urls"), dict) else None
+    except (OSError, ValueError):
+        return None

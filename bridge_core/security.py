@@ -1,7 +1,8 @@
 """Who may talk to the bridge: the security rules every front end shares.
 
-- ``client_address``: which address counts for limits and logs (today the
-  socket peer; a trusted-proxy option belongs here and nowhere else).
+- ``client_address``: which address counts for limits and logs: the socket peer,
+  or behind a ``--trusted-proxy`` the nearest untrusted forwarded hop
+  (``resolve_client``, pure); this is the one place of that rule.
 - ``parse_bearer`` / ``bearer_token``: the one ``Authorization: Bearer`` parser;
   ``same_secret``: the one constant-time comparison of credentials.
 - ``loopback_refusal`` / ``require_loopback_admin``: the loopback-only
@@ -24,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import ipaddress
+import logging
 import os
 import resource
 import secrets
@@ -31,6 +33,8 @@ import time
 from typing import Any, Callable, Iterable, Mapping, Optional
 
 from aiohttp import web
+
+_log = logging.getLogger("agent_bridge.security")
 
 FORWARDING_HEADERS = ("X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "X-Real-IP", "Forwarded", "Via")
 LOOPBACK_HOST_NAMES = ("127.0.0.1", "localhost", "[::1]")
@@ -74,13 +78,105 @@ def peer_host(request: web.Request) -> str:
     return transport_address(request.transport)
 
 
-def client_address(request: web.Request) -> str:
-    """The address a request counts under, for limits and logs.
+# --- trusted proxies: who the client is behind a reverse proxy (docs/remote-access.md) ---------------
 
-    The socket peer today. A trusted reverse proxy's forwarded address
-    (``--trusted-proxy``) is to be resolved here, in this one place.
-    """
-    return normalize_address(peer_host(request))
+
+def _hop_address(value: str) -> Optional[str]:
+    """One hop of ``X-Forwarded-For`` or a ``Forwarded`` ``for=`` value as a bare address
+    (port and brackets dropped), or None when it is not an IP address (``unknown``, ``_hidden``)."""
+    v = value.strip().strip('"').strip()
+    if v.startswith("["):
+        v = v[1:].partition("]")[0]
+    elif v.count(":") == 1:  # IPv4 with a port
+        v = v.partition(":")[0]
+    try:
+        return normalize_address(str(ipaddress.ip_address(v)))
+    except ValueError:
+        return None
+
+
+def forwarded_chain(headers: Mapping[str, str]) -> list[str]:
+    """The hops a request's forwarded headers name, client first: every ``X-Forwarded-For`` (the
+    header nginx and Caddy append to), else the ``for=`` of every ``Forwarded`` element. Pure."""
+    getall = getattr(headers, "getall", None)
+    xff = getall("X-Forwarded-For", []) if getall else ([headers["X-Forwarded-For"]] if "X-Forwarded-For" in headers else [])
+    if xff:
+        return [h.strip() for line in xff for h in line.split(",") if h.strip()]
+    fwd = getall("Forwarded", []) if getall else ([headers["Forwarded"]] if "Forwarded" in headers else [])
+    hops = []
+    for line in fwd:
+        for element in line.split(","):
+            for pair in element.split(";"):
+                key, _, val = pair.strip().partition("=")
+                if key.strip().lower() == "for" and val:
+                    hops.append(val.strip())
+    return hops
+
+
+def in_networks(addr: str, networks: Iterable[Any]) -> bool:
+    try:
+        ip = ipaddress.ip_address(normalize_address(addr))
+    except ValueError:
+        return False
+    return any(ip.version == n.version and ip in n for n in networks)
+
+
+def resolve_client(peer: str, headers: Mapping[str, str], trusted: Iterable[Any]) -> tuple[str, bool]:
+    """``(address, ignored)`` for limits and logs (pure; the rule of docs/remote-access.md):
+
+    from a peer in ``trusted`` (``--trusted-proxy``), the nearest untrusted hop of its forwarded
+    headers, read from the right (each proxy appends the address it saw); when every hop is
+    trusted, the farthest; an unparsable hop ends the walk at the trusted hop that reported it.
+    From any other peer the headers are ignored: ``ignored`` is True when it sent some."""
+    peer = normalize_address(peer)
+    trusted = tuple(trusted)
+    if not trusted or not in_networks(peer, trusted):
+        return peer, "X-Forwarded-For" in headers or "Forwarded" in headers
+    addr = peer
+    for hop in reversed(forwarded_chain(headers)):
+        parsed = _hop_address(hop)
+        if parsed is None:
+            break
+        addr = parsed
+        if not in_networks(parsed, trusted):
+            break
+    return addr, False
+
+
+class ProxyRule:
+    """One front end's trusted proxies, and which untrusted peers were already logged for sending
+    forwarded headers (once each, at most ``max_logged`` of them). Set on the app by ``FrontEnd.start``."""
+
+    def __init__(self, trusted: Iterable[Any] = (), name: str = "frontend", max_logged: int = 256):
+        self.trusted = tuple(trusted)
+        self.name = name
+        self.max_logged = max_logged
+        self._logged: set[str] = set()
+
+    def resolve(self, peer: str, headers: Mapping[str, str]) -> str:
+        addr, ignored = resolve_client(peer, headers, self.trusted)
+        if ignored and addr not in self._logged and len(self._logged) < self.max_logged:
+            self._logged.add(addr)
+            _log.warning("%s: ignored X-Forwarded-For/Forwarded from %s, which is not a --trusted-proxy "
+                         "(logged once per address)", self.name, addr)
+        return addr
+
+
+PROXY_RULE: web.AppKey = web.AppKey("agent_bridge_proxy_rule", ProxyRule)
+_CLIENT: web.RequestKey[str] = web.RequestKey("agent_bridge_client_address", str)
+
+
+def client_address(request: web.Request) -> str:
+    """The address a request counts under, for limits and logs: the one place of the trusted-proxy
+    rule (``resolve_client``); the socket peer when the app has no trusted proxy."""
+    cached = request.get(_CLIENT)
+    if cached is not None:
+        return cached
+    peer = peer_host(request)
+    rule = request.app.get(PROXY_RULE) if request.app is not None else None
+    addr = rule.resolve(peer, request.headers) if rule is not None else normalize_address(peer)
+    request[_CLIENT] = addr
+    return addr
 
 
 # --- credentials --------------------------------------------------------------------------------
@@ -282,9 +378,11 @@ class UnauthPool:
         self.total = 0
         self.refused = 0
 
-    def enter(self, addr: str) -> bool:
+    def enter(self, addr: str, per_address: bool = True) -> bool:
+        """Admit one more unauthenticated connection from ``addr``; ``per_address=False`` (a trusted
+        proxy, whose connections are many clients') counts it only against the total."""
         n = self._count.get(addr, 0)
-        if n >= self.cap or (self.total_cap is not None and self.total >= self.total_cap):
+        if (per_address and n >= self.cap) or (self.total_cap is not None and self.total >= self.total_cap):
             self.refused += 1
             return False
         self._count[addr] = n + 1
@@ -329,7 +427,8 @@ class _Guarded:
 
     def connection_made(self, transport: Any) -> None:
         self.addr = normalize_address(transport_address(transport))
-        if not self._limiter.pool.enter(self.addr):
+        proxy = bool(self._limiter.trusted) and in_networks(self.addr, self._limiter.trusted)
+        if not self._limiter.pool.enter(self.addr, per_address=not proxy):
             try:
                 transport.write(self._limiter.refusal)
             finally:
@@ -385,6 +484,9 @@ class AuthLimiter:
         self.refusal = _refusal(refusal_body)
         self.clock = clock
         self.wrong_total = 0
+        # --trusted-proxy networks: a proxy's connections are many clients', so the per-address cap
+        # of unauthenticated connections does not apply to it (the total cap still does)
+        self.trusted: tuple = ()
 
     async def wrong(self, addr: str) -> None:
         self.wrong_total += 1

@@ -13,11 +13,13 @@ import json
 import logging
 import os
 import sqlite3
+from typing import Optional
 
 from bridge_core.agents.base import AgentSource
 from bridge_core.bridge import Bridge
-from bridge_core.config import Config, ConfigError, is_loopback
-from bridge_core.frontend import FrontEnd, PortInUse, make_ssl_context
+from bridge_core.config import (ENDPOINTS_FILE, Config, ConfigError, bound_url, is_loopback, read_endpoints,
+                                served_directly, undialable_reason)
+from bridge_core.frontend import FrontEnd, PortInUse, TLSReloader, cert_names, name_matches
 from bridge_core.push import Notifier
 from bridge_core.security import raise_nofile_limit, remove_admin_key, write_admin_key
 
@@ -71,7 +73,8 @@ def check_bind(cfg: Config) -> None:
     if not is_loopback(cfg.host) and not cfg.tls and not cfg.loomi_allow_insecure_bind:
         raise ConfigError(
             f"refusing to bind {cfg.host} without TLS: pass --tls-cert/--tls-key, "
-            "or set LOOMI_ALLOW_INSECURE_BIND=true to allow plain ws:// on a non-loopback address"
+            "or set LOOMI_ALLOW_INSECURE_BIND=true to allow plain ws:// on a non-loopback address (every front end; "
+            "docs/remote-access.md)"
         )
 
 
@@ -84,17 +87,20 @@ class Service:
         self.frontends: dict[str, FrontEnd] = {}
         self.ports: dict[str, int] = {}
         self.notifier: Notifier = None  # type: ignore[assignment]  # made in start, once the store is open
+        self.tls: "TLSReloader | None" = None
 
     async def start(self) -> dict[str, int]:
         cfg = self.cfg
         raise_nofile_limit()  # a low soft limit would run the listeners out of descriptors
         classes = {name: frontend_class(name) for name in cfg.adapters}
         ssl_ctx = None
-        if cfg.tls:
+        if cfg.tls:  # checked here (one-line errors, never a pass-phrase prompt), reloaded on change
             try:
-                ssl_ctx = make_ssl_context(cfg.tls_cert, cfg.tls_key)
+                watch = float(cfg.section("tls").get("watch_interval", 2.0))  # 0: only on SIGHUP
+                self.tls = TLSReloader(cfg.tls_cert, cfg.tls_key, interval=watch)
             except (OSError, ValueError) as exc:
                 raise ConfigError(f"cannot load TLS certificate/key: {exc}")
+            ssl_ctx = self.tls.context
         try:
             self.bridge.store.open()
         except (sqlite3.Error, OSError) as exc:
@@ -127,13 +133,25 @@ class Service:
             raise ConfigError(str(exc.args[1] if len(exc.args) > 1 else exc))
         self.bridge.report_interrupted()  # every front end listens now: runs a crash cut short end as failed
         os.makedirs(cfg.run_dir, mode=0o700, exist_ok=True)
+        if self.tls is not None:
+            for fe in self.frontends.values():
+                self.tls.on_change(fe.tls_changed)
+            self.tls.on_change(lambda _fp: write_endpoints(cfg, self.ports, self.frontends))  # the QR's new fp
+            self.tls.start()
+        write_endpoints(cfg, self.ports, self.frontends)  # before ports.json: ready means both are there
         tmp = os.path.join(cfg.run_dir, "ports.json.tmp")
         with open(tmp, "w") as f:
             json.dump(self.ports, f)
         os.replace(tmp, os.path.join(cfg.run_dir, "ports.json"))
         return self.ports
 
+    def reload_tls(self) -> bool:
+        """SIGHUP: read the certificate and key again (docs/remote-access.md); True when it changed."""
+        return self.tls.reload("SIGHUP") if self.tls is not None else False
+
     async def stop(self) -> None:
+        if self.tls is not None:
+            await self.tls.stop()
         for fe in self.frontends.values():
             try:
                 await fe.stop()
@@ -146,26 +164,94 @@ class Service:
             os.unlink(os.path.join(self.cfg.run_dir, "ports.json"))
         except OSError:
             pass
+        try:
+            os.unlink(os.path.join(self.cfg.run_dir, ENDPOINTS_FILE))
+        except OSError:
+            pass
         if self.cfg.admin_key:
             remove_admin_key(self.cfg.data_dir, self.cfg.admin_key)
 
 
-def describe(cfg: Config, ports: dict[str, int]) -> list[str]:
-    """The lines a host prints (or logs) once the front ends listen: URLs and where the secrets are."""
-    scheme_ws = "wss" if cfg.tls else "ws"
-    scheme_http = "https" if cfg.tls else "http"
-    host = cfg.host if ":" not in cfg.host else f"[{cfg.host}]"
+# --- what a client is told: public URLs, else the bound addresses (docs/remote-access.md) -------------
+
+PATHS = {"pheby": "  (attachments {http}/attachments/<id>)", "loomi": "  (pair a phone: agent-bridge loomi pair)",
+         "lvmh": "/  (web UI, log in with `agent-bridge lvmh open`; plugins: {ws}/agent/ws)"}
+
+
+def endpoint_urls(cfg: Config, ports: dict[str, int]) -> dict[str, str]:
+    """Each started front end's URL for a client: its ``--public-url``, else its bound address
+    (a wildcard bind shown as this machine's primary address, never ``0.0.0.0``)."""
+    return {name: cfg.public_urls.get(name) or bound_url(name, cfg.host, port, cfg.tls) for name, port in ports.items()}
+
+
+def _http_base(url: str) -> str:
+    """``wss://h/ws`` -> ``https://h`` (where a WebSocket front end's HTTP routes are)."""
+    scheme, _, rest = url.partition("://")
+    host = rest.split("/", 1)[0]
+    return f"{'https' if scheme in ('wss', 'https') else 'http'}://{host}"
+
+
+def remote_notes(cfg: Config, ports: dict[str, int], qr_fp: str = "") -> list[str]:
+    """Warnings for what a phone would be told and could not use (printed with the banner)."""
+    notes = []
+    urls = endpoint_urls(cfg, ports)
+    local = [n for n, u in urls.items() if undialable_reason(u)]
+    if local:
+        reason = undialable_reason(urls[local[0]])
+        notes.append(f"warning: a phone cannot dial {', '.join(local)} ({reason}): bind a reachable --host with TLS, "
+                     "or put a proxy in front and pass --public-url (docs/remote-access.md)")
+    loomi = cfg.public_urls.get("loomi")
+    if loomi and loomi.startswith("wss://") and not qr_fp:
+        notes.append("note: the Loomi QR carries no certificate pin: the certificate phones see at "
+                     f"{loomi} must chain to a public CA, or pass --public-fp loomi=<its sha256>")
+    for name, url in cfg.public_urls.items():
+        if "/" in url.split("://", 1)[1].rstrip("/").removesuffix("/ws"):
+            notes.append(f"warning: {name}'s public URL has a path prefix; attachments and the other routes are "
+                         "served at the root: give each front end its own hostname or port (docs/remote-access.md)")
+    if cfg.tls and cfg.public_urls:
+        try:
+            names = cert_names(cfg.tls_cert or "")
+        except ConfigError:
+            names = []
+        from urllib.parse import urlsplit
+
+        for name, url in cfg.public_urls.items():
+            host = urlsplit(url).hostname or ""
+            if url.startswith(("wss://", "https://")) and served_directly(url, ports.get(name)) \
+                    and not name_matches(names, host):
+                notes.append(f"warning: the served certificate does not name {host} ({name}'s public URL; it names "
+                             f"{', '.join(names) or 'nothing'}): clients checking names will refuse it")
+    return notes
+
+
+def write_endpoints(cfg: Config, ports: dict[str, int], frontends: dict) -> None:
+    """``<run-dir>/endpoints.json``: what `doctor`, `pheby connect` and `lvmh open` tell a client
+    (URLs, whether each is public, TLS, the Loomi QR's fp). No secret in it."""
+    loomi = frontends.get("loomi")
+    info = {"urls": endpoint_urls(cfg, ports), "public": sorted(cfg.public_urls), "ports": ports, "tls": cfg.tls,
+            "loomi_fp": getattr(loomi, "fp", "") if loomi is not None else ""}
+    tmp = os.path.join(cfg.run_dir, ENDPOINTS_FILE + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(info, f)
+    os.replace(tmp, os.path.join(cfg.run_dir, ENDPOINTS_FILE))
+
+
+def describe(cfg: Config, ports: dict[str, int], qr_fp: Optional[str] = None) -> list[str]:
+    """The lines a host prints (or logs) once the front ends listen: the URLs clients use (public ones
+    when given, never a wildcard), warnings about them, and where the secrets are. ``qr_fp``: the
+    Loomi QR's pin (by default as the running service wrote it to ``run/endpoints.json``)."""
+    if qr_fp is None:
+        qr_fp = str((read_endpoints(cfg.run_dir) or {}).get("loomi_fp") or "")
     lines = [f"agent-bridge: {cfg.agent} agent, data in {cfg.data_dir}"]
-    urls = {
-        "pheby": f"{scheme_ws}://{host}:{{port}}/ws  (attachments {scheme_http}://{host}:{{port}}/attachments/<id>)",
-        "loomi": f"{scheme_ws}://{host}:{{port}}/ws  (pair a phone: agent-bridge loomi pair)",
-        "lvmh": f"{scheme_http}://{host}:{{port}}/  (web UI, log in with `agent-bridge lvmh open`; plugins: {scheme_ws}://{host}:{{port}}/agent/ws)",
-    }
-    for name, port in ports.items():
-        lines.append(f"  {name:<6} {urls[name].format(port=port)}")
+    for name, url in endpoint_urls(cfg, ports).items():
+        extra = PATHS[name].format(http=_http_base(url), ws=url.replace("http", "ws", 1))
+        bound = "" if name not in cfg.public_urls else f"  [listening on {cfg.host}:{ports[name]}]"
+        lines.append(f"  {name:<6} {url}{extra}{bound}")
+    lines += [f"  {n}" for n in remote_notes(cfg, ports, qr_fp)]
     for name, path in cfg.secret_paths.items():
         lines.append(f"  {name} stored in {path} (owner-only)")
     return lines
 
 
-__all__ = ["FRONTENDS", "Service", "check_bind", "describe", "frontend_class", "is_available", "make_agent"]
+__all__ = ["FRONTENDS", "Service", "check_bind", "describe", "endpoint_urls", "frontend_class", "is_available",
+           "make_agent", "read_endpoints", "remote_notes"]

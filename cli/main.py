@@ -10,7 +10,7 @@ from typing import Optional
 from bridge_core.config import ConfigError
 
 # Subcommand groups contributed by the front ends: module with add_parser(subparsers, common).
-COMMAND_MODULES = ("loomi_adapter.cli", "lvmh_adapter.cli")
+COMMAND_MODULES = ("loomi_adapter.cli", "lvmh_adapter.cli", "pheby_adapter.cli")
 
 
 def common_options(p: argparse.ArgumentParser) -> None:
@@ -32,10 +32,22 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--lvmh-port", type=int, default=None, help="lvmh port (default 8686; 0 = any free)")
     serve.add_argument("--tls-cert", default=None, metavar="FILE")
     serve.add_argument("--tls-key", default=None, metavar="FILE")
-    serve.add_argument("--loomi-public-url", default=None, help="pairing URL when behind a reverse proxy")
+    # --- remote access (docs/remote-access.md) ---
+    serve.add_argument("--public-url", default=None, metavar="NAME=URL,...",
+                       help="where each front end is reached from outside: pheby=wss://.../ws, "
+                            "loomi=wss://.../ws, lvmh=https://...")
+    serve.add_argument("--loomi-public-url", default=None, metavar="URL", help="the same as --public-url loomi=URL")
+    serve.add_argument("--public-fp", default=None, metavar="loomi=HEX",
+                       help="the certificate SHA-256 the Loomi QR carries (a proxy's self-signed certificate)")
+    serve.add_argument("--trusted-proxy", default=None, metavar="CIDR,...",
+                       help="reverse proxies whose X-Forwarded-For / Forwarded name the client")
+    # --- end remote access ---
     serve.add_argument("--retention-days", type=float, default=None, help="attachment retention (0 = keep)")
     serve.add_argument("--log-level", default=None, help="DEBUG, INFO (default), WARNING")
     serve.set_defaults(func=_serve)
+    from . import doctor  # remote access: agent-bridge doctor (docs/remote-access.md)
+
+    doctor.add_parser(sub, common_options)
     for modname in COMMAND_MODULES:
         try:
             mod = importlib.import_module(modname)

@@ -32,7 +32,11 @@ def config_from_args(args: argparse.Namespace) -> Config:
         "lvmh_port": getattr(args, "lvmh_port", None),
         "tls_cert": getattr(args, "tls_cert", None),
         "tls_key": getattr(args, "tls_key", None),
+        # remote access (docs/remote-access.md)
         "loomi_public_url": getattr(args, "loomi_public_url", None),
+        "public_url": getattr(args, "public_url", None),
+        "public_fp": getattr(args, "public_fp", None),
+        "trusted_proxy": getattr(args, "trusted_proxy", None),
         "retention_days": getattr(args, "retention_days", None),
         "log_level": getattr(args, "log_level", None),
     }
@@ -71,8 +75,6 @@ def setup_logging(level: str) -> None:
 async def serve_async(cfg: Config) -> int:
     service = Service(cfg, make_agent(cfg))
     ports = await service.start()
-    for line in describe(cfg, ports):
-        print(line, flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -80,6 +82,12 @@ async def serve_async(cfg: Config) -> int:
             loop.add_signal_handler(sig, stop.set)
         except (NotImplementedError, RuntimeError):
             pass
+    try:  # SIGHUP: read the TLS certificate and key again (docs/remote-access.md)
+        loop.add_signal_handler(signal.SIGHUP, service.reload_tls)
+    except (NotImplementedError, RuntimeError, AttributeError):
+        pass
+    for line in describe(cfg, ports):
+        print(line, flush=True)  # after the handlers: once the banner is out, a signal is handled
     await stop.wait()
     log.info("shutting down")
     await service.stop()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import io
 import json
 import os
 import sys
@@ -20,9 +19,10 @@ import http.client
 import ssl
 from typing import Any, Optional
 
-from bridge_core.config import build_config
+from bridge_core.config import build_config, undialable_reason
+from bridge_core import qr
 from bridge_core.redact import fingerprint
-from bridge_core.security import admin_key_path, read_admin_key
+from bridge_core.security import admin_key_path, is_loopback, read_admin_key
 
 from . import devices as devices_mod
 
@@ -110,18 +110,30 @@ def _admin_key(data_dir: str) -> str:
     return key
 
 
+def _loopback_target(data_dir: str) -> str:
+    """Where the CLI dials the Loomi port: its bound address when that is a loopback one
+    (``--host 127.0.0.2``), else 127.0.0.1 (a wildcard bind includes it). Always on loopback."""
+    try:
+        with open(os.path.join(data_dir, "run", "loomi.json"), "r", encoding="utf-8") as f:
+            host = str(json.load(f).get("host") or "")
+    except (OSError, ValueError, AttributeError):
+        host = ""
+    return host if host and host != "localhost" and is_loopback(host) else "127.0.0.1"
+
+
 def _call(data_dir: str, method: str, path: str, body: Optional[dict] = None) -> tuple[int, Any]:
-    """One request to 127.0.0.1 (never through a proxy) with the admin key; with TLS the
-    certificate must match the pin."""
+    """One request on loopback (never through a proxy) with the admin key; with TLS the
+    certificate must match the pin. The ``Host`` is always 127.0.0.1 (the loopback-only rule)."""
     port, tls, fp = _endpoint(data_dir)
     key = _admin_key(data_dir)
+    target = _loopback_target(data_dir)
     if tls:
         ctx = ssl.create_default_context()
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE  # verified below against the pinned fingerprint instead
-        conn: http.client.HTTPConnection = http.client.HTTPSConnection("127.0.0.1", port, timeout=TIMEOUT, context=ctx)
+        conn: http.client.HTTPConnection = http.client.HTTPSConnection(target, port, timeout=TIMEOUT, context=ctx)
     else:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=TIMEOUT)
+        conn = http.client.HTTPConnection(target, port, timeout=TIMEOUT)
     try:
         conn.connect()
         if tls:
@@ -130,7 +142,8 @@ def _call(data_dir: str, method: str, path: str, body: Optional[dict] = None) ->
                 raise ServerError("the server on 127.0.0.1 does not present the configured certificate")
         data = json.dumps(body).encode() if body is not None else None
         conn.request(method, path, body=data,
-                     headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}"})
+                     headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}",
+                              "Host": f"127.0.0.1:{port}"})
         resp = conn.getresponse()
         raw = resp.read()
         try:
@@ -138,7 +151,8 @@ def _call(data_dir: str, method: str, path: str, body: Optional[dict] = None) ->
         except ValueError:
             return resp.status, None
     except (OSError, http.client.HTTPException) as exc:
-        raise NotRunning(f"agent-bridge is not answering on 127.0.0.1:{port} ({exc})")
+        raise NotRunning(f"agent-bridge is not answering on {target}:{port} ({exc}); `loomi pair` needs the Loomi "
+                         "port on loopback: bind --host 0.0.0.0 (or a loopback address), not one LAN address")
     finally:
         conn.close()
 
@@ -152,23 +166,16 @@ def _error_text(body: Any) -> str:
 # --- pair -------------------------------------------------------------------------
 
 
-def render_qr(data: str) -> str:
-    import qrcode
-
-    qr = qrcode.QRCode(border=2, error_correction=qrcode.constants.ERROR_CORRECT_L)
-    qr.add_data(data)
-    qr.make(fit=True)
-    buf = io.StringIO()
-    qr.print_ascii(out=buf, invert=True)
-    return buf.getvalue()
+render_qr, _write_qr = qr.render_qr, qr.write_qr  # the one renderer (bridge_core/qr.py)
 
 
-def _write_qr(text: str, out: Any) -> None:
-    try:
-        out.write(text)
-    except UnicodeEncodeError:  # a terminal without UTF-8: full blocks as '#'
-        table = {ord("█"): "##", ord("▀"): "\"\"", ord("▄"): "..", ord(" "): "  "}
-        out.write(text.translate(table))
+def tls_line(url: str, fp: str) -> str:
+    """What ``pair`` says about the transport: never "none" next to a wss:// URL."""
+    if not url.startswith("wss://"):
+        return "none (plain ws://)"
+    if fp:
+        return f"wss, certificate pinned (sha256 {fp})"
+    return "wss, no pin: the certificate must chain to a public CA"
 
 
 def cmd_pair(args: argparse.Namespace) -> int:
@@ -193,7 +200,11 @@ def cmd_pair(args: argparse.Namespace) -> int:
     print("Scan this code with the Loomi app to pair a device.")
     print(f"  server:  {payload['url']}")
     print(f"  name:    {payload['name']}")
-    print(f"  tls:     {'certificate sha256 ' + payload['fp'] if payload['fp'] else 'none (plain ws://)'}")
+    print(f"  tls:     {tls_line(payload['url'], payload['fp'])}")
+    reason = undialable_reason(payload["url"])
+    if reason:
+        print(f"agent-bridge: warning: a phone cannot dial {payload['url']} ({reason}); serve with --public-url "
+              "loomi=wss://<a name phones reach>/ws (docs/remote-access.md)", file=sys.stderr)
     print(f"  expires: in {ttl:g} s; single use (token {fingerprint(payload['token'])})" if isinstance(ttl, (int, float))
           else f"  single use (token {fingerprint(payload['token'])})")
     sys.stdout.flush()

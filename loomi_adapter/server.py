@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import hashlib
 import importlib.metadata
 import logging
 import os
@@ -31,7 +30,8 @@ from bridge_core.errors import (
     Unavailable,
     as_bridge_error,
 )
-from bridge_core.frontend import FrontEnd, ws_text_sender
+from bridge_core.config import bound_url, served_directly
+from bridge_core.frontend import FrontEnd, cert_fingerprint, chains_to_public_ca, ws_text_sender
 from bridge_core.security import bearer_token, client_address, require_loopback_admin
 from bridge_core.hub import Outbox
 from bridge_core.redact import fingerprint
@@ -50,15 +50,19 @@ IDEMPOTENT = (codec.SessionSend, codec.ApprovalResolve, codec.ClarifyResolve, co
               codec.RunPause, codec.RunResume)
 
 
-def cert_fingerprint(cert_path: Optional[str]) -> str:
-    """SHA-256 of the (first) certificate in a PEM file, lowercase hex; "" without TLS."""
-    if not cert_path:
+def qr_fingerprint(public_fp: str, public_url: Optional[str], served_fp: str, served_public_ca: bool,
+                   bound_port: Optional[int]) -> str:
+    """The ``fp`` of the pairing QR (pure; docs/remote-access.md): ``--public-fp loomi=`` when given;
+    else empty when the bridge serves no TLS or a certificate from a public CA (nothing to pin), or
+    when the public URL names another port (a proxy presents its own certificate, which the bridge
+    does not know); else the served certificate's SHA-256."""
+    if public_fp:
+        return public_fp
+    if not served_fp or served_public_ca:
         return ""
-    with open(cert_path, "r", encoding="ascii", errors="replace") as f:
-        pem = f.read()
-    end = "-----END CERTIFICATE-----"
-    first = pem[: pem.index(end) + len(end)] if end in pem else pem
-    return hashlib.sha256(ssl.PEM_cert_to_DER_cert(first.strip() + "\n")).hexdigest()
+    if public_url and not served_directly(public_url, bound_port):
+        return ""
+    return served_fp
 
 
 def _version() -> str:
@@ -126,7 +130,9 @@ class LoomiFrontEnd(FrontEnd):
         self.registry = Registry(bridge.store)
         self.server_name = socket.gethostname()
         self.server_version = _version()
-        self.fp = cert_fingerprint(config.tls_cert) if config.tls else ""
+        self.fp = ""  # the QR's certificate pin, set once the port is known (qr_fingerprint)
+        self._served_fp = cert_fingerprint(config.tls_cert) if config.tls else ""
+        self._served_public_ca = chains_to_public_ca(config.tls_cert) if config.tls else False
         self._final_text: collections.OrderedDict[str, str] = collections.OrderedDict()
         self._stopped = False
 
@@ -141,8 +147,19 @@ class LoomiFrontEnd(FrontEnd):
 
     async def start(self, host: str, port: int, ssl_context: Optional[ssl.SSLContext] = None) -> int:
         port = await super().start(host, port, ssl_context)
-        self._write_runtime_file()
+        self._set_fp()
         return port
+
+    def _set_fp(self) -> None:
+        self.fp = qr_fingerprint(self.config.public_fp.get("loomi", ""), self.config.public_urls.get("loomi"),
+                                 self._served_fp, self._served_public_ca, self.port)
+        self._write_runtime_file()
+
+    def tls_changed(self, fingerprint: str) -> None:
+        """A renewed certificate: new pairings carry its fingerprint, and the CLI pins it."""
+        self._served_fp = fingerprint
+        self._served_public_ca = chains_to_public_ca(self.config.tls_cert) if self.config.tls else False
+        self._set_fp()
 
     @property
     def runtime_file(self) -> str:
@@ -152,8 +169,9 @@ class LoomiFrontEnd(FrontEnd):
         """How ``agent-bridge loomi ...`` reaches this server: its port, scheme and certificate pin."""
         os.makedirs(self.config.run_dir, mode=0o700, exist_ok=True)
         tmp = self.runtime_file + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(orjson.dumps({"port": self.port, "tls": self.config.tls, "fp": self.fp}))
+        with open(tmp, "wb") as f:  # fp: the served certificate, which the CLI pins on 127.0.0.1
+            f.write(orjson.dumps({"port": self.port, "host": self.config.host, "tls": self.config.tls,
+                                  "fp": self._served_fp, "qr_fp": self.fp}))
         os.replace(tmp, self.runtime_file)
 
     async def stop(self) -> None:
@@ -182,14 +200,9 @@ class LoomiFrontEnd(FrontEnd):
         return app
 
     def pair_url(self) -> str:
-        if self.config.loomi_public_url:
-            return self.config.loomi_public_url
-        host = self.config.host
-        if host in ("0.0.0.0", "::", ""):
-            host = self.server_name
-        elif ":" in host:
-            host = f"[{host}]"
-        return f"{'wss' if self.config.tls else 'ws'}://{host}:{self.port}/ws"
+        """The QR's URL: the loomi public URL, else the bound address (a wildcard made dialable)."""
+        return self.config.public_urls.get("loomi") or bound_url("loomi", self.config.host, self.port or 0,
+                                                                 self.config.tls)
 
     # --- the event fan-out ----------------------------------------------------------
 
@@ -624,4 +637,4 @@ def _json(obj: Any, status: int = 200, headers: Optional[dict] = None) -> web.Re
     return web.Response(body=orjson.dumps(obj), status=status, content_type="application/json", headers=h)
 
 
-__all__ = ["LoomiFrontEnd", "cert_fingerprint"]
+__all__ = ["LoomiFrontEnd", "cert_fingerprint", "qr_fingerprint"]

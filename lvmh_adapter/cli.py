@@ -79,8 +79,14 @@ def _read_token(data_dir: str) -> str:
 
 def _base_url(cfg: Any) -> tuple[str, bool]:
     """(the web UI's base URL, whether a running server's ports.json named the port)."""
-    section = cfg.section("lvmh") if hasattr(cfg, "section") else {}
-    public = section.get("public_url") if isinstance(section, dict) else None
+    from bridge_core.config import read_endpoints
+
+    from .auth import public_url
+
+    running_info = read_endpoints(cfg.run_dir)  # the running server's --public-url lvmh=, if it has one
+    if running_info and "lvmh" in running_info.get("public", ()):
+        return str(running_info["urls"]["lvmh"]).rstrip("/"), True
+    public = public_url(cfg)
     if isinstance(public, str) and public.startswith(("http://", "https://")):
         return public.rstrip("/"), True
     port: Optional[int] = None

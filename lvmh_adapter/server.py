@@ -22,7 +22,7 @@ from aiohttp import WSMsgType, web
 
 from bridge_core import events as ev
 from bridge_core.errors import BridgeError
-from bridge_core.frontend import FrontEnd, peer_host, ws_text_sender
+from bridge_core.frontend import FrontEnd, ws_text_sender
 from bridge_core.security import bearer_token, client_address
 from bridge_core.hub import Outbox
 from bridge_core.ids import new_id
@@ -198,7 +198,7 @@ class LvmhFrontEnd(FrontEnd):
             return await handler(request)
         refused = check_origin(request, self.public_url)
         if refused is not None:
-            log.info("lvmh: refused a request to %s with a foreign Origin from %s", path, peer_host(request))
+            log.info("lvmh: refused a request to %s with a foreign Origin from %s", path, client_address(request))
             return error_response(refused, 403, "forbidden_origin")
         principal = self.auth.resolve(presented)
         if principal is not None:
@@ -438,7 +438,7 @@ class LvmhFrontEnd(FrontEnd):
         ws = web.WebSocketResponse(max_msg_size=codec.MAX_PLUGIN_FRAME, heartbeat=HEARTBEAT, compress=False)
         await ws.prepare(request)
         outbox = Outbox(ws_text_sender(ws, request), max_items=4096, on_overflow=lambda: self._close_later(ws, b"slow peer"))
-        conn = PluginConn(ws, outbox, peer_host(request), principal)
+        conn = PluginConn(ws, outbox, client_address(request), principal)
         writer = self.tasks.spawn(conn.outbox.run(), name="lvmh-plugin-writer")
         self.sockets.add(ws)
         self.plugin_conns.add(conn)

@@ -47,3 +47,18 @@ def pytest_runtest_makereport(item, call):
     report.outcome = "failed"
     report.longrepr = (f"{reason[marker:]}\n{REQUIRE_ENV}=1 (set by scripts/test under CI): "
                        "a test whose real peer is missing fails instead of skipping")
+
+
+# --- reverse proxies (tests/remote): Debian's Caddy and nginx, installed by scripts/install-peers ---------
+# Their tests skip through ``missing_proxy`` with a PREFIX reason, so under CI (AGENT_BRIDGE_REQUIRE_PEERS=1)
+# a missing proxy fails the run like any other peer.
+
+PROXY_BINARIES = {"caddy": "/usr/bin/caddy", "nginx": "/usr/sbin/nginx"}
+
+
+def missing_proxy(name: str):
+    """The skip reason when proxy ``name`` (caddy, nginx) is not installed, else None."""
+    path = PROXY_BINARIES[name]
+    if os.access(path, os.X_OK):
+        return None
+    return missing_peer(name, f"{path} not found (scripts/install-{name}.sh installs Debian's {name})")
