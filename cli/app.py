@@ -18,6 +18,7 @@ from bridge_core.agents.base import AgentSource
 from bridge_core.bridge import Bridge
 from bridge_core.config import Config, ConfigError, is_loopback
 from bridge_core.frontend import FrontEnd, PortInUse, make_ssl_context
+from bridge_core.runtime import tune_for_serving
 from bridge_core.security import raise_nofile_limit, remove_admin_key, write_admin_key
 
 log = logging.getLogger("agent_bridge")
@@ -115,6 +116,7 @@ class Service:
             await self.stop()
             raise ConfigError(str(exc.args[1] if len(exc.args) > 1 else exc))
         self.bridge.report_interrupted()  # every front end listens now: runs a crash cut short end as failed
+        tune_for_serving()  # bridge_core/runtime.py: what start-up built is frozen out of GC scans
         os.makedirs(cfg.run_dir, mode=0o700, exist_ok=True)
         tmp = os.path.join(cfg.run_dir, "ports.json.tmp")
         with open(tmp, "w") as f:
