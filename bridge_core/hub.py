@@ -7,6 +7,11 @@ outbox of every connection. ``publish`` never awaits, so the agent never
 blocks on a front end.
 
 An ``Outbox`` is a short queue drained by one writer task per connection.
+A frame put while the writer is idle (nothing queued, the connection's
+previous writes drained, the frame durable) is written at once, without
+waiting for the writer task (the sender's ``now``); frames put while a write
+is pending, or later in the same loop iteration, queue and go out together
+in the next write, at most ``BATCH_FRAMES`` frames and ``BATCH_BYTES``.
 Items can carry a coalescing key: a newer item with the same key replaces an
 unsent older one in place (Pheby's cumulative drafts: latest wins). A client
 whose outbox overflows is disconnected through ``on_overflow``; it recovers
@@ -26,7 +31,7 @@ Subscriber = Callable[[int, Any], None]
 
 BATCH_FRAMES = 256
 GRACE = 4  # how many times max_items an outbox may hold while the durability barrier holds it
-BATCH_BYTES = 256 * 1024
+BATCH_BYTES = 64 * 1024  # one transport write; a larger one is one long send syscall that stalls the loop
 
 
 class Hub:
@@ -88,6 +93,8 @@ class Outbox:
         self.max_bytes = max_bytes
         self._on_overflow = on_overflow
         self._wake = asyncio.Event()
+        self._now = getattr(send, "now", None)  # a synchronous write when the connection has drained
+        self._parked = False  # the writer waits for a frame with nothing queued: a put may write at once
         self.closed = False
         self.overflowed = False
         # frames held back by the durability barrier (Store.synced) are the server's delay, not the
@@ -127,11 +134,37 @@ class Outbox:
                 except Exception:
                     log.exception("overflow handler failed")
             return False
+        if self._parked and not self._q and (self._store is None or ticket <= self._store.processed):
+            if self._write_now(data):
+                return True
         slot = _Slot(data, key, size, ticket)
         self._q.append(slot)
         if key is not None:
             self._keyed[key] = slot
         self._bytes += size
+        self._wake.set()
+        return True
+
+    def _write_now(self, data: Any) -> bool:
+        """The idle writer's fast path: ``data`` written synchronously if the sender can (True).
+
+        The writer is woken either way: what is put later in this loop
+        iteration queues (the writer is no longer parked) and leaves in its
+        next write, so a burst costs two writes, not one per frame.
+        """
+        now = self._now
+        if now is None:
+            return False
+        frame = data() if callable(data) else data
+        if frame is None:  # a coalesced draft whose message completed meanwhile
+            return True
+        if isinstance(frame, str):
+            frame = frame.encode()
+        if not now(frame):
+            return False
+        self.sent_frames += 1
+        self.sent_bytes += len(frame)
+        self._parked = False
         self._wake.set()
         return True
 
@@ -199,7 +232,11 @@ class Outbox:
                 if self.closed:
                     return
                 self._wake.clear()
-                await self._wake.wait()
+                self._parked = not q
+                try:
+                    await self._wake.wait()
+                finally:
+                    self._parked = False
                 continue
             if store is not None and q[0].ticket > store.processed:
                 # durable before delivered: the head leaves once the writes queued before it committed
