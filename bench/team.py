@@ -80,7 +80,9 @@ async def team_once(proto: str, kind: str, runs: int, clients: int, n: int, rate
         "p50_ms": _pct(lat, 50) / 1000,
         "p99_ms": _pct(lat, 99) / 1000,
         "max_ms": (lat[-1] / 1000) if lat else float("nan"),
-        "cpu_ms_per_run_s": cpu * 1000 / (runs * elapsed),
+        # per run-second of the run's nominal length (n / rate): a server that falls behind stretches its
+        # runs, and dividing by the time it took would flatter it
+        "cpu_ms_per_run_s": cpu * 1000 / (runs * n / rate),
         "peak_rss_mb": rss / 1e6,
         "exact": all(r["exact"] for r in results),
         "bytes_per_client": statistics.mean(r["bytes"] for r in results),
