@@ -96,7 +96,12 @@ class Server:
         if lag:
             env["BENCH_LAGMON"] = self.lag_path
         if kind == "bridge":
-            cmd = run + ["cli", "serve", "--data-dir", self.tmp, "--adapters", adapters,
+            # the load clients open hundreds of sockets at once from one address: above the default cap of
+            # unauthenticated connections per address (a security default, not what is measured here)
+            conf = os.path.join(self.tmp, "bench.toml")
+            with open(conf, "w") as f:
+                f.write("[security]\nunauthenticated_per_address = 100000\n")
+            cmd = run + ["cli", "serve", "--config", conf, "--data-dir", self.tmp, "--adapters", adapters,
                    "--pheby-port", "0", "--loomi-port", "0", "--lvmh-port", "0", "--log-level", "WARNING", *args]
             self.portfile = os.path.join(self.tmp, "run", "ports.json")
         else:
