@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import weakref
 from typing import Any, Awaitable, Callable, Hashable, Optional
 
 log = logging.getLogger("agent_bridge.hub")
@@ -74,6 +75,35 @@ class _Slot:
         self.ticket = ticket  # the store's write count when queued: it leaves once those committed
 
 
+class _SharedSync:
+    """The connections held by one store's durability barrier wait for its commits together.
+
+    One of them (the leader) awaits ``store.synced``; the others follow it
+    and look again when its wait ends. A commit then wakes the loop once,
+    not once per connection (each ``synced`` waiter is a wake from the
+    store's thread).
+    """
+
+    __slots__ = ("done", "target", "__weakref__")
+
+    def __init__(self) -> None:
+        self.done: Optional[asyncio.Event] = None  # set when the leader's wait ends
+        self.target = 0  # the ticket the leader waits for
+
+
+_SYNCS: "weakref.WeakKeyDictionary[Any, _SharedSync]" = weakref.WeakKeyDictionary()
+
+
+def _shared_sync(store: Any) -> _SharedSync:
+    try:
+        sync = _SYNCS.get(store)
+        if sync is None:
+            sync = _SYNCS[store] = _SharedSync()
+        return sync
+    except TypeError:  # a store that takes no weak reference: no sharing
+        return _SharedSync()
+
+
 class Outbox:
     """A bounded, coalescing queue of frames for one connection."""
 
@@ -102,6 +132,7 @@ class Outbox:
         self._grace = False
         durable = getattr(send, "durable_store", None)
         self._store = durable() if durable is not None else None  # see frontend.ws_text_sender
+        self._sync = _shared_sync(self._store) if self._store is not None else None
         self.sent_frames = 0
         self.sent_bytes = 0
 
@@ -241,7 +272,7 @@ class Outbox:
             if store is not None and q[0].ticket > store.processed:
                 # durable before delivered: the head leaves once the writes queued before it committed
                 self._grace = True
-                await store.synced(q[0].ticket)
+                await self._synced(q[0].ticket)
                 continue
             if self._grace and len(q) < self.max_items:
                 self._grace = False
@@ -265,6 +296,25 @@ class Outbox:
                 await many(batch)
                 self.sent_frames += len(batch)
                 self.sent_bytes += size
+
+    async def _synced(self, ticket: int) -> None:
+        """Until the store committed the writes up to ``ticket`` (or its wait ended): lead, or follow."""
+        store, sync = self._store, self._sync
+        while ticket > store.processed and not self.closed:
+            done = sync.done
+            if done is not None and ticket < sync.target:  # needs less than the leader: no waiting for more
+                await store.synced(ticket)
+                return
+            if done is None:
+                done = sync.done = asyncio.Event()
+                sync.target = ticket
+                try:
+                    await store.synced(ticket)
+                finally:
+                    sync.done = None
+                    done.set()
+                return
+            await done.wait()
 
     def _pop(self) -> Any:
         slot = self._q.popleft()

@@ -197,3 +197,43 @@ async def test_an_idle_connection_still_waits_for_the_commit_of_what_came_before
         await ws.close()
         await http.close()
         await srv.stop()
+
+
+async def test_connections_held_by_one_commit_wait_for_it_together(tmp_path):
+    """Ten outboxes behind one pending write: one waiter on the store (one wake per commit), all delivered."""
+    import threading
+
+    from bridge_core.store import Store
+
+    store = Store(str(tmp_path / "s.db")).open()
+    gate = threading.Event()
+    sent: list[list] = [[] for _ in range(10)]
+
+    class Sender:
+        def __init__(self, out):
+            self.out = out
+
+        async def __call__(self, data):
+            self.out.append(data)
+
+        def durable_store(self):
+            return store
+
+    tasks = TaskSet("test")
+    boxes = [Outbox(Sender(out)) for out in sent]
+    try:
+        for b in boxes:
+            tasks.spawn(b.run())
+        blocked = store.submit(lambda c: gate.wait(10))  # a write the frames must wait for
+        for i, b in enumerate(boxes):
+            b.put(b"frame %d" % i)
+        await _until(lambda: all(b._grace for b in boxes))  # every writer is held by the barrier
+        assert len(store._sync_waiters) == 1  # the leader waits on the store; the others follow it
+        assert not any(sent)
+        gate.set()
+        await _until(lambda: all(out == [b"frame %d" % i] for i, out in enumerate(sent)))
+        blocked.result(5)
+    finally:
+        gate.set()
+        await tasks.close()
+        store.close()
