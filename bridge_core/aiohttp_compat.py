@@ -104,14 +104,13 @@ def write_now(ws: web.WebSocketResponse, data: bytes) -> bool:
     goes out synchronously, with the same accounting as ``write_text_frames``;
     otherwise the caller queues it for the next (batched) write.
     """
+    if not batch_ready(ws):
+        return False
     writer = _writer(ws)
-    if writer is None or getattr(writer, "_closing", True):
+    transport = writer.transport
+    if transport.is_closing() or transport.get_write_buffer_size():
         return False
-    transport = getattr(writer, "transport", None)
-    if transport is None or transport.is_closing() or transport.get_write_buffer_size():
-        return False
-    protocol = writer.protocol
-    if getattr(protocol, "_paused", True):
+    if getattr(getattr(writer, "protocol", None), "_paused", True):
         return False
     buf, total = _frame_bytes([data])
     if writer._output_size + total > writer._limit:
