@@ -84,18 +84,29 @@ class ProcWatch:
 class Server:
     """A server subprocess (the bridge or the baseline) and its ports."""
 
-    def __init__(self, kind: str, adapters: str = "pheby,loomi,lvmh", extra_env: Optional[dict] = None):
+    def __init__(self, kind: str, adapters: str = "pheby,loomi,lvmh", extra_env: Optional[dict] = None,
+                 lag: bool = False, args: tuple = ()):
         self.kind = kind
         self.tmp = tempfile.mkdtemp(prefix=f"bench-{kind}-")
         env = dict(os.environ, PHEBY_SECRET=BENCH_SECRET, LVMH_TOKEN=BENCH_TOKEN, PYTHONPATH=ROOT)
         env.update(extra_env or {})
+        # lag: the server runs under bench.lagmon (the same for the bridge and the baseline)
+        self.lag_path = os.path.join(self.tmp, "lag.json") if lag else None
+        run = [sys.executable, "-m"] + (["bench.lagmon"] if lag else [])
+        if lag:
+            env["BENCH_LAGMON"] = self.lag_path
         if kind == "bridge":
-            cmd = [sys.executable, "-m", "cli", "serve", "--data-dir", self.tmp, "--adapters", adapters,
-                   "--pheby-port", "0", "--loomi-port", "0", "--lvmh-port", "0", "--log-level", "WARNING"]
+            # the load clients open hundreds of sockets at once from one address: above the default cap of
+            # unauthenticated connections per address (a security default, not what is measured here)
+            conf = os.path.join(self.tmp, "bench.toml")
+            with open(conf, "w") as f:
+                f.write("[security]\nunauthenticated_per_address = 100000\n")
+            cmd = run + ["cli", "serve", "--config", conf, "--data-dir", self.tmp, "--adapters", adapters,
+                   "--pheby-port", "0", "--loomi-port", "0", "--lvmh-port", "0", "--log-level", "WARNING", *args]
             self.portfile = os.path.join(self.tmp, "run", "ports.json")
         else:
             self.portfile = os.path.join(self.tmp, "ports.json")
-            cmd = [sys.executable, "-m", "bench.baseline", "--portfile", self.portfile]
+            cmd = run + ["bench.baseline", "--portfile", self.portfile]
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         self.ports = self._wait_ports()
         self.watch = ProcWatch(self.proc.pid)
@@ -114,7 +125,20 @@ class Server:
             time.sleep(0.05)
         raise RuntimeError(f"{self.kind} did not start")
 
-    def stop(self) -> None:
+    def lag_window(self, start: bool) -> None:
+        """Tell the lag monitor that the measured window starts (True) or ends (False)."""
+        if self.lag_path and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGUSR1 if start else signal.SIGUSR2)
+
+    def lag_report(self) -> Optional[dict]:
+        """The lag monitor's report (after ``stop``, its final one), or None without a monitor."""
+        if not self.lag_path or not os.path.exists(self.lag_path):
+            return None
+        with open(self.lag_path) as f:
+            return json.load(f)
+
+    def stop(self, keep: bool = False) -> None:
+        """SIGTERM (then kill); the data dir is removed unless ``keep`` (call ``cleanup`` later)."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -122,6 +146,10 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        if not keep:
+            self.cleanup()
+
+    def cleanup(self) -> None:
         import shutil
 
         shutil.rmtree(self.tmp, ignore_errors=True)

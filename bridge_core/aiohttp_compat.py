@@ -78,18 +78,8 @@ def batch_ready(ws: web.WebSocketResponse) -> bool:
     )
 
 
-async def write_text_frames(ws: web.WebSocketResponse, frames: list) -> None:
-    """Write ``frames`` (bytes, UTF-8 JSON) as unmasked text frames with one transport write.
-
-    Only after ``batch_ready(ws)``. Uncompressed frames are valid even when
-    permessage-deflate was negotiated. Flow control is aiohttp's own: once
-    the writer's buffered count passes its limit, wait for the transport to
-    drain if it paused us.
-    """
-    writer = _writer(ws)
-    transport = writer.transport
-    if transport.is_closing():
-        raise ConnectionResetError("Cannot write to closing transport")
+def _frame_bytes(frames: list) -> tuple[bytes, int]:
+    """``frames`` as unmasked text frames in one buffer, and the count aiohttp's flow control adds."""
     parts = []
     total = 0
     for data in frames:
@@ -102,7 +92,48 @@ async def write_text_frames(ws: web.WebSocketResponse, frames: list) -> None:
             parts.append(_LEN3(0x81, 127, n))
         parts.append(data)
         total += n + 10
-    transport.write(b"".join(parts))
+    return b"".join(parts), total
+
+
+def write_now(ws: web.WebSocketResponse, data: bytes) -> bool:
+    """Write one text frame at once if the connection's previous writes have drained; else False.
+
+    Drained: the transport buffers nothing (the kernel took every earlier
+    write), the protocol is not paused and the writer's flow-control count is
+    under its limit, so nothing would have to be awaited. Then the frame
+    goes out synchronously, with the same accounting as ``write_text_frames``;
+    otherwise the caller queues it for the next (batched) write.
+    """
+    if not batch_ready(ws):
+        return False
+    writer = _writer(ws)
+    transport = writer.transport
+    if transport.is_closing() or transport.get_write_buffer_size():
+        return False
+    if getattr(getattr(writer, "protocol", None), "_paused", True):
+        return False
+    buf, total = _frame_bytes([data])
+    if writer._output_size + total > writer._limit:
+        return False
+    transport.write(buf)
+    writer._output_size += total
+    return True
+
+
+async def write_text_frames(ws: web.WebSocketResponse, frames: list) -> None:
+    """Write ``frames`` (bytes, UTF-8 JSON) as unmasked text frames with one transport write.
+
+    Only after ``batch_ready(ws)``. Uncompressed frames are valid even when
+    permessage-deflate was negotiated. Flow control is aiohttp's own: once
+    the writer's buffered count passes its limit, wait for the transport to
+    drain if it paused us.
+    """
+    writer = _writer(ws)
+    transport = writer.transport
+    if transport.is_closing():
+        raise ConnectionResetError("Cannot write to closing transport")
+    buf, total = _frame_bytes(frames)
+    transport.write(buf)
     writer._output_size += total
     if writer._output_size > writer._limit:
         writer._output_size = 0

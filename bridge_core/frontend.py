@@ -268,7 +268,10 @@ class ws_text_sender:
     """An Outbox sender: pre-encoded JSON bytes as WebSocket text frames.
 
     ``many`` writes a batch of frames with one transport write
-    (``aiohttp_compat.write_text_frames``, the only use of aiohttp internals).
+    (``aiohttp_compat.write_text_frames``, the only use of aiohttp internals);
+    ``now`` writes one frame synchronously when the connection's previous
+    writes have drained (``aiohttp_compat.write_now``), so an idle connection
+    gets a frame without waiting for the writer task.
     It falls back to ``send_frame`` per frame whenever the aiohttp writer is
     not in the plain state it expects.
 
@@ -290,6 +293,10 @@ class ws_text_sender:
 
     async def __call__(self, data: bytes) -> None:
         await self.ws.send_frame(data, WSMsgType.TEXT)
+
+    def now(self, data: bytes) -> bool:
+        """Write ``data`` at once if the previous writes drained (True), else leave it to the Outbox's writer."""
+        return aiohttp_compat.write_now(self.ws, data)
 
     async def many(self, frames: list) -> None:
         if not aiohttp_compat.batch_ready(self.ws):

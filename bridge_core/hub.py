@@ -7,6 +7,11 @@ outbox of every connection. ``publish`` never awaits, so the agent never
 blocks on a front end.
 
 An ``Outbox`` is a short queue drained by one writer task per connection.
+A frame put while the writer is idle (nothing queued, the connection's
+previous writes drained, the frame durable) is written at once, without
+waiting for the writer task (the sender's ``now``); frames put while a write
+is pending, or later in the same loop iteration, queue and go out together
+in the next write, at most ``BATCH_FRAMES`` frames and ``BATCH_BYTES``.
 Items can carry a coalescing key: a newer item with the same key replaces an
 unsent older one in place (Pheby's cumulative drafts: latest wins). A client
 whose outbox overflows is disconnected through ``on_overflow``; it recovers
@@ -18,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import weakref
 from typing import Any, Awaitable, Callable, Hashable, Optional
 
 log = logging.getLogger("agent_bridge.hub")
@@ -26,7 +32,7 @@ Subscriber = Callable[[int, Any], None]
 
 BATCH_FRAMES = 256
 GRACE = 4  # how many times max_items an outbox may hold while the durability barrier holds it
-BATCH_BYTES = 256 * 1024
+BATCH_BYTES = 64 * 1024  # one transport write; a larger one is one long send syscall that stalls the loop
 
 
 class Hub:
@@ -69,6 +75,35 @@ class _Slot:
         self.ticket = ticket  # the store's write count when queued: it leaves once those committed
 
 
+class _SharedSync:
+    """The connections held by one store's durability barrier wait for its commits together.
+
+    One of them (the leader) awaits ``store.synced``; the others follow it
+    and look again when its wait ends. A commit then wakes the loop once,
+    not once per connection (each ``synced`` waiter is a wake from the
+    store's thread).
+    """
+
+    __slots__ = ("done", "target", "__weakref__")
+
+    def __init__(self) -> None:
+        self.done: Optional[asyncio.Event] = None  # set when the leader's wait ends
+        self.target = 0  # the ticket the leader waits for
+
+
+_SYNCS: "weakref.WeakKeyDictionary[Any, _SharedSync]" = weakref.WeakKeyDictionary()
+
+
+def _shared_sync(store: Any) -> _SharedSync:
+    try:
+        sync = _SYNCS.get(store)
+        if sync is None:
+            sync = _SYNCS[store] = _SharedSync()
+        return sync
+    except TypeError:  # a store that takes no weak reference: no sharing
+        return _SharedSync()
+
+
 class Outbox:
     """A bounded, coalescing queue of frames for one connection."""
 
@@ -88,6 +123,8 @@ class Outbox:
         self.max_bytes = max_bytes
         self._on_overflow = on_overflow
         self._wake = asyncio.Event()
+        self._now = getattr(send, "now", None)  # a synchronous write when the connection has drained
+        self._parked = False  # the writer waits for a frame with nothing queued: a put may write at once
         self.closed = False
         self.overflowed = False
         # frames held back by the durability barrier (Store.synced) are the server's delay, not the
@@ -95,6 +132,7 @@ class Outbox:
         self._grace = False
         durable = getattr(send, "durable_store", None)
         self._store = durable() if durable is not None else None  # see frontend.ws_text_sender
+        self._sync = _shared_sync(self._store) if self._store is not None else None
         self.sent_frames = 0
         self.sent_bytes = 0
 
@@ -127,11 +165,37 @@ class Outbox:
                 except Exception:
                     log.exception("overflow handler failed")
             return False
+        if self._parked and not self._q and (self._store is None or ticket <= self._store.processed):
+            if self._write_now(data):
+                return True
         slot = _Slot(data, key, size, ticket)
         self._q.append(slot)
         if key is not None:
             self._keyed[key] = slot
         self._bytes += size
+        self._wake.set()
+        return True
+
+    def _write_now(self, data: Any) -> bool:
+        """The idle writer's fast path: ``data`` written synchronously if the sender can (True).
+
+        The writer is woken either way: what is put later in this loop
+        iteration queues (the writer is no longer parked) and leaves in its
+        next write, so a burst costs two writes, not one per frame.
+        """
+        now = self._now
+        if now is None:
+            return False
+        frame = data() if callable(data) else data
+        if frame is None:  # a coalesced draft whose message completed meanwhile
+            return True
+        if isinstance(frame, str):
+            frame = frame.encode()
+        if not now(frame):
+            return False
+        self.sent_frames += 1
+        self.sent_bytes += len(frame)
+        self._parked = False
         self._wake.set()
         return True
 
@@ -199,12 +263,16 @@ class Outbox:
                 if self.closed:
                     return
                 self._wake.clear()
-                await self._wake.wait()
+                self._parked = not q
+                try:
+                    await self._wake.wait()
+                finally:
+                    self._parked = False
                 continue
             if store is not None and q[0].ticket > store.processed:
                 # durable before delivered: the head leaves once the writes queued before it committed
                 self._grace = True
-                await store.synced(q[0].ticket)
+                await self._synced(q[0].ticket)
                 continue
             if self._grace and len(q) < self.max_items:
                 self._grace = False
@@ -228,6 +296,25 @@ class Outbox:
                 await many(batch)
                 self.sent_frames += len(batch)
                 self.sent_bytes += size
+
+    async def _synced(self, ticket: int) -> None:
+        """Until the store committed the writes up to ``ticket`` (or its wait ended): lead, or follow."""
+        store, sync = self._store, self._sync
+        while ticket > store.processed and not self.closed:
+            done = sync.done
+            if done is not None and ticket < sync.target:  # needs less than the leader: no waiting for more
+                await store.synced(ticket)
+                return
+            if done is None:
+                done = sync.done = asyncio.Event()
+                sync.target = ticket
+                try:
+                    await store.synced(ticket)
+                finally:
+                    sync.done = None
+                    done.set()
+                return
+            await done.wait()
 
     def _pop(self) -> Any:
         slot = self._q.popleft()

@@ -17,6 +17,7 @@ import os
 import queue
 import sqlite3
 import threading
+import time
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 from .errors import Unavailable
@@ -72,6 +73,10 @@ CORE_MIGRATIONS: list[str] = [
 ]
 
 _STOP = object()
+# the least time between the starts of two commits: writes queued meanwhile share the next one, so a
+# steady stream of small writes (a Loomi replay row per event) costs one commit per millisecond at most,
+# not one per write, for at most this much more latency behind the durability barrier
+MIN_COMMIT_GAP = 0.001
 
 
 class Store:
@@ -204,10 +209,15 @@ class Store:
     def _writer(self) -> None:
         conn = self._wconn
         assert conn is not None
+        last = 0.0
         while True:
             item = self._q.get()
             if item is _STOP:
                 return
+            gap = last + MIN_COMMIT_GAP - time.monotonic()
+            if gap > 0:
+                time.sleep(gap)
+            last = time.monotonic()
             batch = [item]
             stop = False
             while len(batch) < 5000:

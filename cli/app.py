@@ -21,6 +21,7 @@ from bridge_core.config import (ENDPOINTS_FILE, Config, ConfigError, bound_url, 
                                 served_directly, undialable_reason)
 from bridge_core.frontend import FrontEnd, PortInUse, TLSReloader, cert_names, name_matches
 from bridge_core.push import Notifier
+from bridge_core.runtime import tune_for_serving
 from bridge_core.security import raise_nofile_limit, remove_admin_key, write_admin_key
 
 log = logging.getLogger("agent_bridge")
@@ -132,6 +133,7 @@ class Service:
             await self.stop()
             raise ConfigError(str(exc.args[1] if len(exc.args) > 1 else exc))
         self.bridge.report_interrupted()  # every front end listens now: runs a crash cut short end as failed
+        tune_for_serving()  # bridge_core/runtime.py: what start-up built is frozen out of GC scans
         os.makedirs(cfg.run_dir, mode=0o700, exist_ok=True)
         if self.tls is not None:
             for fe in self.frontends.values():

@@ -3,7 +3,13 @@
 A streaming message is a run of cumulative ``message.delta`` drafts. Sending
 every one is O(n^2) bytes; a client only ever replaces the bubble, so it gets
 the first draft at once and then the newest text at most once per
-``interval`` (40 ms by default). A slow client's unsent draft is replaced in
+``interval`` (40 ms by default). With ``full_chars`` set the interval adapts
+to the draft's size: a draft of ``L`` characters may follow the previous
+push after ``interval * L / full_chars`` (never sooner than ``min_interval``,
+never later than ``interval``), so a short answer streams at the agent's
+pace while a long one costs no more than before: the bytes per second a
+message's drafts may take are bounded by ``full_chars / interval`` until the
+draft is ``full_chars`` long, and are what they were from then on. A slow client's unsent draft is replaced in
 place (the front end queues it under a per-message key in the Outbox), and
 later drafts are encoded when they are sent, once per draft length.
 
@@ -60,10 +66,12 @@ class DraftFrame:
 class DraftPacer:
     """The newest draft per message, when each was last pushed, and which have a push due."""
 
-    __slots__ = ("interval", "drafts", "_sent", "_due", "_cache")
+    __slots__ = ("interval", "min_interval", "full_chars", "drafts", "_sent", "_due", "_cache")
 
-    def __init__(self, interval: float):
+    def __init__(self, interval: float, *, min_interval: float = 0.0, full_chars: int = 0):
         self.interval = interval
+        self.min_interval = min_interval
+        self.full_chars = full_chars  # 0: a fixed interval
         self.drafts: dict[str, ev.TextDelta] = {}
         self._sent: dict[str, float] = {}
         self._due: set[str] = set()
@@ -75,11 +83,18 @@ class DraftPacer:
         self.drafts[mid] = event
         if mid in self._due:
             return WAITING  # the push already due sends the newest draft
-        wait = self._sent.get(mid, NEVER) + self.interval - now
+        wait = self._sent.get(mid, NEVER) + self.interval_for(event.draft.length) - now
         if wait <= 0:
             return PUSH_NOW
         self._due.add(mid)
         return Pace(at=now + wait)
+
+    def interval_for(self, length: int) -> float:
+        """The least time between two pushes of a message whose newest draft is ``length`` characters."""
+        full = self.full_chars
+        if not full or length >= full:
+            return self.interval
+        return max(min(self.min_interval, self.interval), self.interval * length / full)
 
     def push(self, message_id: str, now: float) -> Optional[tuple[Any, Hashable]]:
         """The push of ``message_id`` at ``now``: (frame, outbox key) to queue to every client, or None.

@@ -79,7 +79,10 @@ class PhebyFrontEnd(FrontEnd):
         # slowed per address by self.limiter (FrontEnd), which never refuses the right secret
         self.lockout = HelloLockout(codec.LOCKOUT_FAILS, codec.LOCKOUT_WINDOW)
         self.conns: dict[str, Connection] = {}
-        self.pacer = DraftPacer(float(opts.get("draft_interval_ms", 40)) / 1000.0)
+        # short drafts sooner, down to draft_min_interval_ms, long ones (draft_full_chars and more) at the interval
+        self.pacer = DraftPacer(float(opts.get("draft_interval_ms", 40)) / 1000.0,
+                                min_interval=float(opts.get("draft_min_interval_ms", 10)) / 1000.0,
+                                full_chars=int(opts.get("draft_full_chars", 2048)))
         self._draft_timers: dict[str, asyncio.TimerHandle] = {}  # the pacer's due pushes
         self._next_id = 0
         self.stats = {"connections": 0, "slow_disconnects": 0, "rate_limited": 0, "auth_failures": 0}

@@ -1,0 +1,190 @@
+"""The team load: R concurrent paced runs x K clients, bridge and baseline alternated on fresh servers.
+
+Every run is ``/bench n rate`` (an LLM's pace: ``rate`` deltas per second) in
+a conversation of its own, and every client sees every run. The clients are
+processes of their own (``bench.team_client``). Per configuration and
+server: p50/p99/max delivery latency (receipt minus the frame's server
+timestamp), server CPU per run-second (all threads, schedstat), peak RSS,
+every client's exact final text of every run, and the event-loop lag
+inside the server (``bench.lagmon``: max lag, stalls, what they coincided
+with). The figures are ratios to the baseline in the same invocation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import statistics
+import sys
+from typing import Optional
+
+import aiohttp
+
+from .load import _pct, pair_loomi_devices
+from .proc import BENCH_SECRET, ROOT, Server
+
+DRAFT_INTERVAL_MS = 40.0
+
+
+async def team_once(proto: str, kind: str, runs: int, clients: int, n: int, rate: float,
+                    server_args: tuple = ()) -> dict:
+    srv = Server(kind, adapters=proto, lag=True, args=server_args if kind == "bridge" else ())
+    procs = []
+    try:
+        port = srv.ports[proto]
+        devices: list = [None] * clients
+        if proto == "loomi" and kind == "bridge":
+            async with aiohttp.ClientSession() as http:
+                devices = await pair_loomi_devices(http, port, clients)
+        env = dict(os.environ, PYTHONPATH=ROOT)
+        for i in range(clients):
+            mine = runs // clients + (1 if i < runs % clients else 0)
+            cfg = {"proto": proto, "port": port, "runs": runs, "mine": mine, "n": n, "rate": rate,
+                   "secret": BENCH_SECRET, "device": devices[i], "index": i}
+            procs.append(await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "bench.team_client", json.dumps(cfg), cwd=ROOT, env=env,
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=1 << 28))
+        for p in procs:
+            line = await asyncio.wait_for(p.stdout.readline(), 60)
+            if line.strip() != b"ready":
+                raise RuntimeError(f"{kind} {proto} client not ready: {line!r}")
+        srv.lag_window(True)
+        cpu0 = srv.watch.cpu()
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        for p in procs:
+            p.stdin.write(b"go\n")
+        for p in procs:
+            await p.stdin.drain()
+        results = []
+        for p in procs:
+            line = await asyncio.wait_for(p.stdout.readline(), 120 + 2 * n / rate)
+            results.append(json.loads(line))
+        elapsed = loop.time() - t0
+        cpu = srv.watch.cpu() - cpu0
+        srv.lag_window(False)
+        rss = srv.watch.peak_rss()
+        for p in procs:
+            await p.wait()
+    finally:
+        for p in procs:
+            if p.returncode is None:
+                p.kill()
+                await p.wait()
+        srv.stop(keep=True)
+    lag = srv.lag_report() or {}
+    srv.cleanup()
+    lat = sorted(x for r in results for x in r["lat_us"])
+    return {
+        "p50_ms": _pct(lat, 50) / 1000,
+        "p99_ms": _pct(lat, 99) / 1000,
+        "max_ms": (lat[-1] / 1000) if lat else float("nan"),
+        # per run-second of the run's nominal length (n / rate): a server that falls behind stretches its
+        # runs, and dividing by the time it took would flatter it
+        "cpu_ms_per_run_s": cpu * 1000 / (runs * n / rate),
+        "peak_rss_mb": rss / 1e6,
+        "exact": all(r["exact"] for r in results),
+        "bytes_per_client": statistics.mean(r["bytes"] for r in results),
+        "elapsed_s": elapsed,
+        "lag_max_ms": lag.get("max_lag_ms", float("nan")),
+        "lag_p99_ms": lag.get("p99_lag_ms", float("nan")),
+        "stalls": lag.get("stalls", 0),
+        "stalls_with_gc": lag.get("stalls_with_gc", 0),
+        "gc_max_ms": lag.get("gc_max_ms", []),
+        "stall_stacks": lag.get("stall_stacks", []),
+    }
+
+
+def _fmt(x: float) -> str:
+    if x != x:
+        return "n/a"
+    return f"{x:.2f}" if abs(x) < 10 else f"{x:.1f}"
+
+
+async def team_table(protos: list[str], runs_list: list[int], clients_list: list[int], n: int, rate: float,
+                     rounds: int, verbose: bool = False) -> list[dict]:
+    rows = []
+    for proto in protos:
+        for r in runs_list:
+            for k in clients_list:
+                per: dict[str, list] = {"bridge": [], "baseline": []}
+                for _ in range(rounds):
+                    for kind in ("bridge", "baseline"):  # A B A B, fresh servers
+                        per[kind].append(await team_once(proto, kind, r, k, n, rate))
+                row = {"proto": proto, "runs": r, "clients": k, **per}
+                rows.append(row)
+                _print_row(row, verbose)
+    return rows
+
+
+def _med(xs: list) -> float:
+    xs = [x for x in xs if x == x]
+    return statistics.median(xs) if xs else float("nan")
+
+
+def target_of(row: dict) -> dict:
+    """The issue's bounds for this row, from the baseline's medians (ms, or a ratio for CPU)."""
+    raw_p99 = _med([x["p99_ms"] for x in row["baseline"]])
+    raw_max = _med([x["max_ms"] for x in row["baseline"]])
+    if row["proto"] == "loomi":
+        return {"p99_ms": 2 * raw_p99, "max_ms": 3 * raw_max, "cpu": 1.0}
+    return {"p99_ms": DRAFT_INTERVAL_MS + 2 * raw_p99, "max_ms": DRAFT_INTERVAL_MS + 3 * raw_max, "cpu": 1.0}
+
+
+def verdict(row: dict) -> tuple[bool, dict]:
+    t = target_of(row)
+    b = {f: _med([x[f] for x in row["bridge"]]) for f in ("p99_ms", "max_ms", "cpu_ms_per_run_s")}
+    a_cpu = _med([x["cpu_ms_per_run_s"] for x in row["baseline"]])
+    cpu_ratio = b["cpu_ms_per_run_s"] / a_cpu if a_cpu else float("nan")
+    checks = {
+        "p99": b["p99_ms"] <= t["p99_ms"],
+        "max": b["max_ms"] <= t["max_ms"],
+        "cpu": cpu_ratio <= t["cpu"],
+        "exact": all(x["exact"] for x in row["bridge"] + row["baseline"]),
+    }
+    return all(checks.values()), checks
+
+
+def _print_row(row: dict, verbose: bool) -> None:
+    b, a = row["bridge"], row["baseline"]
+
+    def both(f):
+        return _med([x[f] for x in b]), _med([x[f] for x in a])
+
+    p50, p99, mx = both("p50_ms"), both("p99_ms"), both("max_ms")
+    cpu, rss, lag = both("cpu_ms_per_run_s"), both("peak_rss_mb"), both("lag_max_ms")
+    ok, checks = verdict(row)
+    miss = ",".join(k for k, v in checks.items() if not v)
+    print(f"{row['proto']:<6}{row['runs']:>4}{row['clients']:>4}  "
+          f"p50 {_fmt(p50[0])}/{_fmt(p50[1])}  p99 {_fmt(p99[0])}/{_fmt(p99[1])} ({_fmt(p99[0] / p99[1])}x)  "
+          f"max {_fmt(mx[0])}/{_fmt(mx[1])} ({_fmt(mx[0] / mx[1])}x)  cpu {_fmt(cpu[0] / cpu[1])}x  "
+          f"rss {rss[0]:.0f}/{rss[1]:.0f}MB  lag max {_fmt(lag[0])}/{_fmt(lag[1])}  "
+          f"{'ok' if ok else 'MISS ' + miss}", flush=True)
+    if verbose:
+        for kind, res in (("bridge", b), ("baseline", a)):
+            for x in res:
+                print(f"    {kind}: stalls {x['stalls']} (with gc {x['stalls_with_gc']}), gc max ms "
+                      f"{[round(g, 1) for g in x['gc_max_ms']]}, cpu {x['cpu_ms_per_run_s']:.2f} ms/run-s, "
+                      f"exact {x['exact']}")
+                for where, count in x["stall_stacks"][:4]:
+                    print(f"      {count:>3}x {where}")
+
+
+def print_header(n: int, rate: float, rounds: int) -> None:
+    print(f"\nTeam load: R runs of /bench {n} {rate:g} (each {n / rate:g} s, own conversation) x K clients "
+          f"seeing every run; bridge/baseline medians over {rounds} round(s), fresh servers, alternated")
+    print("  latency = receipt - frame ts (ms); cpu = server CPU per run-second, bridge/baseline; "
+          "lag = max event-loop lag in the server (ms)")
+    print(f"  targets: Loomi p99 <= 2x raw, max <= 3x raw; Pheby p99 <= {DRAFT_INTERVAL_MS:g} ms + 2x raw, "
+          f"max <= {DRAFT_INTERVAL_MS:g} ms + 3x raw; cpu <= 1.0x")
+    print(f"{'proto':<6}{'R':>4}{'K':>4}")
+
+
+def run_team(quick: bool, rounds: int, protos: Optional[list[str]] = None, verbose: bool = False,
+             runs: Optional[list[int]] = None, clients: Optional[list[int]] = None) -> bool:
+    n, rate = (100, 50.0) if quick else (500, 50.0)
+    print_header(n, rate, rounds)
+    rows = asyncio.run(team_table(protos or ["pheby", "loomi"], runs or [10, 50, 100], clients or [3, 10],
+                                  n, rate, rounds, verbose))
+    return all(verdict(r)[0] for r in rows)

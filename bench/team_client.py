@@ -1,0 +1,125 @@
+"""One client of the team load, in a process of its own (``bench.team`` starts K of them).
+
+``python -m bench.team_client '<json config>'``: connects (Pheby: hello with
+the secret; Loomi: a paired device), starts its share of the runs' set-up
+(Pheby: creates its conversations), prints ``ready``, waits for ``go`` on
+stdin, sends ``/bench n rate`` for each of its runs, and reads every frame
+until it has seen every run of the team finish (each client sees every
+run). It prints one JSON line: the delivery latency of every delta
+(receipt time minus the frame's server timestamp, in microseconds), the
+final texts checked against the expected one, frames and bytes.
+
+A process per client, so that the clients' own parsing does not sit in
+one interpreter and show up as the server's latency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import json
+import sys
+import time
+
+import aiohttp
+import orjson
+
+TEXT = aiohttp.WSMsgType.TEXT
+
+
+def _iso(value: str) -> float:
+    return datetime.datetime.fromisoformat(value).timestamp()
+
+
+async def _line(reader: asyncio.StreamReader) -> str:
+    return (await reader.readline()).decode().strip()
+
+
+async def run(cfg: dict) -> dict:
+    proto, port, runs, mine = cfg["proto"], cfg["port"], cfg["runs"], cfg["mine"]
+    n, rate = cfg["n"], cfg["rate"]
+    expected = "tok " * n
+    loop = asyncio.get_running_loop()
+    stdin = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stdin), sys.stdin)
+    lat: list[int] = []
+    finals: dict[str, str] = {}
+    out = {"frames": 0, "bytes": 0}
+    async with aiohttp.ClientSession() as http:
+        ws = await http.ws_connect(f"http://127.0.0.1:{port}/ws", max_msg_size=0)
+        convs: list[str] = []
+        if proto == "pheby":
+            await ws.send_str(orjson.dumps({"type": "hello", "secret": cfg["secret"], "protocol_version": 1}).decode())
+            while orjson.loads((await ws.receive(timeout=30)).data)["type"] != "ready":
+                pass
+            for i in range(mine):
+                await ws.send_str(orjson.dumps({"type": "conversation.create", "name": f"team{i}",
+                                                "request_id": f"c{i}"}).decode())
+            while len(convs) < mine:
+                f = orjson.loads((await ws.receive(timeout=30)).data)
+                if f["type"] == "conversation.created":
+                    convs.append(f["conversation_id"])
+        else:
+            payload = {"protocol_version": 1, "device_info": {"model": "team", "os": "bench", "app_version": "1"}}
+            if cfg.get("device"):
+                payload.update(device_id=cfg["device"][0], credential=cfg["device"][1])
+            await ws.send_str(orjson.dumps({"v": 1, "type": "hello", "payload": payload}).decode())
+            while orjson.loads((await ws.receive(timeout=30)).data)["type"] != "hello.ok":
+                pass
+        print("ready", flush=True)
+        if await _line(stdin) != "go":
+            return {}
+        done = 0
+        text = f"/bench {n} {rate:g}"
+        if proto == "pheby":
+            for i, cid in enumerate(convs):
+                await ws.send_str(orjson.dumps({"type": "chat.send", "conversation_id": cid, "text": text,
+                                                "request_id": f"r{i}"}).decode())
+        else:
+            for i in range(mine):
+                await ws.send_str(orjson.dumps({"v": 1, "type": "session.send", "payload": {
+                    "text": text, "request_id": f"r{cfg['index']}-{i}"}}).decode())
+        t_go = time.time()
+        append = lat.append
+        async for msg in ws:
+            if msg.type != TEXT:
+                break
+            now = time.time()
+            out["frames"] += 1
+            out["bytes"] += len(msg.data)
+            f = orjson.loads(msg.data)
+            t = f.get("type")
+            if proto == "pheby":
+                if t == "message.delta":
+                    append(int((now - _iso(f["ts"])) * 1e6))
+                elif t == "message.complete" and f.get("kind") != "notice":
+                    finals[f["message_id"]] = f["text"]
+                elif t == "run.finished":
+                    done += 1
+            else:
+                if t == "run.delta":
+                    append(int((now - f["ts"]) * 1e6))
+                elif t == "run.completed":
+                    finals[f.get("run_id") or f["payload"]["run_id"]] = f["payload"].get("text")
+                    done += 1
+                elif t == "ping":
+                    await ws.send_str(orjson.dumps({"v": 1, "type": "pong", "payload": {}}).decode())
+            if done >= runs:
+                break
+        out["elapsed_s"] = time.time() - t_go
+        await ws.close()
+    out["lat_us"] = lat
+    out["finals"] = len(finals)
+    out["exact"] = len(finals) == runs and all(v == expected for v in finals.values())
+    return out
+
+
+def main() -> None:
+    cfg = json.loads(sys.argv[1])
+    res = asyncio.run(run(cfg))
+    sys.stdout.write(json.dumps(res) + "\n")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
