@@ -13,7 +13,6 @@ lock, so the first node applies it and the others then find it applied.
 from __future__ import annotations
 
 import logging
-import re
 from typing import Any, Iterable, Sequence
 
 import psycopg
@@ -21,7 +20,7 @@ from psycopg.adapt import Dumper
 
 from . import sqldialect
 from .errors import Unavailable
-from .store import BaseStore
+from .store import BaseStore, redact_url
 
 log = logging.getLogger("agent_bridge.store")
 
@@ -36,11 +35,6 @@ class _BoolAsInt(Dumper):
 
     def dump(self, obj: bool) -> bytes:
         return b"1" if obj else b"0"
-
-
-def redact_url(url: str) -> str:
-    """``url`` without its password, for messages and logs."""
-    return re.sub(r"//([^:/@]+):[^@/]*@", r"//\1:***@", url)
 
 
 class PgConnection:

@@ -20,6 +20,7 @@ import concurrent.futures
 import logging
 import os
 import queue
+import re
 import sqlite3
 import threading
 from typing import Any, Callable, Iterable, Optional, Sequence
@@ -426,13 +427,20 @@ def open_store(url: Optional[str], data_dir: str) -> BaseStore:
     """The store ``--store URL`` names (``postgresql://...``), or SQLite in ``data_dir`` without one."""
     if not url:
         return Store(os.path.join(data_dir, "bridge.db"))
-    if url.startswith(("postgresql://", "postgres://")):
-        from .pgstore import PostgresStore  # the driver is needed only here (the scale extra)
-
-        return PostgresStore(url)
     from .config import ConfigError
 
+    if url.startswith(("postgresql://", "postgres://")):
+        try:
+            from .pgstore import PostgresStore  # the driver is needed only here (the scale extra)
+        except ImportError as exc:
+            raise ConfigError(f"--store postgresql:// needs the PostgreSQL driver: pip install 'agent-bridge[scale]' ({exc})")
+        return PostgresStore(url)
     raise ConfigError(f"unsupported store URL {url.split('://')[0]}://...: use postgresql://USER@HOST:PORT/DB")
+
+
+def redact_url(url: str) -> str:
+    """``url`` without its password, for messages and logs."""
+    return re.sub(r"//([^:/@]+):[^@/]*@", r"//\1:***@", url)
 
 
 def _owner_only(path: str) -> None:

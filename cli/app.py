@@ -17,6 +17,8 @@ import sqlite3
 from bridge_core.agents.base import AgentSource
 from bridge_core.bridge import Bridge
 from bridge_core.config import Config, ConfigError, is_loopback
+from bridge_core.errors import BridgeError
+from bridge_core.store import open_store, redact_url
 from bridge_core.frontend import FrontEnd, PortInUse, make_ssl_context
 from bridge_core.security import raise_nofile_limit, remove_admin_key, write_admin_key
 
@@ -79,7 +81,9 @@ class Service:
 
     def __init__(self, cfg: Config, source: AgentSource):
         self.cfg = cfg
-        self.bridge = Bridge(cfg.data_dir, source, retention_days=cfg.retention_days)
+        self.bridge = Bridge(
+            cfg.data_dir, source, retention_days=cfg.retention_days, store=open_store(cfg.store_url, cfg.data_dir)
+        )
         self.frontends: dict[str, FrontEnd] = {}
         self.ports: dict[str, int] = {}
 
@@ -99,6 +103,8 @@ class Service:
             raise ConfigError(
                 f"cannot open the database in {cfg.data_dir}: {exc} (is the data directory writable, with space left?)"
             )
+        except BridgeError as exc:  # a shared store that cannot be reached (one line, no password)
+            raise ConfigError(exc.message)
         try:  # a new key at every start, before anything listens: a previous run's key never works
             cfg.admin_key = write_admin_key(cfg.data_dir)
         except OSError as exc:
@@ -152,6 +158,9 @@ def describe(cfg: Config, ports: dict[str, int]) -> list[str]:
         lines.append(f"  {name:<6} {urls[name].format(port=port)}")
     for name, path in cfg.secret_paths.items():
         lines.append(f"  {name} stored in {path} (owner-only)")
+    if cfg.store_url or cfg.bus_url:
+        lines.append(f"  node   {cfg.node_id}: store {redact_url(cfg.store_url or 'SQLite')}, "
+                     f"bus {redact_url(cfg.bus_url) if cfg.bus_url else 'in-process'}")
     return lines
 
 
