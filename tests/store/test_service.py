@@ -1,0 +1,93 @@
+"""The whole service on each store engine, over real sockets: what a node wrote, a restart (or
+another node on the same PostgreSQL) knows; a run a crash cut short closes as after a restart.
+And `serve`'s refusals: --bus without a shared --store, an unreachable engine (one line, non-zero).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import PHEBY_SECRET
+from tests.conformance.pheby_client import PhebyApp
+from tests.hardening.proc import BridgeProcess
+
+
+def _data(tmp_path, engine, name):
+    # SQLite lives in the data dir, so a restart reuses it; on PostgreSQL a second node has its own
+    return tmp_path / ("node" if engine == "sqlite" else name)
+
+
+async def test_what_one_node_wrote_the_next_one_serves(service_factory, store_url, engine, tmp_path):
+    svc = await service_factory(adapters=("pheby",), store=store_url, data_dir=_data(tmp_path, engine, "a"))
+    app = PhebyApp(f"ws://127.0.0.1:{svc.ports['pheby']}/ws", PHEBY_SECRET)
+    await app.connect()
+    cid = await app.create("Shared")
+    await app.chat(cid, "hello store")
+    await app.wait_until(lambda: any(r == "assistant" and "hello store" in t and not app.view(cid).open_bubbles()
+                                     for r, t in app.view(cid).transcript()))
+    await app.close()
+    await svc.stop()
+
+    svc2 = await service_factory(adapters=("pheby",), store=store_url, data_dir=_data(tmp_path, engine, "b"))
+    app2 = PhebyApp(f"ws://127.0.0.1:{svc2.ports['pheby']}/ws", PHEBY_SECRET)
+    await app2.connect()
+    try:
+        await app2.open(cid)
+        transcript = app2.view(cid).transcript()
+        assert transcript[0] == ("user", "hello store")
+        assert len(transcript) == 2 and transcript[1][0] == "assistant" and "hello store" in transcript[1][1]
+    finally:
+        await app2.close()
+
+
+async def test_a_run_cut_short_closes_as_after_a_restart(service_factory, store_url, engine, tmp_path):
+    from bridge_core.agents.demo import DemoAgent
+
+    svc = await service_factory(adapters=("pheby",), store=store_url, data_dir=_data(tmp_path, engine, "a"),
+                                source=DemoAgent(approval_timeout=None))  # fmt: skip
+    app = PhebyApp(f"ws://127.0.0.1:{svc.ports['pheby']}/ws", PHEBY_SECRET)
+    await app.connect()
+    cid = await app.create("Cut")
+    await app.chat(cid, "/approve reboot")
+    await app.wait_until(lambda: app.view(cid).approvals)
+    await app.close()
+    svc.bridge.store.flush()
+    svc.bridge.store.close()  # a crash: nothing more is written, the run never finishes
+    for t in list(svc.bridge.tasks._tasks):
+        t.cancel()
+
+    svc2 = await service_factory(adapters=("pheby",), store=store_url, data_dir=_data(tmp_path, engine, "b"),
+                                 source=DemoAgent(approval_timeout=None))  # fmt: skip
+    app2 = PhebyApp(f"ws://127.0.0.1:{svc2.ports['pheby']}/ws", PHEBY_SECRET)
+    await app2.connect()
+    try:
+        await app2.open(cid)
+        view = app2.view(cid)
+        assert view.approvals == {} and view.run is None
+        assert view.open_bubbles() == []
+    finally:
+        await app2.close()
+
+
+def _serve_exit(tmp_path, *args):
+    proc = BridgeProcess(str(tmp_path / "p"), adapters="pheby", extra_args=list(args))
+    rc = proc.run_to_exit(timeout=60)
+    return rc, proc.stderr().strip().splitlines()
+
+
+def test_bus_without_a_shared_store_is_refused(tmp_path):
+    rc, lines = _serve_exit(tmp_path, "--bus", "redis://127.0.0.1:9/0")
+    assert rc != 0
+    assert lines == ["agent-bridge: --bus needs a shared --store (postgresql://...): nodes on a bus share one store"]
+
+
+def test_an_unreachable_store_is_refused_in_one_line(tmp_path):
+    from tests.engines import free_port, pg_missing
+
+    if pg_missing():
+        pytest.skip(pg_missing())
+    url = f"postgresql://bridge:hunter2-secret@127.0.0.1:{free_port()}/bridge"
+    rc, lines = _serve_exit(tmp_path, "--store", url)
+    assert rc != 0
+    assert len(lines) == 1 and lines[0].startswith("agent-bridge: cannot reach the store postgresql://bridge:***@127.0.0.1:")
+    assert "hunter2" not in "\n".join(lines)
