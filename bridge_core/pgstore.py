@@ -43,21 +43,21 @@ class PgConnection:
     def __init__(self, raw: psycopg.Connection, keys: dict):
         self.raw = raw
         self._keys = keys  # table -> (primary key columns, has rowid), shared by the store's connections
-        self._sql: dict[tuple[str, bool], str] = {}
+        self._sql: dict[tuple[str, bool], tuple[str, Any]] = {}
 
-    def _translate(self, sql: str, with_params: bool) -> str:
+    def _translate(self, sql: str, with_params: bool) -> tuple[str, Any]:
         key = (sql, with_params)
         done = self._sql.get(key)
         if done is not None:
             return done
-        text, table, cols = sqldialect.statement(sql)
+        text, order, table, cols = sqldialect.statement(sql)
         if not with_params:  # no parameters: psycopg sends the text as is, so no %-escaping
             text = text.replace("%%", "%")
         if table is not None:
             pk, has_rowid = self._table_keys(table)
             text += sqldialect.replace_clause(cols, pk, has_rowid)
-        self._sql[key] = text
-        return text
+        done = self._sql[key] = (text, order)
+        return done
 
     def _table_keys(self, table: str) -> tuple[tuple[str, ...], bool]:
         got = self._keys.get(table)
@@ -77,12 +77,15 @@ class PgConnection:
     def execute(self, sql: str, params: Iterable[Any] = ()) -> psycopg.Cursor:
         params = tuple(params)
         if params:
-            return self.raw.execute(self._translate(sql, True), params)
-        return self.raw.execute(self._translate(sql, False))
+            text, order = self._translate(sql, True)
+            return self.raw.execute(text, params if order is None else tuple(params[i] for i in order))
+        return self.raw.execute(self._translate(sql, False)[0])
 
     def executemany(self, sql: str, seq: Iterable[Sequence[Any]]) -> psycopg.Cursor:
+        text, order = self._translate(sql, True)
+        rows = [tuple(p) for p in seq] if order is None else [tuple(p[i] for i in order) for p in seq]
         cur = self.raw.cursor()
-        cur.executemany(self._translate(sql, True), [tuple(p) for p in seq])
+        cur.executemany(text, rows)
         return cur
 
     def commit(self) -> None:

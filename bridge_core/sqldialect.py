@@ -5,6 +5,8 @@ share, with SQLite's ``?`` placeholders. The PostgreSQL store runs them through 
 functions below; the SQLite store runs them as written. What differs:
 
 - placeholders: ``?`` becomes ``%s`` (and a literal ``%`` becomes ``%%``);
+- SQLite's scalar ``MAX(a, b)`` / ``MIN(a, b)`` become ``GREATEST`` / ``LEAST``
+  (the one-argument aggregates stay);
 - ``INSERT OR IGNORE`` becomes ``INSERT ... ON CONFLICT DO NOTHING``;
 - ``INSERT OR REPLACE`` becomes an upsert on the table's primary key that sets every
   named column (and, where the table has one, a fresh ``rowid``, as SQLite's replace does);
@@ -33,39 +35,86 @@ _OR_IGNORE = re.compile(r"^\s*INSERT\s+OR\s+IGNORE\s+INTO\b", re.I)
 _OR_REPLACE = re.compile(r"^\s*INSERT\s+OR\s+REPLACE\s+INTO\s+(\w+)\s*\(([^)]*)\)", re.I)
 
 
-def placeholders(sql: str) -> str:
-    """``?`` outside quoted text becomes ``%s``; every ``%`` is doubled (psycopg's escape)."""
+def placeholders(sql: str) -> tuple[str, Optional[tuple[int, ...]]]:
+    """``?`` (and SQLite's numbered ``?N``) outside quoted text become ``%s``; every ``%`` is doubled
+    (psycopg's escape). With numbered ones, also the order to take the parameters in (0-based)."""
     out: list[str] = []
+    order: list[int] = []
+    numbered = False
     quote: Optional[str] = None
-    for ch in sql:
+    i, n, nxt = 0, len(sql), 0
+    while i < n:
+        ch = sql[i]
         if quote is not None:
             if ch == quote:
                 quote = None
         elif ch in ("'", '"'):
             quote = ch
         elif ch == "?":
+            j = i + 1
+            while j < n and sql[j].isdigit():
+                j += 1
+            if j > i + 1:
+                numbered = True
+                order.append(int(sql[i + 1:j]) - 1)
+            else:
+                order.append(nxt)
+            nxt = order[-1] + 1
             out.append("%s")
+            i = j
             continue
         out.append("%%" if ch == "%" else ch)
+        i += 1
+    return "".join(out), (tuple(order) if numbered else None)
+
+
+_MINMAX = re.compile(r"\b(MAX|MIN)\s*\(", re.I)
+
+
+def scalar_minmax(sql: str) -> str:
+    """``MAX(a, b)`` (two or more arguments: SQLite's scalar form) as ``GREATEST(a, b)``; ``MIN`` as ``LEAST``."""
+    out, pos = [], 0
+    for m in _MINMAX.finditer(sql):
+        if m.start() < pos:
+            continue
+        depth, i, comma = 1, m.end(), False
+        while i < len(sql) and depth:
+            ch = sql[i]
+            if ch == "(":
+                depth += 1
+            elif ch == ")":
+                depth -= 1
+            elif ch == "," and depth == 1:
+                comma = True
+            i += 1
+        if comma:
+            out.append(sql[pos:m.start()])
+            out.append("GREATEST(" if m.group(1).upper() == "MAX" else "LEAST(")
+            pos = m.end()
+    out.append(sql[pos:])
     return "".join(out)
 
 
 @functools.lru_cache(maxsize=4096)
-def statement(sql: str) -> tuple[str, Optional[str], tuple[str, ...]]:
-    """A statement for PostgreSQL: ``(sql, table, columns)``.
+def statement(sql: str) -> tuple[str, Optional[tuple[int, ...]], Optional[str], tuple[str, ...]]:
+    """A statement for PostgreSQL: ``(sql, parameter order, table, columns)``.
 
-    ``table`` is set for an ``INSERT OR REPLACE``: its conflict clause needs the table's
-    primary key, which only the database knows; finish it with :func:`replace_clause`.
+    The order is None unless the statement numbers its parameters (``?1``): then it says which
+    parameter each ``%s`` takes. ``table`` is set for an ``INSERT OR REPLACE``: its conflict
+    clause needs the table's primary key, which only the database knows; finish it with
+    :func:`replace_clause`.
     """
+    sql = scalar_minmax(sql).rstrip().rstrip(";")
     m = _OR_REPLACE.match(sql)
     if m:
         cols = tuple(c.strip().lower() for c in m.group(2).split(",") if c.strip())
-        body = "INSERT INTO" + sql[sql.upper().index("INTO") + 4:]
-        return placeholders(body.rstrip().rstrip(";")), m.group(1).lower(), cols
+        text, order = placeholders("INSERT INTO" + sql[sql.upper().index("INTO") + 4:])
+        return text, order, m.group(1).lower(), cols
     if _OR_IGNORE.match(sql):
-        body = "INSERT INTO" + sql[sql.upper().index("INTO") + 4:]
-        return placeholders(body.rstrip().rstrip(";")) + " ON CONFLICT DO NOTHING", None, ()
-    return placeholders(sql), None, ()
+        text, order = placeholders("INSERT INTO" + sql[sql.upper().index("INTO") + 4:])
+        return text + " ON CONFLICT DO NOTHING", order, None, ()
+    text, order = placeholders(sql)
+    return text, order, None, ()
 
 
 def replace_clause(columns: Sequence[str], primary_key: Sequence[str], has_rowid: bool) -> str:

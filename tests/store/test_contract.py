@@ -164,3 +164,23 @@ async def test_closed_store_refuses_writes_and_reads(open_store):
         await s.write(lambda c: None)
     with pytest.raises(Unavailable):
         s.query("SELECT 1")
+
+
+async def test_scalar_max_and_min(open_store):
+    """SQLite's two-argument MAX/MIN (the seq books use them) mean the same on PostgreSQL."""
+    s = open_store()
+    s.migrate("t", ["CREATE TABLE m(id TEXT PRIMARY KEY, hi INTEGER NOT NULL DEFAULT 0, lo INTEGER)"])
+    await s.write(lambda c: c.execute("INSERT INTO m(id, hi, lo) VALUES(?, ?, ?)", ("a", 5, 5)))
+    for v in (3, 9, 7):
+        await s.write(lambda c, v=v: c.execute(
+            "UPDATE m SET hi=MAX(hi, ?), lo=MIN(COALESCE(lo, 0), ?) WHERE id=?", (v, v, "a")))
+    assert s.query("SELECT hi, lo, MAX(hi) FROM m WHERE id=? GROUP BY hi, lo", ("a",)) == [(9, 3, 9)]
+
+
+async def test_numbered_parameters(open_store):
+    """SQLite's ``?1`` (a parameter used twice, or out of order) binds the same on both engines."""
+    s = open_store()
+    s.migrate("t", ["CREATE TABLE p(a INTEGER, b INTEGER)"])
+    await s.write(lambda c: c.execute("INSERT INTO p(a, b) VALUES(?2, ?1)", (1, 2)))
+    await s.write(lambda c: c.execute("INSERT INTO p(a, b) VALUES(?1, ?1)", (7,)))
+    assert s.query("SELECT a, b FROM p WHERE a < ?1 + 10 ORDER BY a", (0,)) == [(2, 1), (7, 7)]
