@@ -137,7 +137,7 @@ class PostgresStore(BaseStore):
             raise
         self._rconn = self._connect()
 
-    def _lock_schema(self, conn: Any) -> None:
+    def lock_schema(self, conn: Any) -> None:
         conn.execute("SELECT pg_advisory_xact_lock(%d)" % SCHEMA_LOCK)
 
     def _migration_sql(self, stmt: str) -> str:

@@ -120,8 +120,8 @@ class BaseStore:
     def _close_connections(self) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def _lock_schema(self, conn: Any) -> None:
-        """Inside a migration's transaction: keep other processes out until it commits."""
+    def lock_schema(self, conn: Any) -> None:
+        """Inside a write's transaction: keep other processes' schema and node claims out until it commits."""
 
     def _migration_sql(self, stmt: str) -> str:
         return stmt
@@ -178,7 +178,7 @@ class BaseStore:
         if not in_tx:
             conn.execute(self.begin_sql)
         try:
-            self._lock_schema(conn)
+            self.lock_schema(conn)
             row = conn.execute("SELECT version FROM schema_version WHERE component=?", (component,)).fetchone()
             version = row[0] if row else 0
             for i in range(version, len(migrations)):

@@ -13,11 +13,13 @@ import json
 import logging
 import os
 import sqlite3
+from typing import Optional
 
 from bridge_core.agents.base import AgentSource
 from bridge_core.bridge import Bridge
 from bridge_core.config import Config, ConfigError, is_loopback
 from bridge_core.errors import BridgeError
+from bridge_core.nodes import NodeHeartbeat
 from bridge_core.store import open_store, redact_url
 from bridge_core.frontend import FrontEnd, PortInUse, make_ssl_context
 from bridge_core.security import raise_nofile_limit, remove_admin_key, write_admin_key
@@ -86,6 +88,7 @@ class Service:
         )
         self.frontends: dict[str, FrontEnd] = {}
         self.ports: dict[str, int] = {}
+        self.node: Optional[NodeHeartbeat] = None  # on a shared store: this node's heartbeat
 
     async def start(self) -> dict[str, int]:
         cfg = self.cfg
@@ -105,6 +108,14 @@ class Service:
             )
         except BridgeError as exc:  # a shared store that cannot be reached (one line, no password)
             raise ConfigError(exc.message)
+        if self.bridge.store.shared:  # one live node per shared store (bridge_core/nodes.py)
+            node = NodeHeartbeat(self.bridge.store, cfg.node_id)
+            try:
+                await node.start()
+            except BridgeError as exc:
+                self.bridge.store.close()
+                raise ConfigError(exc.message)
+            self.node = node
         try:  # a new key at every start, before anything listens: a previous run's key never works
             cfg.admin_key = write_admin_key(cfg.data_dir)
         except OSError as exc:
@@ -134,6 +145,9 @@ class Service:
                 await fe.stop()
             except Exception:
                 log.exception("stopping %s failed", fe.name)
+        if self.node is not None:
+            await self.node.stop()
+            self.node = None
         await self.bridge.stop()
         try:
             os.unlink(os.path.join(self.cfg.run_dir, "ports.json"))

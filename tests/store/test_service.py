@@ -44,7 +44,7 @@ async def test_a_run_cut_short_closes_as_after_a_restart(service_factory, store_
     from bridge_core.agents.demo import DemoAgent
 
     svc = await service_factory(adapters=("pheby",), store=store_url, data_dir=_data(tmp_path, engine, "a"),
-                                source=DemoAgent(approval_timeout=None))  # fmt: skip
+                                source=DemoAgent(approval_timeout=None), node_id="n1")  # fmt: skip
     app = PhebyApp(f"ws://127.0.0.1:{svc.ports['pheby']}/ws", PHEBY_SECRET)
     await app.connect()
     cid = await app.create("Cut")
@@ -56,8 +56,9 @@ async def test_a_run_cut_short_closes_as_after_a_restart(service_factory, store_
     for t in list(svc.bridge.tasks._tasks):
         t.cancel()
 
+    # the node restarting under its own name (its heartbeat row is its own to take over)
     svc2 = await service_factory(adapters=("pheby",), store=store_url, data_dir=_data(tmp_path, engine, "b"),
-                                 source=DemoAgent(approval_timeout=None))  # fmt: skip
+                                 source=DemoAgent(approval_timeout=None), node_id="n1")  # fmt: skip
     app2 = PhebyApp(f"ws://127.0.0.1:{svc2.ports['pheby']}/ws", PHEBY_SECRET)
     await app2.connect()
     try:
@@ -79,6 +80,35 @@ def test_bus_without_a_shared_store_is_refused(tmp_path):
     rc, lines = _serve_exit(tmp_path, "--bus", "redis://127.0.0.1:9/0")
     assert rc != 0
     assert lines == ["agent-bridge: --bus needs a shared --store (postgresql://...): nodes on a bus share one store"]
+
+
+def test_the_bus_is_not_in_this_build_yet(tmp_path):
+    rc, lines = _serve_exit(tmp_path, "--store", "postgresql://bridge@127.0.0.1:9/bridge", "--bus", "redis://127.0.0.1:9/0")
+    assert rc != 0 and len(lines) == 1 and lines[0].startswith("agent-bridge: --bus: the Redis Streams bus")
+
+
+async def test_a_second_live_node_on_one_store_is_refused_until_the_first_stops(service_factory, postgres, tmp_path):
+    """Without the bus a second live node would miss the first one's events: refused, in one line."""
+    from bridge_core.config import ConfigError
+
+    url = postgres.new_database()
+    first = await service_factory(adapters=("pheby",), store=url, data_dir=tmp_path / "a", node_id="alpha")
+    with pytest.raises(ConfigError) as refused:
+        await service_factory(adapters=("pheby",), store=url, data_dir=tmp_path / "b", node_id="beta")
+    assert refused.value.message.startswith("node alpha is live on the store postgresql://postgres@127.0.0.1:")
+    assert first.bridge.store.query("SELECT node_id FROM bridge_nodes") == [("alpha",)]
+    await first.stop()  # a clean stop gives the store up
+    second = await service_factory(adapters=("pheby",), store=url, data_dir=tmp_path / "b", node_id="beta")
+    assert second.bridge.store.query("SELECT node_id FROM bridge_nodes") == [("beta",)]
+
+
+def test_a_node_is_live_while_its_heartbeat_is_younger_than_the_ttl():
+    from bridge_core.nodes import NODE_TTL, live_nodes
+
+    assert NODE_TTL <= 15.0
+    rows = [("a", 100.0), ("b", 100.0 - NODE_TTL), ("c", 99.0)]
+    assert live_nodes(rows, now=100.0) == ["a", "c"]
+    assert live_nodes(rows, now=100.0 + NODE_TTL) == []
 
 
 def test_an_unreachable_store_is_refused_in_one_line(tmp_path):
