@@ -121,3 +121,35 @@ def test_an_unreachable_store_is_refused_in_one_line(tmp_path):
     assert rc != 0
     assert len(lines) == 1 and lines[0].startswith("agent-bridge: cannot reach the store postgresql://bridge:***@127.0.0.1:")
     assert "hunter2" not in "\n".join(lines)
+
+
+async def test_the_store_comes_back_after_postgresql_restarts(service_factory, postgres, tmp_path):
+    """The database restarts under a running node: writes that failed are reported, then the
+    node reconnects (reads and the writer) and serves on, without a restart of its own."""
+    from tests.waiting import until
+
+    url = postgres.new_database()
+    svc = await service_factory(adapters=("pheby",), store=url, data_dir=tmp_path / "a", node_id="a")
+    app = PhebyApp(f"ws://127.0.0.1:{svc.ports['pheby']}/ws", PHEBY_SECRET)
+    await app.connect()
+    try:
+        cid = await app.create("Before")
+        postgres.restart()
+        store = svc.bridge.store
+
+        async def usable():
+            try:
+                await store.probe()
+                return store.query("SELECT name FROM conversations WHERE id=?", (cid,)) == [("Before",)]
+            except Exception:  # noqa: BLE001 - still reconnecting
+                return False
+
+        await until(usable, timeout=30, what="the store to reconnect after the database restarted")
+        await app.chat(cid, "after the restart")
+        await app.wait_until(lambda: any(r == "assistant" and "after the restart" in t
+                                         for r, t in app.view(cid).transcript()) and not app.view(cid).open_bubbles())
+        await store.aflush()
+        assert store.query("SELECT role FROM messages WHERE conversation_id=? ORDER BY rowid", (cid,)) == [
+            ("user",), ("assistant",)]  # fmt: skip
+    finally:
+        await app.close()
