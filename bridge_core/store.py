@@ -440,7 +440,7 @@ def open_store(url: Optional[str], data_dir: str) -> BaseStore:
 
 def redact_url(url: str) -> str:
     """``url`` without its password, for messages and logs."""
-    return re.sub(r"//([^:/@]+):[^@/]*@", r"//\1:***@", url)
+    return re.sub(r"//([^:/@]*):[^@/]*@", r"//\1:***@", url)
 
 
 def _owner_only(path: str) -> None:
