@@ -8,8 +8,10 @@ the server's peak memory, and each as a ratio to the embedded default measured i
 run (SQLite in the data dir, in-process hub).
 
 Configurations: ``embedded`` (the default) and ``postgresql`` (one node, ``--store`` on a
-private PostgreSQL this script starts in a temporary directory, tests/engines.py). Several
-nodes on a bus are not in this build yet (docs/scale-out.md); ``--nodes`` is refused.
+private PostgreSQL this script starts in a temporary directory, tests/engines.py). Then the
+bus alone on one node at the same event rate (runs x rate): the in-process bus against the
+Redis Streams one on a private redis-server, publish-to-deliver latency and CPU per event.
+Several nodes on a bus are not in this build yet (docs/scale-out.md); ``--nodes`` is refused.
 
     python -m bench.scale [--runs 100] [--deltas 500] [--rate 50] [--watchers 3] [--rounds 1]
 """
@@ -146,6 +148,39 @@ async def measure(store: Optional[str], args: argparse.Namespace) -> dict:
         node.stop()
 
 
+async def bus_overhead(bus_factory, rate: float, seconds: float) -> dict:
+    """The bus alone on one node: events of a delta's size published at ``rate``/s for ``seconds``;
+    publish-to-deliver latency and this process's CPU per event."""
+    sample = {"event": "TextDelta", "conversation_id": "c" * 22, "run_id": "r" * 22, "message_id": "m" * 24,
+              "text": "tok ", "ts": 0.0, "origin": None}  # fmt: skip
+    lat: list[float] = []
+    got = asyncio.Event()
+    total = int(rate * seconds)
+
+    def deliver(n: int, node: str, data: dict) -> None:
+        lat.append(time.perf_counter() - data["ts"])
+        if len(lat) >= total:
+            got.set()
+
+    bus = bus_factory()
+    await bus.start(deliver)
+    cpu0 = time.process_time()
+    t0 = time.perf_counter()
+    try:
+        for i in range(total):
+            due = t0 + i / rate
+            delay = due - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)  # pacing the load generator, not a test wait
+            bus.publish(dict(sample, ts=time.perf_counter()))
+        await asyncio.wait_for(got.wait(), timeout=seconds * 4 + 30)
+    finally:
+        cpu = time.process_time() - cpu0
+        await bus.stop()
+    return {"lat_p50_ms": _pct(lat, 50) * 1000, "lat_p99_ms": _pct(lat, 99) * 1000,
+            "cpu_us_per_event": cpu / max(1, total) * 1e6}  # fmt: skip
+
+
 def _median(rows: list[dict], key: str) -> float:
     vals = sorted(r[key] for r in rows)
     return vals[len(vals) // 2]
@@ -159,6 +194,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--watchers", type=int, default=3, help="Pheby clients per run")
     p.add_argument("--rounds", type=int, default=1, help="A/B rounds per configuration (medians are printed)")
     p.add_argument("--nodes", type=int, default=1)
+    p.add_argument("--bus-seconds", type=float, default=10.0, help="length of the bus-alone measurement")
     args = p.parse_args(argv)
     if args.nodes != 1:
         print("bench.scale: several nodes need the bus between them, not in this build yet (docs/scale-out.md)",
@@ -171,7 +207,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     if reason:
         print(f"bench.scale: {reason}", file=sys.stderr)
         return 2
+    from bridge_core.bus import LocalBus
+    from tests.engines import Redis, redis_missing
+
     pg = Postgres().start()
+    bus_rows: dict[str, dict] = {}
     try:
         results: dict[str, list[dict]] = {"embedded": [], "postgresql": []}
         for _ in range(args.rounds):  # A B A B: drift hits both
@@ -179,6 +219,16 @@ def main(argv: Optional[list[str]] = None) -> int:
             results["postgresql"].append(asyncio.run(measure(pg.new_database(), args)))
     finally:
         pg.stop()
+    rate = args.runs * args.rate
+    bus_rows["in-process"] = asyncio.run(bus_overhead(lambda: LocalBus("bench"), rate, args.bus_seconds))
+    if not redis_missing():
+        from bridge_core.redisbus import RedisBus
+
+        rs = Redis().start()
+        try:
+            bus_rows["Redis Streams"] = asyncio.run(bus_overhead(lambda: RedisBus(rs.url, "bench"), rate, args.bus_seconds))
+        finally:
+            rs.stop()
     print(f"team load: {args.runs} runs x /bench {args.deltas} {args.rate:g} (paced), {args.watchers} Pheby "
           f"clients per run (each sees every run), {args.rounds} round(s), one node")  # fmt: skip
     keys = (("lat_p50_ms", "p50 ms"), ("lat_p99_ms", "p99 ms"), ("cpu_us_per_frame", "CPU us/frame"),
@@ -193,6 +243,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         exact = all(r["exact_final_text"] for r in rows)
         label = "embedded (SQLite)" if name == "embedded" else "PostgreSQL store"
         print(f"{label:<26}" + "".join(f"{c:>16}" for c in cells) + f"{str(exact):>12}")
+    print(f"\nthe bus alone on one node: {rate:g} delta-sized events/s for {args.bus_seconds:g} s, publish to deliver")
+    print(f"{'bus':<26}{'p50 ms':>16}{'p99 ms':>16}{'CPU us/event':>16}")
+    for name, row in bus_rows.items():
+        print(f"{name:<26}{row['lat_p50_ms']:>16.3f}{row['lat_p99_ms']:>16.3f}{row['cpu_us_per_event']:>16.1f}")
     return 0
 
 

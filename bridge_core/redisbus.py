@@ -61,6 +61,7 @@ class RedisBus:
         self.last_event_id = "$"
         self.last_inbox_id = "$"
         self.tasks = TaskSet("bus")
+        self._stopping = False
         self.published = 0
         self.delivered = 0
 
@@ -131,6 +132,8 @@ class RedisBus:
                 got = await r.xread({self.events_key: self.last_event_id, self.inbox_key: self.last_inbox_id},
                                     count=BATCH, block=1000)  # fmt: skip
             except (RedisError, OSError) as exc:
+                if self._stopping:
+                    return
                 log.warning("bus: reading failed (%s); resuming from %s", exc, self.last_event_id)
                 await asyncio.sleep(0.5)
                 continue
@@ -207,6 +210,7 @@ class RedisBus:
         if self._r is None:
             return
         await self.flush()
+        self._stopping = True
         await self.tasks.close()
         try:
             await self._r.delete(f"{self.prefix}:node:{self.node_id}")
@@ -217,6 +221,7 @@ class RedisBus:
 
     async def kill(self) -> None:
         """Stop as a crash would (tests): no flush, the heartbeat key left to expire."""
+        self._stopping = True
         await self.tasks.close()
         if self._r is not None:
             await self._r.aclose()
