@@ -115,7 +115,7 @@ class Bridge:
         source.attach(self)
 
     async def start(self) -> None:
-        if self.store._wconn is None:
+        if not self.store.is_open:
             self.store.open()
         self.attachments = AttachmentStore(os.path.join(self.data_dir, "attachments"), self.store, self.retention_days)
         self._load()

@@ -112,6 +112,10 @@ class Config:
     unauth_per_address: int = DEFAULT_UNAUTH_PER_ADDRESS  # [security] unauthenticated_per_address
     admin_key: str = attrs.field(default="", repr=False)  # this run's, set by Service.start
     push: PushConfig = attrs.field(factory=PushConfig)  # [push]
+    # several nodes (docs/scale-out.md): the shared store, the bus, this node's name
+    store_url: Optional[str] = attrs.field(default=None, repr=False)  # may carry a password
+    bus_url: Optional[str] = attrs.field(default=None, repr=False)
+    node_id: str = ""
     extra: dict = attrs.field(factory=dict)  # the raw TOML, for adapters' own sections
     secret_paths: dict = attrs.field(factory=dict)  # which secrets were generated, and where
     # --- remote access (docs/remote-access.md) ---
@@ -178,6 +182,45 @@ def load_secret(data_dir: str, name: str, env: Optional[str]) -> tuple[str, Opti
         f.write(value + "\n")
     os.replace(path + ".tmp", path)
     return value, path
+
+
+NODE_ID_FILE = "node_id"
+_NODE_ID_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
+
+
+def check_engines(store_url: Optional[str], bus_url: Optional[str]) -> None:
+    """``--store`` / ``--bus`` as the contract allows them (one line of reason otherwise)."""
+    if store_url and not store_url.startswith(("postgresql://", "postgres://")):
+        raise ConfigError(f"--store must be a postgresql://USER@HOST:PORT/DB URL, not {store_url.split('://')[0]}://...")
+    if bus_url:
+        if not bus_url.startswith(("redis://", "rediss://")):
+            raise ConfigError(f"--bus must be a redis://HOST:PORT/N URL, not {bus_url.split('://')[0]}://...")
+        if not store_url:
+            raise ConfigError("--bus needs a shared --store (postgresql://...): nodes on a bus share one store")
+        raise ConfigError("--bus: the Redis Streams bus between nodes is not in this build yet; "
+                          "run one node per store (docs/scale-out.md)")
+
+
+def load_node_id(data_dir: str, given: Optional[str]) -> str:
+    """This node's name: ``given`` (flag, env, TOML), else the one generated once and kept in the data dir."""
+    if given:
+        name = str(given).strip()
+        if not name or len(name) > 64 or not set(name) <= _NODE_ID_OK:
+            raise ConfigError("--node-id takes 1 to 64 letters, digits, '-', '_' or '.'")
+        return name
+    path = os.path.join(data_dir, NODE_ID_FILE)
+    try:
+        with open(path, "r", encoding="utf-8") as f:
+            value = f.read().strip()
+        if value:
+            return value
+    except FileNotFoundError:
+        pass
+    value = "node-" + secrets.token_hex(4)
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        f.write(value + "\n")
+    os.replace(path + ".tmp", path)
+    return value
 
 
 def build_config(args: dict, environ: Optional[dict] = None, *, with_secrets: bool = True) -> Config:
@@ -258,8 +301,11 @@ def build_config(args: dict, environ: Optional[dict] = None, *, with_secrets: bo
         unauth_per_address=int(unauth_cap),
         push=parse_push(toml.get("push")),
         extra=toml,
+        store_url=args.get("store") or env.get("AGENT_BRIDGE_STORE") or pick("store", "store", "url"),
+        bus_url=args.get("bus") or env.get("AGENT_BRIDGE_BUS") or pick("bus", "bus", "url"),
     )
     apply_remote_options(cfg, args, toml)
+    check_engines(cfg.store_url, cfg.bus_url)
     if bool(cfg.tls_cert) != bool(cfg.tls_key):
         raise ConfigError("--tls-cert and --tls-key go together")
     for path in (cfg.tls_cert, cfg.tls_key):
@@ -277,6 +323,12 @@ def build_config(args: dict, environ: Optional[dict] = None, *, with_secrets: bo
         except OSError as exc:
             raise ConfigError(f"cannot use the data directory {data_dir}: {exc.strerror or exc}")
         cfg.secret_paths = {k: v for k, v in (("pheby_secret", p1), ("lvmh_token", p2)) if v}
+        try:
+            cfg.node_id = load_node_id(
+                data_dir, args.get("node_id") or env.get("AGENT_BRIDGE_NODE_ID") or pick("node_id", "node", "id")
+            )
+        except OSError as exc:
+            raise ConfigError(f"cannot keep the node id in {data_dir}: {exc.strerror or exc}")
     return cfg
 
 

@@ -1,4 +1,9 @@
-"""SQLite store in the data directory: one file, WAL, ordered migrations.
+"""The store: SQLite in the data directory (the default) or a shared PostgreSQL (``pgstore.py``).
+
+``BaseStore`` is the one interface every component uses, and the write machinery both
+engines share; ``Store`` is the SQLite one: one file, WAL, ordered migrations. Components
+write their SQL once, in the dialect both share (``sqldialect.py`` adapts it for PostgreSQL;
+docs/scale-out.md).
 
 Writes go through one writer thread that batches whatever is queued into a
 single transaction and commits once, so the event loop never waits on disk
@@ -15,6 +20,7 @@ import concurrent.futures
 import logging
 import os
 import queue
+import re
 import sqlite3
 import threading
 import time
@@ -79,7 +85,23 @@ _STOP = object()
 MIN_COMMIT_GAP = 0.001
 
 
-class Store:
+class BaseStore:
+    """What every component may use of a store, and the writer both engines share.
+
+    Writes are functions of a DB-API connection (``conn.execute(sql, params)``,
+    ``conn.executemany``) in the shared dialect; they run in one writer thread, batched
+    into a transaction. Reads (``query``) run on the caller's thread on a connection of
+    their own. An engine fills in the hooks below.
+    """
+
+    probe_sql = (
+        "INSERT INTO settings(key, value) VALUES('store.probe', zeroblob(?)) "
+        "ON CONFLICT(key) DO UPDATE SET value=excluded.value"
+    )
+    shared = False  # several nodes can use this store at once (the bus needs one: docs/scale-out.md)
+    begin_sql = "BEGIN"
+    errors: tuple[type[BaseException], ...] = (sqlite3.Error,)
+
     def __init__(self, path: str):
         self.path = path
         self._q: "queue.Queue[Any]" = queue.Queue()
@@ -94,29 +116,40 @@ class Store:
         self._sync_lock = threading.Lock()
         self._sync_waiters: list[tuple[int, asyncio.AbstractEventLoop, asyncio.Future]] = []
 
+    # --- engine hooks --------------------------------------------------------
+
+    def _open_connections(self) -> None:  # pragma: no cover - abstract
+        """Set ``_wconn`` (the writer's) and ``_rconn`` (the reads'), with ``schema_version`` in place."""
+        raise NotImplementedError
+
+    def _close_connections(self) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def lock_schema(self, conn: Any) -> None:
+        """Inside a write's transaction: keep other processes' schema and node claims out until it commits."""
+
+    def _migration_sql(self, stmt: str) -> str:
+        return stmt
+
+    def is_storage_error(self, exc: BaseException) -> bool:
+        return is_storage_error(exc)
+
+    def describe(self) -> str:
+        """Where this store is, for messages (never a password)."""
+        return self.path
+
     # --- lifecycle ---------------------------------------------------------
 
-    def open(self) -> "Store":
-        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
-        _owner_only(self.path)
-        self._wconn = self._connect()
-        self._wconn.execute("PRAGMA journal_mode=WAL")
-        self._wconn.execute(
-            "CREATE TABLE IF NOT EXISTS schema_version(component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
-        )
-        self._wconn.commit()
+    @property
+    def is_open(self) -> bool:
+        return self._wconn is not None
+
+    def open(self) -> "BaseStore":
+        self._open_connections()
         self.migrate("core", CORE_MIGRATIONS)
-        self._rconn = self._connect()
         self._thread = threading.Thread(target=self._writer, name="agent-bridge-store", daemon=True)
         self._thread.start()
         return self
-
-    def _connect(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
-        conn.execute("PRAGMA synchronous=NORMAL")
-        conn.execute("PRAGMA foreign_keys=ON")
-        conn.execute("PRAGMA busy_timeout=30000")
-        return conn
 
     def migrate(self, component: str, migrations: Sequence[str]) -> int:
         """Apply ``migrations[v:]`` for ``component`` in order; returns the new version.
@@ -125,14 +158,14 @@ class Store:
         goes through the writer (so the connection is only used by one thread).
         """
         if self._thread is not None and self._thread.is_alive():
-            return self.submit(lambda c: _apply_migrations(c, component, migrations, in_tx=True)).result(timeout=60)
+            return self.submit(lambda c: self._apply_migrations(c, component, migrations, in_tx=True)).result(timeout=60)
         assert self._wconn is not None, "store not open"
-        return _apply_migrations(self._wconn, component, migrations, in_tx=False)
+        return self._apply_migrations(self._wconn, component, migrations, in_tx=False)
 
     async def amigrate(self, component: str, migrations: Sequence[str]) -> int:
         """``migrate`` from the event loop: awaits the writer thread instead of blocking the loop on it."""
         if self._thread is not None and self._thread.is_alive():
-            return await self.write(lambda c: _apply_migrations(c, component, migrations, in_tx=True))
+            return await self.write(lambda c: self._apply_migrations(c, component, migrations, in_tx=True))
         return self.migrate(component, migrations)
 
     def close(self) -> None:
@@ -141,15 +174,33 @@ class Store:
             self._thread.join(timeout=30)
         self._thread = None
         self._processed(None)  # nothing more will commit: release every waiter
-        for conn in (self._wconn, self._rconn):
-            if conn is not None:
-                try:
-                    if conn is self._wconn:
-                        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-                    conn.close()
-                except sqlite3.Error:
-                    pass
+        self._close_connections()
         self._wconn = self._rconn = None
+
+    def _apply_migrations(self, conn: Any, component: str, migrations: Sequence[str], in_tx: bool) -> int:
+        """Apply what ``component`` lacks of ``migrations``, in one transaction under the schema lock
+        (a second process starting at the same time waits, then finds them applied)."""
+        if not in_tx:
+            conn.execute(self.begin_sql)
+        try:
+            self.lock_schema(conn)
+            row = conn.execute("SELECT version FROM schema_version WHERE component=?", (component,)).fetchone()
+            version = row[0] if row else 0
+            for i in range(version, len(migrations)):
+                for stmt in _split_sql(migrations[i]):
+                    conn.execute(self._migration_sql(stmt))
+                conn.execute(
+                    "INSERT INTO schema_version(component, version) VALUES(?, ?) "
+                    "ON CONFLICT(component) DO UPDATE SET version=excluded.version",
+                    (component, i + 1),
+                )
+            if not in_tx:
+                conn.execute("COMMIT")
+        except BaseException:
+            if not in_tx:
+                conn.execute("ROLLBACK")
+            raise
+        return max(version, len(migrations))
 
     # --- writes ------------------------------------------------------------
 
@@ -232,7 +283,7 @@ class Store:
             results: list[tuple[concurrent.futures.Future, Any, Optional[BaseException]]] = []
             storage_error: Optional[BaseException] = None
             try:
-                conn.execute("BEGIN IMMEDIATE")
+                conn.execute(self.begin_sql)
                 i, n = 0, len(batch)
                 while i < n:
                     fn, fut = batch[i]
@@ -262,20 +313,21 @@ class Store:
                         conn.execute("ROLLBACK TO op")
                         conn.execute("RELEASE op")
                         results.append((fut, None, exc))
-                        if is_storage_error(exc):
+                        if self.is_storage_error(exc):
                             storage_error = exc
                     i += 1
                 conn.execute("COMMIT")
                 self.commits += 1
                 if storage_error is not None:
                     self.failed = storage_error  # sticky: cleared by a probe() that works
-            except sqlite3.Error as exc:
+            except self.errors as exc:
                 log.error("store commit failed: %s", exc)
                 self.failed = exc
                 try:
                     conn.execute("ROLLBACK")
-                except sqlite3.Error:
+                except self.errors:
                     pass
+                conn = self._after_failure(conn)
                 err = Unavailable(f"database write failed: {exc}")
                 results = [(fut, None, err) for _, fut in batch]
             for fut, res, exc in results:
@@ -286,6 +338,10 @@ class Store:
             self._processed(len(batch))
             if stop:
                 return
+
+    def _after_failure(self, conn: Any) -> Any:
+        """The writer's connection after a failed commit (an engine may reconnect)."""
+        return conn
 
     def flush(self, timeout: float = 30.0) -> None:
         """Block until everything queued so far has committed (shutdown, tests)."""
@@ -302,17 +358,13 @@ class Store:
         Raises Unavailable while the disk is full or the directory read-only.
         """
 
-        def write(c: sqlite3.Connection) -> None:
-            c.execute(
-                "INSERT INTO settings(key, value) VALUES('store.probe', zeroblob(?)) "
-                "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
-                (size,),
-            )
+        def write(c: Any) -> None:
+            c.execute(self.probe_sql, (size,))
             c.execute("DELETE FROM settings WHERE key='store.probe'")
 
         try:
             await self.write(write)
-        except sqlite3.Error as exc:
+        except self.errors as exc:
             raise Unavailable(f"database write failed: {exc}")
         self.failed = None
 
@@ -347,27 +399,58 @@ class Store:
             )
 
 
-def _apply_migrations(conn: sqlite3.Connection, component: str, migrations: Sequence[str], in_tx: bool) -> int:
-    row = conn.execute("SELECT version FROM schema_version WHERE component=?", (component,)).fetchone()
-    version = row[0] if row else 0
-    for i in range(version, len(migrations)):
-        if not in_tx:
-            conn.execute("BEGIN IMMEDIATE")
+class Store(BaseStore):
+    """SQLite in one file of the data directory (WAL): the embedded default."""
+
+    begin_sql = "BEGIN IMMEDIATE"
+
+    def _open_connections(self) -> None:
+        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+        _owner_only(self.path)
+        self._wconn = self._connect()
+        self._wconn.execute("PRAGMA journal_mode=WAL")
+        self._wconn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_version(component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
+        )
+        self._wconn.commit()
+        self._rconn = self._connect()
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA foreign_keys=ON")
+        conn.execute("PRAGMA busy_timeout=30000")
+        return conn
+
+    def _close_connections(self) -> None:
+        for conn in (self._wconn, self._rconn):
+            if conn is not None:
+                try:
+                    if conn is self._wconn:
+                        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                    conn.close()
+                except sqlite3.Error:
+                    pass
+
+
+def open_store(url: Optional[str], data_dir: str) -> BaseStore:
+    """The store ``--store URL`` names (``postgresql://...``), or SQLite in ``data_dir`` without one."""
+    if not url:
+        return Store(os.path.join(data_dir, "bridge.db"))
+    from .config import ConfigError
+
+    if url.startswith(("postgresql://", "postgres://")):
         try:
-            for stmt in _split_sql(migrations[i]):
-                conn.execute(stmt)
-            conn.execute(
-                "INSERT INTO schema_version(component, version) VALUES(?, ?) "
-                "ON CONFLICT(component) DO UPDATE SET version=excluded.version",
-                (component, i + 1),
-            )
-            if not in_tx:
-                conn.execute("COMMIT")
-        except BaseException:
-            if not in_tx:
-                conn.execute("ROLLBACK")
-            raise
-    return max(version, len(migrations))
+            from .pgstore import PostgresStore  # the driver is needed only here (the scale extra)
+        except ImportError as exc:
+            raise ConfigError(f"--store postgresql:// needs the PostgreSQL driver: pip install 'agent-bridge[scale]' ({exc})")
+        return PostgresStore(url)
+    raise ConfigError(f"unsupported store URL {url.split('://')[0]}://...: use postgresql://USER@HOST:PORT/DB")
+
+
+def redact_url(url: str) -> str:
+    """``url`` without its password, for messages and logs."""
+    return re.sub(r"//([^:/@]*):[^@/]*@", r"//\1:***@", url)
 
 
 def _owner_only(path: str) -> None:

@@ -22,6 +22,9 @@ from bridge_core.config import (ENDPOINTS_FILE, Config, ConfigError, bound_url, 
 from bridge_core.frontend import FrontEnd, PortInUse, TLSReloader, cert_names, name_matches
 from bridge_core.push import Notifier
 from bridge_core.runtime import tune_for_serving
+from bridge_core.errors import BridgeError
+from bridge_core.nodes import NodeHeartbeat
+from bridge_core.store import open_store, redact_url
 from bridge_core.security import raise_nofile_limit, remove_admin_key, write_admin_key
 
 log = logging.getLogger("agent_bridge")
@@ -84,11 +87,14 @@ class Service:
 
     def __init__(self, cfg: Config, source: AgentSource):
         self.cfg = cfg
-        self.bridge = Bridge(cfg.data_dir, source, retention_days=cfg.retention_days)
+        self.bridge = Bridge(
+            cfg.data_dir, source, retention_days=cfg.retention_days, store=open_store(cfg.store_url, cfg.data_dir)
+        )
         self.frontends: dict[str, FrontEnd] = {}
         self.ports: dict[str, int] = {}
         self.notifier: Notifier = None  # type: ignore[assignment]  # made in start, once the store is open
         self.tls: "TLSReloader | None" = None
+        self.node: Optional[NodeHeartbeat] = None  # on a shared store: this node's heartbeat
 
     async def start(self) -> dict[str, int]:
         cfg = self.cfg
@@ -108,6 +114,16 @@ class Service:
             raise ConfigError(
                 f"cannot open the database in {cfg.data_dir}: {exc} (is the data directory writable, with space left?)"
             )
+        except BridgeError as exc:  # a shared store that cannot be reached (one line, no password)
+            raise ConfigError(exc.message)
+        if self.bridge.store.shared:  # one live node per shared store (bridge_core/nodes.py)
+            node = NodeHeartbeat(self.bridge.store, cfg.node_id)
+            try:
+                await node.start()
+            except BridgeError as exc:
+                self.bridge.store.close()
+                raise ConfigError(exc.message)
+            self.node = node
         try:  # a new key at every start, before anything listens: a previous run's key never works
             cfg.admin_key = write_admin_key(cfg.data_dir)
         except OSError as exc:
@@ -161,6 +177,9 @@ class Service:
                 log.exception("stopping %s failed", fe.name)
         if self.notifier is not None:
             await self.notifier.stop()
+        if self.node is not None:
+            await self.node.stop()
+            self.node = None
         await self.bridge.stop()
         try:
             os.unlink(os.path.join(self.cfg.run_dir, "ports.json"))
@@ -252,6 +271,9 @@ def describe(cfg: Config, ports: dict[str, int], qr_fp: Optional[str] = None) ->
     lines += [f"  {n}" for n in remote_notes(cfg, ports, qr_fp)]
     for name, path in cfg.secret_paths.items():
         lines.append(f"  {name} stored in {path} (owner-only)")
+    if cfg.store_url or cfg.bus_url:
+        lines.append(f"  node   {cfg.node_id}: store {redact_url(cfg.store_url or 'SQLite')}, "
+                     f"bus {redact_url(cfg.bus_url) if cfg.bus_url else 'in-process'}")
     return lines
 
 

@@ -44,6 +44,12 @@ def build_parser() -> argparse.ArgumentParser:
     # --- end remote access ---
     serve.add_argument("--retention-days", type=float, default=None, help="attachment retention (0 = keep)")
     serve.add_argument("--log-level", default=None, help="DEBUG, INFO (default), WARNING")
+    serve.add_argument("--store", default=None, metavar="URL",
+                       help="shared store postgresql://USER@HOST:PORT/DB (default SQLite in the data dir)")
+    serve.add_argument("--bus", default=None, metavar="URL",
+                       help="bus between nodes redis://HOST:PORT/N (needs --store; default in-process)")
+    serve.add_argument("--node-id", default=None, metavar="NAME",
+                       help="this node's name among the nodes (default generated once, kept in the data dir)")
     serve.set_defaults(func=_serve)
     from . import doctor  # remote access: agent-bridge doctor (docs/remote-access.md)
 

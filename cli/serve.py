@@ -39,6 +39,9 @@ def config_from_args(args: argparse.Namespace) -> Config:
         "trusted_proxy": getattr(args, "trusted_proxy", None),
         "retention_days": getattr(args, "retention_days", None),
         "log_level": getattr(args, "log_level", None),
+        "store": getattr(args, "store", None),
+        "bus": getattr(args, "bus", None),
+        "node_id": getattr(args, "node_id", None),
     }
     return build_config(flags)
 

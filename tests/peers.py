@@ -1,4 +1,5 @@
-"""Skips for a missing real peer (Hermes, pi / Node, Chromium), and the switch that makes them failures.
+"""Skips for a missing real peer (Hermes, pi / Node, Chromium; PostgreSQL and Redis, tests/engines.py),
+and the switch that makes them failures.
 
 A test that needs a real peer skips through :func:`missing_peer`, whose reason starts with
 ``PREFIX`` and names the peer. Plain ``pytest`` keeps such a skip a skip, with its reason.

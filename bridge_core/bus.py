@@ -1,0 +1,62 @@
+"""The bus between nodes: its interface, and the in-process one (docs/scale-out.md "The bus").
+
+A bus carries two things. **Events**: ``publish(data)`` puts one (its ``serialize.to_dict``
+form) in the one ordered log every node reads; each node, the publisher included, gets
+every event back through ``deliver(n, node, data)`` in the same order, ``n`` the cluster-
+wide event number (strictly increasing by one). **Commands**: ``send(node, data)`` puts a
+command in one node's inbox; only that node gets it, through ``on_command(node, data)``.
+
+``LocalBus`` is the in-process bus of a single node: ``publish`` delivers at once, in the
+caller's stack, with no copy and no I/O (the embedded default pays nothing for it).
+``bridge_core/redisbus.py`` is the Redis Streams one.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Protocol
+
+Deliver = Callable[[int, str, Any], None]  # (event number, publishing node, event data)
+OnCommand = Callable[[str, Any], None]  # (sending node, command data)
+
+
+class Bus(Protocol):
+    node_id: str
+
+    async def start(self, deliver: Deliver, on_command: Optional[OnCommand] = None) -> None: ...
+
+    def publish(self, data: Any) -> None: ...
+
+    def send(self, node: str, data: Any) -> None: ...
+
+    async def live_nodes(self) -> list[str]: ...
+
+    async def stop(self) -> None: ...
+
+
+class LocalBus:
+    """One node, no engine: events and commands go straight back to this node."""
+
+    def __init__(self, node_id: str = "local"):
+        self.node_id = node_id
+        self.n = 0
+        self._deliver: Optional[Deliver] = None
+        self._on_command: Optional[OnCommand] = None
+
+    async def start(self, deliver: Deliver, on_command: Optional[OnCommand] = None) -> None:
+        self._deliver = deliver
+        self._on_command = on_command
+
+    def publish(self, data: Any) -> None:
+        self.n += 1
+        if self._deliver is not None:
+            self._deliver(self.n, self.node_id, data)
+
+    def send(self, node: str, data: Any) -> None:
+        if node == self.node_id and self._on_command is not None:
+            self._on_command(self.node_id, data)
+
+    async def live_nodes(self) -> list[str]:
+        return [self.node_id]
+
+    async def stop(self) -> None:
+        self._deliver = self._on_command = None

@@ -1,0 +1,160 @@
+"""Private PostgreSQL and Redis instances for the several-nodes tests (tests/store, tests/scale, bench/scale.py).
+
+Each one runs from a temporary directory on a free loopback port and is stopped (and its
+directory removed) by its owner: never a system service, never shared between test modules.
+PostgreSQL refuses to run as root, so under root its files belong to ``nobody`` and its
+commands run through ``runuser``. A missing engine is a missing peer (tests/peers.py): plain
+pytest skips with the reason, CI fails (scripts/install-peers installs both).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from typing import Optional
+
+from .peers import missing_peer
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def pg_bindir() -> Optional[str]:
+    for cand in sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True):
+        if os.path.exists(os.path.join(cand, "initdb")):
+            return cand
+    found = shutil.which("initdb")
+    return os.path.dirname(found) if found else None
+
+
+def pg_missing() -> Optional[str]:
+    """The skip reason when PostgreSQL's server (or the psycopg driver) is not here, else None."""
+    if pg_bindir() is None:
+        return missing_peer("postgresql", "no initdb (scripts/install-peers postgresql installs Debian's postgresql)")
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        return missing_peer("postgresql", "the psycopg driver is not installed (pip install -e '.[test]')")
+    return None
+
+
+def redis_missing() -> Optional[str]:
+    if shutil.which("redis-server") is None:
+        return missing_peer("redis", "no redis-server (scripts/install-peers redis installs Debian's redis-server)")
+    try:
+        import redis  # noqa: F401
+    except ImportError:
+        return missing_peer("redis", "the redis client is not installed (pip install -e '.[test]')")
+    return None
+
+
+def _wait_port(port: int, proc: subprocess.Popen, what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.02)  # polling a port until it answers, with a deadline
+    raise RuntimeError(f"{what} did not listen on {port} within {timeout}s")
+
+
+class Postgres:
+    """One private PostgreSQL server; ``new_database()`` gives each test a database of its own."""
+
+    def __init__(self) -> None:
+        self.dir = tempfile.mkdtemp(prefix="ab-pg-")
+        self.port = free_port()
+        self.bindir = pg_bindir()
+        self.as_user: list[str] = []
+        if os.geteuid() == 0:  # postgres refuses root: its files and processes belong to nobody
+            os.chown(self.dir, 65534, 65534)
+            self.as_user = ["runuser", "-u", "nobody", "--"]
+
+    def _run(self, *args: str) -> None:
+        subprocess.run(self.as_user + list(args), check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def start(self) -> "Postgres":
+        data = os.path.join(self.dir, "data")
+        self._run(os.path.join(self.bindir, "initdb"), "-D", data, "-A", "trust", "-U", "postgres",
+                  "--no-sync", "-E", "UTF8")  # fmt: skip
+        opts = f"-k {self.dir} -p {self.port} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200"
+        self._run(os.path.join(self.bindir, "pg_ctl"), "-D", data, "-l", os.path.join(self.dir, "log"), "-w",
+                  "-t", "60", "-o", opts, "start")  # fmt: skip
+        return self
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def new_database(self) -> str:
+        import psycopg
+
+        name = "t_" + uuid.uuid4().hex[:12]
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {name}")
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{name}"
+
+    def restart(self) -> None:
+        """Stop the server at once (as a crash would) and start it again on the same port and data."""
+        data = os.path.join(self.dir, "data")
+        self._run(os.path.join(self.bindir, "pg_ctl"), "-D", data, "-m", "immediate", "-w", "stop")
+        opts = f"-k {self.dir} -p {self.port} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200"
+        self._run(os.path.join(self.bindir, "pg_ctl"), "-D", data, "-l", os.path.join(self.dir, "log"), "-w",
+                  "-t", "60", "-o", opts, "start")  # fmt: skip
+
+    def stop(self) -> None:
+        try:
+            self._run(os.path.join(self.bindir, "pg_ctl"), "-D", os.path.join(self.dir, "data"), "-m", "immediate",
+                      "-w", "stop")  # fmt: skip
+        except subprocess.CalledProcessError:
+            pass
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Redis:
+    """One private redis-server, no persistence; ``new_db()`` flushes it for the next test."""
+
+    def __init__(self) -> None:
+        self.dir = tempfile.mkdtemp(prefix="ab-redis-")
+        self.port = free_port()
+        self.proc: Optional[subprocess.Popen] = None
+
+    def start(self) -> "Redis":
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir, "--save", "",
+             "--appendonly", "no", "--protected-mode", "no"],  # fmt: skip
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        _wait_port(self.port, self.proc, "redis-server")
+        return self
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def flush(self) -> None:
+        import redis
+
+        r = redis.Redis(host="127.0.0.1", port=self.port)
+        try:
+            r.flushall()
+        finally:
+            r.close()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        shutil.rmtree(self.dir, ignore_errors=True)

@@ -1,0 +1,124 @@
+"""The bus contract on a real Redis (and the in-process bus): one order for every node,
+numbers strictly increasing by one, each node's own events back in that order, commands
+to one node only, liveness by heartbeat keys that expire."""
+
+from __future__ import annotations
+
+import pytest
+
+from bridge_core.bus import LocalBus
+from bridge_core.errors import Unavailable
+from tests.waiting import until
+
+
+class Node:
+    def __init__(self, bus):
+        self.bus = bus
+        self.events: list[tuple[int, str, dict]] = []
+        self.commands: list[tuple[str, dict]] = []
+
+    async def start(self):
+        await self.bus.start(lambda n, node, data: self.events.append((n, node, data)),
+                             lambda node, data: self.commands.append((node, data)))  # fmt: skip
+        return self
+
+
+def redis_bus(url, node, **kw):
+    from bridge_core.redisbus import RedisBus
+
+    return RedisBus(url, node, **kw)
+
+
+async def test_the_in_process_bus_delivers_at_once_in_order():
+    node = await Node(LocalBus("solo")).start()
+    for i in range(3):
+        node.bus.publish({"i": i})
+        assert node.events[-1] == (i + 1, "solo", {"i": i})  # in the caller's stack, no copy
+    node.bus.send("solo", {"c": 1})
+    node.bus.send("other", {"c": 2})
+    assert node.commands == [("solo", {"c": 1})]
+    assert await node.bus.live_nodes() == ["solo"]
+
+
+async def test_every_node_sees_one_order_with_one_numbering(redis_url):
+    a = await Node(redis_bus(redis_url, "a")).start()
+    b = await Node(redis_bus(redis_url, "b")).start()
+    c = await Node(redis_bus(redis_url, "c")).start()
+    try:
+        for i in range(300):  # interleaved publishers
+            (a, b)[i % 2].bus.publish({"i": i, "from": "ab"[i % 2]})
+            if i % 3 == 0:
+                c.bus.publish({"i": i, "from": "c"})
+        total = 300 + 100
+        await until(lambda: all(len(x.events) == total for x in (a, b, c)), timeout=20, what="every event everywhere")
+        assert a.events == b.events == c.events  # one order, one numbering, on every node
+        numbers = [n for n, _, _ in a.events]
+        assert numbers == list(range(numbers[0], numbers[0] + total))
+        for x, name in ((a, "a"), (b, "b"), (c, "c")):  # each publisher's own events come back in its order
+            own = [d["i"] for _, node, d in x.events if node == name]
+            assert own == sorted(own) and own
+    finally:
+        for x in (a, b, c):
+            await x.bus.stop()
+
+
+async def test_a_node_joins_at_the_end_of_the_stream(redis_url):
+    a = await Node(redis_bus(redis_url, "a")).start()
+    try:
+        a.bus.publish({"before": True})
+        await until(lambda: a.events, what="the first event")
+        b = await Node(redis_bus(redis_url, "b")).start()
+        a.bus.publish({"after": True})
+        await until(lambda: b.events, what="the event after b joined")
+        assert [d for _, _, d in b.events] == [{"after": True}]
+        assert b.events[0][0] == a.events[0][0] + 1
+        await b.bus.stop()
+    finally:
+        await a.bus.stop()
+
+
+async def test_commands_reach_only_their_node(redis_url):
+    a = await Node(redis_bus(redis_url, "a")).start()
+    b = await Node(redis_bus(redis_url, "b")).start()
+    try:
+        a.bus.send("b", {"type": "resolve", "id": "x"})
+        b.bus.send("a", {"type": "cancel", "run": "r"})
+        await until(lambda: a.commands and b.commands, what="both commands")
+        await a.bus.flush()
+        assert b.commands == [("a", {"type": "resolve", "id": "x"})]
+        assert a.commands == [("b", {"type": "cancel", "run": "r"})]
+    finally:
+        await a.bus.stop()
+        await b.bus.stop()
+
+
+async def test_liveness_a_clean_stop_leaves_at_once_a_crash_expires(redis_url):
+    a = await Node(redis_bus(redis_url, "a", ttl=1.0, every=0.2)).start()
+    b = await Node(redis_bus(redis_url, "b", ttl=1.0, every=0.2)).start()
+    c = await Node(redis_bus(redis_url, "c", ttl=1.0, every=0.2)).start()
+    try:
+        assert await a.bus.live_nodes() == ["a", "b", "c"]
+        await b.bus.stop()
+        assert await a.bus.live_nodes() == ["a", "c"]
+        await c.bus.kill()  # no goodbye: its key lives on until its TTL runs out
+        assert "c" in await a.bus.live_nodes()
+
+        async def gone():
+            return await a.bus.live_nodes() == ["a"]
+
+        await until(gone, timeout=10, what="the crashed node's heartbeat to expire")
+    finally:
+        await a.bus.stop()
+
+
+async def test_an_unreachable_bus_is_one_clear_error():
+    from tests.engines import free_port, redis_missing
+
+    if redis_missing():
+        pytest.skip(redis_missing())
+    bus = redis_bus(f"redis://:hunter2@127.0.0.1:{free_port()}/0", "a")
+    with pytest.raises(Unavailable) as err:
+        await bus.start(lambda *a: None)
+    assert err.value.message.startswith("cannot reach the bus redis://")
+    assert "hunter2" not in err.value.message
+
