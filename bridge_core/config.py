@@ -158,6 +158,26 @@ def read_toml(path: str) -> dict:
         raise ConfigError(f"config file {path} unreadable: {exc.strerror}")
 
 
+def read_stored_secret(data_dir: str, name: str, env_var: str, label: str) -> str:
+    """A secret a running ``serve`` made, for a command on the user's terminal: ``$env_var`` if
+    set, else ``<data-dir>/secrets/<name>``; never generated here. ``ConfigError`` with a one-line
+    reason (naming ``label``, never the value) when there is none to read."""
+    env = os.environ.get(env_var)
+    if env:
+        return env
+    path = os.path.join(data_dir, "secrets", name)
+    try:
+        with open(path, "r", encoding="utf-8") as f:
+            value = f.read().strip()
+    except FileNotFoundError:
+        raise ConfigError(f"no {label} in {data_dir} yet: start `agent-bridge serve` first")
+    except OSError as exc:
+        raise ConfigError(f"cannot read the {label} ({exc.strerror or exc})")
+    if not value:
+        raise ConfigError(f"the {label} file {path} is empty")
+    return value
+
+
 def load_secret(data_dir: str, name: str, env: Optional[str]) -> tuple[str, Optional[str]]:
     """The secret from the environment, or from ``<data-dir>/secrets/<name>``, generated if missing.
 

@@ -56,25 +56,10 @@ def cmd_plugin_path(args: argparse.Namespace) -> int:
     return 0
 
 
-class OpenError(Exception):
-    pass
-
-
 def _read_token(data_dir: str) -> str:
-    env = os.environ.get("LVMH_TOKEN")
-    if env:
-        return env
-    path = os.path.join(data_dir, "secrets", "lvmh_token")
-    try:
-        with open(path, "r", encoding="utf-8") as f:
-            token = f.read().strip()
-    except FileNotFoundError:
-        raise OpenError(f"no lvmh token in {data_dir} yet: start `agent-bridge serve` first")
-    except OSError as exc:
-        raise OpenError(f"cannot read the lvmh token ({exc.strerror or exc})")
-    if not token:
-        raise OpenError(f"the lvmh token file {path} is empty")
-    return token
+    from bridge_core.config import read_stored_secret
+
+    return read_stored_secret(data_dir, "lvmh_token", "LVMH_TOKEN", "lvmh token")
 
 
 def _base_url(cfg: Any) -> tuple[str, bool]:
@@ -120,7 +105,7 @@ def cmd_open(args: argparse.Namespace) -> int:
         cfg = build_config({"data_dir": getattr(args, "data_dir", None), "config": getattr(args, "config", None)},
                            with_secrets=False)
         link, running = login_link(cfg)
-    except (OpenError, ConfigError) as exc:
+    except ConfigError as exc:
         print(f"agent-bridge: {exc}", file=sys.stderr)
         return 1
     if not running:

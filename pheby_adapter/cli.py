@@ -37,25 +37,10 @@ def add_parser(subparsers: Any, common_options: Any) -> None:
     pheby.set_defaults(func=usage)
 
 
-class ConnectError(Exception):
-    pass
-
-
 def _secret(data_dir: str) -> str:
-    env = os.environ.get("PHEBY_SECRET")
-    if env:
-        return env
-    path = os.path.join(data_dir, "secrets", "pheby_secret")
-    try:
-        with open(path, "r", encoding="utf-8") as f:
-            value = f.read().strip()
-    except FileNotFoundError:
-        raise ConnectError(f"no Pheby secret in {data_dir} yet: start `agent-bridge serve` first")
-    except OSError as exc:
-        raise ConnectError(f"cannot read the Pheby secret ({exc.strerror or exc})")
-    if not value:
-        raise ConnectError(f"the Pheby secret file {path} is empty")
-    return value
+    from bridge_core.config import read_stored_secret
+
+    return read_stored_secret(data_dir, "pheby_secret", "PHEBY_SECRET", "Pheby secret")
 
 
 def pheby_url(cfg: Any) -> tuple[str, bool]:
@@ -77,7 +62,7 @@ def cmd_connect(args: argparse.Namespace) -> int:
                            with_secrets=False)
         url, running = pheby_url(cfg)
         secret = _secret(cfg.data_dir)
-    except (ConnectError, ConfigError) as exc:
+    except ConfigError as exc:
         print(f"agent-bridge: {getattr(exc, 'message', exc)}", file=sys.stderr)
         return 1
     if not args.json and not sys.stdout.isatty():
