@@ -119,6 +119,7 @@ class Bridge:
             self.store.open()
         self.attachments = AttachmentStore(os.path.join(self.data_dir, "attachments"), self.store, self.retention_days)
         self._load()
+        await self._fail_interrupted()
         self.hub.subscribe(self._persist)
         for source in list(self.sources.values()):
             await source.start()
@@ -180,15 +181,17 @@ class Bridge:
                     run.draft = ev.Draft(saved.text)
         for key, value in self.store.query("SELECT key, value FROM settings WHERE key LIKE ?", (PENDING_KEY + "%",)):
             self._restore_pending(key, value)
-        if self.interrupted_runs:
-            rows = [(now, r) for _, r in self.interrupted_runs]
-            self.store.submit(
-                lambda c: c.executemany(
-                    "UPDATE runs SET status='failed', finished_at=?, error=? WHERE run_id=?",
-                    [(t, INTERRUPTED, r) for t, r in rows],
-                )
-            ).result(timeout=30)
-            log.warning("%d run(s) interrupted by a restart were marked failed", len(rows))
+
+    async def _fail_interrupted(self) -> None:
+        """Store the runs a crash cut short as failed (awaited: the loop keeps turning meanwhile)."""
+        if not self.interrupted_runs:
+            return
+        now = time.time()
+        rows = [(now, INTERRUPTED, r) for _, r in self.interrupted_runs]
+        await self.store.write(
+            lambda c: c.executemany("UPDATE runs SET status='failed', finished_at=?, error=? WHERE run_id=?", rows)
+        )
+        log.warning("%d run(s) interrupted by a restart were marked failed", len(rows))
 
     def _restore_pending(self, key: str, value: str) -> None:
         """A decision pending when the process died: back into its conversation, to be resolved."""

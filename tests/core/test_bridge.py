@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
+
 import pytest
 
 from bridge_core import commands as cmd
@@ -9,7 +12,7 @@ from bridge_core import events as ev
 from bridge_core.agents.demo import DemoAgent, demo_png
 from bridge_core.bridge import Bridge
 from bridge_core.errors import AlreadyResolved, ApprovalNotFound, BadRequest, ConversationNotFound, RunActive
-from tests.waiting import until
+from tests.waiting import turns, until
 
 PHEBY = cmd.Origin(surface="pheby")
 LOOMI = cmd.Origin(surface="loomi", decided_by="remote")
@@ -103,6 +106,38 @@ async def test_interrupted_run_is_failed_after_restart(tmp_path):
         assert b2.conversation(res.conversation_id).run.run_id == res.run_id
         assert [m.text for m in b2.conversation(res.conversation_id).messages] == ["/slow 30"]
     finally:
+        await b2.stop()
+        for t in list(b.tasks._tasks):
+            t.cancel()
+
+
+async def test_restart_marks_interrupted_runs_without_blocking_the_loop(tmp_path):
+    d = str(tmp_path / "d")
+    b = Bridge(d, DemoAgent())
+    await b.start()
+    res = await b.execute(cmd.SendMessage(text="/slow 30"), PHEBY)
+    await until(lambda: b.conversation(res.conversation_id).run.text, what="the first streamed words (saved at once)")
+    b.store.flush()
+    b.store.close()  # a crash: the run never finishes
+    b2 = Bridge(d, DemoAgent())
+    b2.store.open()
+    # the writer is held until the loop itself opens the gate: were the start to wait for the
+    # failed-run write by blocking the loop, the gate would never open (the wait gives up)
+    gate = threading.Event()
+    opened: list[bool] = []
+    b2.store.submit(lambda c: opened.append(gate.wait(30)))
+    starting = asyncio.ensure_future(b2.start())
+    try:
+        await turns()
+        assert not starting.done()  # waiting on the writer, with the loop free
+        asyncio.get_running_loop().call_soon(gate.set)
+        await starting
+        assert opened == [True]
+        assert b2.store.query("SELECT status, error FROM runs WHERE run_id=?", (res.run_id,)) == [("failed", "interrupted by a restart")]
+    finally:
+        gate.set()
+        if not starting.done():
+            await starting
         await b2.stop()
         for t in list(b.tasks._tasks):
             t.cancel()

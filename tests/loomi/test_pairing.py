@@ -10,6 +10,8 @@ import time
 import aiohttp
 import pytest
 
+from tests.waiting import until
+
 from .helpers import Client, admin, base, new_token, pair, resume
 
 
@@ -75,8 +77,13 @@ async def test_fifty_concurrent_hellos_with_one_token_make_one_device(loomi):
 
 
 async def test_token_expires(loomi):
-    qr = await new_token(loomi, ttl=0.2)
-    await asyncio.sleep(0.4)
+    async with aiohttp.ClientSession() as http:
+        async with http.post(base(loomi) + "/internal/pair/new", json={"ttl": 0.2}, headers=admin(loomi)) as r:
+            assert r.status == 200, await r.text()
+            issued = await r.json()
+    qr = issued["payload"]
+    # the condition the registry checks (expires_at is on its clock), not a guessed margin
+    await until(lambda: time.time() > issued["expires_at"], what="the pairing token's expiry")
     c = await Client.connect(loomi)
     err = await c.hello(token=qr["token"])
     assert err["type"] == "error" and err["payload"]["code"] == "unauthorized"
