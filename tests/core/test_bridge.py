@@ -88,15 +88,21 @@ async def test_approval_timeout_resolves_as_timeout(tmp_path):
         await b.stop()
 
 
-async def test_interrupted_run_is_failed_after_restart(tmp_path):
+async def _crash_mid_run(tmp_path):
+    """A bridge whose ``/slow 30`` run has streamed its first words when the process "dies"
+    (the store closed with the run unfinished). Returns the data dir, the dead bridge and the run."""
     d = str(tmp_path / "d")
     b = Bridge(d, DemoAgent())
     await b.start()
     res = await b.execute(cmd.SendMessage(text="/slow 30"), PHEBY)
     await until(lambda: b.conversation(res.conversation_id).run.text, what="the first streamed words (saved at once)")
     b.store.flush()
-    # simulate a crash: no clean shutdown of the run (the store is closed without the run finishing)
     b.store.close()
+    return d, b, res
+
+
+async def test_interrupted_run_is_failed_after_restart(tmp_path):
+    d, b, res = await _crash_mid_run(tmp_path)
     b2 = Bridge(d, DemoAgent())
     await b2.start()
     try:
@@ -112,13 +118,7 @@ async def test_interrupted_run_is_failed_after_restart(tmp_path):
 
 
 async def test_restart_marks_interrupted_runs_without_blocking_the_loop(tmp_path):
-    d = str(tmp_path / "d")
-    b = Bridge(d, DemoAgent())
-    await b.start()
-    res = await b.execute(cmd.SendMessage(text="/slow 30"), PHEBY)
-    await until(lambda: b.conversation(res.conversation_id).run.text, what="the first streamed words (saved at once)")
-    b.store.flush()
-    b.store.close()  # a crash: the run never finishes
+    d, b, res = await _crash_mid_run(tmp_path)
     b2 = Bridge(d, DemoAgent())
     b2.store.open()
     # the writer is held until the loop itself opens the gate: were the start to wait for the
@@ -165,13 +165,7 @@ def test_demo_png_is_valid():
 
 async def test_interrupted_run_is_reported_failed_once_front_ends_listen(tmp_path):
     """report_interrupted (called by Service.start after the front ends start): a notice and RunFinished failed."""
-    d = str(tmp_path / "d")
-    b = Bridge(d, DemoAgent())
-    await b.start()
-    res = await b.execute(cmd.SendMessage(text="/slow 30"), PHEBY)
-    await until(lambda: b.conversation(res.conversation_id).run.text, what="the first streamed words (saved at once)")
-    b.store.flush()
-    b.store.close()  # a crash: the run never finished
+    d, b, res = await _crash_mid_run(tmp_path)
     b2 = Bridge(d, DemoAgent())
     await b2.start()
     try:
