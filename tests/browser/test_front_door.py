@@ -211,6 +211,7 @@ async def test_failed_and_cancelled_runs_say_so(ui):
     await expect(page.locator('.settled[data-settled="cancelled"]')).to_have_count(1)
     await expect(page.locator('.settled[data-settled="cancelled"]')).to_contain_text("Cancelled")
     await expect(page.locator('.pill[data-phase="done"]')).to_have_text("cancelled")
+    await shot(page, "36-cancelled-run")  # with the "a run is active" toast of the prompt sent during the run
 
     # after a reload the same states come back from the persisted events
     await page.reload()
