@@ -293,9 +293,11 @@ export function applyEvent(state, ev) {
       if (role === "system" && !str(msg.text)) return true;
       let key = messageKey(id);
       if (role === "assistant" && !str(msg.text) && !msg.thinking && !(Array.isArray(msg.toolCalls) && msg.toolCalls.length)) {
-        // an assistant message that said nothing (a run that failed or was cancelled before any text): no empty bubble
+        // an assistant message that said nothing (a run that failed or was cancelled before any text): no empty
+        // bubble. Its message_end is the message: a draft streamed before it goes too (a run a restart interrupted
+        // may be closed so), so this page shows what a page loaded now shows, and nothing is left "streaming".
         const empty = state.byKey.get(key) || (state.openAssistant ? state.byKey.get(messageKey(state.openAssistant)) : null);
-        if (empty && empty.kind === "message" && !empty.text) removeItem(state, empty);
+        if (empty && empty.kind === "message" && !empty.final) removeItem(state, empty);
         state.openAssistant = null;
         return true;
       }

@@ -27,6 +27,7 @@ export class SpawnDialog {
     this.sessionKnown = sessionKnown;
     this.jobs = [];
     this.unavailable = ""; // why spawning is not possible (no Docker engine), from GET /api/spawn/status
+    this.checking = false; // open() is asking the daemon; it renders once both answers are in
     this.repos = null;
     this.status = null;
     this.filter = "";
@@ -43,15 +44,17 @@ export class SpawnDialog {
   async open() {
     if (!this.dialog.open) this.dialog.showModal();
     this.error = "";
-    replaceChildren(this.body, h("div.muted", "Checking GitLab…"));
-    this.refreshJobs();
-    try {
-      this.status = await this.api.gitlabStatus();
-    } catch (err) {
-      this.status = null;
-      this.error = this.describe(err, "GitLab status");
-    }
+    this.checking = true;
+    replaceChildren(this.body, h("div.muted", "Checking Docker and GitLab…"));
+    const gitlab = this.api.gitlabStatus().then(
+      (st) => { this.status = st; },
+      (err) => {
+        this.status = null;
+        this.error = this.describe(err, "GitLab status");
+      });
+    await Promise.all([this.refreshJobs(), gitlab]);
     if (this.status && this.status.connected) await this.loadRepos();
+    this.checking = false;
     this.render();
   }
 
@@ -75,12 +78,24 @@ export class SpawnDialog {
   render() {
     if (!this.dialog.open) return;
     const parts = [];
-    if (this.error) parts.push(h("div.error-text", { role: "alert" }, this.error));
+    if (this.unavailable) parts.push(this.renderUnavailable());
+    if (this.error && this.error !== this.unavailable) parts.push(h("div.error-text", { role: "alert" }, this.error));
     const st = this.status;
     if (st && st.connected) parts.push(this.renderConnected(st));
     else if (st) parts.push(this.renderConnect(st));
     replaceChildren(this.body, parts);
     this.renderJobs();
+  }
+
+  /** No Docker engine: nothing can be spawned, and the daemon's one-line reason says why. */
+  renderUnavailable() {
+    return h("div.spawn-unavailable#spawn-unavailable", { role: "alert" },
+      h("strong", "Docker cannot be reached, so no agent can be spawned."),
+      h("div.spawn-reason#spawn-reason", this.unavailable),
+      h("div.small", "A spawned agent runs in a container on this daemon's Docker engine. Start Docker, or point ",
+        h("code", "[lvmh] docker_url"), " at it, then check again. ",
+        h("strong", "New conversation"), " works without Docker."),
+      h("button#spawn-recheck", { type: "button", onclick: () => this.open() }, "Check again"));
   }
 
   renderConnect(st) {
@@ -127,7 +142,8 @@ export class SpawnDialog {
     const search = h("input#repo-filter", { type: "search", placeholder: "Filter repositories", value: this.filter, "aria-label": "Filter repositories" });
     const list = h("ul.repo-list#repo-list", { role: "listbox", "aria-label": "Repositories" });
     const branch = h("input#branch-input", { type: "text", placeholder: "default branch", "aria-label": "Branch" });
-    const go = h("button.primary#spawn-go", { type: "button", disabled: !this.selected }, "Spawn agent");
+    const go = h("button.primary#spawn-go", { type: "button", disabled: !this.selected || Boolean(this.unavailable),
+      title: this.unavailable ? "Docker cannot be reached" : null }, "Spawn agent");
     const fill = () => {
       clear(list);
       const q = this.filter.toLowerCase();
@@ -150,7 +166,7 @@ export class SpawnDialog {
     const select = (r) => {
       this.selected = r;
       branch.placeholder = r.defaultBranch || "default branch";
-      go.disabled = false;
+      go.disabled = Boolean(this.unavailable);
       fill();
     };
     search.addEventListener("input", () => {
@@ -163,6 +179,7 @@ export class SpawnDialog {
       this.error = "";
       try {
         const res = await this.api.spawn(this.selected.path, branch.value.trim() || undefined);
+        this.unavailable = "";
         this.toast(`Spawning ${this.selected.path}…`, "info");
         this.refreshJobs();
         if (res && res.sessionId) {
@@ -171,9 +188,10 @@ export class SpawnDialog {
         }
       } catch (err) {
         this.error = this.describe(err, "Spawn");
+        if (err instanceof ApiError && err.status === 503) this.unavailable = err.message; // the engine went away
         this.render();
       } finally {
-        go.disabled = !this.selected;
+        go.disabled = !this.selected || Boolean(this.unavailable);
       }
     });
     if (this.selected) branch.placeholder = this.selected.defaultBranch || "default branch";
@@ -197,17 +215,17 @@ export class SpawnDialog {
   }
 
   async refreshJobs() {
+    const before = this.unavailable;
     try {
       const { jobs, unavailable } = await this.api.spawnStatus();
       this.unavailable = unavailable;
       this.setJobs(jobs);
     } catch (err) {
-      // no spawn support on this daemon: the list stays as the last frames said
-      if (err instanceof ApiError && err.status === 503) {
-        this.unavailable = err.message;
-        this.renderJobs();
-      }
+      // an older daemon answers 503 without an engine; the list stays as the last frames said
+      if (err instanceof ApiError && err.status === 503) this.unavailable = err.message;
+      else if (err instanceof ApiError && err.status === 404) this.unavailable = "This daemon cannot spawn agents.";
     }
+    if (this.unavailable !== before && !this.checking) this.render();
   }
 
   setJobs(jobs) {
@@ -230,8 +248,7 @@ export class SpawnDialog {
     const inDialog = document.getElementById("spawn-dialog-jobs");
     if (inDialog) {
       clear(inDialog);
-      if (!this.jobs.length && this.unavailable) inDialog.appendChild(h("li.error-text.small#spawn-unavailable", { role: "alert" }, this.unavailable));
-      else if (!this.jobs.length) inDialog.appendChild(h("li.muted.small", "No spawn jobs."));
+      if (!this.jobs.length) inDialog.appendChild(h("li.muted.small", "No spawn jobs."));
       for (const j of this.jobs) inDialog.appendChild(this.jobRow(j));
     }
   }

@@ -100,9 +100,8 @@ function renderMessage(item) {
     );
   }
   if (item.text) {
-    // what the user typed stays as typed; the agent's text is markdown (sanitized)
-    if (role === "user") body.appendChild(h("div.text", item.text));
-    else body.appendChild(h("div.md", renderMarkdown(item.text, { highlightCode: !item.streaming })));
+    // the user's and the agent's words alike: markdown, sanitized (markdown.js), raw HTML shown as text
+    body.appendChild(h("div.md", renderMarkdown(item.text, { highlightCode: !item.streaming })));
   } else if (item.streaming) body.appendChild(h("div.text.muted", "…"));
   if (item.errorMessage) body.appendChild(h("div.error-text", item.errorMessage));
   else if (item.stopReason === "aborted") body.appendChild(h("div.muted.small", "cancelled"));

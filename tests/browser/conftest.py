@@ -71,6 +71,7 @@ class UI:
         self.contexts = []
         self.foreign_requests: list[str] = []
         self.page_errors: list[str] = []
+        self.console: list[str] = []  # every console message of every page, from its first load: "type: text"
 
     async def page(self, *, token: str | None = LVMH_TOKEN, width: int = 1280, height: int = 820, theme: str | None = None,
                    color_scheme: str = "light", path: str = "/"):
@@ -104,6 +105,7 @@ class UI:
         page.on("pageerror", lambda exc: self.page_errors.append(str(exc)))
 
         def console(msg):
+            self.console.append(f"{msg.type}: {msg.text}")
             # CSP violations and module load failures; network errors of a restarting daemon are expected
             if msg.type == "error" and ("Refused to" in msg.text or "module script" in msg.text):
                 self.page_errors.append(msg.text)

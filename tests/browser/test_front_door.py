@@ -29,13 +29,16 @@ XSS_FLAG = "window.__xss"
 
 
 async def no_injection(page):
-    """No injected script ran and no injected element exists."""
+    """No injected script ran and no injected element exists anywhere in the page's body: the
+    conversation view, the list, the dialogs and the toasts (the page's own forms excepted)."""
     assert await page.evaluate(f"typeof {XSS_FLAG}") == "undefined"
-    injected = await page.evaluate("""() => [
-        ...document.querySelectorAll('#app script, #app iframe, #app object, #app embed, #app svg, #app math, #app form:not(.composer):not(.free-form), #app style'),
-        ...[...document.querySelectorAll('#app *')].filter(e => [...e.attributes].some(a => a.name.startsWith('on'))),
-        ...document.querySelectorAll('#app img:not(.preview), #app a[href^="javascript"], #app [style*="expression"]'),
-      ].map(e => e.outerHTML.slice(0, 120))""")
+    injected = await page.evaluate("""() => {
+      const forms = 'form:not(#composer):not(.free-form):not(#token-form):not(#new-form):not(#confirm-form)';
+      return [
+        ...document.querySelectorAll(`body script, body iframe, body object, body embed, body svg, body math, body style, body link, body meta, body base, body ${forms}`),
+        ...[...document.querySelectorAll('body *')].filter(e => [...e.attributes].some(a => a.name.startsWith('on'))),
+        ...document.querySelectorAll('body img:not(.preview), body [href^="javascript" i], body [src^="javascript" i], body [href^="data:" i], body [style*="expression"]'),
+      ].map(e => e.outerHTML.slice(0, 120)); }""")
     assert injected == []
 
 
@@ -166,6 +169,7 @@ async def test_rename_delete_and_search(ui):
 
 
 async def test_plugin_sessions_offer_no_rename_or_delete(ui):
+    ui.svc.bridge.create_conversation("A local chat")
     page = await ui.page()
     sid = "pi-front-door-1"
     plugin = FakePlugin(ui.base, sid, {"id": sid, "name": "pi work", "cwd": "/home/dev/app", "model": "m",
@@ -173,6 +177,14 @@ async def test_plugin_sessions_offer_no_rename_or_delete(ui):
                                        "startedAt": int(time.time() * 1000)})
     try:
         await plugin.connect()
+        # search finds pi sessions too, by name, repo or working directory
+        items = page.locator(".session-item")
+        await expect(items).to_have_count(2)
+        await page.fill("#session-search", "dev/app")
+        await expect(items).to_have_count(1)
+        await expect(items).to_contain_text("pi work")
+        await page.fill("#session-search", "")
+        await expect(items).to_have_count(2)
         await open_session(page, sid)
         await expect(page.locator("#session-title")).to_have_text("pi work")
         await expect(page.locator("#rename-btn")).to_have_count(0)
@@ -211,6 +223,7 @@ async def test_failed_and_cancelled_runs_say_so(ui):
     await expect(page.locator('.settled[data-settled="cancelled"]')).to_have_count(1)
     await expect(page.locator('.settled[data-settled="cancelled"]')).to_contain_text("Cancelled")
     await expect(page.locator('.pill[data-phase="done"]')).to_have_text("cancelled")
+    await shot(page, "36-cancelled-run")  # with the "a run is active" toast of the prompt sent during the run
 
     # after a reload the same states come back from the persisted events
     await page.reload()
@@ -242,6 +255,113 @@ async def test_no_console_errors_on_a_normal_load_and_no_token_in_the_console(ui
     assert not any(LVMH_TOKEN in m for m in messages), [m for m in messages if LVMH_TOKEN in m]
 
 
+async def _gitlab_with_a_repo(pat: str, user: str = "alice"):
+    fake_gitlab = pytest.importorskip("tests.fakes.fake_gitlab")
+    gitlab = await fake_gitlab.FakeGitLab().start()
+    gitlab.add_user(pat, user)
+    gitlab.projects = [fake_gitlab.project("group/project", "2026-11-28T10:00:00Z", default_branch="main")]
+    return gitlab
+
+
+async def test_spawn_dialog_says_docker_is_unreachable_and_why(browser, service_factory, tmp_path):
+    """No Docker engine listens where the daemon looks: "New agent" says so, with the daemon's reason;
+    the page loads and opens the dialog without a console error (no 503 logged)."""
+    from .conftest import UI
+
+    pat = "glpat-NODOCKERsecret0123456789"
+    dead = f"unix://{tmp_path}/no-docker-here.sock"  # nothing listens on it
+    gitlab = await _gitlab_with_a_repo(pat)
+    ui = None
+    try:
+        svc = await service_factory(adapters=("lvmh",), docker_url=dead, gitlab_url=gitlab.url)
+        ui = UI(svc, browser, service_factory, tmp_path)
+        page = await ui.page()
+        await expect(page.locator("#conn")).to_contain_text("live")
+        await page.click("#spawn-btn")
+        dialog = page.locator("#spawn-dialog")
+        banner = dialog.locator("#spawn-unavailable")
+        await expect(banner).to_be_visible()
+        await expect(banner).to_contain_text("Docker cannot be reached")
+        await expect(banner.locator("#spawn-reason")).to_have_text(f"Docker engine not reachable at {dead}")
+        await expect(banner).to_contain_text("New conversation works without Docker")
+        await expect(dialog.locator("#spawn-dialog-jobs")).to_have_text("No spawn jobs.")
+        assert await page.evaluate(CONTRAST_JS) == []
+        await shot(page, "34-spawn-docker-unreachable")
+        # a normal load, and opening the dialog, log no console error (the status call is a 200)
+        assert [m for m in ui.console if m.startswith("error")] == [], ui.console
+
+        # GitLab can still be connected, but "Spawn agent" stays off while Docker is away
+        await page.fill("#pat-input", pat)
+        await page.click("#pat-connect")
+        await expect(dialog).to_contain_text("@alice")
+        await page.click('#repo-list .repo[data-repo="group/project"]')
+        await expect(page.locator("#spawn-go")).to_be_disabled()
+        await expect(banner).to_be_visible()
+        # "Check again" asks the daemon again: still unreachable, still said
+        await page.click("#spawn-recheck")
+        await expect(banner.locator("#spawn-reason")).to_have_text(f"Docker engine not reachable at {dead}")
+        assert [m for m in ui.console if m.startswith("error")] == [], ui.console
+
+        # the same dialog in the dark theme, at phone width: readable, targets big enough
+        phone = await ui.page(width=390, height=844, theme="dark")
+        await expect(phone.locator("#conn")).to_contain_text("live")
+        await phone.click("#spawn-btn")
+        await expect(phone.locator("#spawn-unavailable")).to_be_visible()
+        await expect(phone.locator("#spawn-recheck")).to_be_visible()
+        assert await phone.evaluate(CONTRAST_JS) == []
+        assert await phone.evaluate(SMALL_TARGETS_JS) == []
+        await shot(phone, "35-phone-spawn-docker-unreachable-dark")
+    finally:
+        if ui is not None:
+            await ui.close()
+        await gitlab.stop()
+    assert not ui.page_errors, ui.page_errors
+    assert not ui.foreign_requests, ui.foreign_requests
+
+
+async def test_spawn_dialog_says_so_when_docker_goes_away(browser, service_factory, tmp_path):
+    """The engine answered when the dialog opened, then stopped: the spawn's 503 reason is shown.
+    What GitLab says (a user name, a project's name and default branch) reaches the dialog as text."""
+    fake_docker = pytest.importorskip("tests.fakes.fake_docker")
+    from tests.fakes.fake_gitlab import project
+
+    from .conftest import UI
+
+    pat = "glpat-GOESAWAYsecret0123456789"
+    evil = '<img src=x onerror="window.__xss=1">'
+    docker = await fake_docker.FakeDocker().start()
+    gitlab = await _gitlab_with_a_repo(pat, user="alice" + evil)
+    gitlab.projects.append(project("tools/widgets", "2026-11-20T10:00:00Z", default_branch=evil, name=evil))
+    ui = None
+    try:
+        svc = await service_factory(adapters=("lvmh",), docker_url=docker.url, gitlab_url=gitlab.url)
+        ui = UI(svc, browser, service_factory, tmp_path)
+        page = await ui.page()
+        await page.click("#spawn-btn")
+        await page.fill("#pat-input", pat)
+        await page.click("#pat-connect")
+        await expect(page.locator("#spawn-dialog")).to_contain_text("@alice" + evil)
+        await expect(page.locator("#toasts")).to_contain_text("GitLab connected as alice" + evil)
+        await expect(page.locator("#repo-list .repo")).to_have_count(2)
+        await expect(page.locator('#repo-list .repo[data-repo="tools/widgets"]')).to_contain_text(evil)
+        await no_injection(page)
+        await page.click('#repo-list .repo[data-repo="group/project"]')
+        await expect(page.locator("#spawn-go")).to_be_enabled()
+        await expect(page.locator("#spawn-unavailable")).to_have_count(0)
+        await docker.stop()
+        await page.click("#spawn-go")
+        await expect(page.locator("#spawn-reason")).to_have_text(f"Docker engine not reachable at {docker.url}")
+        await expect(page.locator("#spawn-go")).to_be_disabled()
+        await expect(page.locator("#spawn-dialog")).to_be_visible()
+        await no_injection(page)
+    finally:
+        if ui is not None:
+            await ui.close()
+        await docker.stop()
+        await gitlab.stop()
+    assert not ui.page_errors, ui.page_errors
+
+
 # --- markdown and sanitization ------------------------------------------------------------
 
 
@@ -251,6 +371,13 @@ async def test_markdown_code_highlighting_and_copy(ui):
     await page.context.grant_permissions(["clipboard-read", "clipboard-write"])
     await open_session(page, conv.conversation_id)
     await send(page, "**bold** and `code` and a [link](https://example.com/x)\n\n```python\ndef f(x):\n    return x + 1\n```")
+    # the user's own message is markdown too, in the user's bubble; its copy button gives the source
+    mine = page.locator(".msg-user").last
+    await expect(mine.locator(".bubble .md strong")).to_have_text("bold")
+    await expect(mine.locator(".md a")).to_have_attribute("href", "https://example.com/x")
+    await expect(mine.locator(".code-block code .hljs-keyword").first).to_have_text("def")
+    await mine.locator(".msg-meta .copy-btn").click()
+    assert (await page.evaluate("navigator.clipboard.readText()")).startswith("**bold** and `code`")
     msg = page.locator(".msg-assistant").last
     await expect(msg.locator(".md strong")).to_have_text("bold")
     await expect(msg.locator(".md code").first).to_have_text("code")
@@ -284,7 +411,19 @@ XSS = [
     '<a href="javascript:window.__xss=1">a</a>',
     '<div class="approval pending" style="position:fixed;inset:0">fake</div>',
     '<details open ontoggle="window.__xss=1">x</details>',
+    # markdown's own ways to a script: autolinks, reference links, encoded schemes, data: URLs
+    '<javascript:window.__xss=1>',
+    '[ref][evil]\n\n[evil]: javascript:window.__xss=1\n\n',
+    '[enc](&#106;avascript:window.__xss=1)',
+    '[data](data:text/html;base64,PHNjcmlwdD53aW5kb3cuX194c3M9MTwvc2NyaXB0Pg==)',
+    '![pic](javascript:window.__xss=1)',
 ]
+
+
+async def safe_links(page):
+    """Every link a message holds goes to http(s), mailto or an anchor."""
+    hrefs = await page.eval_on_selector_all("#app .md a[href]", "els => els.map(e => e.getAttribute('href'))")
+    assert all(re.match(r"^(https?:|mailto:|#)", h) for h in hrefs), hrefs
 
 
 async def test_script_injection_through_every_field(ui):
@@ -297,12 +436,56 @@ async def test_script_injection_through_every_field(ui):
     await send(page, evil)
     await expect(settled(page)).to_have_count(1)
     await expect(page.locator(".msg-assistant").last).to_contain_text("<script>window.__xss=1</script>")
-    await expect(page.locator(".msg-user").last).to_contain_text('<img src=x onerror="window.__xss=1">')
+    # the user's own message, rendered as markdown like the agent's: the tags are shown as text
+    mine = page.locator(".msg-user").last
+    await expect(mine.locator(".bubble .md")).to_contain_text('<img src=x onerror="window.__xss=1">')
+    await expect(mine.locator(".bubble .md")).to_contain_text("<script>window.__xss=1</script>")
     await no_injection(page)
-    # a tool name through the demo agent
-    await send(page, "/tool <img/src/onerror=window.__xss=1>")
+    await safe_links(page)
+    # a user message typed on another surface arrives through the stream, and again from history on reload
+    await ui.svc.bridge.execute(SendMessage(text="from the terminal: " + evil, conversation_id=conv.conversation_id),
+                                Origin(surface="cli"))
+    await expect(settled(page)).to_have_count(2)
+    await expect(page.locator(".msg-user").last).to_contain_text("from the terminal: <img src=x")
+    await no_injection(page)
+    await page.reload()
+    await expect(page.locator(".msg-user")).to_have_count(2)
     await expect(settled(page)).to_have_count(2)
     await no_injection(page)
+    await safe_links(page)
+    # a tool name through the demo agent
+    await send(page, "/tool <img/src/onerror=window.__xss=1>")
+    await expect(settled(page)).to_have_count(3)
+    await no_injection(page)
+    # an approval's command, denied with a reason; a question, answered in free text
+    one_line = " ".join(x for x in XSS if "\n" not in x)
+    await send(page, "/approve " + one_line)
+    card = page.locator("section.approval.pending")
+    await expect(card.locator("pre.command")).to_contain_text("<script>window.__xss=1</script>")
+    await no_injection(page)
+    await card.locator("input.reason").fill(one_line)
+    await card.locator('button[data-choice="deny"]').click()
+    await expect(page.locator("section.approval.resolved")).to_contain_text("Reason: <img src=x")
+    await expect(settled(page)).to_have_count(4)
+    await send(page, "/clarify " + one_line)
+    question = page.locator("section.clarify.pending")
+    await expect(question.locator(".question")).to_contain_text("<svg onload=")
+    await no_injection(page)
+    await question.locator("input.free").fill(one_line)
+    await question.locator("form.free-form button").click()
+    await expect(page.locator("section.clarify.resolved")).to_contain_text("Answer: <img src=x")
+    await expect(settled(page)).to_have_count(5)
+    await no_injection(page)
+    await safe_links(page)
+    # the session name in the rename and delete dialogs
+    await page.click("#rename-btn")
+    await expect(page.locator("#new-name")).to_have_value(evil[:190])
+    await no_injection(page)
+    await page.click("#new-cancel")
+    await page.click("#delete-btn")
+    await expect(page.locator("#confirm-text")).to_contain_text("<img src=x")
+    await no_injection(page)
+    await page.click("#confirm-cancel")
 
     # a pi plugin session: its name, tool arguments and results, thinking, an attachment's name, a notification
     sid = "pi-xss-0001"
@@ -312,6 +495,11 @@ async def test_script_injection_through_every_field(ui):
     try:
         await plugin.connect()
         await open_session(page, sid)
+        # the user's message as pi reports it (typed in pi's terminal)
+        await plugin.event("message_start", message={"role": "user", "id": "u1"})
+        await plugin.event("message_end", message={"role": "user", "id": "u1", "text": evil})
+        await expect(page.locator('.msg-user[data-id="u1"] .md')).to_contain_text("<script>window.__xss=1</script>")
+        await no_injection(page)
         await plugin.event("agent_start")
         await plugin.event("message_start", message={"role": "assistant", "id": "a1"})
         await plugin.event("message_update", delta=evil)
@@ -335,9 +523,15 @@ async def test_script_injection_through_every_field(ui):
         await expect(page.locator("section.attachment .filename")).to_have_text('<img src=x onerror="window.__xss=1">.png')
         await expect(page.locator(f'[data-session-id="{sid}"]')).to_contain_text("<img src=x")
         await no_injection(page)
+        await safe_links(page)
         await shot(page, "26-xss-attempts")
     finally:
         await plugin.close()
+    # the session name in a toast: the conversation is deleted from another surface while open here
+    await open_session(page, conv.conversation_id)
+    await ui.svc.bridge.execute(DeleteConversation(conversation_id=conv.conversation_id), Origin(surface="pheby"))
+    await expect(page.locator("#toasts")).to_contain_text("was deleted")
+    await expect(page.locator("#toasts")).to_contain_text("<img src=x")
     await no_injection(page)
 
 
@@ -404,7 +598,7 @@ async def test_jump_to_latest_enter_and_shift_enter(ui):
     await box.type("second line")
     await expect(box).to_have_value("first line\nsecond line")
     await box.press("Enter")
-    await expect(page.locator(".msg-user .bubble").last).to_have_text("first line\nsecond line")
+    await expect(page.locator(".msg-user .bubble").last).to_have_text("first line\nsecond line", use_inner_text=True)
     await expect(settled(page)).to_have_count(13)
 
     # scrolled up, new content lands below: "jump to latest" appears and brings it into view
@@ -432,6 +626,13 @@ async def test_waiting_approval_badges_the_title(ui):
     await shot(page, "29-approval-waiting")
     await page.locator('section.approval.pending button[data-choice="once"]').click()
     await expect(settled(page)).to_have_count(1)
+    await expect(page).to_have_title("Needs me · lvmh")
+    # a question waiting says so in the title too
+    await send(page, "/clarify Proceed?")
+    await expect(page.locator("section.clarify.pending")).to_be_visible()
+    await expect(page).to_have_title("(1) Question waiting · Needs me · lvmh")
+    await page.locator('section.clarify.pending button[data-choice="yes"]').click()
+    await expect(settled(page)).to_have_count(2)
     await expect(page).to_have_title("Needs me · lvmh")
     # the bell asks for permission on a click (granted here): it then shows as on
     await page.context.grant_permissions(["notifications"])
@@ -505,6 +706,12 @@ async def test_wcag_aa_contrast(ui, theme):
         await shot(page, "31-gate-dark")
 
 
+SMALL_TARGETS_JS = """() => [...document.querySelectorAll('button, a[href], select, input, textarea, summary')]
+    .filter((e) => { const r = e.getBoundingClientRect(); return r.width > 0 && r.height > 0 &&
+                     getComputedStyle(e).visibility !== 'hidden' && !e.closest('[inert]') && (r.height < 44 || r.width < 44); })
+    .map((e) => `${e.tagName.toLowerCase()}#${e.id}.${e.className} ${Math.round(e.getBoundingClientRect().width)}x${Math.round(e.getBoundingClientRect().height)}`)"""
+
+
 async def test_phone_width_touch_targets_and_dark_mode(ui):
     cid = await _rich_session(ui)
     page = await ui.page(width=390, height=844, color_scheme="dark")
@@ -513,12 +720,14 @@ async def test_phone_width_touch_targets_and_dark_mode(ui):
     await open_session(page, cid)
     await expect(page.locator("section.clarify.pending")).to_be_visible()
     await shot(page, "33-phone-session-dark")
-    small = await page.evaluate("""() => [...document.querySelectorAll('button, a[href], select, input, textarea, summary')]
-        .filter((e) => { const r = e.getBoundingClientRect(); return r.width > 0 && r.height > 0 &&
-                         getComputedStyle(e).visibility !== 'hidden' && (r.height < 44 || r.width < 44); })
-        .map((e) => `${e.tagName.toLowerCase()}#${e.id}.${e.className} ${Math.round(e.getBoundingClientRect().width)}x${Math.round(e.getBoundingClientRect().height)}`)""")
-    assert small == []
+    assert await page.evaluate(SMALL_TARGETS_JS) == []
     assert await page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+    # the dialogs too
+    await page.click(".back")
+    await page.click("#new-conv-btn")
+    await expect(page.locator("#new-model option")).to_have_count(2)
+    assert await page.evaluate(SMALL_TARGETS_JS) == []
+    await page.click("#new-cancel")
 
 
 # --- performance guard ------------------------------------------------------------------------

@@ -268,7 +268,7 @@ async def test_approvals_clarifications_attachments(ui):
     img = page.locator('section.attachment img.preview')
     await expect(img).to_have_count(1)
     await page.wait_for_function("() => { const i = document.querySelector('img.preview'); return i && i.complete && i.naturalWidth === 8; }")
-    await shot(page, "08-clarify-attachments")
+    await shot(page, "08-attachments")
 
 
 async def test_plugin_session_appears_and_streams(ui):
@@ -394,6 +394,41 @@ async def test_reconnect_after_server_restart(ui):
     assert len(keys) == len(set(keys))
     await send(page, "typed after the restart")
     await expect(page.locator(".msg-assistant").last).to_contain_text("Echo: typed after the restart")
+
+
+async def test_a_restart_mid_run_shows_what_the_server_says(ui):
+    """The daemon restarts while a run streams: the open page does not stay "running"; it shows
+    the run failed, interrupted, exactly as a page loaded after the restart shows it."""
+    conv = ui.svc.bridge.create_conversation("Restart mid-run")
+    cid = conv.conversation_id
+    page = await ui.page()
+    await open_session(page, cid)
+    await send(page, "/slow 30")
+    await expect(page.locator(".msg-assistant.streaming")).to_contain_text("w2")
+    await expect(page.locator('.pill[data-phase="running"]')).to_be_visible()
+
+    port = ui.port
+    await ui.svc.stop()
+    await expect(page.locator("#conn")).to_contain_text("reconnecting")
+    svc2 = await ui.service_factory(adapters=("lvmh",), data_dir=ui.tmp_path, lvmh_port=port)
+    assert svc2.ports["lvmh"] == port
+    await expect(page.locator("#conn")).to_contain_text("live")
+    failed = page.locator('.run-failed[data-settled="failed"]')
+    await expect(failed).to_contain_text("interrupted by a restart")
+    await expect(page.locator('.pill[data-phase="done"]')).to_have_text("failed")
+    await expect(page.locator(".msg.streaming, .live-dot")).to_have_count(0)
+    await expect(page.locator("#abort-btn")).to_have_count(0)
+    await expect(page.locator("#prompt-input")).to_be_enabled()
+    await shot(page, "17-restart-mid-run")
+
+    fresh = await ui.page(path=f"/#/s/{cid}")
+    await expect(fresh.locator('.run-failed[data-settled="failed"]')).to_contain_text("interrupted by a restart")
+    timeline = "() => document.getElementById('timeline').innerText"
+    assert await page.evaluate(timeline) == await fresh.evaluate(timeline)
+
+    # the conversation goes on
+    await send(page, "after the restart")
+    await expect(page.locator(".msg-assistant").last).to_contain_text("Echo: after the restart")
 
 
 async def test_spawn_from_gitlab_then_stop_container(browser, service_factory, tmp_path, monkeypatch):

@@ -155,6 +155,26 @@ test("a run that fails before any text leaves no empty bubble", () => {
   assert.equal(st.items[1].failed, false);
 });
 
+test("a streamed draft whose message ends empty is not left streaming (a run a restart interrupted)", () => {
+  seq = 0;
+  const st = createSession(S);
+  applyEvents(st, [
+    ev("agent_start"),
+    ev("message_start", { message: { role: "assistant", id: "m" } }),
+    ev("message_update", { delta: "w1 w2" }),
+  ]);
+  assert.equal(st.items[0].streaming, true);
+  applyEvents(st, [
+    ev("message_end", { message: { role: "assistant", id: "m", text: "", thinking: null, toolCalls: [], toolCallId: null } }),
+    ev("agent_end", { usage: {}, error: "interrupted by a restart", status: "failed" }),
+    ev("agent_settled", { aborted: false }),
+  ]);
+  // the same as a page that loads the stored events now: no bubble, the run failed
+  assert.deepEqual(st.items.map((i) => i.kind), ["settled"]);
+  assert.equal(st.items[0].failed, true);
+  assert.equal(st.phase, "done");
+});
+
 test("inflight frame: a page joining mid-message gets the text so far, then only newer deltas", () => {
   seq = 0;
   const st = createSession(S);
