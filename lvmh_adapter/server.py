@@ -374,10 +374,20 @@ class LvmhFrontEnd(FrontEnd):
                 run.run_id = f"interrupted-{new_id()}"
             self.renderer.restore(sid, run)
             if run.run_id not in reported:
-                finished = ev.RunFinished(conversation_id=sid, run_id=run.run_id, status="failed", error=INTERRUPTED)
+                # the core closed it before the old process stopped (a clean stop cancels runs) but
+                # this log missed the close: its open message ends with the text the core kept
+                finished = ev.RunFinished(conversation_id=sid, run_id=run.run_id, status="failed", error=INTERRUPTED,
+                                          text=self._kept_text(sid, self.renderer.open_message(sid)))
                 for etype, payload in self.renderer.render(finished):
                     self._emit(sid, etype, payload, finished.ts)
             log.info("lvmh: session %s had a run open when the bridge stopped; closing it", sid)
+
+    def _kept_text(self, cid: str, message_id: Optional[str]) -> str:
+        """The text the core stored for ``message_id`` of conversation ``cid`` ("" when none)."""
+        conv = self.bridge.conversations.get(cid)
+        if conv is None or message_id is None:
+            return ""
+        return next((m.text for m in reversed(conv.messages) if m.message_id == message_id), "")
 
     def _watch_abandoned(self, rec: SessionRecord) -> None:
         if rec.abandon is None and rec.run.open:

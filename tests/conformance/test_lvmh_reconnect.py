@@ -119,6 +119,9 @@ async def test_a_restart_mid_run_closes_the_interrupted_run_everywhere(server, h
         assert all(e["seq"] > seen for e in view.events if e["type"] in ("agent_end", "agent_settled"))
         closed(view)
         closed(rest_view(await b.rest.events(sid)))
+        if not hard:  # a clean stop saved the text so far: the closing message_end carries it
+            said = [e["message"]["text"] for e in view.events if e["type"] == "message_end" and e["seq"] > seen]
+            assert said and said[-1].startswith("w1 w2 w3"), said
         listed = b.listed(sid)
         assert listed is not None and listed["online"] is True
         # the session works again
