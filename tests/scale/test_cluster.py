@@ -51,3 +51,67 @@ async def test_a_run_on_one_node_is_seen_on_the_other_with_one_numbering(service
     finally:
         await pa.close()
         await pb.close()
+
+
+async def test_an_approval_raised_on_one_node_is_answered_on_another_first_answer_wins(
+        service_factory, engines, tmp_path):
+    a, b, c = await _nodes(service_factory, engines, tmp_path, "a", "b", "c", approval_timeout=0)
+    pa, pb, pc = await _app(a), await _app(b), await _app(c)
+    try:
+        cid = await pa.create("Decide")
+        await pa.chat(cid, "/approve make deploy")
+        for app in (pb, pc):
+            await app.wait_until(lambda: cid in b.bridge.conversations and cid in c.bridge.conversations)
+            await app.open(cid)
+        aid = (await pc.wait_until(lambda: list(pc.view(cid).approvals)))[0]
+        await pb.wait_until(lambda: pb.view(cid).approvals)
+        # both answer at once, from two nodes that do not run it: the node running it decides
+        await pc.send({"type": "approval.respond", "approval_id": aid, "choice": "once", "request_id": "rc"})
+        await pb.send({"type": "approval.respond", "approval_id": aid, "choice": "deny", "request_id": "rb"})
+        rc = await pc.wait_frame(lambda f: f.get("request_id") == "rc")
+        rb = await pb.wait_frame(lambda f: f.get("request_id") == "rb")
+        replies = sorted([rc["type"], rb["type"]])
+        assert replies == ["approval.resolved", "error"], (rc, rb)
+        loser = rb if rb["type"] == "error" else rc
+        assert loser["error"]["code"] == "approval_not_found"
+        assert loser["error"]["message"] == "Approval already resolved"
+        winner = "once" if rc["type"] == "approval.resolved" else "deny"
+        text = "Ran: make deploy" if winner == "once" else "Denied: make deploy"
+        for app in (pa, pb, pc):
+            await app.wait_until(lambda: (app.view(cid).transcript()[-1:] == [("assistant", text)]
+                                          and app.view(cid).run is None))  # fmt: skip
+            assert app.violations == []
+        # one resolution, the same frame on every node, telling who decided
+        frames = [[f for f in app.conn_frames if f["type"] == "approval.resolved"] for app in (pa, pb, pc)]
+        assert frames[0] == frames[1] == frames[2] and len(frames[0]) == 1
+        assert frames[0][0]["choice"] == winner and frames[0][0]["decided_by"] == "remote"
+        assert frames[0][0]["surface"] == "pheby" and frames[0][0]["request_id"] == ("rc" if winner == "once" else "rb")
+        decided = a.bridge._resolved[aid]
+        assert decided.choice == winner and decided.surface == "pheby" and decided.decided_by == "remote"
+    finally:
+        for app in (pa, pb, pc):
+            await app.close()
+
+
+async def test_a_cancel_from_another_node_stops_the_run_where_it_runs(service_factory, engines, tmp_path):
+    a, b = await _nodes(service_factory, engines, tmp_path, "a", "b")
+    pa, pb = await _app(a), await _app(b)
+    try:
+        cid = await pa.create("Stop")
+        accepted = await pa.chat(cid, "/slow 20")
+        run_id = accepted["run_id"]
+        await pb.wait_until(lambda: cid in b.bridge.conversations and b.bridge.conversations[cid].run is not None)
+        await pb.open(cid)
+        reply = await pb.request("run.cancel", conversation_id=cid, run_id=run_id)
+        assert reply["type"] != "error", reply
+        for app in (pa, pb):
+            fin = await app.wait_frame(lambda f: f["type"] == "run.finished" and f["run_id"] == run_id)
+            assert fin["status"] == "cancelled"
+            assert app.view(cid).open_bubbles() == [] and app.violations == []
+        assert a.bridge.conversations[cid].run is None and b.bridge.conversations[cid].run is None
+        # a second cancel of the finished run: not found, answered wherever it is asked
+        again = await pb.request("run.cancel", conversation_id=cid, run_id=run_id)
+        assert again["type"] == "error" and again["error"]["code"] == "not_found"
+    finally:
+        await pa.close()
+        await pb.close()
