@@ -12,9 +12,9 @@ before). What changes:
   bus's cluster-wide number ``n`` as the hub's ``seq`` (``Hub.publish_at``). Another node's
   event is folded into this node's state first (``_fold``) and not persisted again.
 - **Joining.** A node starts the bus (joining the stream ``JOIN_BACK`` seconds before its
-  end), holds what it delivers, loads the store, then folds what it held, skipping what the
-  store already had (``_fold`` with ``dedupe``): an event committed or not at load time is
-  in this node's state exactly once.
+  end), holds what it delivers, loads the store, then folds what it held and what follows,
+  skipping what the store already had (``_seen``): an event committed or not at load time
+  is in this node's state exactly once.
 - **Commands** that touch a run go to the node that runs it (``route``): cancel, pause,
   approval, clarification answer, deleting a conversation with a run, and a message into a
   session hosted elsewhere (a pi session: the node its plugin is connected to, asked of
@@ -170,7 +170,7 @@ class Cluster:
                         self.deciders[did] = owner[0]
         held, self._held = self._held or [], None
         for n, node, data in held:
-            event = self._fold(node, data, dedupe=True)
+            event = self._fold(node, data)
             if event is not None:
                 self._hub(n, event)
         self.tasks.spawn(self._watch(), name="cluster-watch")
@@ -227,10 +227,15 @@ class Cluster:
             if i >= 64:
                 break
         # not one this node published since it started (a duplicate, or its previous run's)
-        return self._fold(self.node_id, data, dedupe=True)
+        return self._fold(self.node_id, data)
 
-    def _fold(self, node: str, data: Any, dedupe: bool = False) -> Any:
-        """Another node's event into this node's state (as ``Bridge.publish`` folds its own)."""
+    def _fold(self, node: str, data: Any) -> Any:
+        """Another node's event into this node's state (as ``Bridge.publish`` folds its own).
+
+        What the state already has is not folded again (``_seen``): a joining node loads the
+        store and gets the last ``JOIN_BACK`` seconds of the stream, whose events may or may not
+        have been in the store when it read it (and the stream may still be delivering them
+        after the node started serving)."""
         try:
             event = from_dict(data)
         except BridgeError:
@@ -247,7 +252,7 @@ class Cluster:
                 conversation_id=cid, name=event.name, source=event.source, created_at=event.ts, updated_at=event.ts
             )
         conv = bridge.conversations.get(cid) if cid is not None else None
-        if conv is not None and not (dedupe and _seen(conv, event)):
+        if conv is not None and not _seen(conv, event):
             conv.apply(event)
         if t is ev.RunStarted:
             self.runs[event.run_id] = (node, event.conversation_id)
@@ -429,10 +434,12 @@ class Cluster:
 
 
 def _seen(conv: ConversationState, e: Any) -> bool:
-    """Joining: is ``e`` already in ``conv`` as the store had it? (Then it is not folded again.)"""
+    """Is ``e`` already in ``conv`` (loaded from the store)? Only a transcript entry or a run's
+    start could be folded twice; folding any other event again changes nothing."""
     t = type(e)
     if t is ev.UserMessageSent or t is ev.Notification or t is ev.MessageCompleted:
-        if not any(m.message_id == e.message_id for m in conv.messages):
+        mid = e.message_id
+        if not any(m.message_id == mid for m in reversed(conv.messages)):
             return False
         run = conv.run
         if t is ev.MessageCompleted and run is not None and e.run_id == run.run_id and e.message_id == run.message_id:

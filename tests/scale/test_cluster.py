@@ -8,11 +8,11 @@ from tests.conformance.pheby_client import PhebyApp
 from tests.waiting import until
 
 
-async def _nodes(service_factory, engines, tmp_path, *names, **kw):
+async def _nodes(service_factory, engines, tmp_path, *names, adapters=("pheby",), **kw):
     store, bus = engines
     out = []
     for name in names:
-        out.append(await service_factory(adapters=("pheby",), store=store, bus=bus, node_id=name,
+        out.append(await service_factory(adapters=adapters, store=store, bus=bus, node_id=name,
                                          data_dir=tmp_path / name, **kw))  # fmt: skip
     return out
 
@@ -115,3 +115,58 @@ async def test_a_cancel_from_another_node_stops_the_run_where_it_runs(service_fa
     finally:
         await pa.close()
         await pb.close()
+
+
+async def test_a_node_joining_mid_run_shows_the_run_and_its_end(service_factory, engines, tmp_path):
+    (a,) = await _nodes(service_factory, engines, tmp_path, "a")
+    pa = await _app(a)
+    try:
+        cid = await pa.create("Join")
+        run_id = (await pa.chat(cid, "/slow 2"))["run_id"]
+        await pa.wait_frame(lambda f: f["type"] == "message.delta" and len(f["text"].split()) >= 3)
+        (b,) = await _nodes(service_factory, engines, tmp_path, "b")  # loads the store, joins the stream
+        assert b.bridge.conversations[cid].run.run_id == run_id
+        assert b.bridge.cluster.runs[run_id] == ("a", cid)  # another node's run: not interrupted here
+        pb = await _app(b)
+        try:
+            history = await pb.open(cid)
+            assert history["run"]["run_id"] == run_id
+            await pb.wait_frame(lambda f: f["type"] == "run.finished" and f["run_id"] == run_id)
+            final = pa.view(cid).transcript()[-1]
+            assert final == ("assistant", " ".join(f"w{i}" for i in range(1, 21)))
+            assert pb.view(cid).transcript() == [("user", "/slow 2"), final] and pb.violations == []
+            assert [m.text for m in b.bridge.conversations[cid].messages] == ["/slow 2", final[1]]
+        finally:
+            await pb.close()
+    finally:
+        await pa.close()
+
+
+async def test_a_message_into_a_pi_session_reaches_the_node_its_plugin_is_connected_to(
+        service_factory, engines, tmp_path):
+    from tests.conftest import LVMH_TOKEN
+    from tests.conformance.lvmh_client import Plugin
+
+    a, b = await _nodes(service_factory, engines, tmp_path, "a", "b", adapters=("pheby", "lvmh"))
+    plugin = Plugin(f"http://127.0.0.1:{a.ports['lvmh']}", LVMH_TOKEN, "pi-routed-1")
+    await plugin.connect()
+    pb = await _app(b)
+    try:
+        sid = plugin.sid
+        await until(lambda: sid in b.bridge.conversations, what="the session's conversation on b")
+        accepted = await pb.chat(sid, "hello pi")
+        assert accepted["type"] == "run.accepted", accepted
+        await until(lambda: plugin.prompts(), what="the prompt at the plugin (on a)")
+        assert plugin.prompts()[0]["message"] == "hello pi"
+        assert b.bridge.cluster.runs[accepted["run_id"]][0] == "a"  # the run is a's
+        await plugin.run("hi from pi")
+        await pb.wait_until(lambda: pb.view(sid).run is None and pb.view(sid).finished)
+        assert pb.view(sid).transcript()[-1] == ("assistant", "hi from pi") and pb.violations == []
+        await plugin.drop()  # the plugin goes away: no node hosts the session, b answers itself
+        await until(lambda: not a.frontends["lvmh"].plugin_online(sid), what="the plugin gone from a")
+        offline = await pb.chat(sid, "again")
+        assert offline["type"] == "error" and offline["error"]["message"] == "The pi session is offline", offline
+        assert len(plugin.prompts()) == 1
+    finally:
+        await pb.close()
+        await plugin.close()
