@@ -140,6 +140,7 @@ class Cluster:
         self._waiting: dict[str, asyncio.Future] = {}  # commands sent to other nodes, by request id
         self.tasks = TaskSet("cluster")
         self.taken_over = 0  # runs of dead nodes this node closed
+        self.delivering_own = False  # the hub is publishing an event this node published (push: one node notifies)
         bridge.cluster = self
 
     # --- joining, leaving ----------------------------------------------------------------------
@@ -202,9 +203,16 @@ class Cluster:
         if self._held is not None:
             self._held.append((n, node, data))
             return
-        event = self._own_event(data) if node == self.node_id else self._fold(node, data)
+        if node == self.node_id:
+            event, own = self._own_event(data)
+        else:
+            event, own = self._fold(node, data), False
         if event is not None:
-            self._hub(n, event)
+            self.delivering_own = own
+            try:
+                self._hub(n, event)
+            finally:
+                self.delivering_own = False
 
     def _hub(self, n: int, event: Any) -> None:
         bridge = self.bridge
@@ -212,8 +220,8 @@ class Cluster:
         if type(event) is ev.ConversationDeleted:  # after the hub, as on one node: subscribers still see it
             bridge.conversations.pop(event.conversation_id, None)
 
-    def _own_event(self, data: Any) -> Any:
-        """This node's event back from the bus: the object it published (folded already)."""
+    def _own_event(self, data: Any) -> tuple[Any, bool]:
+        """This node's event back from the bus: the object it published (folded already), True."""
         own = self._own
         tag, ts = data.get("event"), data.get("ts")
         for i, (event, etag, ets) in enumerate(own):
@@ -223,11 +231,11 @@ class Cluster:
                 for _ in range(i):
                     own.popleft()
                 own.popleft()
-                return event
+                return event, True
             if i >= 64:
                 break
         # not one this node published since it started (a duplicate, or its previous run's)
-        return self._fold(self.node_id, data)
+        return self._fold(self.node_id, data), False
 
     def _fold(self, node: str, data: Any) -> Any:
         """Another node's event into this node's state (as ``Bridge.publish`` folds its own).

@@ -27,8 +27,10 @@ async def test_a_run_on_one_node_is_seen_on_the_other_with_one_numbering(service
     a, b = await _nodes(service_factory, engines, tmp_path, "a", "b")
     assert a.bridge.cluster.node_id == "a" and b.bridge.cluster.node_id == "b"
     seen = {"a": [], "b": []}
-    a.bridge.hub.subscribe(lambda n, e: seen["a"].append((n, e)))
-    b.bridge.hub.subscribe(lambda n, e: seen["b"].append((n, e)))
+    own = {"a": set(), "b": set()}  # what the hub publishing says: this node's own event or not
+    for name, svc in (("a", a), ("b", b)):
+        svc.bridge.hub.subscribe(lambda n, e, name=name, svc=svc: (
+            seen[name].append((n, e)), own[name].add(svc.bridge.cluster.delivering_own)))
     pa, pb = await _app(a), await _app(b)
     try:
         cid = await pa.create("Shared")
@@ -46,6 +48,7 @@ async def test_a_run_on_one_node_is_seen_on_the_other_with_one_numbering(service
         from bridge_core.serialize import to_dict
 
         assert [to_dict(e) for _, e in seen["a"]] == [to_dict(e) for _, e in seen["b"]]
+        assert own == {"a": {True}, "b": {False}}  # every event here was a's (push notifies from a only)
         # b knows the conversation and its transcript as a folded it, without writing it again
         assert [m.text for m in b.bridge.conversations[cid].messages] == [m.text for m in a.bridge.conversations[cid].messages]
     finally:
