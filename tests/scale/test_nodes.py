@@ -108,9 +108,12 @@ async def test_an_approval_raised_on_n1_is_answered_on_n3_and_n2_loses(nodes):
         await a1.chat(cid, "/approve make deploy")
         aid = (await a3.wait_until(lambda: list(a3.view(cid).approvals)))[0]
         await a2.wait_until(lambda: a2.view(cid).approvals)
-        won = await a3.request("approval.respond", approval_id=aid, choice="once")
+        # (request ids of their own: the resolution is broadcast with the winner's request_id)
+        await a3.send({"type": "approval.respond", "approval_id": aid, "choice": "once", "request_id": "on-n3"})
+        won = await a3.wait_frame(lambda f: f.get("request_id") == "on-n3")
         assert won["type"] == "approval.resolved" and won["choice"] == "once" and won["accepted"] is True, won
-        lost = await a2.request("approval.respond", approval_id=aid, choice="deny")
+        await a2.send({"type": "approval.respond", "approval_id": aid, "choice": "deny", "request_id": "on-n2"})
+        lost = await a2.wait_frame(lambda f: f.get("request_id") == "on-n2")
         assert lost["type"] == "error" and lost["error"] == {"code": "approval_not_found",
                                                              "message": "Approval already resolved"}, lost  # fmt: skip
         for app in (a1, a2, a3):
