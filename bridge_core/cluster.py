@@ -319,7 +319,8 @@ class Cluster:
         return owner[0] if owner is not None and owner[0] != self.node_id else None
 
     def _conversation_running(self, run_id: str) -> Optional[ConversationState]:
-        return next((c for c in self.bridge.conversations.values() if c.run is not None and c.run.run_id == run_id), None)
+        convs = self.bridge.conversations.values()
+        return next((c for c in convs if c.run is not None and c.run.run_id == run_id), None)
 
     async def execute(self, command: Any, origin: cmd.Origin) -> Any:
         node = self.route(command)

@@ -37,7 +37,9 @@ async def test_a_run_on_one_node_is_seen_on_the_other_with_one_numbering(service
         await pb.wait_until(lambda: cid in b.bridge.conversations)
         await pb.open(cid)
         await pa.chat(cid, "hello nodes")
-        done = lambda app: any(r == "assistant" and t == "Echo: hello nodes" for r, t in app.view(cid).transcript())  # noqa: E731
+        def done(app):
+            return ("assistant", "Echo: hello nodes") in app.view(cid).transcript()
+
         await pa.wait_until(lambda: done(pa) and pa.view(cid).run is None)
         await pb.wait_until(lambda: done(pb) and pb.view(cid).run is None)
         assert pa.view(cid).transcript()[-1] == pb.view(cid).transcript()[-1]
@@ -50,7 +52,8 @@ async def test_a_run_on_one_node_is_seen_on_the_other_with_one_numbering(service
         assert [to_dict(e) for _, e in seen["a"]] == [to_dict(e) for _, e in seen["b"]]
         assert own == {"a": {True}, "b": {False}}  # every event here was a's (push notifies from a only)
         # b knows the conversation and its transcript as a folded it, without writing it again
-        assert [m.text for m in b.bridge.conversations[cid].messages] == [m.text for m in a.bridge.conversations[cid].messages]
+        texts = [[m.text for m in svc.bridge.conversations[cid].messages] for svc in (a, b)]
+        assert texts[0] == texts[1] == ["hello nodes", "Echo: hello nodes"]
     finally:
         await pa.close()
         await pb.close()
