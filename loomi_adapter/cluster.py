@@ -46,7 +46,7 @@ CHECK_DEVICES_EVERY = 5.0  # s between two looks for a first paired device while
 
 _FRAME_SQL = "INSERT OR IGNORE INTO loomi_frames(source, m, n, body) VALUES(?,?,?,?)"
 _SPAN_SQL = "INSERT OR REPLACE INTO loomi_spans(device_id, epoch, source, from_m, to_m, seq_offset) VALUES(?,?,?,?,?,?)"
-_BASE_SQL = "UPDATE loomi_epochs SET base_seq=MAX(base_seq, ?) WHERE device_id=? AND epoch=?"
+_REPLY_SQL = "UPDATE loomi_epochs SET reply_seq=MAX(reply_seq, ?) WHERE device_id=? AND epoch=?"
 
 
 class _Batch:
@@ -208,16 +208,16 @@ class ClusterRegistry(Registry):
             b.add(frames, spans, sql)
 
     def next_seq(self, d: Device) -> int:
-        """A reply's or a ping's seq, recorded before the frame leaves: a span starting one above
-        it (or, before the device's first frame of this epoch, the epoch's base)."""
+        """A reply's or a ping's seq, recorded before the frame leaves: a span starting one above it
+        over this node's next rows (while those are still skipped for it, the epoch's reply seq)."""
         log_ = d.log
         s = log_.seq + 1
         log_.seq = s
         if s > d.seqs.limit:
             self._reserve(d)
         if d.epoch:
-            if d.offset is None or d.skip_to > self.position:
-                self._queue([], [], [(_BASE_SQL, (s, d.device_id, d.epoch))])
+            if d.skip_to > self.position:
+                self._queue([], [], [(_REPLY_SQL, (s, d.device_id, d.epoch))])
             else:
                 d.offset = s - self.m
                 self._queue([], [(d.device_id, d.epoch, self.source, self.m + 1, None, d.offset)])
@@ -255,7 +255,8 @@ class ClusterRegistry(Registry):
         q = self.store.query
         did = d.device_id
         epochs = [Epoch(*r) for r in q(
-            "SELECT epoch, start_n, base_seq, last_seq FROM loomi_epochs WHERE device_id=? ORDER BY epoch", (did,))]
+            "SELECT epoch, start_n, base_seq, reply_seq, last_seq FROM loomi_epochs WHERE device_id=? ORDER BY epoch",
+            (did,))]
         spans = [Span(*r) for r in q(
             "SELECT epoch, source, from_m, to_m, seq_offset FROM loomi_spans WHERE device_id=?", (did,))]
         return rebuild(epochs, spans, self._fetch, self._extent, self.window, base=d.stored_reserved)

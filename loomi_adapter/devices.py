@@ -112,6 +112,7 @@ MIGRATIONS = [
         epoch INTEGER NOT NULL,
         start_n INTEGER NOT NULL,
         base_seq INTEGER NOT NULL,
+        reply_seq INTEGER NOT NULL DEFAULT 0,
         last_seq INTEGER,
         PRIMARY KEY(device_id, epoch)
     ) WITHOUT ROWID;

@@ -5,8 +5,7 @@ With several nodes, only the node a device is connected to numbers its frames. E
 (each process: a *source*) stores every Loomi frame it renders once, as a row ``(source, m,
 n, body)``: ``m`` its own frame counter (consecutive), ``n`` the cluster-wide event number.
 A device's numbering is a list of *epochs*, one per hello (a claim): the epoch's start
-(``start_n``, the node's stream position at the claim; ``base_seq``, the seq before its first
-frame) and, once the next hello claimed the device, its last seq (``last_seq``). Within an
+(``start_n``, the node's stream position at the claim; ``base_seq``, the seq before it) and, once the next hello claimed the device, its last seq (``last_seq``). Within an
 epoch, *spans* say which rows were the device's frames and with which seqs: the rows of
 ``source`` from ``from_m`` on (up to ``to_m``, the next span of that source, or the epoch's end)
 have seq ``m + offset``. A reply or a ping takes a seq between frames: it starts a new span
@@ -37,7 +36,8 @@ Extent = Callable[[str], Optional[tuple[int, int]]]
 class Epoch:
     epoch: int
     start_n: int
-    base_seq: int
+    base_seq: int  # the seq before the epoch (below it, what earlier epochs gave)
+    reply_seq: int = 0  # a reply or ping taken while the node skipped events the device had (no span yet)
     last_seq: Optional[int] = None  # set by the hello that claimed the device next
 
 
@@ -86,7 +86,7 @@ def rebuild(epochs: list[Epoch], spans: Iterable[Span], fetch: Fetch, extent: Ex
     complete = False  # every older frame is known gone (floor) or the window is full
     for ep in reversed(epochs):
         sp = sorted(by_epoch.get(ep.epoch, ()), key=lambda s: s.first_seq)
-        ep_seq = ep.base_seq
+        ep_seq = max(ep.base_seq, ep.reply_seq)
         ep_n = ep.start_n
         for j in range(len(sp) - 1, -1, -1):
             s = sp[j]

@@ -706,7 +706,7 @@ class LvmhFrontEnd(FrontEnd):
     def _writes(self) -> bool:
         """Whether this node stores what it renders now: with several nodes, only the event's origin does."""
         c = self.cluster
-        return c is None or getattr(c, "origin", c.node_id) == c.node_id
+        return c is None or c.delivering_own
 
     def _emit(self, cid: str, etype: str, payload: dict, ts: float) -> None:
         rec = self._bridge_record(cid)

@@ -1,4 +1,4 @@
-"""lvmh on several nodes fed one event stream (tests/store/nodes.py) on one PostgreSQL, with the
+"""lvmh on several nodes of one bridge (in one process, on a private PostgreSQL and Redis), with the
 spec-model browser and plugin: a bridge session's events get the same seqs on every node (live
 on a browser of another node, and refetched from any node), stored once; a pi session moving
 to another node goes on numbering where it was."""
@@ -10,15 +10,15 @@ import pytest
 from lvmh_adapter.persistence import EventLog
 from tests.conftest import LVMH_TOKEN
 from tests.conformance.lvmh_client import Browser, Plugin, Rest, until
-from tests.store.nodes import start_nodes
+from tests.scale.nodes import Nodes
 
 
-def _base(node) -> str:
-    return f"http://127.0.0.1:{node.port('lvmh')}"
+def _base(svc) -> str:
+    return f"http://127.0.0.1:{svc.ports['lvmh']}"
 
 
 @pytest.fixture
-async def nodes(postgres, tmp_path, monkeypatch):
+async def nodes(engines, tmp_path, monkeypatch):
     appended: list[tuple] = []
     append = EventLog.append
 
@@ -27,16 +27,14 @@ async def nodes(postgres, tmp_path, monkeypatch):
         return append(self, sid, seq, ts, etype, raw)
 
     monkeypatch.setattr(EventLog, "append", counting)
-    stream, ns = await start_nodes(tmp_path, postgres.new_database(), names=("a", "b"), adapters=("lvmh",),
-                                   monkeypatch=monkeypatch)
-    stream.appended = appended
-    clients: list = []
-    stream.clients = clients
-    yield stream, ns
-    for c in clients:
+    ns = Nodes(engines, tmp_path, ("lvmh",))
+    a, b = await ns.start("a"), await ns.start("b")
+    ns.appended = appended
+    ns.clients = []
+    yield ns, (a, b)
+    for c in ns.clients:
         await c.close()
-    for n in reversed(stream.nodes):
-        await n.svc.stop()
+    await ns.close()
 
 
 async def test_a_browser_on_another_node_sees_a_bridge_session_with_the_same_seqs(nodes):

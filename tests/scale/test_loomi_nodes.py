@@ -1,5 +1,5 @@
-"""Loomi on several nodes fed one event stream (tests/store/nodes.py) on one PostgreSQL, over real
-sockets with the spec-model app: a device alternating between nodes across reconnects, with
+"""Loomi on several nodes of one bridge (in one process, on a private PostgreSQL and Redis), over
+real sockets with the spec-model app: a device alternating between nodes across reconnects, with
 replies, pings and events it missed in between, misses nothing and gets nothing twice."""
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ import pytest
 
 from tests.conformance.loomi_client import LoomiApp, close_all
 from tests.loomi.helpers import new_token
-from tests.store.nodes import add_node, start_nodes
+from tests.scale.nodes import Nodes
 from tests.waiting import until
 
 
-def _ws(node) -> str:
-    return f"ws://127.0.0.1:{node.port('loomi')}/ws"
+def _ws(svc) -> str:
+    return f"ws://127.0.0.1:{svc.ports['loomi']}/ws"
 
 
 async def _run(app: LoomiApp, text: str) -> str:
@@ -36,29 +36,27 @@ def _whole(app: LoomiApp, runs: dict) -> None:
 
 
 @pytest.fixture
-async def nodes(postgres, tmp_path, monkeypatch):
-    url = postgres.new_database()
-    stream, ns = await start_nodes(tmp_path, url, names=("a", "b"), monkeypatch=monkeypatch)
-    stream.url = url
-    yield stream, ns
+async def nodes(engines, tmp_path):
+    ns = Nodes(engines, tmp_path, ("loomi",))
+    a, b = await ns.start("a"), await ns.start("b")
+    yield ns, (a, b)
     await close_all()
-    for n in reversed(stream.nodes):
-        await n.svc.stop()
+    await ns.close()
 
 
 async def test_a_device_alternating_between_nodes_misses_nothing(nodes):
-    stream, (a, b) = nodes
-    qr = await new_token(a.svc)  # made on node a, redeemed on node b
+    ns, (a, b) = nodes
+    qr = await new_token(a)  # made on node a, redeemed on node b
     phone, other = LoomiApp("Pixel 9"), LoomiApp("Other phone")
     await phone.pair(dict(qr, url=_ws(b)))
-    await other.pair(dict(await new_token(b.svc), url=_ws(a)))
+    await other.pair(dict(await new_token(b), url=_ws(a)))
     runs: dict[str, str] = {}
     for k in range(6):
         here, there = (a, b) if k % 2 == 0 else (b, a)
         ok = await phone.connect(_ws(here))
         assert ok["payload"]["truncated"] is False, ok
         assert ok["seq"] == phone.processed
-        text = f"turn {k} on {here.node_id}"
+        text = f"turn {k} on {here.cfg.node_id}"
         runs[await _run(phone, text)] = text
         await phone.send("ping")  # a reply takes a seq between events
         await phone.until(lambda: len(phone.pongs) > k)
@@ -79,16 +77,16 @@ async def test_a_device_alternating_between_nodes_misses_nothing(nodes):
 
 
 async def test_a_node_behind_in_the_stream_skips_what_the_device_got_elsewhere(nodes):
-    stream, (a, b) = nodes
+    ns, (a, b) = nodes
     phone = LoomiApp()
-    await phone.pair(dict(await new_token(a.svc), url=_ws(a)))
-    b.hold()  # node b is behind: it has not seen the next events yet
+    await phone.pair(dict(await new_token(a), url=_ws(a)))
+    ns.hold(b)  # node b is behind: it has not seen the next events yet
     runs = {}
     runs[await _run(phone, "while b lags")] = "while b lags"
     await phone.disconnect()
     ok = await phone.connect(_ws(b))  # b rebuilds the device: it was numbered up to events b has not seen
     assert ok["payload"]["truncated"] is False
-    b.release()  # b now sees them: the device got them from a, so it does not get them again
+    ns.release(b)  # b now sees them: the device got them from a, so it does not get them again
     runs[await _run(phone, "on b")] = "on b"
     await phone.disconnect()
     ok = await phone.connect(_ws(a))
@@ -97,9 +95,9 @@ async def test_a_node_behind_in_the_stream_skips_what_the_device_got_elsewhere(n
 
 
 async def test_replay_from_any_node_serves_the_frames_as_they_were_sent(nodes):
-    stream, (a, b) = nodes
+    ns, (a, b) = nodes
     phone = LoomiApp()
-    await phone.pair(dict(await new_token(a.svc), url=_ws(a)))
+    await phone.pair(dict(await new_token(a), url=_ws(a)))
     run = await _run(phone, "first")
     sent = {f["seq"]: f for f in phone.events}
     await phone.disconnect()
@@ -116,10 +114,10 @@ async def test_replay_from_any_node_serves_the_frames_as_they_were_sent(nodes):
 
 
 async def test_a_device_replaced_on_another_node_is_closed_at_its_next_heartbeat(nodes):
-    stream, (a, b) = nodes
-    a.svc.frontends["loomi"].ping_interval = 0.2
+    ns, (a, b) = nodes
+    a.frontends["loomi"].ping_interval = 0.2
     phone = LoomiApp()
-    await phone.pair(dict(await new_token(a.svc), url=_ws(a)))
+    await phone.pair(dict(await new_token(a), url=_ws(a)))
     twin = LoomiApp()
     twin.device_id, twin.credential, twin.processed = phone.device_id, phone.credential, phone.processed
     await twin.connect(_ws(b))
@@ -128,13 +126,13 @@ async def test_a_device_replaced_on_another_node_is_closed_at_its_next_heartbeat
 
 
 async def test_a_device_whose_node_stopped_catches_up_on_another(nodes):
-    stream, (a, b) = nodes
+    ns, (a, b) = nodes
     phone, other = LoomiApp(), LoomiApp("Other phone")
-    await phone.pair(dict(await new_token(a.svc), url=_ws(a)))
-    await other.pair(dict(await new_token(b.svc), url=_ws(b)))
+    await phone.pair(dict(await new_token(a), url=_ws(a)))
+    await other.pair(dict(await new_token(b), url=_ws(b)))
     runs = {await _run(phone, "on a"): "on a"}
     await phone.disconnect()
-    await stream.leave(a)  # nothing numbers the phone any more
+    await ns.stop(a)  # nothing numbers the phone any more
     for text in ("while away 1", "while away 2"):
         runs[await _run(other, text)] = text
     ok = await phone.connect(_ws(b))  # b numbers what it missed from its own rows, and replays it
@@ -144,16 +142,16 @@ async def test_a_device_whose_node_stopped_catches_up_on_another(nodes):
     _whole(phone, runs)
 
 
-async def test_a_node_that_joined_later_serves_what_happened_before_it_joined(nodes, tmp_path):
-    stream, (a, b) = nodes
+async def test_a_node_that_joined_later_serves_what_happened_before_it_joined(nodes):
+    ns, (a, b) = nodes
     phone, other = LoomiApp(), LoomiApp("Other phone")
-    await phone.pair(dict(await new_token(a.svc), url=_ws(a)))
-    await other.pair(dict(await new_token(b.svc), url=_ws(b)))
+    await phone.pair(dict(await new_token(a), url=_ws(a)))
+    await other.pair(dict(await new_token(b), url=_ws(b)))
     runs = {await _run(phone, "on a"): "on a"}
     await phone.disconnect()
-    await stream.leave(a)
+    await ns.stop(a)
     runs[await _run(other, "before c")] = "before c"
-    c = await add_node(stream, tmp_path, stream.url, "c")
+    c = await ns.start("c")
     runs[await _run(other, "after c")] = "after c"
     ok = await phone.connect(_ws(c))  # from b's rows before c joined, then c's own
     assert ok["payload"]["truncated"] is False
