@@ -259,16 +259,21 @@ class ClusterRegistry(Registry):
             (did,))]
         spans = [Span(*r) for r in q(
             "SELECT epoch, source, from_m, to_m, seq_offset FROM loomi_spans WHERE device_id=?", (did,))]
-        return rebuild(epochs, spans, self._fetch, self._extent, self.window, base=d.stored_reserved)
+        lowest: dict[str, int] = {}
+        for sp in spans:
+            lowest[sp.source] = min(lowest.get(sp.source, sp.from_m), sp.from_m)
+        rows: dict[str, list[tuple[int, int, bytes]]] = {}
 
-    def _fetch(self, source: str, lo: int, hi: Optional[int], limit: int) -> list[tuple[int, int, bytes]]:
-        if hi is None:
-            rows = self.store.query("SELECT m, n, body FROM loomi_frames WHERE source=? AND m>=? ORDER BY m DESC "
-                                    "LIMIT ?", (source, lo, limit))
-        else:
-            rows = self.store.query("SELECT m, n, body FROM loomi_frames WHERE source=? AND m>=? AND m<=? "
-                                    "ORDER BY m DESC LIMIT ?", (source, lo, hi, limit))
-        return [(m, n, bytes(b)) for m, n, b in rows]
+        def fetch(source: str, lo: int, hi: Optional[int], limit: int) -> list[tuple[int, int, bytes]]:
+            got = rows.get(source)
+            if got is None:  # one read per source (a source keeps its newest window + 1 rows)
+                got = rows[source] = [(m, n, bytes(b)) for m, n, b in q(
+                    "SELECT m, n, body FROM loomi_frames WHERE source=? AND m>=? ORDER BY m DESC",
+                    (source, lowest.get(source, lo)))]
+            out = [r for r in got if lo <= r[0] and (hi is None or r[0] <= hi)]
+            return out[:limit]
+
+        return rebuild(epochs, spans, fetch, self._extent, self.window, base=d.stored_reserved)
 
     def _extent(self, source: str) -> Optional[tuple[int, int]]:
         row = self.store.query_one("SELECT MIN(m), MAX(m) FROM loomi_frames WHERE source=?", (source,))

@@ -86,6 +86,8 @@ async def test_a_node_behind_in_the_stream_skips_what_the_device_got_elsewhere(n
     await phone.disconnect()
     ok = await phone.connect(_ws(b))  # b rebuilds the device: it was numbered up to events b has not seen
     assert ok["payload"]["truncated"] is False
+    await phone.send("ping")  # a reply while b still has to skip those events for it
+    await phone.until(lambda: phone.pongs)
     ns.release(b)  # b now sees them: the device got them from a, so it does not get them again
     runs[await _run(phone, "on b")] = "on b"
     await phone.disconnect()
