@@ -11,7 +11,7 @@ Configurations: ``embedded`` (the default) and ``postgresql`` (one node, ``--sto
 private PostgreSQL this script starts in a temporary directory, tests/engines.py). Then the
 bus alone on one node at the same event rate (runs x rate): the in-process bus against the
 Redis Streams one on a private redis-server, publish-to-deliver latency and CPU per event.
-Several nodes on a bus are not in this build yet (docs/scale-out.md); ``--nodes`` is refused.
+Several nodes on a bus are not measured here yet (docs/scale-out.md); ``--nodes`` is refused.
 
     python -m bench.scale [--runs 100] [--deltas 500] [--rate 50] [--watchers 3] [--rounds 1]
 """
@@ -197,7 +197,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--bus-seconds", type=float, default=10.0, help="length of the bus-alone measurement")
     args = p.parse_args(argv)
     if args.nodes != 1:
-        print("bench.scale: several nodes need the bus between them, not in this build yet (docs/scale-out.md)",
+        print("bench.scale: measuring several nodes is not in this benchmark yet (docs/scale-out.md)",
               file=sys.stderr)  # fmt: skip
         return 2
     sys.path.insert(0, ROOT)

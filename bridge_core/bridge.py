@@ -106,6 +106,8 @@ class Bridge:
         # and the push notifier itself, when the composition root wired one (docs/push.md)
         self.extensions: dict[type, Callable[[Any, cmd.Origin], Any]] = {}
         self.push: Any = None
+        # several nodes (bridge_core/cluster.py): set by the composition root with --bus; None on one node
+        self.cluster: Any = None
         self.add_source(source)
 
     # --- lifecycle -----------------------------------------------------------
@@ -118,9 +120,15 @@ class Bridge:
         if not self.store.is_open:
             self.store.open()
         self.attachments = AttachmentStore(os.path.join(self.data_dir, "attachments"), self.store, self.retention_days)
+        cluster = self.cluster
+        if cluster is not None:
+            await cluster.join()  # the bus joined before the store is loaded; what it delivers waits
         self._load()
         await self._fail_interrupted()
-        self.hub.subscribe(self._persist)
+        if cluster is None:
+            self.hub.subscribe(self._persist)
+        else:
+            cluster.joined()  # each node persists its own events where it publishes them
         for source in list(self.sources.values()):
             await source.start()
         self.tasks.spawn(self._cleanup_loop(), name="attachment-cleanup")
@@ -132,6 +140,8 @@ class Bridge:
                 await source.stop()
             except Exception:
                 log.exception("agent source %s failed to stop", source.name)
+        if self.cluster is not None:
+            await self.cluster.stop()  # what the sources published last goes out first
         await self.tasks.close()
         self.store.close()
         self.started = False
@@ -171,7 +181,8 @@ class Bridge:
         for run_id, cid, started in self.store.query(
             "SELECT run_id, conversation_id, started_at FROM runs WHERE status='running'"
         ):
-            self.interrupted_runs.append((cid, run_id))
+            if self.cluster is None or self.cluster.interrupted_here(run_id):
+                self.interrupted_runs.append((cid, run_id))  # else another node's run, going on there
             conv = self.conversations.get(cid)
             if conv is not None and conv.run is None:
                 run = conv.run = ActiveRun(run_id=run_id, message_id=draft_message_id(run_id), started_at=started or now)
@@ -234,19 +245,15 @@ class Bridge:
         for cid, run_id in self.interrupted_runs:
             if cid not in self.conversations:
                 continue
-            self.publish(ev.RunFinished(conversation_id=cid, run_id=run_id, status="failed", error=INTERRUPTED))
-            self.publish(
-                ev.Notification(
-                    conversation_id=cid,
-                    message_id=f"n-{new_id()}",
-                    text="This run was interrupted by a restart of the bridge and did not finish.",
-                    title="Run interrupted",
-                    category="diagnostic",
-                    source="bridge",
-                )
-            )
+            self.interrupt(cid, run_id, "This run was interrupted by a restart of the bridge and did not finish.")
             reported += 1
         return reported
+
+    def interrupt(self, cid: str, run_id: str, notice: str) -> None:
+        """Close a run nobody runs any more (a restart, or its node died: cluster.py) and say why."""
+        self.publish(ev.RunFinished(conversation_id=cid, run_id=run_id, status="failed", error=INTERRUPTED))
+        self.publish(ev.Notification(conversation_id=cid, message_id=f"n-{new_id()}", text=notice,
+                                     title="Run interrupted", category="diagnostic", source="bridge"))  # fmt: skip
 
     async def _cleanup_loop(self) -> None:
         while True:
@@ -266,6 +273,7 @@ class Bridge:
     # --- the event log ---------------------------------------------------------
 
     def publish(self, event: Any) -> int:
+        """Fold ``event`` in, persist it, fan it out; its hub seq (0 with a bus: numbered as it comes back)."""
         if type(event) in _STAMPED and event.origin is None:
             event = self._stamp(event)
         if type(event) is ev.RunFinished:
@@ -282,6 +290,10 @@ class Bridge:
             self._clarifications[event.clarify_id] = event.conversation_id
         elif t is ev.RunFinished:
             self._forget_settled_decisions(event.conversation_id)
+        if self.cluster is not None:  # persisted here, its origin; the hub gets it back from the bus
+            self._persist(0, event)
+            self.cluster.publish(event)
+            return 0
         seq = self.hub.publish(event)
         if t is ev.ConversationDeleted:
             self.conversations.pop(event.conversation_id, None)
@@ -479,6 +491,12 @@ class Bridge:
     # --- commands ------------------------------------------------------------------
 
     async def execute(self, command: Any, origin: cmd.Origin) -> Any:
+        if self.cluster is not None:  # a command about a run goes to the node running it
+            return await self.cluster.execute(command, origin)
+        return await self.execute_here(command, origin)
+
+    async def execute_here(self, command: Any, origin: cmd.Origin) -> Any:
+        """``command`` carried out by this node."""
         handler = _HANDLERS.get(type(command))
         if handler is None:
             extension = self.extensions.get(type(command))

@@ -217,8 +217,6 @@ def check_engines(store_url: Optional[str], bus_url: Optional[str]) -> None:
             raise ConfigError(f"--bus must be a redis://HOST:PORT/N URL, not {bus_url.split('://')[0]}://...")
         if not store_url:
             raise ConfigError("--bus needs a shared --store (postgresql://...): nodes on a bus share one store")
-        raise ConfigError("--bus: the Redis Streams bus between nodes is not in this build yet; "
-                          "run one node per store (docs/scale-out.md)")
 
 
 def load_node_id(data_dir: str, given: Optional[str]) -> str:

@@ -61,6 +61,16 @@ class Hub:
                 log.exception("hub subscriber %r failed on %s", fn, type(event).__name__)
         return seq
 
+    def publish_at(self, seq: int, event: Any) -> None:
+        """Publish ``event`` as number ``seq`` given elsewhere (the bus's cluster-wide number:
+        bridge_core/cluster.py), not the next local one; the log's number is then ``seq``."""
+        self.seq = seq
+        for fn in tuple(self._subs):
+            try:
+                fn(seq, event)
+            except Exception:
+                log.exception("hub subscriber %r failed on %s", fn, type(event).__name__)
+
 
 _RESERVED = object()  # a slot's data until its reply is filled in (Outbox.reserve)
 

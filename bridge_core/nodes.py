@@ -2,9 +2,10 @@
 
 Every node on a shared store (``BaseStore.shared``) keeps a row in ``bridge_nodes`` and
 refreshes its heartbeat every ``HEARTBEAT_EVERY`` seconds; a node whose heartbeat is older
-than ``NODE_TTL`` is dead. Until the bus between nodes is in (``--bus``), one bridge is one
-live node per store: a second node starting on a store where another one is live is refused,
-since its clients would miss the first one's events. The rule of who is live is ``live_nodes``
+than ``NODE_TTL`` is dead. Without the bus between nodes (``--bus``), one bridge is one live
+node per store: a second node starting on a store where another one is live is refused, since
+its clients would miss the first one's events; with it, several nodes share the store
+(``alone=False``; bridge_core/cluster.py watches their liveness on the bus). The rule of who is live is ``live_nodes``
 (pure); ``NodeHeartbeat`` only stores it.
 """
 
@@ -43,8 +44,10 @@ def live_nodes(rows: Iterable[tuple[str, float]], now: float, ttl: float = NODE_
 class NodeHeartbeat:
     """This node's row on a shared store: claimed at start, refreshed, dropped at a clean stop."""
 
-    def __init__(self, store: BaseStore, node_id: str, *, every: float = HEARTBEAT_EVERY, ttl: float = NODE_TTL):
+    def __init__(self, store: BaseStore, node_id: str, *, every: float = HEARTBEAT_EVERY, ttl: float = NODE_TTL,
+                 alone: bool = True):
         self.store = store
+        self.alone = alone  # no bus: the only live node on the store (with one: one of several)
         self.node_id = node_id
         self.every = every
         self.ttl = ttl
@@ -59,7 +62,7 @@ class NodeHeartbeat:
         def claim(c: Any) -> list[str]:
             self.store.lock_schema(c)  # two nodes starting together: one claims, then the other sees it
             rows = c.execute("SELECT node_id, heartbeat_at FROM bridge_nodes WHERE node_id!=?", (self.node_id,))
-            others = live_nodes(rows.fetchall(), now, self.ttl)
+            others = live_nodes(rows.fetchall(), now, self.ttl) if self.alone else []
             if not others:
                 c.execute(
                     "INSERT INTO bridge_nodes(node_id, started_at, heartbeat_at) VALUES(?, ?, ?) "
@@ -73,7 +76,7 @@ class NodeHeartbeat:
         if others:
             raise Conflict(
                 f"node {others[0]} is live on the store {self.store.describe()}: several live nodes need the bus "
-                "between them, which this build does not have yet (docs/scale-out.md)"
+                "between them (--bus redis://...; docs/scale-out.md)"
             )
         self.started = now
         self.tasks.spawn(self._beat(), name="node-heartbeat")

@@ -43,12 +43,13 @@ return n
 
 class RedisBus:
     def __init__(self, url: str, node_id: str, *, prefix: str = "agent-bridge", ttl: float = NODE_TTL,
-                 every: float = HEARTBEAT_EVERY):
+                 every: float = HEARTBEAT_EVERY, join_back: float = 0.0):
         self.url = url
         self.node_id = node_id
         self.prefix = prefix
         self.ttl = ttl
         self.every = every
+        self.join_back = join_back  # join this many seconds before the stream's end (cluster.py: joining)
         self.events_key = f"{prefix}:events"
         self.counter_key = f"{prefix}:n"
         self.inbox_key = f"{prefix}:inbox:{node_id}"
@@ -75,7 +76,7 @@ class RedisBus:
         try:
             await self._r.ping()
             self._script = self._r.register_script(_APPEND)
-            self.last_event_id = await self._end_id(self.events_key)
+            self.last_event_id = await self._end_id(self.events_key, self.join_back)
             self.last_inbox_id = await self._end_id(self.inbox_key)
             await self._beat_once()
         except (RedisError, OSError) as exc:
@@ -87,9 +88,17 @@ class RedisBus:
         self.tasks.spawn(self._writer(), name="bus-writer")
         self.tasks.spawn(self._heartbeat(), name="bus-heartbeat")
 
-    async def _end_id(self, key: str) -> str:
+    async def _end_id(self, key: str, back: float = 0.0) -> str:
+        """The id of ``key``'s last entry, or (``back`` > 0) the id ``back`` seconds before it
+        (entry ids are the Redis server's milliseconds: no clock of ours is involved)."""
         last = await self._r.xrevrange(key, count=1)
-        return last[0][0].decode() if last else "0-0"
+        if not last:
+            return "0-0"
+        end = last[0][0].decode()
+        if back <= 0:
+            return end
+        ms = int(end.split("-", 1)[0]) - int(back * 1000)
+        return f"{max(0, ms)}-0"
 
     # --- out -----------------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ from bridge_core.config import (ENDPOINTS_FILE, Config, ConfigError, bound_url, 
 from bridge_core.frontend import FrontEnd, PortInUse, TLSReloader, cert_names, name_matches
 from bridge_core.push import Notifier
 from bridge_core.runtime import tune_for_serving
-from bridge_core.errors import BridgeError
+from bridge_core.errors import BridgeError, Unavailable
 from bridge_core.nodes import NodeHeartbeat
 from bridge_core.store import open_store, redact_url
 from bridge_core.security import raise_nofile_limit, remove_admin_key, write_admin_key
@@ -95,6 +95,10 @@ class Service:
         self.notifier: Notifier = None  # type: ignore[assignment]  # made in start, once the store is open
         self.tls: "TLSReloader | None" = None
         self.node: Optional[NodeHeartbeat] = None  # on a shared store: this node's heartbeat
+        if cfg.bus_url:  # several nodes: the bus wired into the core (bridge_core/cluster.py)
+            from bridge_core.cluster import connect
+
+            connect(self.bridge, cfg.bus_url, cfg.node_id)
 
     async def start(self) -> dict[str, int]:
         cfg = self.cfg
@@ -116,8 +120,8 @@ class Service:
             )
         except BridgeError as exc:  # a shared store that cannot be reached (one line, no password)
             raise ConfigError(exc.message)
-        if self.bridge.store.shared:  # one live node per shared store (bridge_core/nodes.py)
-            node = NodeHeartbeat(self.bridge.store, cfg.node_id)
+        if self.bridge.store.shared:  # one live node per shared store, or several on a bus (bridge_core/nodes.py)
+            node = NodeHeartbeat(self.bridge.store, cfg.node_id, alone=not cfg.bus_url)
             try:
                 await node.start()
             except BridgeError as exc:
@@ -140,7 +144,11 @@ class Service:
             self.frontends[name] = fe
             if hasattr(fe, "watching"):
                 self.notifier.watchers.append(fe.watching)
-        await self.bridge.start()
+        try:
+            await self.bridge.start()
+        except Unavailable as exc:  # the bus cannot be reached (one line, no password)
+            await self.stop()
+            raise ConfigError(exc.message)
         await self.notifier.start()
         try:
             for name, fe in self.frontends.items():

@@ -91,6 +91,41 @@ MIGRATIONS = [
         PRIMARY KEY(device_id, from_n)
     ) WITHOUT ROWID;
     """,
+    # 3: several nodes (cluster.py, docs/loomi.md "Several nodes"): each process's frames, and each
+    # device's numbering as epochs (one per hello) of spans over them
+    """
+    ALTER TABLE loomi_devices ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0;
+    CREATE TABLE loomi_frames(
+        source TEXT NOT NULL,
+        m INTEGER NOT NULL,
+        n INTEGER NOT NULL,
+        body BLOB NOT NULL,
+        PRIMARY KEY(source, m)
+    ) WITHOUT ROWID;
+    CREATE TABLE loomi_sources(
+        source TEXT PRIMARY KEY,
+        node TEXT NOT NULL,
+        kept_from_n INTEGER NOT NULL
+    );
+    CREATE TABLE loomi_epochs(
+        device_id TEXT NOT NULL,
+        epoch INTEGER NOT NULL,
+        start_n INTEGER NOT NULL,
+        base_seq INTEGER NOT NULL,
+        reply_seq INTEGER NOT NULL DEFAULT 0,
+        last_seq INTEGER,
+        PRIMARY KEY(device_id, epoch)
+    ) WITHOUT ROWID;
+    CREATE TABLE loomi_spans(
+        device_id TEXT NOT NULL,
+        epoch INTEGER NOT NULL,
+        source TEXT NOT NULL,
+        from_m INTEGER NOT NULL,
+        to_m INTEGER,
+        seq_offset INTEGER NOT NULL,
+        PRIMARY KEY(device_id, epoch, source, from_m)
+    ) WITHOUT ROWID;
+    """,
 ]
 
 _DEVICE_COLUMNS = ("device_id, credential_hash, name, model, os, app_version, paired_at, last_seen, seq_reserved, "
@@ -168,6 +203,12 @@ class Device:
         # the highest seq reservation queued (the barrier makes it durable in time); the shared rule
         self.seqs = SeqReservation(block, reserved)
         self.offset: Optional[int] = None  # seq - event number of its last stored segment
+        # several nodes (cluster.py): the epoch this node numbers it in, the last event numbered for it
+        # elsewhere (skipped here), and its row as last read
+        self.epoch = 0
+        self.skip_to = -1
+        self.stored_epoch = 0
+        self.stored_reserved = 0
         self.conn: Any = None  # the live connection (server.Connection), if any
         self.requests = RequestCache(IDEMPOTENCY_KEEP)  # (type, request_id) -> in flight or its result
 
@@ -234,6 +275,10 @@ class Registry:
             c.executemany("UPDATE loomi_devices SET replay_floor=? WHERE device_id=?", floors)
             c.execute("DELETE FROM loomi_pair_tokens WHERE expires_at <= ?", (now,))
             c.execute("DELETE FROM loomi_segments WHERE device_id NOT IN (SELECT device_id FROM loomi_devices)")
+            # one node again after several (cluster.py): the devices' seq_reserved bounds what they were
+            # given; what the nodes kept for replay is not this registry's (docs/loomi.md "Several nodes")
+            for table in ("loomi_spans", "loomi_epochs", "loomi_frames", "loomi_sources"):
+                c.execute(f"DELETE FROM {table}")
 
         await self.store.write(write)
 
@@ -306,6 +351,13 @@ class Registry:
             self._reserve(d)
         return res
 
+    def detach(self, d: Device) -> None:
+        """``d``'s socket closed (the embedded registry numbers every device, connected or not)."""
+
+    def check(self, d: Device) -> Optional[str]:
+        """At a heartbeat: whether ``d`` was revoked or taken by another node (only with several nodes)."""
+        return None
+
     def _reserve(self, d: Device) -> None:
         """Queue the next block. Never waits: every frame carrying these seqs is queued after this
         write, and the durability barrier lets it leave only once the write committed."""
@@ -336,6 +388,10 @@ class Registry:
         self._tokens[h] = expires
         log.info("pairing token %s issued, valid %.0f s", fingerprint(token), ttl)
         return token, expires
+
+    async def take_token(self, token: str) -> bool:
+        """``consume_token`` for the hello (with several nodes, the store decides: cluster.py)."""
+        return self.consume_token(token)
 
     def consume_token(self, token: str) -> bool:
         """Single use: the first caller takes it (synchronously), everyone else fails."""

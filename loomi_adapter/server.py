@@ -37,6 +37,7 @@ from bridge_core.hub import Outbox
 from bridge_core.redact import fingerprint
 
 from . import codec
+from .cluster import ClusterRegistry
 from .devices import Device, Registry
 from .errors import Replaced, Revoked, close_code, error_payload
 from .session import PairHello, Session
@@ -143,6 +144,10 @@ class LoomiFrontEnd(FrontEnd):
     # --- lifecycle ---------------------------------------------------------------
 
     async def prepare(self) -> None:
+        cluster = getattr(self.bridge, "cluster", None)
+        if cluster is not None:  # several nodes: numbering by the node a device is connected to (cluster.py)
+            self.registry = ClusterRegistry(self.bridge.store, cluster.node_id)
+            self.on_event = self._on_cluster_event  # type: ignore[method-assign]
         await self.registry.prepare()
 
     async def start(self, host: str, port: int, ssl_context: Optional[ssl.SSLContext] = None) -> int:
@@ -209,22 +214,10 @@ class LoomiFrontEnd(FrontEnd):
     def on_event(self, seq: int, event: Any) -> None:
         t = type(event)
         if t is ev.MessageCompleted and event.run_id is not None:
-            self._final_text[event.run_id] = event.text
-            while len(self._final_text) > 1024:
-                self._final_text.popitem(last=False)
-        devices = self.registry.devices
-        if not devices:
+            self._remember_final_text(event)
+        if not self.registry.devices:
             return
-        render = codec.RENDERERS.get(t)
-        if render is None:
-            return
-        if t in _NEEDS_EXTRA:
-            extra = codec.Extra(conv=self.bridge.conversations.get(event.conversation_id))
-            if t is ev.RunFinished:
-                extra.final_text = self._final_text.pop(event.run_id, None)
-        else:
-            extra = _NO_EXTRA
-        bodies = render(event, extra)
+        bodies = self._bodies(t, event)
         if not bodies:
             return
         # the hot path: per device a seq, a small prefix and a concatenation, kept for replay. Every
@@ -236,6 +229,45 @@ class LoomiFrontEnd(FrontEnd):
                 put = conn.outbox.put
                 for f in frames:
                     put(f)
+
+    def _on_cluster_event(self, seq: int, event: Any) -> None:
+        """``on_event`` with several nodes: ``seq`` is the cluster-wide event number. Every event is
+        stored once as this node's rows (for devices that will reconnect here or elsewhere) and
+        numbered for the devices connected here only (cluster.py)."""
+        reg = self.registry
+        reg.position = seq
+        t = type(event)
+        if t is ev.MessageCompleted and event.run_id is not None:
+            self._remember_final_text(event)
+        if not reg.any_devices and not reg.poll_devices():
+            return
+        bodies = self._bodies(t, event)
+        if not bodies:
+            return
+        for d, frames in reg.record_at(seq, [b[1:] for b in bodies]):
+            conn = d.conn
+            if conn is not None:
+                put = conn.outbox.put
+                for f in frames:
+                    put(f)
+
+    def _remember_final_text(self, event: Any) -> None:
+        self._final_text[event.run_id] = event.text
+        while len(self._final_text) > 1024:
+            self._final_text.popitem(last=False)
+
+    def _bodies(self, t: type, event: Any) -> list[bytes]:
+        """The event's encoded bodies (none for an event Loomi does not show)."""
+        render = codec.RENDERERS.get(t)
+        if render is None:
+            return []
+        if t in _NEEDS_EXTRA:
+            extra = codec.Extra(conv=self.bridge.conversations.get(event.conversation_id))
+            if t is ev.RunFinished:
+                extra.final_text = self._final_text.pop(event.run_id, None)
+        else:
+            extra = _NO_EXTRA
+        return render(event, extra)
 
     def _send(self, conn: Connection, type_: str, payload: dict) -> None:
         """A reply frame (not replayed): the device's next seq, or 0 before authentication."""
@@ -302,7 +334,7 @@ class LoomiFrontEnd(FrontEnd):
             hs = conn.session.receive_hello(msg.data)
             if isinstance(hs, PairHello):
                 token_fp = fingerprint(hs.token)
-                if not self.registry.consume_token(hs.token):
+                if not await self.registry.take_token(hs.token):
                     guessed = True
                     raise Unauthorized("Invalid or expired pairing token")
                 device, credential = await self.registry.pair(hs.info)
@@ -325,10 +357,32 @@ class LoomiFrontEnd(FrontEnd):
             return False
         if conn.ws.closed:
             return False
-        self._open(conn, device, credential, last_seq, hs.info)
+        if isinstance(self.registry, ClusterRegistry):
+            claim = await self._claim(device, last_seq)
+            if claim is None:
+                await self._fatal(conn, Unavailable("The device is being connected elsewhere; try again"))
+                return False
+            if conn.ws.closed:
+                return False
+            res = self.registry.attach(device, claim, last_seq)
+        else:
+            res = self.registry.resume(device, last_seq)
+        self._open(conn, device, credential, res, hs.info)
         return True
 
-    def _open(self, conn: Connection, d: Device, credential: Optional[str], last_seq: Optional[int], info) -> None:
+    async def _claim(self, d: Device, last_seq: Optional[int]):
+        """Several nodes: take the device from wherever it was numbered (cluster.py). Its older
+        socket on this node is closed first, so nothing numbers it while the store is read."""
+        old = d.conn
+        if old is not None:
+            self._kick(old, Replaced())
+        for _ in range(3):
+            claim = await self.registry.claim(d, last_seq)
+            if claim is not None:
+                return claim
+        return None
+
+    def _open(self, conn: Connection, d: Device, credential: Optional[str], res, info) -> None:
         """Synchronous: hello.ok, then the replayed gap, then live frames, in this order."""
         old = d.conn
         if old is not None and old is not conn:
@@ -336,7 +390,6 @@ class LoomiFrontEnd(FrontEnd):
         conn.device = d
         conn.session.opened(d.device_id)
         self.registry.seen(d, info)
-        res = self.registry.resume(d, last_seq)
         # hello.ok carries the seq the app reported (docs/loomi.md "Handshake"): the replay follows above it
         conn.outbox.put(codec.frame(res.seq, "hello.ok", codec.hello_ok(
             device_id=d.device_id, credential=credential, server_name=self.server_name,
@@ -473,6 +526,11 @@ class LoomiFrontEnd(FrontEnd):
                 self._kick(conn, exc)
                 return
             if now >= next_ping:
+                gone = self.registry.check(conn.device) if conn.device is not None else None
+                if gone is not None:  # revoked, or connected to another node since (several nodes)
+                    log.info("loomi: device %s is %s elsewhere; closing this socket", session.device_id, gone)
+                    self._kick(conn, Revoked() if gone == "revoked" else Replaced())
+                    return
                 self._send(conn, "ping", {})
                 session.ping_sent(now)
                 next_ping = now + self.ping_interval
@@ -485,6 +543,7 @@ class LoomiFrontEnd(FrontEnd):
         d = conn.device
         if d is not None and d.conn is conn:
             d.conn = None
+            self.registry.detach(d)
             if d.device_id in self.registry.devices:
                 try:
                     self.registry.seen(d)

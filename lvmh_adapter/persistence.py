@@ -65,6 +65,7 @@ MIGRATIONS = [
     """,
 ]
 
+SEQ_BASE_KEY = "lvmh.cluster_seq_base"  # several nodes: where bridge sessions' derived seqs start (registry.py)
 FLUSH_ROWS = 2000  # flush before the end of the tick once this many rows wait
 BACKLOG_HIGH = 50_000  # rows in flight before ingest waits for the writer
 BACKLOG_LOW = 10_000
@@ -114,21 +115,58 @@ class EventLog:
         """``migrate`` from the event loop (awaits the store's writer, never blocks the loop)."""
         await self.store.amigrate("lvmh", MIGRATIONS)
 
-    def load(self) -> list[StoredSession]:
+    async def cluster_base(self) -> int:
+        """Several nodes: the base of the bridge sessions' derived seqs (``registry.cluster_seq``),
+        fixed once for the store, above every seq a single node numbered before. The first node
+        to ask sets it; every node reads the same value back."""
+        row = self.store.query_one("SELECT value FROM settings WHERE key=?", (SEQ_BASE_KEY,))
+        if row is not None:
+            return int(row[0])
+        top = self.store.query_one(
+            "SELECT MAX(MAX(lastSeq, seqReserved)) FROM sessions WHERE source='bridge'")
+        candidate = str(int(top[0] or 0) + 1 if top is not None else 1)
+
+        def write(c: sqlite3.Connection) -> str:
+            c.execute("INSERT OR IGNORE INTO settings(key, value) VALUES(?, ?)", (SEQ_BASE_KEY, candidate))
+            return c.execute("SELECT value FROM settings WHERE key=?", (SEQ_BASE_KEY,)).fetchone()[0]
+
+        return int(await self.store.write(write))
+
+    def refresh(self, sid: str) -> Optional[tuple[int, int]]:
+        """Several nodes: what the store says of ``sid`` now (its plugin may have been connected to
+        another node): ``(lastSeq, seqReserved)``, the persisted seq counted as committed here."""
+        row = self.store.query_one("SELECT lastSeq, seqReserved FROM sessions WHERE id=?", (sid,))
+        if row is None:
+            return None
+        last, reserved = int(row[0] or 0), int(row[1] or 0)
+        if last > self.committed.get(sid, 0):
+            self.committed[sid] = last
+        return last, reserved
+
+    def load_one(self, sid: str) -> Optional[StoredSession]:
+        """Several nodes: one session as stored now (created on another node since this one started)."""
+        found = self._stored("SELECT id, info, lastSeq, lastEventAt, source, seqReserved FROM sessions WHERE id=?",
+                             (sid,))
+        return found[0] if found else None
+
+    def load(self, shared: bool = False) -> list[StoredSession]:
+        out = self._stored("SELECT id, info, lastSeq, lastEventAt, source, seqReserved FROM sessions")
+        if not shared:  # nobody is connected to a daemon that just started (with several nodes: to this one)
+            self.store.write_later(lambda c: c.execute("UPDATE sessions SET online=0 WHERE online!=0"))
+        return out
+
+    def _stored(self, sql: str, params: tuple = ()) -> list[StoredSession]:
         out = []
-        for sid, info, last_seq, last_at, source, reserved in self.store.query(
-            "SELECT id, info, lastSeq, lastEventAt, source, seqReserved FROM sessions"
-        ):
+        for sid, info, last_seq, last_at, source, reserved in self.store.query(sql, params):
             try:
                 data = orjson.loads(info)
             except orjson.JSONDecodeError:
                 data = {}
             if not isinstance(data, dict):
                 data = {}
-            self.committed[sid] = int(last_seq or 0)
+            if int(last_seq or 0) > self.committed.get(sid, 0):
+                self.committed[sid] = int(last_seq or 0)
             out.append(StoredSession(sid, data, int(last_seq or 0), last_at, source, int(reserved or 0)))
-        # nobody is connected to a daemon that just started
-        self.store.write_later(lambda c: c.execute("UPDATE sessions SET online=0 WHERE online!=0"))
         return out
 
     # --- writes --------------------------------------------------------------------------------
@@ -313,6 +351,20 @@ class EventLog:
         else:
             after = int(row[0]) - (1 if row[1] == "agent_start" else 0)
         return self.read(sid, after, limit)
+
+    def open_run(self, sid: str) -> "OpenRun":
+        """What the stored events of ``sid`` leave open (a run, its message, tools, decisions)."""
+        from .render import OpenRun
+
+        run = OpenRun()
+        for raw in self.open_tail(sid):
+            try:
+                obj = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(obj, dict) and isinstance(obj.get("type"), str):
+                run.feed(obj["type"], obj)
+        return run
 
     def count(self, sid: str) -> int:
         row = self.store.query_one("SELECT COUNT(*) FROM events WHERE sessionId=?", (sid,))

@@ -25,6 +25,16 @@ from bridge_core.seqalloc import SeqReservation
 from .render import OpenRun
 
 SEQ_BLOCK = 1000  # seqs of a session reserved at a time (message_update numbers are never stored)
+# Several nodes (docs/scale-out.md "lvmh numbering"): a bridge conversation's lvmh events are numbered
+# from the cluster-wide event number, the same on every node: the i-th event rendered from event n
+# is ``base + n * SEQ_STRIDE + i``. No renderer output comes near it (a run's end, closing what a
+# restart left open, is the longest).
+SEQ_STRIDE = 256
+
+
+def cluster_seq(base: int, n: int, i: int) -> int:
+    """The seq of the ``i``-th lvmh event rendered from cluster event ``n`` (``i < SEQ_STRIDE``)."""
+    return base + n * SEQ_STRIDE + i
 
 
 class Claim(enum.Enum):
@@ -86,6 +96,17 @@ class SessionRecord:
             self.last_event_at = ts
         return True
 
+    def refreshed(self, last_seq: int, reserved: int) -> None:
+        """Several nodes: the store's ``lastSeq`` and ``seqReserved`` of this plugin session, written by
+        the node its plugin was connected to (never below what this node knew)."""
+        if last_seq > self.high:
+            self.high = last_seq
+        top = max(last_seq, reserved)
+        if top > self.top:
+            self.top = top
+        if reserved > self.seqs.reserved:
+            self.seqs.set(reserved)
+
     def welcomed(self, last_seq: int) -> None:
         """``welcome`` told the plugin ``last_seq`` is stored: nothing at or below it is new."""
         if last_seq > self.high:
@@ -136,6 +157,14 @@ class SessionRegistry:
             if source == "plugin":  # its unstored deltas may have used seqs up to what was recorded
                 rec.seqs.set(row.reserved)
                 rec.top = max(row.last_seq, row.reserved)
+
+    def restore_one(self, row: Any, plugin_info: Any) -> Optional[SessionRecord]:
+        """One stored session (several nodes: another node made it), unless it is known already."""
+        if row is None:
+            return None
+        if row.id not in self.records:
+            self.restore([row], plugin_info)
+        return self.records[row.id]
 
     def get(self, sid: str) -> Optional[SessionRecord]:
         return self.records.get(sid)

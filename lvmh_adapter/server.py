@@ -35,8 +35,8 @@ from .inflight import InFlight
 from .persistence import EventLog
 from .plugin_source import SOURCE_NAME, PluginSource
 from .push import PUSH_DECIDE, push_routes
-from .registry import Claim, SessionRecord, SessionRegistry
-from .render import OpenRun, Renderer
+from .registry import SEQ_STRIDE, Claim, SessionRecord, SessionRegistry, cluster_seq
+from .render import Renderer
 from .session import Event, Hello, PluginSession, Reject
 from .stream import BrowserConn, EventStream
 
@@ -97,6 +97,8 @@ class LvmhFrontEnd(FrontEnd):
         self._models: dict[str, tuple] = {}
         sec = config.section("lvmh") if hasattr(config, "section") else {}
         self.plugin_return = float(sec.get("plugin_return_seconds") or PLUGIN_RETURN)
+        self.cluster: Any = None  # several nodes (docs/scale-out.md): set in prepare
+        self.seq_base = 0  # several nodes: where bridge sessions' derived seqs start (registry.cluster_seq)
 
     def watching(self, conversation_id: str) -> bool:
         """Whether a browser has ``conversation_id`` open now (push: docs/push.md)."""
@@ -107,7 +109,10 @@ class LvmhFrontEnd(FrontEnd):
     async def prepare(self) -> None:
         await self.log.amigrate()
         self.workers.migrated()
-        self.registry.restore(self.log.load(), codec.session_info)
+        self.cluster = getattr(self.bridge, "cluster", None)
+        if self.cluster is not None:
+            self.seq_base = await self.log.cluster_base()
+        self.registry.restore(self.log.load(shared=self.cluster is not None), codec.session_info)
         self.bridge.add_source(self.source)
         self._load_extensions()
 
@@ -131,7 +136,7 @@ class LvmhFrontEnd(FrontEnd):
         # the bridge has loaded its conversations: drop sessions of conversations deleted meanwhile
         for sid, rec in list(self.records.items()):
             if rec.source == "bridge" and sid not in self.bridge.conversations:
-                self._forget(sid)
+                self._forget(sid, store=self.cluster is None)  # several nodes: another may have created it
         self._restore_open_runs()
         if self.spawn is not None and getattr(self.spawn, "daemon_url", None) is None:
             scheme = "https" if ssl_context is not None else "http"
@@ -235,6 +240,9 @@ class LvmhFrontEnd(FrontEnd):
 
     def plugin_record(self, sid: str) -> Optional[SessionRecord]:
         rec = self.records.get(sid)
+        conv = self.bridge.conversations.get(sid) if rec is None and self.cluster is not None else None
+        if conv is not None and conv.source == SOURCE_NAME:  # a pi session another node holds: from the store
+            rec = self.registry.restore_one(self.log.load_one(sid), codec.session_info)
         return rec if rec is not None and rec.source == "plugin" else None
 
     def plugin_online(self, sid: str) -> bool:
@@ -356,23 +364,19 @@ class LvmhFrontEnd(FrontEnd):
         """
         reported = {run_id for _, run_id in getattr(self.bridge, "interrupted_runs", ())}
         for sid, rec in list(self.records.items()):
-            run = OpenRun()
-            for raw in self.log.open_tail(sid):
-                try:
-                    obj = orjson.loads(raw)
-                except orjson.JSONDecodeError:
-                    continue
-                if isinstance(obj, dict) and isinstance(obj.get("type"), str):
-                    run.feed(obj["type"], obj)
+            run = self.log.open_run(sid)
             if not run.open:
                 continue
             if rec.source == "plugin":
                 rec.run = run
-                self._watch_abandoned(rec)
+                if self.cluster is None:  # with several nodes, its plugin may be connected to another one
+                    self._watch_abandoned(rec)
                 continue
             if run.run_id is None:
                 run.run_id = f"interrupted-{new_id()}"
             self.renderer.restore(sid, run)
+            if self.cluster is not None:
+                continue  # with several nodes, the core's RunFinished (from whichever node) closes it
             if run.run_id not in reported:
                 # the core closed it before the old process stopped (a clean stop cancels runs) but
                 # this log missed the close: its open message ends with the text the core kept
@@ -412,13 +416,15 @@ class LvmhFrontEnd(FrontEnd):
             payload["synthetic"] = True
             self._store_event(rec, seq, etype, payload, now)
 
-    def _store_event(self, rec: SessionRecord, seq: int, etype: str, payload: dict, ts_ms: int) -> None:
-        """One event the daemon writes into a session: persisted (unless a delta) and streamed."""
+    def _store_event(self, rec: SessionRecord, seq: int, etype: str, payload: dict, ts_ms: int,
+                     persist: bool = True) -> None:
+        """One event the daemon writes into a session: persisted (unless a delta, or not ``persist``) and streamed."""
         obj = {"v": codec.PROTOCOL_VERSION, "sessionId": rec.id, "seq": seq, "ts": ts_ms, "type": etype}
         obj.update(payload)
         raw = orjson.dumps(obj, default=_json_default).decode()
         if etype != "message_update":
-            self.log.append(rec.id, seq, ts_ms, etype, raw)
+            if persist:
+                self.log.append(rec.id, seq, ts_ms, etype, raw)
             rec.last_event_at = ts_ms
         self.inflight.feed(rec.id, etype, seq, payload)
         self.stream.push(rec.id, seq, raw)
@@ -531,6 +537,8 @@ class LvmhFrontEnd(FrontEnd):
             return
         if rec is None:
             rec = self.registry.add(sid, "plugin", {}, self.log.committed.get(sid, 0))
+        if self.cluster is not None and rec.conn is None:
+            self._refresh_plugin(rec)  # its plugin may have been connected to another node meanwhile
         if not self._take_over(rec, conn):
             await self._refuse_takeover(conn)
             return
@@ -562,6 +570,13 @@ class LvmhFrontEnd(FrontEnd):
             self.stream.list_changed()
             if not rebind:
                 log.info("lvmh: plugin session %s connected from %s (lastSeq %d)", sid, conn.peer, last)
+
+    def _refresh_plugin(self, rec: SessionRecord) -> None:
+        """Several nodes: the session's seqs and open run as stored by whichever node held it last."""
+        got = self.log.refresh(rec.id)
+        if got is not None:
+            rec.refreshed(*got)
+        rec.run = self.log.open_run(rec.id)
 
     def _close_later(self, ws: web.WebSocketResponse, reason: bytes, code: int = errors.CLOSE_SLOW,
                      flush: Optional[Outbox] = None) -> None:
@@ -694,8 +709,14 @@ class LvmhFrontEnd(FrontEnd):
         if rec is None:
             info = self.bridge_info(cid)
             rec = self.registry.add(cid, "bridge", info, self.log.committed.get(cid, 0))
-            self.log.upsert_session(cid, info, "bridge", online=True)
+            if self._writes():
+                self.log.upsert_session(cid, info, "bridge", online=True)
         return rec
+
+    def _writes(self) -> bool:
+        """Whether this node stores what it renders now: with several nodes, only the event's origin does."""
+        c = self.cluster
+        return c is None or c.delivering_own
 
     def _emit(self, cid: str, etype: str, payload: dict, ts: float) -> None:
         rec = self._bridge_record(cid)
@@ -704,6 +725,22 @@ class LvmhFrontEnd(FrontEnd):
             self.log.reserve(cid, reserve)
         self._store_event(rec, seq, etype, payload, int(ts * 1000))
 
+    def _emit_all(self, cid: str, rendered: list, ts: float, n: int) -> None:
+        """Events rendered from event ``n``: on several nodes numbered from ``n`` (registry.cluster_seq)."""
+        if self.cluster is None:
+            for etype, payload in rendered:
+                self._emit(cid, etype, payload, ts)
+            return
+        rec = self._bridge_record(cid)
+        persist = self._writes()
+        if len(rendered) > SEQ_STRIDE:
+            log.error("lvmh: %d events rendered from one; those past %d dropped", len(rendered), SEQ_STRIDE)
+        for i, (etype, payload) in enumerate(rendered[:SEQ_STRIDE]):
+            seq = cluster_seq(self.seq_base, n, i)
+            if seq > rec.high:
+                rec.high = seq
+            self._store_event(rec, seq, etype, payload, int(ts * 1000), persist)
+
     def on_event(self, seq: int, e: Any) -> None:
         t = type(e)
         if t is ev.TextDelta:  # the hot path: only rendered for a browser that watches
@@ -711,13 +748,16 @@ class LvmhFrontEnd(FrontEnd):
             if e.kind != "text":
                 return
             if cid not in self.stream.subs and self.renderer.open_message(cid) is not None:
-                self.inflight.append(cid, e.delta, self.records[cid].high if cid in self.records else 0)
+                if self.cluster is not None:
+                    at = cluster_seq(self.seq_base, seq, 0)  # the seq its message_update would have had
+                else:
+                    at = self.records[cid].high if cid in self.records else 0
+                self.inflight.append(cid, e.delta, at)
                 return
             conv = self.bridge.conversations.get(cid)
             if conv is None or conv.source == SOURCE_NAME:
                 return
-            for etype, payload in self.renderer.render(e):
-                self._emit(cid, etype, payload, e.ts)
+            self._emit_all(cid, self.renderer.render(e), e.ts, seq)
             return
         if t in LIST_EVENTS:
             self._models.pop(e.conversation_id, None)
@@ -728,11 +768,14 @@ class LvmhFrontEnd(FrontEnd):
                     self._bridge_record(cid)
                 else:
                     rec.info = self.bridge_info(cid)
-                    self.log.upsert_session(cid, rec.info, "bridge")
+                    if self._writes():
+                        self.log.upsert_session(cid, rec.info, "bridge")
+            elif self.cluster is not None and not self._writes():
+                self.plugin_record(cid)  # a pi session connected to another node: listed here too
             self.stream.list_changed()
             return
         if t is ev.ConversationDeleted:
-            self._forget(e.conversation_id)
+            self._forget(e.conversation_id, store=self._writes())  # several nodes: by the deletion's node
             return
         if t is ev.ModelChanged:
             if e.conversation_id is None:
@@ -746,10 +789,9 @@ class LvmhFrontEnd(FrontEnd):
         conv = self.bridge.conversations.get(cid)
         if conv is None or conv.source == SOURCE_NAME:
             return  # plugin sessions are stored as their plugin sent them, never re-rendered
-        for etype, payload in self.renderer.render(e):
-            self._emit(cid, etype, payload, e.ts)
+        self._emit_all(cid, self.renderer.render(e), e.ts, seq)
 
-    def _forget(self, sid: str) -> None:
+    def _forget(self, sid: str, store: bool = True) -> None:
         rec = self.registry.pop(sid)
         if rec is not None and rec.abandon is not None:
             rec.abandon.cancel()
@@ -757,11 +799,9 @@ class LvmhFrontEnd(FrontEnd):
         self.renderer.forget(sid)
         self.inflight.forget(sid)
         self.stream.forget(sid)
-        if rec is not None:
+        if rec is not None and store:
             self.log.delete_session(sid)
         self.stream.list_changed()
-
-
 
 
 def _json_default(obj: Any) -> Any:

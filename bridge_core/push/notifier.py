@@ -136,6 +136,9 @@ class Notifier:
         t = type(e)
         if t not in _FED:
             return
+        cluster = self.bridge.cluster
+        if cluster is not None and not cluster.delivering_own:
+            return  # several nodes: the node that published it (its run's) notifies, once (bridge_core/cluster.py)
         if t is ev.ApprovalResolved or t is ev.ClarifyResolved:
             self._drop_tokens(e.approval_id if t is ev.ApprovalResolved else e.clarify_id)
         cid = getattr(e, "conversation_id", None)

@@ -82,9 +82,14 @@ def test_bus_without_a_shared_store_is_refused(tmp_path):
     assert lines == ["agent-bridge: --bus needs a shared --store (postgresql://...): nodes on a bus share one store"]
 
 
-def test_the_bus_is_not_in_this_build_yet(tmp_path):
-    rc, lines = _serve_exit(tmp_path, "--store", "postgresql://bridge@127.0.0.1:9/bridge", "--bus", "redis://127.0.0.1:9/0")
-    assert rc != 0 and len(lines) == 1 and lines[0].startswith("agent-bridge: --bus: the Redis Streams bus")
+def test_an_unreachable_bus_is_refused_in_one_line(postgres, tmp_path):
+    from tests.engines import free_port
+
+    url = postgres.new_database()
+    rc, lines = _serve_exit(tmp_path, "--store", url, "--bus", f"redis://:hunter2-secret@127.0.0.1:{free_port()}/0")
+    assert rc != 0
+    assert len(lines) == 1 and lines[0].startswith("agent-bridge: cannot reach the bus redis://:***@127.0.0.1:"), lines
+    assert "hunter2" not in "\n".join(lines)
 
 
 async def test_a_second_live_node_on_one_store_is_refused_until_the_first_stops(service_factory, postgres, tmp_path):

@@ -1,0 +1,467 @@
+"""Several nodes as one bridge: the bus wired into the core (docs/scale-out.md "Several live nodes").
+
+With ``--bus`` (and a shared ``--store``) the composition root attaches a ``Cluster`` to the
+``Bridge`` (``bridge.cluster``; None on the embedded default, which then works exactly as
+before). What changes:
+
+- **Events.** ``Bridge.publish`` still folds an event into this node's state at once (the
+  run-end rule, first answer wins and the run-active check stay synchronous where they are)
+  and this node, the event's origin, persists it; then ``Cluster.publish`` hands
+  ``serialize.to_dict(event)`` to the bus instead of the hub. Every node's hub publishes what
+  the bus delivers, its own events and the other nodes' alike, in stream order, with the
+  bus's cluster-wide number ``n`` as the hub's ``seq`` (``Hub.publish_at``). Another node's
+  event is folded into this node's state first (``_fold``) and not persisted again.
+- **Joining.** A node starts the bus (joining the stream ``JOIN_BACK`` seconds before its
+  end), holds what it delivers, loads the store, then folds what it held and what follows,
+  skipping what the store already had (``_seen``): an event committed or not at load time
+  is in this node's state exactly once.
+- **Commands** that touch a run go to the node that runs it (``route``): cancel, pause,
+  approval, clarification answer, deleting a conversation with a run, and a message into a
+  session hosted elsewhere (a pi session: the node its plugin is connected to, asked of
+  every node). ``bus.send`` carries the command; the owner executes it (first answer wins
+  there) and answers with the result or the error tree's code; no answer within
+  ``ASK_TIMEOUT`` is ``unavailable``.
+- **A node dies.** Runs are recorded with their node (``cluster_runs``). Every node looks
+  every ``SWEEP_EVERY`` for nodes whose bus liveness key expired; one survivor claims a dead
+  node's runs in the store (one ``UPDATE ... RETURNING``: whoever commits first gets the
+  rows) and closes them as after a restart (``Bridge.interrupt``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from typing import TYPE_CHECKING, Any, Optional
+
+import attrs
+import cattrs
+
+from . import commands as cmd
+from . import events as ev
+from .errors import BridgeError, Unavailable
+from .ids import new_id
+from .serialize import UnknownEvent, from_dict, to_dict
+from .state import ConversationState
+from .tasks import TaskSet
+
+if TYPE_CHECKING:
+    from .bridge import Bridge
+    from .bus import Bus
+
+log = logging.getLogger("agent_bridge.cluster")
+
+NODE_TTL = 10.0  # the bus liveness key of a node: gone this long after its last beat when it dies
+BEAT_EVERY = 2.5
+SWEEP_EVERY = 1.0  # a dead node is noticed within NODE_TTL + SWEEP_EVERY (the contract: 15 s)
+JOIN_BACK = 5.0  # seconds of stream a joining node folds again (writes its load may have missed)
+ASK_TIMEOUT = 15.0  # a command sent to another node: no answer in this long is `unavailable`
+NOT_HERE = "not_here"  # a node asked to run a message in a session it does not host
+
+NODE_GONE = "This run was interrupted: the bridge node running it stopped."
+
+MIGRATIONS = [
+    """
+    CREATE TABLE cluster_runs(
+        run_id TEXT PRIMARY KEY,
+        conversation_id TEXT NOT NULL,
+        node_id TEXT NOT NULL,
+        state TEXT NOT NULL
+    );
+    CREATE INDEX cluster_runs_node ON cluster_runs(node_id, state);
+    """,
+]
+
+# the commands another node may have to carry out, by name
+ROUTED: dict[str, type] = {c.__name__: c for c in (
+    cmd.CancelRun, cmd.PauseRun, cmd.ResolveApproval, cmd.AnswerClarify, cmd.DeleteConversation, cmd.SendMessage,
+    cmd.ResumeRun)}  # fmt: skip
+_SCATTER = "*"  # route(): ask every other node (the one hosting the session runs it)
+
+_CONV = cattrs.Converter()
+
+
+def _error_classes() -> dict[str, type]:
+    """code -> the most specific BridgeError class with that code (a reply's error, rebuilt)."""
+    out: dict[str, type] = {}
+    todo = [BridgeError]
+    while todo:
+        c = todo.pop(0)
+        out[c.code] = c
+        todo.extend(c.__subclasses__())
+    return out
+
+
+def rebuild_error(code: str, message: str) -> BridgeError:
+    cls = _error_classes().get(code, BridgeError)
+    try:
+        err = cls(message)
+    except TypeError:
+        err = BridgeError(message, code=code)
+    if err.code != code:
+        err = BridgeError(message, code=code)
+    return err
+
+
+def encode_result(result: Any) -> dict:
+    from .bridge import SendResult
+
+    if isinstance(result, str):
+        return {"str": result}
+    if isinstance(result, SendResult):
+        return {"send": attrs.asdict(result)}
+    if type(result) in ev.EVENT_TYPES:
+        return {"event": to_dict(result)}
+    return {}
+
+
+def decode_result(data: dict) -> Any:
+    from .bridge import SendResult
+
+    if "str" in data:
+        return data["str"]
+    if "send" in data:
+        return SendResult(**data["send"])
+    if "event" in data:
+        return from_dict(data["event"])
+    return None
+
+
+class Cluster:
+    def __init__(self, bridge: "Bridge", bus: "Bus"):
+        self.bridge = bridge
+        self.bus = bus
+        self.node_id: str = bus.node_id
+        self.runs: dict[str, tuple[str, str]] = {}  # run_id -> (its node, conversation_id), other nodes' runs
+        self.deciders: dict[str, str] = {}  # pending approval/clarify id -> the node that asked (other nodes')
+        self._own: collections.deque = collections.deque()  # (event, tag, ts) published here, not yet delivered
+        self._held: Optional[list] = None  # deliveries held while joining
+        self._loaded: dict[str, str] = {}  # run_id -> node, running runs as the store had them at join
+        self._waiting: dict[str, asyncio.Future] = {}  # commands sent to other nodes, by request id
+        self.tasks = TaskSet("cluster")
+        self.taken_over = 0  # runs of dead nodes this node closed
+        self.delivering_own = False  # the hub is publishing an event this node published (push: one node notifies)
+        bridge.cluster = self
+
+    # --- joining, leaving ----------------------------------------------------------------------
+
+    async def join(self) -> None:
+        """Before the bridge loads the store: the schema, the bus joined (its deliveries held)."""
+        store = self.bridge.store
+        await store.amigrate("cluster", MIGRATIONS)
+        self._held = []
+        await self.bus.start(self._deliver, self._on_command)
+        self._loaded = dict(store.query("SELECT run_id, node_id FROM cluster_runs WHERE state='running'"))
+
+    def interrupted_here(self, run_id: str) -> bool:
+        """A run the store has running: this node's own from before a restart (or nobody's)?"""
+        node = self._loaded.get(run_id)
+        return node is None or node == self.node_id
+
+    def joined(self) -> None:
+        """After the bridge loaded the store: other nodes' runs noted, what the bus held folded in."""
+        for conv in self.bridge.conversations.values():
+            if conv.run is not None and not self.interrupted_here(conv.run.run_id):
+                self.runs[conv.run.run_id] = (self._loaded[conv.run.run_id], conv.conversation_id)
+        for conv in self.bridge.conversations.values():  # decisions pending in other nodes' runs
+            for table in (conv.approvals, conv.clarifications):
+                for did, request in table.items():
+                    owner = self.runs.get(request.run_id or "")
+                    if owner is not None:
+                        self.deciders[did] = owner[0]
+        held, self._held = self._held or [], None
+        for n, node, data in held:
+            event = self._fold(node, data)
+            if event is not None:
+                self._hub(n, event)
+        self.tasks.spawn(self._watch(), name="cluster-watch")
+
+    async def stop(self) -> None:
+        await self.tasks.close()
+        await self.bus.stop()
+        for fut in self._waiting.values():
+            if not fut.done():
+                fut.set_exception(Unavailable("This node is stopping"))
+
+    # --- events ---------------------------------------------------------------------------------
+
+    def publish(self, event: Any) -> None:
+        """An event this node produced (folded and persisted already): to every node through the bus."""
+        t = type(event)
+        if t is ev.RunStarted:
+            self.bridge.store.execute_later(
+                "INSERT OR REPLACE INTO cluster_runs(run_id, conversation_id, node_id, state) VALUES(?,?,?,'running')",
+                (event.run_id, event.conversation_id, self.node_id),
+            )
+        elif t is ev.RunFinished:
+            self.bridge.store.execute_later("UPDATE cluster_runs SET state='done' WHERE run_id=?", (event.run_id,))
+        data = to_dict(event)
+        self._own.append((event, data["event"], event.ts))
+        self.bus.publish(data)
+
+    def _deliver(self, n: int, node: str, data: Any) -> None:
+        if self._held is not None:
+            self._held.append((n, node, data))
+            return
+        if node == self.node_id:
+            event, own = self._own_event(data)
+        else:
+            event, own = self._fold(node, data), False
+        if event is not None:
+            self.delivering_own = own
+            try:
+                self._hub(n, event)
+            finally:
+                self.delivering_own = False
+
+    def _hub(self, n: int, event: Any) -> None:
+        bridge = self.bridge
+        bridge.hub.publish_at(n, event)
+        if type(event) is ev.ConversationDeleted:  # after the hub, as on one node: subscribers still see it
+            bridge.conversations.pop(event.conversation_id, None)
+
+    def _own_event(self, data: Any) -> tuple[Any, bool]:
+        """This node's event back from the bus: the object it published (folded already), True."""
+        own = self._own
+        tag, ts = data.get("event"), data.get("ts")
+        for i, (event, etag, ets) in enumerate(own):
+            if etag == tag and ets == ts:
+                if i:
+                    log.warning("bus: %d event(s) of this node's never came back", i)
+                for _ in range(i):
+                    own.popleft()
+                own.popleft()
+                return event, True
+            if i >= 64:
+                break
+        # not one this node published since it started (a duplicate, or its previous run's)
+        return self._fold(self.node_id, data), False
+
+    def _fold(self, node: str, data: Any) -> Any:
+        """Another node's event into this node's state (as ``Bridge.publish`` folds its own).
+
+        What the state already has is not folded again (``_seen``): a joining node loads the
+        store and gets the last ``JOIN_BACK`` seconds of the stream, whose events may or may not
+        have been in the store when it read it (and the stream may still be delivering them
+        after the node started serving)."""
+        try:
+            event = from_dict(data)
+        except BridgeError:
+            log.warning("bus: dropping an unreadable event from %s", node)
+            return None
+        t = type(event)
+        if t is UnknownEvent:
+            log.warning("bus: dropping an event this node does not know (%s, from %s)", event.event, node)
+            return None
+        bridge = self.bridge
+        cid = getattr(event, "conversation_id", None)
+        if t is ev.ConversationCreated and cid not in bridge.conversations:
+            bridge.conversations[cid] = ConversationState(
+                conversation_id=cid, name=event.name, source=event.source, created_at=event.ts, updated_at=event.ts
+            )
+        conv = bridge.conversations.get(cid) if cid is not None else None
+        if conv is not None and not _seen(conv, event):
+            conv.apply(event)
+        if t is ev.RunStarted:
+            self.runs[event.run_id] = (node, event.conversation_id)
+        elif t is ev.RunFinished:
+            self.runs.pop(event.run_id, None)
+            bridge._forget_settled_decisions(event.conversation_id)
+        elif t is ev.ApprovalRequested or t is ev.ClarifyRequested:
+            did = event.approval_id if t is ev.ApprovalRequested else event.clarify_id
+            if conv is not None and (did in conv.approvals or did in conv.clarifications):
+                (bridge._approvals if t is ev.ApprovalRequested else bridge._clarifications)[did] = conv.conversation_id
+                self.deciders[did] = node
+        elif t is ev.ApprovalResolved:
+            bridge._approvals.pop(event.approval_id, None)
+            self.deciders.pop(event.approval_id, None)
+            bridge._remember(bridge._resolved, event.approval_id, event)
+        elif t is ev.ClarifyResolved:
+            bridge._clarifications.pop(event.clarify_id, None)
+            self.deciders.pop(event.clarify_id, None)
+            bridge._remember(bridge._resolved_clarify, event.clarify_id, event)
+        return event
+
+    # --- commands -------------------------------------------------------------------------------
+
+    def route(self, command: Any) -> Optional[str]:
+        """The node that must carry out ``command`` (None: this one; ``_SCATTER``: whichever hosts it)."""
+        bridge = self.bridge
+        t = type(command)
+        conv: Optional[ConversationState] = None
+        if t is cmd.ResolveApproval or t is cmd.AnswerClarify:
+            did = command.approval_id if t is cmd.ResolveApproval else command.clarify_id
+            node = self.deciders.get(did)
+            return node if node != self.node_id else None
+        if t is cmd.CancelRun:
+            if command.conversation_id is not None:
+                conv = bridge.conversations.get(command.conversation_id)
+            elif command.run_id is not None:
+                conv = self._conversation_running(command.run_id)
+        elif t is cmd.PauseRun:
+            conv = self._conversation_running(command.run_id)
+        elif t is cmd.DeleteConversation:
+            conv = bridge.conversations.get(command.conversation_id)
+        elif t is cmd.SendMessage or t is cmd.ResumeRun:
+            cid = command.conversation_id
+            if cid is None and t is cmd.ResumeRun:
+                cid = next((c.conversation_id for c in bridge.conversations.values()
+                            if c.last_run_id == command.run_id), None)  # fmt: skip
+            conv = bridge.conversations.get(cid) if cid is not None else None
+            if conv is not None and conv.run is None and not bridge.source_for(conv).is_online(conv):
+                return _SCATTER  # a session hosted elsewhere (a pi plugin connected to another node)
+            return None
+        else:
+            return None
+        if conv is None or conv.run is None:
+            return None
+        owner = self.runs.get(conv.run.run_id)
+        return owner[0] if owner is not None and owner[0] != self.node_id else None
+
+    def _conversation_running(self, run_id: str) -> Optional[ConversationState]:
+        convs = self.bridge.conversations.values()
+        return next((c for c in convs if c.run is not None and c.run.run_id == run_id), None)
+
+    async def execute(self, command: Any, origin: cmd.Origin) -> Any:
+        node = self.route(command)
+        if node is None:
+            return await self.bridge.execute_here(command, origin)
+        if node == _SCATTER:
+            return await self._scatter(command, origin)
+        return await self.ask(node, command, origin)
+
+    async def ask(self, node: str, command: Any, origin: cmd.Origin, *, hosted: bool = False) -> Any:
+        """``command`` carried out by ``node``: its result, or its error (``unavailable`` when it is gone)."""
+        if node not in await self.bus.live_nodes():
+            raise Unavailable(f"Node {node}, which runs this, is gone; its runs are closed shortly")
+        rid = new_id()
+        fut: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._waiting[rid] = fut
+        self.bus.send(node, {"t": "req", "id": rid, "cmd": type(command).__name__, "args": _CONV.unstructure(command),
+                             "origin": _CONV.unstructure(origin), "hosted": hosted})  # fmt: skip
+        try:
+            reply = await asyncio.wait_for(fut, ASK_TIMEOUT)
+        except asyncio.TimeoutError:
+            raise Unavailable(f"Node {node} did not answer") from None
+        finally:
+            self._waiting.pop(rid, None)
+        err = reply.get("err")
+        if err is not None:
+            raise rebuild_error(str(err.get("code")), str(err.get("message")))
+        return decode_result(reply.get("ok") or {})
+
+    async def _scatter(self, command: Any, origin: cmd.Origin) -> Any:
+        """A message into a session this node does not host: the node hosting it runs it (if any)."""
+        others = [n for n in await self.bus.live_nodes() if n != self.node_id]
+        results = await asyncio.gather(*(self.ask(n, command, origin, hosted=True) for n in others),
+                                       return_exceptions=True)  # fmt: skip
+        errors = []
+        for r in results:
+            if not isinstance(r, BaseException):
+                return r
+            if not (isinstance(r, BridgeError) and r.code == NOT_HERE):
+                errors.append(r)
+        if errors:
+            raise errors[0]
+        return await self.bridge.execute_here(command, origin)  # nobody hosts it: this node's own answer
+
+    def _on_command(self, sender: str, data: Any) -> None:
+        if not isinstance(data, dict):
+            return
+        if data.get("t") == "res":
+            fut = self._waiting.get(data.get("id"))
+            if fut is not None and not fut.done():
+                fut.set_result(data)
+        elif data.get("t") == "req":
+            self.tasks.spawn(self._answer(sender, data), name="cluster-answer")
+
+    async def _answer(self, sender: str, data: dict) -> None:
+        reply: dict = {"t": "res", "id": data.get("id")}
+        try:
+            cls = ROUTED.get(data.get("cmd"))  # type: ignore[arg-type]
+            if cls is None:
+                raise BridgeError("Unknown command", code="bad_request")
+            command = _CONV.structure(data.get("args"), cls)
+            origin = _CONV.structure(data.get("origin"), cmd.Origin)
+            if data.get("hosted") and not self._hosts(command):
+                raise BridgeError("Not hosted here", code=NOT_HERE)
+            reply["ok"] = encode_result(await self.bridge.execute_here(command, origin))
+        except BridgeError as exc:
+            reply["err"] = {"code": exc.code, "message": exc.message}
+        except Exception:
+            log.exception("cluster: a command from %s failed", sender)
+            reply["err"] = {"code": "internal_error", "message": "Internal error"}
+        self.bus.send(sender, reply)
+
+    def _hosts(self, command: Any) -> bool:
+        bridge = self.bridge
+        conv = bridge.conversations.get(getattr(command, "conversation_id", None) or "")
+        return conv is not None and bridge.source_for(conv).is_online(conv)
+
+    # --- nodes that die -------------------------------------------------------------------------
+
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(SWEEP_EVERY)
+            try:
+                await self.sweep()
+            except Exception:  # the bus or the store away for a moment: the next sweep tries again
+                log.exception("cluster: looking for dead nodes failed")
+
+    async def sweep(self) -> int:
+        """Close the runs of nodes whose liveness expired (one survivor closes each); how many here."""
+        owners = {node for node, _ in self.runs.values()}
+        owners.update(n for (n,) in self.bridge.store.query(
+            "SELECT DISTINCT node_id FROM cluster_runs WHERE state='running'"))  # fmt: skip
+        owners.discard(self.node_id)
+        if not owners:
+            return 0
+        live = set(await self.bus.live_nodes())
+        closed = 0
+        for node in sorted(owners - live):
+            closed += await self._take_over(node)
+        return closed
+
+    async def _take_over(self, dead: str) -> int:
+        known = [(run_id, cid) for run_id, (node, cid) in self.runs.items() if node == dead]
+        me = self.node_id
+
+        def claim(c: Any) -> list:
+            for run_id, cid in known:  # runs whose row the dead node never committed
+                c.execute("INSERT OR IGNORE INTO cluster_runs(run_id, conversation_id, node_id, state) "
+                          "VALUES(?,?,?,'running')", (run_id, cid, dead))  # fmt: skip
+            return c.execute("UPDATE cluster_runs SET node_id=? WHERE node_id=? AND state='running' "
+                             "RETURNING run_id, conversation_id", (me, dead)).fetchall()  # fmt: skip
+
+        won = await self.bridge.store.write(claim)
+        for run_id, cid in won:
+            self.runs.pop(run_id, None)
+            log.warning("node %s is gone: closing its run %s", dead, run_id)
+            self.bridge.interrupt(cid, run_id, NODE_GONE)
+        self.taken_over += len(won)
+        return len(won)
+
+
+def _seen(conv: ConversationState, e: Any) -> bool:
+    """Is ``e`` already in ``conv`` (loaded from the store)? Only a transcript entry or a run's
+    start could be folded twice; folding any other event again changes nothing."""
+    t = type(e)
+    if t is ev.UserMessageSent or t is ev.Notification or t is ev.MessageCompleted:
+        mid = e.message_id
+        if not any(m.message_id == mid for m in reversed(conv.messages)):
+            return False
+        run = conv.run
+        if t is ev.MessageCompleted and run is not None and e.run_id == run.run_id and e.message_id == run.message_id:
+            run.draft = ev.Draft(e.text)
+            run.completed = True
+        return True
+    if t is ev.RunStarted:
+        return conv.run is not None and conv.run.run_id == e.run_id
+    return False
+
+
+def connect(bridge: "Bridge", url: str, node_id: str) -> Cluster:
+    """The cluster of ``bridge`` on the Redis bus at ``url`` (redis-py imported only here)."""
+    from .redisbus import RedisBus
+
+    return Cluster(bridge, RedisBus(url, node_id, ttl=NODE_TTL, every=BEAT_EVERY, join_back=JOIN_BACK))

@@ -1,0 +1,428 @@
+"""Devices, seqs and replay windows when several nodes share the store (docs/loomi.md, "Several nodes").
+
+Every node's hub gets every event of the cluster, numbered ``n`` cluster-wide, in one order.
+A device's frames are numbered only by the node it is connected to, and that node is the
+only one writing its numbering:
+
+- each process (a *source*) stores every Loomi frame it renders once, whatever the number
+  of devices: ``loomi_frames(source, m, n, body)``, ``m`` its own consecutive frame number;
+- a hello *claims* the device: the node rebuilds the device's numbering and window from the
+  store (history.py), closes the previous epoch at the last seq it finds, and opens a new
+  epoch (one awaited, conditional write: two claims never both win);
+- the events the device missed since the last one it was numbered for (its *cursor*) are
+  numbered at the hello from this node's rows (older ones from another source's), and
+  replayed with the window; events up to the cursor that this node has not processed yet
+  (another node was ahead in the stream) are skipped for the device when they arrive;
+- live, the device's seqs are ``m + offset`` over this node's rows: a span row is written
+  when the offset changes, and a reply or a ping writes its span at once, so both reach the
+  store before the frame carrying the seq (the durability barrier);
+- a heartbeat reads the device's row: revoked or claimed by another node closes the socket.
+
+The embedded default (``devices.Registry``) is untouched by all of this.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import secrets
+import sqlite3
+import threading
+import time
+from typing import Any, Optional
+
+from bridge_core.security import same_secret
+from bridge_core.store import BaseStore
+
+from . import codec
+from .devices import _DEVICE_COLUMNS, _DUMMY_HASH, MIGRATIONS, Device, Registry, hash_secret
+from .history import Epoch, History, Span, plan_catchup, rebuild, stamp
+from .replay import Resume, SeqLog
+
+log = logging.getLogger("agent_bridge.loomi.cluster")
+
+PRUNE_EVERY = 64
+CHECK_DEVICES_EVERY = 5.0  # s between two looks for a first paired device while there is none
+
+_FRAME_SQL = "INSERT OR IGNORE INTO loomi_frames(source, m, n, body) VALUES(?,?,?,?)"
+_SPAN_SQL = "INSERT OR REPLACE INTO loomi_spans(device_id, epoch, source, from_m, to_m, seq_offset) VALUES(?,?,?,?,?,?)"
+_REPLY_SQL = "UPDATE loomi_epochs SET reply_seq=MAX(reply_seq, ?) WHERE device_id=? AND epoch=?"
+
+
+class _Batch:
+    """A tick's rows and spans as ONE store write, open until the writer thread takes it
+    (submitted when it opens, so every frame queued after a row was added waits for it)."""
+
+    __slots__ = ("frames", "spans", "sql", "taken", "lock")
+
+    def __init__(self) -> None:
+        self.frames: list[tuple] = []
+        self.spans: list[tuple] = []
+        self.sql: list[tuple[str, tuple]] = []  # anything else, in order (sources, prunes)
+        self.taken = False
+        self.lock = threading.Lock()
+
+    def add(self, frames: list, spans: list, sql: Optional[list] = None) -> bool:
+        with self.lock:
+            if self.taken:
+                return False
+            if frames:
+                self.frames.extend(frames)
+            if spans:
+                self.spans.extend(spans)
+            if sql:
+                self.sql.extend(sql)
+            return True
+
+    def __call__(self, c: sqlite3.Connection) -> None:
+        with self.lock:
+            self.taken = True
+        if self.frames:
+            c.executemany(_FRAME_SQL, self.frames)
+        if self.spans:
+            c.executemany(_SPAN_SQL, self.spans)
+        for stmt, params in self.sql:
+            c.execute(stmt, params)
+
+
+class Claim:
+    """What a hello read and won: the device's history and its new epoch."""
+
+    __slots__ = ("history", "epoch", "base", "lost", "reserved")
+
+    def __init__(self, history: History, epoch: int, base: int, lost: bool, reserved: int):
+        self.history = history
+        self.epoch = epoch
+        self.base = base  # the seq before the epoch's first frame
+        self.lost = lost  # the app reported a seq above anything stored (its state was lost)
+        self.reserved = reserved
+
+
+class ClusterRegistry(Registry):
+    def __init__(self, store: BaseStore, node_id: str, **kw: Any):
+        super().__init__(store, **kw)
+        self.node_id = node_id
+        self.source = f"{node_id}:{secrets.token_hex(6)}"  # this process's rows
+        self.m = 0  # this source's last frame number
+        self.position = -1  # the cluster-wide number of the last event seen
+        self.own_from: Optional[int] = None  # the first event all of whose frames ``recent`` holds
+        self.recent: collections.deque[tuple[int, int, bytes]] = collections.deque(maxlen=self.window + 1)
+        self.attached: dict[str, Device] = {}  # devices connected here, numbered here
+        self.any_devices = False
+        self._next_check = 0.0
+        self._batch: Optional[_Batch] = None  # type: ignore[assignment]
+
+    # --- lifecycle ------------------------------------------------------------------
+
+    async def prepare(self) -> None:
+        await self.store.amigrate("loomi", MIGRATIONS)
+        self.any_devices = self.store.query_one("SELECT 1 FROM loomi_devices LIMIT 1") is not None
+        self._next_check = time.monotonic() + CHECK_DEVICES_EVERY
+        # until the first event arrives: the newest event any node stored (this node joins the stream after it)
+        row = self.store.query_one("SELECT MAX(n) FROM loomi_frames")
+        self.position = row[0] if row is not None and row[0] is not None else -1
+
+    async def persist_exact(self) -> None:
+        """Nothing to do: a device's numbering is exact in the store at every moment."""
+
+    def poll_devices(self) -> bool:
+        """Whether any device is paired (looked up now and then while none is)."""
+        now = time.monotonic()
+        if now >= self._next_check:
+            self._next_check = now + CHECK_DEVICES_EVERY
+            self.any_devices = self.store.query_one("SELECT 1 FROM loomi_devices LIMIT 1") is not None
+        return self.any_devices
+
+    # --- the hot path ------------------------------------------------------------------
+
+    def record_at(self, n: int, tails: list[bytes]) -> list[tuple[Device, list[bytes]]]:
+        """Event ``n`` (its bodies without their ``{``): stored once as this source's rows, and
+        numbered for every device connected here (the spans it changes queued first)."""
+        m0 = self.m
+        src = self.source
+        recent = self.recent
+        rows = []
+        m = m0
+        for tail in tails:
+            m += 1
+            rows.append((src, m, n, tail))
+            if len(recent) == recent.maxlen:
+                self.own_from = recent[0][1] + 1
+            recent.append((m, n, tail))
+        self.m = m
+        sql = None
+        if self.own_from is None:
+            self.own_from = n
+            sql = [("INSERT OR REPLACE INTO loomi_sources(source, node, kept_from_n) VALUES(?,?,?)",
+                    (src, self.node_id, n))]
+        elif m - self._pruned_at >= PRUNE_EVERY:
+            self._pruned_at = m
+            sql = self._prune()
+        out = []
+        spans: list[tuple] = []
+        prefix = codec.SEQ_PREFIX
+        for d in self.attached.values():
+            if n <= d.skip_to:
+                continue  # numbered for it by another node that was ahead in the stream
+            log_ = d.log
+            seqs = d.seqs
+            window = log_.window
+            frames = []
+            m = m0
+            for tail in tails:
+                m += 1
+                s = log_.seq + 1
+                log_.seq = s
+                if s > seqs.limit:
+                    self._reserve(d)
+                if s - m != d.offset:
+                    d.offset = s - m
+                    spans.append((d.device_id, d.epoch, src, m, None, s - m))
+                f = prefix % (s, s) + tail
+                if len(window) == window.maxlen:
+                    log_.floor = window[0][0]
+                window.append((s, f))
+                frames.append(f)
+            out.append((d, frames))
+        self._queue(rows, spans, sql)
+        return out
+
+    def _prune(self) -> list[tuple[str, tuple]]:
+        """Keep this source's newest ``window + 1`` rows; drop this node's earlier sources' rows
+        outside every window (never another node's: two nodes never delete the same rows)."""
+        src, node, kept = self.source, self.node_id, self.own_from
+        return [
+            ("DELETE FROM loomi_frames WHERE source=? AND m<?", (src, self.recent[0][0])),
+            ("DELETE FROM loomi_frames WHERE n<? AND source IN (SELECT source FROM loomi_sources "
+             "WHERE node=? AND source!=?)", (kept, node, src)),
+            ("DELETE FROM loomi_sources WHERE node=? AND source!=? AND NOT EXISTS "
+             "(SELECT 1 FROM loomi_frames f WHERE f.source=loomi_sources.source)", (node, src)),
+            ("UPDATE loomi_sources SET kept_from_n=? WHERE source=?", (kept, src)),
+        ]
+
+    def _queue(self, frames: list, spans: list, sql: Optional[list] = None) -> None:
+        b = self._batch
+        if b is None or not b.add(frames, spans, sql):
+            b = self._batch = _Batch()
+            self.store.write_later(b)
+            b.add(frames, spans, sql)
+
+    def next_seq(self, d: Device) -> int:
+        """A reply's or a ping's seq, recorded before the frame leaves: a span starting one above it
+        over this node's next rows (while those are still skipped for it, the epoch's reply seq)."""
+        log_ = d.log
+        s = log_.seq + 1
+        log_.seq = s
+        if s > d.seqs.limit:
+            self._reserve(d)
+        if d.epoch:
+            if d.skip_to > self.position:
+                self._queue([], [], [(_REPLY_SQL, (s, d.device_id, d.epoch))])
+            else:
+                d.offset = s - self.m
+                self._queue([], [(d.device_id, d.epoch, self.source, self.m + 1, None, d.offset)])
+        return s
+
+    # --- hello: load, claim, attach ---------------------------------------------------------
+
+    def authenticate(self, device_id: str, credential: str) -> Optional[Device]:
+        """The device as the store has it now (it may have been paired, revoked or numbered
+        elsewhere): a fresh read at every hello."""
+        row = self.store.query_one(f"SELECT {_DEVICE_COLUMNS}, epoch FROM loomi_devices WHERE device_id=?",
+                                   (device_id,))
+        h = hash_secret(credential)
+        if row is None:
+            same_secret(h, _DUMMY_HASH)
+            self.devices.pop(device_id, None)
+            return None
+        if not same_secret(h, row[1]):
+            return None
+        d = self.devices.get(device_id)
+        if d is None:
+            d = self.devices[device_id] = _device(row, self.block, self.window)
+        d.stored_epoch = row[10]
+        d.stored_reserved = row[8]
+        return d
+
+    async def pair(self, info: codec.DeviceInfo) -> tuple[Device, str]:
+        d, credential = await super().pair(info)
+        d.stored_epoch = 0
+        d.stored_reserved = 0
+        self.any_devices = True
+        return d, credential
+
+    def history(self, d: Device) -> History:
+        q = self.store.query
+        did = d.device_id
+        epochs = [Epoch(*r) for r in q(
+            "SELECT epoch, start_n, base_seq, reply_seq, last_seq FROM loomi_epochs WHERE device_id=? ORDER BY epoch",
+            (did,))]
+        spans = [Span(*r) for r in q(
+            "SELECT epoch, source, from_m, to_m, seq_offset FROM loomi_spans WHERE device_id=?", (did,))]
+        lowest: dict[str, int] = {}
+        for sp in spans:
+            lowest[sp.source] = min(lowest.get(sp.source, sp.from_m), sp.from_m)
+        rows: dict[str, list[tuple[int, int, bytes]]] = {}
+
+        def fetch(source: str, lo: int, hi: Optional[int], limit: int) -> list[tuple[int, int, bytes]]:
+            got = rows.get(source)
+            if got is None:  # one read per source (a source keeps its newest window + 1 rows)
+                got = rows[source] = [(m, n, bytes(b)) for m, n, b in q(
+                    "SELECT m, n, body FROM loomi_frames WHERE source=? AND m>=? ORDER BY m DESC",
+                    (source, lowest.get(source, lo)))]
+            out = [r for r in got if lo <= r[0] and (hi is None or r[0] <= hi)]
+            return out[:limit]
+
+        return rebuild(epochs, spans, fetch, self._extent, self.window, base=d.stored_reserved)
+
+    def _extent(self, source: str) -> Optional[tuple[int, int]]:
+        row = self.store.query_one("SELECT MIN(m), MAX(m) FROM loomi_frames WHERE source=?", (source,))
+        return None if row is None or row[0] is None else (row[0], row[1])
+
+    async def claim(self, d: Device, last_seq: Optional[int]) -> Optional[Claim]:
+        """Rebuild ``d`` from the store and take it (a new epoch), or None when another hello
+        took it meanwhile. Awaits the one write; nothing is numbered for ``d`` until ``attach``."""
+        self.detach(d)
+        h = self.history(d)
+        lost = last_seq is not None and last_seq > h.seq
+        base = last_seq if lost else h.seq
+        prev = d.stored_epoch
+        epoch = prev + 1
+        reserved = max(d.stored_reserved, base + self.block)
+        start_n = max(self.position, h.cursor)
+        did = d.device_id
+
+        def write(c: Any) -> bool:
+            cur = c.execute("UPDATE loomi_devices SET epoch=?, seq_reserved=?, replay_floor=? "
+                            "WHERE device_id=? AND epoch=?", (epoch, reserved, reserved, did, prev))
+            if cur.rowcount != 1:
+                return False
+            if prev:
+                c.execute("UPDATE loomi_epochs SET last_seq=? WHERE device_id=? AND epoch=?", (h.seq, did, prev))
+            c.execute("INSERT INTO loomi_epochs(device_id, epoch, start_n, base_seq, last_seq) VALUES(?,?,?,?,NULL)",
+                      (did, epoch, start_n, base))
+            c.execute("DELETE FROM loomi_spans WHERE device_id=? AND epoch<?", (did, h.epochs_used))
+            c.execute("DELETE FROM loomi_epochs WHERE device_id=? AND epoch<?", (did, h.epochs_used))
+            c.execute("DELETE FROM loomi_segments WHERE device_id=?", (did,))  # the single-node window: gone
+            return True
+
+        if not await self.store.write(write):
+            row = self.store.query_one("SELECT epoch, seq_reserved FROM loomi_devices WHERE device_id=?", (did,))
+            if row is not None:
+                d.stored_epoch, d.stored_reserved = row
+            return None
+        d.stored_epoch = epoch
+        d.stored_reserved = reserved
+        return Claim(h, epoch, base, lost, reserved)
+
+    def attach(self, d: Device, claim: Claim, last_seq: Optional[int]) -> Resume:
+        """Synchronous, right before ``hello.ok``: the events ``d`` missed numbered from the stored
+        rows, its window rebuilt, and ``d`` numbered live from here."""
+        h = claim.history
+        log_ = SeqLog(seq=claim.base, floor=h.floor, size=self.window, frames=[(s, f) for s, f, _ in h.frames])
+        d.epoch = claim.epoch
+        d.offset = None
+        d.skip_to = h.cursor
+        d.seqs.set(claim.reserved)
+        gap = False
+        if 0 <= h.cursor < self.position:
+            spans, gap = self._catch_up(d, log_, h.cursor)
+            self._queue([], spans)
+            d.skip_to = self.position
+        elif h.cursor < 0:
+            d.skip_to = self.position  # a device never numbered: it starts with the next event
+        d.log = log_
+        if log_.seq > d.seqs.limit:
+            self._reserve(d)
+        self.attached[d.device_id] = d
+        self.any_devices = True
+        res = log_.resume(last_seq)
+        if last_seq is not None and (claim.lost or gap) and not res.truncated:
+            res = Resume(res.seq, res.frames, True)
+        return res
+
+    def _catch_up(self, d: Device, log_: SeqLog, cursor: int) -> tuple[list[tuple], bool]:
+        """Number the events after ``cursor`` for ``d``: this node's rows, older ones from other sources."""
+        parts: list[tuple[str, list[tuple[int, int, bytes]]]] = []
+        gap = False
+        own_from = self.own_from if self.own_from is not None else self.position + 1
+        if cursor + 1 < own_from:
+            others = [(s, kf, last) for s, kf, last in self.store.query(
+                "SELECT s.source, s.kept_from_n, MAX(f.n) FROM loomi_sources s JOIN loomi_frames f "
+                "ON f.source = s.source WHERE s.source != ? GROUP BY s.source, s.kept_from_n", (self.source,))]
+            ranges, gap = plan_catchup(cursor, own_from, others)
+            for r in ranges:
+                rows = self.store.query("SELECT m, n, body FROM loomi_frames WHERE source=? AND n>=? AND n<=? "
+                                        "ORDER BY m", (r.source, r.n_from, r.n_to))
+                if rows:
+                    parts.append((r.source, [(m, n, bytes(b)) for m, n, b in rows]))
+        own = [row for row in self.recent if row[1] > cursor]
+        if own:
+            parts.append((self.source, own))
+        spans = []
+        did = d.device_id
+        for source, rows in parts:
+            offset = log_.seq + 1 - rows[0][0]
+            for m, _n, body in rows:
+                s = m + offset
+                log_.seq = s
+                log_.keep(s, stamp(s, body))
+            live = source == self.source
+            spans.append((did, d.epoch, source, rows[0][0], None if live else rows[-1][0], offset))
+            if live:
+                d.offset = offset
+        return spans, gap
+
+    def detach(self, d: Device) -> None:
+        self.attached.pop(d.device_id, None)
+
+    def resume(self, d: Device, last_seq: Optional[int]):  # pragma: no cover - the cluster hello is claim + attach
+        raise NotImplementedError
+
+    def check(self, d: Device) -> Optional[str]:
+        """At a heartbeat: ``revoked`` or ``replaced`` when the store says so (another node)."""
+        row = self.store.query_one("SELECT epoch FROM loomi_devices WHERE device_id=?", (d.device_id,))
+        if row is None:
+            return "revoked"
+        if row[0] != d.epoch:
+            return "replaced"
+        return None
+
+    # --- pairing tokens: in the store, consumed there ---------------------------------------
+
+    async def take_token(self, token: str) -> bool:
+        """Single use across nodes: the store's delete decides who had it."""
+        h = hash_secret(token)
+        self._tokens.pop(h, None)
+        now = time.time()
+        return bool(await self.store.write(lambda c: c.execute(
+            "DELETE FROM loomi_pair_tokens WHERE token_hash=? AND expires_at>?", (h, now)).rowcount == 1))
+
+    # --- devices ----------------------------------------------------------------------------
+
+    async def revoke(self, device_id: str) -> Optional[Device]:
+        d = self.devices.pop(device_id, None)
+        self.attached.pop(device_id, None)
+
+        def write(c: Any) -> bool:
+            gone = c.execute("DELETE FROM loomi_devices WHERE device_id=?", (device_id,)).rowcount == 1
+            for table in ("loomi_segments", "loomi_spans", "loomi_epochs"):
+                c.execute(f"DELETE FROM {table} WHERE device_id=?", (device_id,))
+            return gone
+
+        gone = await self.store.write(write)
+        if d is None and gone:
+            d = Device(device_id, "")
+        return d
+
+    def list(self) -> list[dict]:
+        keys = ("device_id", "name", "model", "os", "app_version", "paired_at", "last_seen")
+        rows = self.store.query(f"SELECT {', '.join(keys)} FROM loomi_devices ORDER BY paired_at")
+        return [dict(zip(keys, r), online=r[0] in self.attached) for r in rows]
+
+
+def _device(row: tuple, block: int, window: int) -> Device:
+    did, chash, name, model, os_, app, paired, seen, reserved, _floor, _epoch = row
+    return Device(did, chash, name=name, model=model, os=os_, app_version=app, paired_at=paired, last_seen=seen,
+                  reserved=reserved, block=block, log_=SeqLog(size=window))
+

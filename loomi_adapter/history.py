@@ -1,0 +1,174 @@
+"""A device's numbering across nodes, rebuilt from what the store holds (pure; docs/loomi.md,
+"Several nodes").
+
+With several nodes, only the node a device is connected to numbers its frames. Each node
+(each process: a *source*) stores every Loomi frame it renders once, as a row ``(source, m,
+n, body)``: ``m`` its own frame counter (consecutive), ``n`` the cluster-wide event number.
+A device's numbering is a list of *epochs*, one per hello (a claim): the epoch's start
+(``start_n``, the node's stream position at the claim; ``base_seq``, the seq before it) and, once the next hello claimed the device, its last seq (``last_seq``). Within an
+epoch, *spans* say which rows were the device's frames and with which seqs: the rows of
+``source`` from ``from_m`` on (up to ``to_m``, the next span of that source, or the epoch's end)
+have seq ``m + offset``. A reply or a ping takes a seq between frames: it starts a new span
+whose first seq is one above it.
+
+Everything a device received was in the store before it left (the rows and spans are queued
+before the frame: the store's durability barrier), so a node rebuilding the device from the
+store at hello knows every seq it was given, every frame of its window and the last event it
+was numbered for. A source keeps numbering a device that went away until another hello
+claims it (the rows it renders anyway are the events the device then missed), so nothing
+needs writing when a device disconnects, and a node that dies (``kill -9``) leaves a history
+that is just as exact.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable, Optional
+
+import attrs
+
+# (source, lo, hi or None, limit) -> rows (m, n, body) with lo <= m <= hi, newest first, at most limit
+Fetch = Callable[[str, int, Optional[int], int], list[tuple[int, int, bytes]]]
+# source -> (min m, max m) of its stored rows, or None when it has none
+Extent = Callable[[str], Optional[tuple[int, int]]]
+
+
+@attrs.frozen
+class Epoch:
+    epoch: int
+    start_n: int
+    base_seq: int  # the seq before the epoch (below it, what earlier epochs gave)
+    reply_seq: int = 0  # a reply or ping taken while the node skipped events the device had (no span yet)
+    last_seq: Optional[int] = None  # set by the hello that claimed the device next
+
+
+@attrs.frozen
+class Span:
+    epoch: int
+    source: str
+    from_m: int
+    to_m: Optional[int]
+    offset: int
+
+    @property
+    def first_seq(self) -> int:
+        return self.from_m + self.offset
+
+
+@attrs.frozen
+class History:
+    """What a hello needs: the last seq given, the last event numbered, the window and its floor."""
+
+    seq: int
+    cursor: int  # the cluster-wide number of the last event the device was numbered for
+    floor: int  # every frame at or below it may be gone
+    frames: list  # (seq, frame, epoch), ascending, at most ``window``
+    epochs_used: int  # the oldest epoch with a frame in the window (older ones may be dropped)
+
+
+def stamp(seq: int, body: bytes) -> bytes:
+    """The device's frame of a stored body (the body without its opening brace, as stored)."""
+    return b'{"seq":%d,"event_id":"e_%d",' % (seq, seq) + body
+
+
+def rebuild(epochs: list[Epoch], spans: Iterable[Span], fetch: Fetch, extent: Extent, window: int,
+            base: int = 0) -> History:
+    """The device's numbering from its epochs (ascending) and spans. ``base``: the seq before
+    any epoch (a device numbered before it was ever claimed: an upper bound of what it got)."""
+    if not epochs:
+        return History(seq=base, cursor=-1, floor=base, frames=[], epochs_used=0)
+    by_epoch: dict[int, list[Span]] = {}
+    for s in spans:
+        by_epoch.setdefault(s.epoch, []).append(s)
+    need = window + 1  # the one beyond the window gives the floor
+    newest: list[tuple[int, bytes, int]] = []  # (seq, frame, epoch), newest first
+    floor = epochs[0].base_seq
+    seq = cursor = None
+    complete = False  # every older frame is known gone (floor) or the window is full
+    for ep in reversed(epochs):
+        sp = sorted(by_epoch.get(ep.epoch, ()), key=lambda s: s.first_seq)
+        ep_seq = max(ep.base_seq, ep.reply_seq)
+        ep_n = ep.start_n
+        for j in range(len(sp) - 1, -1, -1):
+            s = sp[j]
+            hi = s.to_m
+            if hi is None and j + 1 < len(sp) and sp[j + 1].source == s.source:
+                hi = sp[j + 1].from_m - 1
+            if ep.last_seq is not None:
+                cap = ep.last_seq - s.offset
+                hi = cap if hi is None else min(hi, cap)
+            if ep_seq < s.first_seq - 1:
+                ep_seq = s.first_seq - 1  # a reply or ping took the seq just below the span
+            if complete or (hi is not None and hi < s.from_m):
+                continue
+            limit = need - len(newest)
+            rows = fetch(s.source, s.from_m, hi, max(limit, 1))
+            for m, n, body in rows:
+                if ep_n < n:
+                    ep_n = n
+                q = m + s.offset
+                if ep_seq < q:
+                    ep_seq = q
+                if len(newest) < need:
+                    newest.append((q, stamp(q, body), ep.epoch))
+            if len(newest) >= need:
+                complete = True
+                continue
+            lowest = rows[-1][0] if rows else None
+            if lowest is not None and lowest > s.from_m:  # rows are consecutive: the ones below were pruned
+                floor = max(floor, lowest - 1 + s.offset)
+                complete = True
+            elif lowest is None:
+                ext = extent(s.source)
+                if ext is not None and ext[1] >= s.from_m and ext[0] > s.from_m:
+                    gone = ext[0] - 1 if hi is None else min(hi, ext[0] - 1)
+                    floor = max(floor, gone + s.offset)
+                    complete = True
+        if ep.last_seq is not None:
+            ep_seq = ep.last_seq
+        if seq is None:
+            seq, cursor = ep_seq, ep_n
+    newest.reverse()
+    if len(newest) > window:
+        floor = max(floor, newest[0][0])
+        newest = newest[1:]
+    used = newest[0][2] if newest else epochs[-1].epoch
+    return History(seq=seq or 0, cursor=cursor if cursor is not None else -1, floor=floor, frames=newest,
+                   epochs_used=used)
+
+
+@attrs.frozen
+class Range:
+    """Catch-up rows of one source: the events ``n_from..n_to`` it rendered."""
+
+    source: str
+    n_from: int
+    n_to: int
+
+
+def plan_catchup(cursor: int, own_first: int, others: list[tuple[str, int, int]]) -> tuple[list[Range], bool]:
+    """Where the events a device missed before this node's first event come from.
+
+    ``cursor``: the last event the device was numbered for; ``own_first``: the first event this
+    node rendered (its own rows serve from there on); ``others``: the other sources as (source,
+    the first event whose rows they still keep, the last event they rendered). Returns the
+    ranges to read, oldest first, and whether some events in between cannot be served.
+    """
+    out: list[Range] = []
+    pos = cursor  # served up to here
+    gap = False
+    while pos < own_first - 1:
+        best = None
+        for source, kept_from, last in others:
+            if kept_from <= pos + 1 and last > pos and (best is None or last > best[2]):
+                best = (source, kept_from, last)
+        if best is None:
+            later = [kf for _, kf, last in others if kf > pos + 1 and last > pos]
+            if not later:
+                return out, gap  # no node stored anything after pos: nothing is known missing
+            gap = True  # events pos+1 .. min(later)-1 were stored, and are gone everywhere
+            pos = min(min(later), own_first) - 1
+            continue
+        end = min(best[2], own_first - 1)
+        out.append(Range(best[0], pos + 1, end))
+        pos = end
+    return out, gap

@@ -1,0 +1,195 @@
+"""Three `agent-bridge serve` processes on one private PostgreSQL and one private Redis, each
+with its own data dir and ports (run/ports.json), the same secrets: one bridge, over real
+sockets (docs/scale-out.md, CONTRACT.md "Several nodes")."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.conformance.lvmh_client import Browser
+from tests.conformance.pheby_client import PhebyApp
+from tests.hardening.proc import LVMH_TOKEN, PHEBY_SECRET, BridgeProcess
+from tests.waiting import until
+
+GONE = "This run was interrupted: the bridge node running it stopped."
+SLOW_WORDS = [" ".join(f"w{i}" for i in range(1, k + 1)) for k in range(1, 11)]  # `/slow 1`: ten words, cumulative
+
+
+@pytest.fixture
+def nodes(engines, tmp_path):
+    """``nodes("n1", "n2", "n3")``: that many nodes of one bridge, started one after the other."""
+    store, bus = engines
+    started: list[BridgeProcess] = []
+
+    def start(*names: str) -> list[BridgeProcess]:
+        out = []
+        for name in names:
+            proc = BridgeProcess(str(tmp_path / name), adapters="pheby,lvmh",
+                                 extra_args=["--store", store, "--bus", bus, "--node-id", name])  # fmt: skip
+            started.append(proc)
+            proc.start()
+            out.append(proc)
+        return out
+
+    yield start
+    for proc in started:
+        proc.stop()
+
+
+def _url(proc: BridgeProcess) -> str:
+    return f"ws://127.0.0.1:{proc.ports['pheby']}/ws"
+
+
+async def _pheby(proc: BridgeProcess) -> PhebyApp:
+    app = PhebyApp(_url(proc), PHEBY_SECRET)
+    await app.connect()
+    return app
+
+
+async def _watching(apps: list[PhebyApp], cid: str) -> None:
+    """Each app has the conversation (broadcast to it from the node that created it) open."""
+    for app in apps:
+        await app.wait_frame(lambda f: f.get("conversation_id") == cid)
+        reply = await app.open(cid)
+        assert reply["type"] == "conversation.history", reply
+
+
+def _run_frames(app: PhebyApp, cid: str) -> list[dict]:
+    """The frames of ``cid``'s runs as this app got them, from the run's acceptance on."""
+    frames = [f for f in app.conn_frames if f.get("conversation_id") == cid]
+    start = next(i for i, f in enumerate(frames) if f["type"] == "run.accepted")
+    return frames[start:]
+
+
+async def test_three_nodes_show_one_run_with_identical_frames(nodes):
+    n1, n2, n3 = nodes("n1", "n2", "n3")
+    apps = [await _pheby(p) for p in (n1, n2, n3)]
+    browser = await Browser(f"http://127.0.0.1:{n3.ports['lvmh']}", LVMH_TOKEN).connect()
+    try:
+        cid = await apps[0].create("Three")
+        await _watching(apps[1:], cid)
+        await until(lambda: browser.listed(cid), what="the conversation in the browser's session list on n3")
+        await browser.subscribe(cid)
+        accepted = await apps[0].chat(cid, "/slow 1")
+        assert accepted["type"] == "run.accepted", accepted
+        for app in apps:
+            await app.wait_frame(lambda f: f["type"] == "run.finished" and f["run_id"] == accepted["run_id"])
+        runs = [_run_frames(app, cid) for app in apps]
+        # every frame but the drafts is the same frame on every node (ts included); the drafts are
+        # cumulative and may coalesce (latest wins), so each node shows some of them, in order
+        steady = [[f for f in r if f["type"] != "message.delta"] for r in runs]
+        assert steady[0] == steady[1] == steady[2]
+        assert [f["type"] for f in steady[0]] == ["run.accepted", "message.start", "message.complete", "run.finished"]
+        assert steady[0][2]["text"] == SLOW_WORDS[-1] and steady[0][3]["status"] == "completed"
+        for r in runs:
+            drafts = [f["text"] for f in r if f["type"] == "message.delta"]
+            assert drafts and drafts[-1] == SLOW_WORDS[-1] and drafts == [t for t in SLOW_WORDS if t in drafts]
+        for app in apps:  # (a Pheby client shows the user's own message from its chat.send, not others')
+            assert [m for m in app.view(cid).transcript() if m[0] == "assistant"] == [("assistant", SLOW_WORDS[-1])]
+            assert app.violations == []
+        # the lvmh browser on n3 shows the same run, ended
+        await until(lambda: browser.view(cid).texts() == [SLOW_WORDS[-1]] and not browser.view(cid).running(),
+                    what="the run in the browser on n3")  # fmt: skip
+        assert browser.view(cid).open_messages() == [] and browser.twice == []
+    finally:
+        await browser.close()
+        for app in apps:
+            await app.close()
+
+
+async def test_an_approval_raised_on_n1_is_answered_on_n3_and_n2_loses(nodes):
+    n1, n2, n3 = nodes("n1", "n2", "n3")
+    a1, a2, a3 = [await _pheby(p) for p in (n1, n2, n3)]
+    try:
+        cid = await a1.create("Approve")
+        await _watching([a2, a3], cid)
+        await a1.chat(cid, "/approve make deploy")
+        aid = (await a3.wait_until(lambda: list(a3.view(cid).approvals)))[0]
+        await a2.wait_until(lambda: a2.view(cid).approvals)
+        # (request ids of their own: the resolution is broadcast with the winner's request_id)
+        await a3.send({"type": "approval.respond", "approval_id": aid, "choice": "once", "request_id": "on-n3"})
+        won = await a3.wait_frame(lambda f: f.get("request_id") == "on-n3")
+        assert won["type"] == "approval.resolved" and won["choice"] == "once" and won["accepted"] is True, won
+        await a2.send({"type": "approval.respond", "approval_id": aid, "choice": "deny", "request_id": "on-n2"})
+        lost = await a2.wait_frame(lambda f: f.get("request_id") == "on-n2")
+        assert lost["type"] == "error" and lost["error"] == {"code": "approval_not_found",
+                                                             "message": "Approval already resolved"}, lost  # fmt: skip
+        for app in (a1, a2, a3):
+            await app.wait_until(lambda: app.view(cid).transcript()[-1:] == [("assistant", "Ran: make deploy")]
+                                 and app.view(cid).run is None)  # fmt: skip
+            assert app.view(cid).approvals == {} and app.violations == []
+        resolved = [[f for f in app.conn_frames if f["type"] == "approval.resolved"] for app in (a1, a2, a3)]
+        assert resolved[0] == resolved[1] == resolved[2] == [won]  # one resolution, told to every surface
+        assert won["decided_by"] == "remote" and won["surface"] == "pheby"
+    finally:
+        for app in (a1, a2, a3):
+            await app.close()
+
+
+async def test_a_cancel_from_n2_stops_a_slow_run_on_n1(nodes):
+    n1, n2 = nodes("n1", "n2")
+    a1, a2 = await _pheby(n1), await _pheby(n2)
+    try:
+        cid = await a1.create("Cancel")
+        await _watching([a2], cid)
+        run_id = (await a1.chat(cid, "/slow 30"))["run_id"]
+        await a2.wait_frame(lambda f: f["type"] == "message.delta" and f.get("conversation_id") == cid)
+        reply = await a2.request("run.cancel", conversation_id=cid, run_id=run_id)
+        assert reply["type"] != "error", reply
+        for app in (a1, a2):
+            fin = await app.wait_frame(lambda f: f["type"] == "run.finished" and f["run_id"] == run_id)
+            assert fin["status"] == "cancelled"
+            assert app.view(cid).open_bubbles() == [] and app.violations == []
+        said = a1.view(cid).transcript()[-1]
+        assert said == a2.view(cid).transcript()[-1] and said[0] == "assistant"
+        assert len(said[1].split()) < 300  # stopped long before its 300 words
+    finally:
+        await a1.close()
+        await a2.close()
+
+
+@pytest.mark.hardening  # a crash; waits for the dead node's liveness to expire (about 10 s)
+async def test_kill_9_of_the_node_running_a_run_leaves_every_surface_consistent(nodes):
+    n1, n2, n3 = nodes("n1", "n2", "n3")
+    a1, a2, a3 = [await _pheby(p) for p in (n1, n2, n3)]
+    try:
+        slow = await a1.create("Slow")
+        gate = await a1.create("Gate")
+        await _watching([a2, a3], slow)
+        await _watching([a2, a3], gate)
+        await a1.chat(gate, "/approve make deploy")
+        await a1.chat(slow, "/slow 60")
+        await a3.wait_until(lambda: a3.view(gate).approvals)
+        await a3.wait_frame(lambda f: f["type"] == "message.delta" and f.get("conversation_id") == slow
+                            and len(f["text"].split()) >= 3)  # fmt: skip
+        n1.kill9()  # mid-stream, a decision pending
+        killed = time.monotonic()
+        for app in (a2, a3):  # the contract: the others notice within 15 s and close its runs
+            for cid in (slow, gate):
+                await app.wait_until(lambda: app.view(cid).run is None and app.view(cid).finished
+                                     and [n["text"] for n in app.view(cid).notices] == [GONE], timeout=15)  # fmt: skip
+        assert time.monotonic() - killed < 15
+        for app in (a2, a3):
+            for cid in (slow, gate):
+                (fin,) = app.view(cid).finished.values()
+                assert fin["status"] == "failed"
+                assert app.view(cid).open_bubbles() == [] and app.view(cid).approvals == {}
+            assert app.violations == []
+            (res,) = [f for f in app.conn_frames if f["type"] == "approval.resolved"]
+            assert res["choice"] == "deny" and res["accepted"] is False and res["decided_by"] == "restart"
+        said = a2.view(slow).transcript()  # what the run said until n1 died
+        assert said == a3.view(slow).transcript() and said[-1][0] == "assistant" and said[-1][1].startswith("w1 w2 w3")
+        closers = [p.stderr().count("node n1 is gone: closing its run") for p in (n2, n3)]
+        assert sorted(closers) == [0, 2]  # one survivor claimed both runs and closed them
+        # the client that was on n1 comes back on n2 and recovers through conversation.open
+        await a1.reconnect(url=_url(n2))
+        for cid in (slow, gate):
+            assert a1.view(cid).run is None and a1.view(cid).approvals == {} and a1.view(cid).open_bubbles() == []
+        # the history as n2 has it: the user's message, what was said, and why the run ended
+        assert a1.view(slow).transcript() == [("user", "/slow 60"), said[-1], ("assistant", GONE)]
+        assert a1.violations == []
+    finally:
+        for app in (a1, a2, a3):
+            await app.close()
