@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 
+import aiohttp
 import pytest
 
 from tests.conformance.lvmh_client import Browser
@@ -148,6 +149,40 @@ async def test_a_cancel_from_n2_stops_a_slow_run_on_n1(nodes):
     finally:
         await a1.close()
         await a2.close()
+
+
+async def test_an_attachment_made_on_n1_downloads_from_n2_on_pheby_and_lvmh(nodes):
+    from bridge_core.agents.demo import demo_png
+
+    n1, n2 = nodes("n1", "n2")
+    a1 = await _pheby(n1)
+    try:
+        cid = await a1.create("Files")
+        made = []
+        for text, data in (("/attach", b"demo attachment\n"), ("/image", demo_png())):
+            run_id = (await a1.chat(cid, text))["run_id"]
+            added = await a1.wait_frame(lambda f: f["type"] == "attachment.added"
+                                        and f["attachment"]["message_id"] == f"draft-{run_id}")  # fmt: skip
+            await a1.wait_frame(lambda f: f["type"] == "run.finished" and f["run_id"] == run_id)
+            made.append((added["attachment"]["attachment_id"], data))
+        pheby = {"X-Pheby-Secret": PHEBY_SECRET}
+        lvmh = {"Authorization": f"Bearer {LVMH_TOKEN}"}
+        urls = [(f"http://127.0.0.1:{p.ports['pheby']}/attachments/{{}}", pheby) for p in (n1, n2)]
+        urls += [(f"http://127.0.0.1:{n2.ports['lvmh']}/api/attachments/{{}}", lvmh)]
+        async with aiohttp.ClientSession() as http:
+            for aid, data in made:
+                for url, auth in urls:
+                    async with http.get(url.format(aid), headers=auth) as r:
+                        assert r.status == 200 and await r.read() == data, url
+                    async with http.get(url.format(aid)) as r:  # no credentials: refused as on one node
+                        assert r.status == 401, url
+            for url, auth in urls:
+                for unknown in ("0" * 32, "not-an-id"):
+                    async with http.get(url.format(unknown), headers=auth) as r:
+                        assert r.status == 404, url
+        assert a1.violations == []
+    finally:
+        await a1.close()
 
 
 @pytest.mark.hardening  # a crash; waits for the dead node's liveness to expire (about 10 s)
