@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import json
 import logging
 import os
@@ -573,8 +574,9 @@ class Bridge:
         run_id = new_id()
         self._sending.add(cid)
         self._entering[cid] = origin  # sources publish the message and the run's start before they return
-        try:
-            run_id = await source.send_message(conv, c.text, run_id, c.request_id) or run_id
+        start = functools.partial(source.send_message, conv, c.text, run_id, c.request_id)
+        try:  # with several nodes, the run's start claims the conversation cluster-wide first (cluster.py)
+            run_id = await (start() if self.cluster is None else self.cluster.start_run(conv, run_id, start)) or run_id
         finally:
             self._sending.discard(cid)
             self._entering.pop(cid, None)
