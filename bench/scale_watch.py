@@ -62,7 +62,8 @@ async def run(cfg: dict) -> dict:
     go = asyncio.Event()
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
         readies = [asyncio.Event() for _ in cfg["sessions"]]
-        tasks = [asyncio.ensure_future(_browser(http, cfg, sid, r, go, out)) for sid, r in zip(cfg["sessions"], readies)]
+        tasks = [asyncio.ensure_future(_browser(http, cfg, sid, r, go, out))
+                 for sid, r in zip(cfg["sessions"], readies)]  # fmt: skip
         await asyncio.wait_for(asyncio.gather(*(r.wait() for r in readies)), 60)
         print("ready", flush=True)
         if (await stdin.readline()).decode().strip() != "go":
