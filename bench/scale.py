@@ -1,19 +1,33 @@
-"""The team load on the store engines: ``python -m bench.scale``.
+"""The team load on one node and on several: ``python -m bench.scale``.
 
-R runs at once, each streaming ``/bench N RATE`` (an LLM's pace: RATE deltas/s, paced),
-each started by one of W Pheby clients per run (Pheby broadcasts every event to every
-client, so every client watches every run). For each configuration: p50/p99 delivery
-latency of the deltas (server timestamp to receipt), server CPU per delivered frame and
-the server's peak memory, and each as a ratio to the embedded default measured in the same
-run (SQLite in the data dir, in-process hub).
+R runs at once, each ``/bench N RATE`` (an LLM's pace: RATE deltas/s, paced) in a
+conversation of its own, started over lvmh REST on the nodes in turn (run i on node
+i mod K, where its demo agent then runs). Each run is watched by three clients, one per
+protocol, spread over the nodes: a Pheby client (on the first node) and a Loomi phone
+(on the second) each see every run, as those protocols do; an lvmh browser per run
+watches that run (one session per browser, as the web UI does), on the node after the
+one running it. The client set is the same for every configuration, so every figure
+compares like with like. Clients are processes of their own (``bench.team_client`` for
+Pheby and Loomi, ``bench.scale_watch`` for the browsers).
 
-Configurations: ``embedded`` (the default) and ``postgresql`` (one node, ``--store`` on a
-private PostgreSQL this script starts in a temporary directory, tests/engines.py). Then the
-bus alone on one node at the same event rate (runs x rate): the in-process bus against the
-Redis Streams one on a private redis-server, publish-to-deliver latency and CPU per event.
-Several nodes on a bus are not measured here yet (docs/scale-out.md); ``--nodes`` is refused.
+Configurations, each measured on fresh nodes (a fresh database, Redis flushed), in turn
+(A B C ... A B C for ``--rounds``; medians are printed):
 
-    python -m bench.scale [--runs 100] [--deltas 500] [--rate 50] [--watchers 3] [--rounds 1]
+- ``embedded``: one node, SQLite in its data dir, the in-process hub (the default);
+- ``PostgreSQL``: one node on a private PostgreSQL, no bus;
+- ``K node(s)`` for each K of ``--nodes``: K ``agent-bridge serve`` processes on one
+  private PostgreSQL and one private Redis (``--bus``), as docs/scale-out.md runs them.
+
+Figures: p50/p99 delivery latency of the deltas (receipt minus the frame's server
+timestamp, every client's, pooled; then per protocol), the nodes' CPU per delivered
+frame (schedstat of every node process, summed over the measured window, over every
+frame the clients received), the engines' CPU per frame (PostgreSQL's processes and
+redis-server), the peak RSS per node, and each as a ratio to ``embedded`` measured in
+the same invocation. Then the bus alone on one node at the same event rate: the
+in-process bus against the Redis Streams one (publish to delivery, CPU per event).
+The engines run as tests/engines.py starts them (PostgreSQL with ``fsync=off``).
+
+    python -m bench.scale [--nodes 1,2,3] [--runs 100] [--deltas 500] [--rate 50] [--rounds 1] [--quick]
 """
 
 from __future__ import annotations
@@ -22,130 +36,179 @@ import argparse
 import asyncio
 import json
 import os
-import signal
-import subprocess
+import statistics
 import sys
-import tempfile
+import threading
 import time
 from typing import Optional
 
 import aiohttp
-import orjson
 
-from .load import ClientStats, _frames, _parse_iso, _pct, connect_pheby
-from .proc import BENCH_SECRET, BENCH_TOKEN, ROOT, ProcWatch
+from .load import _pct, pair_loomi_devices
+from .proc import BENCH_SECRET, BENCH_TOKEN, ROOT, ProcWatch, Server
+
+PROTOS = ("pheby", "loomi", "lvmh")
 
 
-class Node:
-    """One ``agent-bridge serve`` (Pheby only) on the given store."""
+class Engines:
+    """The private PostgreSQL and Redis of this invocation, and the CPU their processes use."""
 
-    def __init__(self, store: Optional[str]):
-        self.tmp = tempfile.mkdtemp(prefix="bench-scale-")
-        env = dict(os.environ, PHEBY_SECRET=BENCH_SECRET, LVMH_TOKEN=BENCH_TOKEN, PYTHONPATH=ROOT)
-        cmd = [sys.executable, "-m", "cli", "serve", "--data-dir", self.tmp, "--adapters", "pheby",
-               "--pheby-port", "0", "--log-level", "WARNING"]  # fmt: skip
-        if store:
-            cmd += ["--store", store]
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        portfile = os.path.join(self.tmp, "run", "ports.json")
-        deadline = time.monotonic() + 60
-        while not os.path.exists(portfile):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"bridge did not start: {self.proc.stderr.read().decode()[-2000:]}")
-            time.sleep(0.05)
-        with open(portfile) as f:
-            self.port = json.load(f)["pheby"]
-        self.watch = ProcWatch(self.proc.pid)
+    def __init__(self) -> None:
+        sys.path.insert(0, ROOT)
+        from tests.engines import Postgres, Redis
+
+        self.pg = Postgres().start()
+        self.redis = Redis().start()
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        import shutil
+        self.pg.stop()
+        self.redis.stop()
 
-        shutil.rmtree(self.tmp, ignore_errors=True)
-
-
-async def _watch(ws, st: ClientStats, mine: set, finished: dict, total: int) -> None:
-    """Count every frame; time every delta; done when all ``total`` runs finished."""
-    async for now, frame in _frames(ws, st):
-        t = frame.get("type")
-        if t == "message.delta":
-            ts = _parse_iso(frame["ts"])
-            if not st.events:
-                st.first = now
-            st.events += 1
-            st.last = now
-            st.latencies.append(now - ts)
-        elif t == "message.complete" and frame.get("kind") != "notice" and frame.get("conversation_id") in mine:
-            finished[frame["conversation_id"]] = frame.get("text")
-        elif t == "run.finished":
-            st.final_at = now
-            finished.setdefault("_runs", set()).add(frame.get("run_id"))
-            if len(finished["_runs"]) >= total:
-                st.done.set()
-                return
-
-
-async def team_load(port: int, watch: ProcWatch, runs: int, deltas: int, rate: float, watchers: int) -> dict:
-    async with aiohttp.ClientSession() as http:
-        socks = [await connect_pheby(http, port, BENCH_SECRET) for _ in range(runs * watchers)]
-        starters = socks[::watchers]
-        cids = []
-        for i, ws in enumerate(starters):
-            await ws.send_str(orjson.dumps({"type": "conversation.create", "name": f"team {i}", "request_id": f"c{i}"}).decode())
-            while True:
-                f = orjson.loads((await ws.receive(timeout=30)).data)
-                if f["type"] == "conversation.created" and f.get("request_id") == f"c{i}":
-                    cids.append(f["conversation_id"])
-                    break
-        # let the conversation.updated broadcasts settle: drain what is already there
-        for ws in socks:
-            while True:
+    def watches(self) -> list[ProcWatch]:
+        """PostgreSQL's postmaster and its children (a backend per connection), and redis-server."""
+        with open(os.path.join(self.pg.dir, "data", "postmaster.pid")) as f:
+            master = int(f.readline())
+        pids = [master]
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
                 try:
-                    await ws.receive(timeout=0.2)
-                except asyncio.TimeoutError:
-                    break
-        stats = [ClientStats() for _ in socks]
-        finished: list[dict] = [{} for _ in socks]
-        readers = [asyncio.create_task(_watch(ws, st, set(cids), fin, runs))
-                   for ws, st, fin in zip(socks, stats, finished)]  # fmt: skip
-        cpu0 = watch.cpu()
-        t0 = time.time()
-        for i, (ws, cid) in enumerate(zip(starters, cids)):
-            await ws.send_str(orjson.dumps({"type": "chat.send", "conversation_id": cid,
-                                            "text": f"/bench {deltas} {rate:g}", "request_id": f"b{i}"}).decode())  # fmt: skip
-        await asyncio.wait_for(asyncio.gather(*(st.done.wait() for st in stats)), timeout=deltas / rate * 4 + 120)
-        elapsed = time.time() - t0
-        cpu = watch.cpu() - cpu0
-        for r in readers:
-            r.cancel()
-        for ws in socks:
-            await ws.close()
-    lat = [x for st in stats for x in st.latencies]
-    frames = sum(st.frames for st in stats)
-    exact = all(fin.get(c) == "tok " * deltas for fin in finished for c in cids)
-    return {
-        "lat_p50_ms": _pct(lat, 50) * 1000,
-        "lat_p99_ms": _pct(lat, 99) * 1000,
+                    with open(f"/proc/{entry}/stat") as f:
+                        if int(f.read().rsplit(")", 1)[1].split()[1]) == master:
+                            pids.append(int(entry))
+                except (OSError, ValueError, IndexError):
+                    continue
+        assert self.redis.proc is not None
+        return [ProcWatch(p) for p in pids] + [ProcWatch(self.redis.proc.pid)]
+
+
+class NodeLog:
+    """A node's stderr, read as it comes (a pipe nobody reads would stall a node that logs much):
+    its error lines counted, the first kept for the report."""
+
+    def __init__(self, node: Server):
+        self.errors = 0
+        self.first: Optional[str] = None
+        self._thread = threading.Thread(target=self._read, args=(node.proc.stderr,), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream) -> None:
+        for raw in stream:
+            line = raw.decode(errors="replace").rstrip()
+            if " ERROR " in line or "Traceback" in line:
+                self.errors += 1
+                if self.first is None:
+                    self.first = line
+
+
+def _cpu(watches: list[ProcWatch]) -> float:
+    total = 0.0
+    for w in watches:
+        try:
+            total += w.cpu()
+        except (FileNotFoundError, ProcessLookupError):  # a backend that ended: its time is gone with it
+            continue
+    return total
+
+
+async def _client(module: str, cfg: dict) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", module, json.dumps(cfg), cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT),
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=1 << 28)  # fmt: skip
+
+
+async def _sessions_everywhere(http: aiohttp.ClientSession, nodes: list[Server], sids: list[str]) -> None:
+    """Every node lists every session (the conversations reached them over the bus)."""
+    auth = {"Authorization": f"Bearer {BENCH_TOKEN}"}
+    deadline = time.monotonic() + 60
+    for node in nodes:
+        while True:
+            async with http.get(f"http://127.0.0.1:{node.ports['lvmh']}/api/sessions", headers=auth) as r:
+                listed = {s["id"] for s in await r.json()}
+            if listed.issuperset(sids):
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError("the sessions did not reach every node")
+            await asyncio.sleep(0.05)  # polling another process's state, with a deadline
+
+
+async def load_once(args_list: list[tuple], engines: Optional[Engines], runs: int, n: int, rate: float) -> dict:
+    """One configuration on fresh nodes (``args_list``: each node's extra ``serve`` arguments)."""
+    nodes = await asyncio.gather(*(asyncio.to_thread(Server, "bridge", "pheby,loomi,lvmh", None, False, a)
+                                   for a in args_list))  # fmt: skip
+    k = len(nodes)
+    logs = [NodeLog(node) for node in nodes]
+    procs: list[tuple[str, asyncio.subprocess.Process]] = []
+    auth = {"Authorization": f"Bearer {BENCH_TOKEN}"}
+    try:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
+            sids = []
+            for i in range(runs):  # each on the node that will run it
+                async with http.post(f"http://127.0.0.1:{nodes[i % k].ports['lvmh']}/api/conversations",
+                                     json={"name": f"team {i}"}, headers=auth) as r:  # fmt: skip
+                    sids.append((await r.json())["id"])
+            await _sessions_everywhere(http, nodes, sids)
+            (device,) = await pair_loomi_devices(http, nodes[1 % k].ports["loomi"], 1)
+            common = {"runs": runs, "mine": 0, "n": n, "rate": rate, "secret": BENCH_SECRET, "index": 0}
+            procs.append(("pheby", await _client("bench.team_client", {
+                **common, "proto": "pheby", "port": nodes[0].ports["pheby"]})))  # fmt: skip
+            procs.append(("loomi", await _client("bench.team_client", {
+                **common, "proto": "loomi", "port": nodes[1 % k].ports["loomi"], "device": device})))  # fmt: skip
+            for j, node in enumerate(nodes):  # run i's browser on node i+1 (another node than its own, if any)
+                mine = [sid for i, sid in enumerate(sids) if (i + 1) % k == j]
+                if mine:
+                    procs.append(("lvmh", await _client("bench.scale_watch", {
+                        "port": node.ports["lvmh"], "token": BENCH_TOKEN, "sessions": mine, "n": n})))  # fmt: skip
+            for _, p in procs:
+                line = await asyncio.wait_for(p.stdout.readline(), 120)
+                if line.strip() != b"ready":
+                    raise RuntimeError(f"a client was not ready: {line!r}")
+            engine_watch = engines.watches() if engines is not None and len(args_list[0]) else []
+            node_watch = [node.watch for node in nodes]
+            cpu0, ecpu0 = _cpu(node_watch), _cpu(engine_watch)
+            t0 = time.monotonic()
+            for _, p in procs:
+                p.stdin.write(b"go\n")
+                await p.stdin.drain()
+            text = f"/bench {n} {rate:g}"
+
+            async def start(i: int, sid: str) -> None:
+                async with http.post(f"http://127.0.0.1:{nodes[i % k].ports['lvmh']}/api/sessions/{sid}/prompt",
+                                     json={"message": text}, headers=auth) as r:  # fmt: skip
+                    if r.status != 200:
+                        raise RuntimeError(f"a run did not start: {r.status} {await r.text()}")
+
+            await asyncio.gather(*(start(i, sid) for i, sid in enumerate(sids)))
+            results = []
+            for proto, p in procs:
+                line = await asyncio.wait_for(p.stdout.readline(), 120 + 4 * n / rate)
+                results.append((proto, json.loads(line)))
+            elapsed = time.monotonic() - t0
+            cpu, ecpu = _cpu(node_watch) - cpu0, _cpu(engine_watch) - ecpu0
+            rss = [node.watch.peak_rss() for node in nodes]
+    finally:
+        for _, p in procs:
+            if p.returncode is None:
+                p.kill()
+                await p.wait()
+        await asyncio.gather(*(asyncio.to_thread(node.stop) for node in nodes))
+    frames = sum(r["frames"] for _, r in results)
+    lat = [x for _, r in results for x in r["lat_us"]]
+    out = {
+        "p50_ms": _pct(lat, 50) / 1000,
+        "p99_ms": _pct(lat, 99) / 1000,
         "cpu_us_per_frame": cpu / max(1, frames) * 1e6,
+        "engines_us_per_frame": ecpu / max(1, frames) * 1e6 if engine_watch else float("nan"),
+        "rss_mb_per_node": statistics.mean(rss) / 1e6,
         "frames": frames,
         "elapsed_s": elapsed,
-        "peak_rss_mb": watch.peak_rss() / 1e6,
-        "exact_final_text": exact,
+        "exact": all(r["exact"] for _, r in results),
+        "log_errors": sum(log.errors for log in logs),
+        "first_error": next((log.first for log in logs if log.first), None),
     }
-
-
-async def measure(store: Optional[str], args: argparse.Namespace) -> dict:
-    node = Node(store)
-    try:
-        return await team_load(node.port, node.watch, args.runs, args.deltas, args.rate, args.watchers)
-    finally:
-        node.stop()
+    for proto in PROTOS:
+        mine = [x for q, r in results if q == proto for x in r["lat_us"]]
+        out[f"{proto}_p50_ms"], out[f"{proto}_p99_ms"] = _pct(mine, 50) / 1000, _pct(mine, 99) / 1000
+    return out
 
 
 async def bus_overhead(bus_factory, rate: float, seconds: float) -> dict:
@@ -182,71 +245,110 @@ async def bus_overhead(bus_factory, rate: float, seconds: float) -> dict:
 
 
 def _median(rows: list[dict], key: str) -> float:
-    vals = sorted(r[key] for r in rows)
-    return vals[len(vals) // 2]
+    vals = [r[key] for r in rows if r[key] == r[key]]
+    return statistics.median(vals) if vals else float("nan")
+
+
+def _cell(v: float, base: Optional[float]) -> str:
+    if v != v:
+        return "n/a"
+    text = f"{v:.2f}" if abs(v) < 100 else f"{v:.0f}"
+    if base and base == base:
+        text += f" ({v / base:.2f}x)"
+    return text
+
+
+def _print(results: dict[str, list[dict]], args: argparse.Namespace) -> None:
+    base = results["embedded"]
+    print(f"\nteam load: {args.runs} runs x /bench {args.deltas} {args.rate:g} (paced), each watched by a Pheby "
+          f"client, a Loomi phone and an lvmh browser spread over the nodes; {args.rounds} round(s), medians; "
+          "ratios to the embedded default")  # fmt: skip
+    keys = (("p50_ms", "p50 ms"), ("p99_ms", "p99 ms"), ("cpu_us_per_frame", "nodes CPU us/frame"),
+            ("engines_us_per_frame", "engines CPU us/frame"), ("rss_mb_per_node", "peak RSS MB/node"))  # fmt: skip
+    print(f"{'configuration':<24}" + "".join(f"{label:>22}" for _, label in keys) + f"{'frames':>10}{'exact':>7}")
+    for name, rows in results.items():
+        cells = [_cell(_median(rows, k), None if name == "embedded" else _median(base, k)) for k, _ in keys]
+        print(f"{name:<24}" + "".join(f"{c:>22}" for c in cells)
+              + f"{_median(rows, 'frames'):>10.0f}{str(all(r['exact'] for r in rows)):>7}")  # fmt: skip
+    print("\ndelivery latency by protocol, p50 / p99 ms (ratio of p99 to the embedded default)")
+    print(f"{'configuration':<24}" + "".join(f"{p:>26}" for p in PROTOS))
+    for name, rows in results.items():
+        cells = []
+        for p in PROTOS:
+            p50, p99 = _median(rows, f"{p}_p50_ms"), _median(rows, f"{p}_p99_ms")
+            b99 = _median(base, f"{p}_p99_ms")
+            cells.append(f"{p50:.2f} / {p99:.2f}" + (f" ({p99 / b99:.2f}x)" if name != "embedded" and b99 else ""))
+        print(f"{name:<24}" + "".join(f"{c:>26}" for c in cells))
+    for name, rows in results.items():
+        errors = sum(r["log_errors"] for r in rows)
+        if errors:  # the figures of a configuration whose nodes logged errors are not the figures of a sound one
+            first = next(r["first_error"] for r in rows if r["first_error"])
+            print(f"\nNOTE: {name}: the nodes logged {errors} error line(s); the first: {first[:300]}")
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__.split("\n\n")[0])
+    p.add_argument("--nodes", default="1,2,3", help="node counts on PostgreSQL + Redis, e.g. 1,2,3")
     p.add_argument("--runs", type=int, default=100)
     p.add_argument("--deltas", type=int, default=500)
     p.add_argument("--rate", type=float, default=50.0)
-    p.add_argument("--watchers", type=int, default=3, help="Pheby clients per run")
-    p.add_argument("--rounds", type=int, default=1, help="A/B rounds per configuration (medians are printed)")
-    p.add_argument("--nodes", type=int, default=1)
+    p.add_argument("--rounds", type=int, default=1, help="rounds over every configuration (medians are printed)")
     p.add_argument("--bus-seconds", type=float, default=10.0, help="length of the bus-alone measurement")
+    p.add_argument("--quick", action="store_true", help="a smoke run (10 runs of /bench 50 50, 1 s of bus)")
     args = p.parse_args(argv)
-    if args.nodes != 1:
-        print("bench.scale: measuring several nodes is not in this benchmark yet (docs/scale-out.md)",
-              file=sys.stderr)  # fmt: skip
+    if args.quick:
+        args.runs, args.deltas, args.bus_seconds = 10, 50, 1.0
+    try:
+        counts = sorted({int(x) for x in args.nodes.split(",") if x.strip()})
+    except ValueError:
+        counts = []
+    if not counts or counts[0] < 1:
+        print("bench.scale: --nodes takes node counts, e.g. 1,2,3", file=sys.stderr)
         return 2
     sys.path.insert(0, ROOT)
-    from tests.engines import Postgres, pg_missing
+    from tests.engines import pg_missing, redis_missing
 
-    reason = pg_missing()
+    reason = pg_missing() or redis_missing()
     if reason:
         print(f"bench.scale: {reason}", file=sys.stderr)
         return 2
     from bridge_core.bus import LocalBus
-    from tests.engines import Redis, redis_missing
+    from bridge_core.redisbus import RedisBus
 
-    pg = Postgres().start()
-    bus_rows: dict[str, dict] = {}
-    try:
-        results: dict[str, list[dict]] = {"embedded": [], "postgresql": []}
-        for _ in range(args.rounds):  # A B A B: drift hits both
-            results["embedded"].append(asyncio.run(measure(None, args)))
-            results["postgresql"].append(asyncio.run(measure(pg.new_database(), args)))
-    finally:
-        pg.stop()
+    from .proc import raise_fd_limit
+
+    raise_fd_limit()
+    t_start = time.monotonic()
+    engines = Engines()
+    results: dict[str, list[dict]] = {"embedded": [], "PostgreSQL, no bus": []}
+    results.update({f"{c} node{'s' if c > 1 else ''}, Redis bus": [] for c in counts})
     rate = args.runs * args.rate
-    bus_rows["in-process"] = asyncio.run(bus_overhead(lambda: LocalBus("bench"), rate, args.bus_seconds))
-    if not redis_missing():
-        from bridge_core.redisbus import RedisBus
-
-        rs = Redis().start()
-        try:
-            bus_rows["Redis Streams"] = asyncio.run(bus_overhead(lambda: RedisBus(rs.url, "bench"), rate, args.bus_seconds))
-        finally:
-            rs.stop()
-    print(f"team load: {args.runs} runs x /bench {args.deltas} {args.rate:g} (paced), {args.watchers} Pheby "
-          f"clients per run (each sees every run), {args.rounds} round(s), one node")  # fmt: skip
-    keys = (("lat_p50_ms", "p50 ms"), ("lat_p99_ms", "p99 ms"), ("cpu_us_per_frame", "CPU us/frame"),
-            ("peak_rss_mb", "peak RSS MB"))  # fmt: skip
-    base = {k: _median(results["embedded"], k) for k, _ in keys}
-    print(f"{'configuration':<26}" + "".join(f"{label:>16}" for _, label in keys) + f"{'exact text':>12}")
-    for name, rows in results.items():
-        cells = []
-        for k, _ in keys:
-            v = _median(rows, k)
-            cells.append(f"{v:.2f}" + (f" ({v / base[k]:.2f}x)" if name != "embedded" and base[k] else ""))
-        exact = all(r["exact_final_text"] for r in rows)
-        label = "embedded (SQLite)" if name == "embedded" else "PostgreSQL store"
-        print(f"{label:<26}" + "".join(f"{c:>16}" for c in cells) + f"{str(exact):>12}")
+    try:
+        for _ in range(args.rounds):  # A B C A B C: drift hits every configuration
+            for name in results:
+                if name == "embedded":
+                    node_args: list[tuple] = [()]
+                elif name.startswith("PostgreSQL"):
+                    node_args = [("--store", engines.pg.new_database())]
+                else:
+                    engines.redis.flush()
+                    store, bus = engines.pg.new_database(), engines.redis.url
+                    node_args = [("--store", store, "--bus", bus, "--node-id", f"n{i}")
+                                 for i in range(int(name.split()[0]))]  # fmt: skip
+                results[name].append(asyncio.run(load_once(node_args, engines, args.runs, args.deltas, args.rate)))
+                print(f"  measured: {name} ({time.monotonic() - t_start:.0f} s)", file=sys.stderr, flush=True)
+        bus_rows = {"in-process": asyncio.run(bus_overhead(lambda: LocalBus("bench"), rate, args.bus_seconds))}
+        engines.redis.flush()
+        bus_rows["Redis Streams"] = asyncio.run(bus_overhead(lambda: RedisBus(engines.redis.url, "bench"), rate,
+                                                             args.bus_seconds))  # fmt: skip
+    finally:
+        engines.stop()
+    _print(results, args)
     print(f"\nthe bus alone on one node: {rate:g} delta-sized events/s for {args.bus_seconds:g} s, publish to deliver")
-    print(f"{'bus':<26}{'p50 ms':>16}{'p99 ms':>16}{'CPU us/event':>16}")
+    print(f"{'bus':<24}{'p50 ms':>16}{'p99 ms':>16}{'CPU us/event':>16}")
     for name, row in bus_rows.items():
-        print(f"{name:<26}{row['lat_p50_ms']:>16.3f}{row['lat_p99_ms']:>16.3f}{row['cpu_us_per_event']:>16.1f}")
+        print(f"{name:<24}{row['lat_p50_ms']:>16.3f}{row['lat_p99_ms']:>16.3f}{row['cpu_us_per_event']:>16.1f}")
+    print(f"\n(took {time.monotonic() - t_start:.0f} s)")
     return 0
 
 

@@ -4,12 +4,21 @@ Files the agent produces are copied into ``<data-dir>/attachments/<id>``;
 the original is never touched. Copies expire after ``retention_days``
 (0 = keep forever) and an hourly cleanup deletes them.
 
+On a shared store (PostgreSQL, several nodes: docs/scale-out.md "Attachments") the copy
+goes into the store instead, in ``CHUNK``-sized rows of ``attachment_bytes``, so every
+node serves it, whichever node made it and whether that node is still alive. A file
+over ``SHARED_MAX`` stays in the data dir of the node that made it (only that node
+serves it). Chunks are written one transaction each (a large file never holds the
+store's writer for long), the attachment's record last: a node that sees the record
+finds every chunk. A download streams them one at a time (bounded memory).
+
 Serving is one rule for every front end (docs/security.md): ``AttachmentStore.get``
 finds a file (known id, not expired, a regular file directly in the attachments
 directory, never a link) and ``file_response`` sends it with ``download_headers``
 (its type, ``nosniff``, ``private, no-store``, a sandboxing CSP and a
 content-disposition whose file name cannot break the header). Each front end
-only authenticates the request and answers "not found" in its own shape.
+only authenticates the request and answers "not found" in its own shape (``get`` finds
+the bytes in the store or on disk; ``file_response`` serves either).
 ``attachment_fields`` is the attachment's JSON form the Pheby and Loomi frames share.
 """
 
@@ -21,17 +30,35 @@ import os
 import shutil
 import time
 import urllib.parse
-from typing import Callable, Optional
+from typing import Any, Callable, Iterator, Optional, Union
 
+import attrs
 from aiohttp import web
+from aiohttp.abc import AbstractStreamWriter
 
 from .events import Attachment
 from .ids import is_hex32, new_id
-from .store import Store
+from .store import BaseStore
 
 log = logging.getLogger("agent_bridge.attachments")
 
 DAY = 86400.0
+CHUNK = 256 * 1024  # one row of attachment_bytes (and one read of a download from the store)
+SHARED_MAX = 64 * 1024 * 1024  # larger files stay on the disk of the node that made them
+ORPHAN_AGE = 3600.0  # chunks whose record never came (a crash mid-copy) are deleted after this long
+
+# only on a shared store (the embedded default's schema is unchanged)
+SHARED_MIGRATIONS = [
+    """
+    CREATE TABLE attachment_bytes(
+        id TEXT NOT NULL,
+        n INTEGER NOT NULL,
+        data BLOB NOT NULL,
+        written_at REAL NOT NULL,
+        PRIMARY KEY(id, n)
+    ) WITHOUT ROWID;
+    """,
+]
 
 
 def kind_for(mime_type: str) -> str:
@@ -71,9 +98,45 @@ def download_headers(att: Attachment) -> dict:
     }
 
 
-def file_response(att: Attachment, path: str) -> web.FileResponse:
+@attrs.frozen
+class StoredBytes:
+    """An attachment's bytes in the shared store: ``chunks`` rows of ``attachment_bytes``."""
+
+    store: BaseStore
+    attachment_id: str
+    chunks: int
+
+    def chunk(self, n: int) -> bytes:
+        row = self.store.query_one("SELECT data FROM attachment_bytes WHERE id=? AND n=?", (self.attachment_id, n))
+        if row is None:  # deleted under the download (it expired meanwhile): the response is cut short
+            raise ConnectionResetError(f"attachment {self.attachment_id} is gone")
+        return bytes(row[0])
+
+
+class StoredResponse(web.StreamResponse):
+    """A download from the shared store: its chunks streamed one at a time."""
+
+    def __init__(self, att: Attachment, source: StoredBytes):
+        super().__init__(headers=download_headers(att))
+        self.content_length = att.size
+        self._source = source
+
+    async def prepare(self, request: web.BaseRequest) -> Optional[AbstractStreamWriter]:
+        writer = await super().prepare(request)
+        if request.method != "HEAD":
+            for n in range(self._source.chunks):
+                await self.write(self._source.chunk(n))
+        return writer
+
+
+Found = Union[str, StoredBytes]  # where an attachment's bytes are: its file's path, or in the shared store
+
+
+def file_response(att: Attachment, found: Found) -> web.StreamResponse:
     """The download of what ``AttachmentStore.get`` found (the caller has authenticated)."""
-    return web.FileResponse(path, headers=download_headers(att))
+    if isinstance(found, StoredBytes):
+        return StoredResponse(att, found)
+    return web.FileResponse(found, headers=download_headers(att))
 
 
 def attachment_fields(
@@ -103,14 +166,43 @@ def attachment_fields(
 
 
 class AttachmentStore:
-    def __init__(self, directory: str, store: Store, retention_days: float = 7.0):
+    def __init__(self, directory: str, store: BaseStore, retention_days: float = 7.0):
         self.directory = os.path.realpath(directory)
         self.store = store
         self.retention_days = retention_days
+        self.shared = store.shared  # the bytes in the store (every node serves them), not on this disk
         os.makedirs(self.directory, mode=0o700, exist_ok=True)
+
+    async def start(self) -> None:
+        if self.shared:
+            await self.store.amigrate("attachment_bytes", SHARED_MIGRATIONS)
 
     def _path(self, attachment_id: str) -> str:
         return os.path.join(self.directory, attachment_id)
+
+    def _in_store(self, attachment_id: str, size: int) -> bool:
+        """Do these bytes go into the shared store (rather than this node's disk)?"""
+        if not self.shared:
+            return False
+        if size > SHARED_MAX:
+            log.warning("attachment %s is over %d bytes: kept on this node only", attachment_id, SHARED_MAX)
+            return False
+        return True
+
+    async def _put_chunks(self, attachment_id: str, chunks: Iterator[bytes]) -> int:
+        """The bytes into the shared store, one chunk per transaction (at least one, even empty); their size."""
+        n = size = 0
+        try:
+            for data in chunks:
+                row = (attachment_id, n, data, time.time())
+                await self.store.write(lambda c, row=row: c.execute(
+                    "INSERT INTO attachment_bytes(id, n, data, written_at) VALUES(?,?,?,?)", row))  # fmt: skip
+                n += 1
+                size += len(data)
+        except BaseException:
+            self.store.execute_later("DELETE FROM attachment_bytes WHERE id=?", (attachment_id,))
+            raise
+        return size
 
     async def add_bytes(
         self,
@@ -122,6 +214,11 @@ class AttachmentStore:
         mime_type: Optional[str] = None,
     ) -> Attachment:
         attachment_id = new_id()
+        if self._in_store(attachment_id, len(data)):
+            view = memoryview(data)
+            size = await self._put_chunks(attachment_id, (bytes(view[i:i + CHUNK])
+                                                          for i in range(0, max(1, len(data)), CHUNK)))  # fmt: skip
+            return await self._register(attachment_id, filename, size, conversation_id, message_id, mime_type)
         tmp = self._path(attachment_id) + ".part"
         with open(tmp, "wb") as f:
             f.write(data)
@@ -138,11 +235,15 @@ class AttachmentStore:
         mime_type: Optional[str] = None,
     ) -> Attachment:
         attachment_id = new_id()
+        name = filename or os.path.basename(path)
+        if self._in_store(attachment_id, os.path.getsize(path)):
+            with open(path, "rb") as f:
+                size = await self._put_chunks(attachment_id, _chunks_of(f))
+            return await self._register(attachment_id, name, size, conversation_id, message_id, mime_type)
         tmp = self._path(attachment_id) + ".part"
         shutil.copyfile(path, tmp)
         os.replace(tmp, self._path(attachment_id))
         size = os.path.getsize(self._path(attachment_id))
-        name = filename or os.path.basename(path)
         return await self._register(attachment_id, name, size, conversation_id, message_id, mime_type)
 
     async def _register(
@@ -189,8 +290,9 @@ class AttachmentStore:
         )
         return att
 
-    def get(self, attachment_id: object, at: Optional[float] = None) -> Optional[tuple[Attachment, str]]:
-        """The attachment and its file path, or None (unknown, expired, malformed)."""
+    def get(self, attachment_id: object, at: Optional[float] = None) -> Optional[tuple[Attachment, Found]]:
+        """The attachment and where its bytes are (its file's path, or ``StoredBytes`` in the
+        shared store), or None (unknown, expired, malformed, bytes missing)."""
         if not is_hex32(attachment_id):
             return None
         row = self.store.query_one(
@@ -204,6 +306,12 @@ class AttachmentStore:
         now = time.time() if at is None else at
         if att.expires_at is not None and att.expires_at <= now:
             return None
+        if self.shared:
+            chunks, size = self.store.query_one(
+                "SELECT COUNT(*), SUM(LENGTH(data)) FROM attachment_bytes WHERE id=?", (att.attachment_id,)
+            ) or (0, None)
+            if chunks and (size or 0) == att.size:
+                return att, StoredBytes(self.store, att.attachment_id, int(chunks))
         path = self._path(att.attachment_id)
         # never follow a link planted in the data directory
         if os.path.islink(path) or not os.path.isfile(path):
@@ -236,7 +344,27 @@ class AttachmentStore:
             await self.store.write(
                 lambda c: c.executemany("DELETE FROM attachments WHERE id=?", [(i,) for i in ids])
             )
+        if self.shared:
+            await self.store.write(lambda c: _drop_bytes(c, ids, now - ORPHAN_AGE))
         return len(ids)
+
+
+def _drop_bytes(c: Any, ids: list[str], orphaned_before: float) -> None:
+    """The stored bytes of expired attachments, and of copies a crash cut short (no record, long ago)."""
+    for attachment_id in ids:
+        c.execute("DELETE FROM attachment_bytes WHERE id=?", (attachment_id,))
+    c.execute("DELETE FROM attachment_bytes WHERE written_at < ? AND id NOT IN (SELECT id FROM attachments)",
+              (orphaned_before,))  # fmt: skip
+
+
+def _chunks_of(f: Any) -> Iterator[bytes]:
+    """A file's bytes in ``CHUNK``s; one empty chunk for an empty file (a stored copy has one at least)."""
+    data = f.read(CHUNK)
+    yield data
+    while data:
+        data = f.read(CHUNK)
+        if data:
+            yield data
 
 
 def _row_to_attachment(row: tuple) -> Attachment:

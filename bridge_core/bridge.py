@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import json
 import logging
 import os
@@ -120,6 +121,7 @@ class Bridge:
         if not self.store.is_open:
             self.store.open()
         self.attachments = AttachmentStore(os.path.join(self.data_dir, "attachments"), self.store, self.retention_days)
+        await self.attachments.start()  # (on a shared store, the table of their bytes)
         cluster = self.cluster
         if cluster is not None:
             await cluster.join()  # the bus joined before the store is loaded; what it delivers waits
@@ -572,8 +574,9 @@ class Bridge:
         run_id = new_id()
         self._sending.add(cid)
         self._entering[cid] = origin  # sources publish the message and the run's start before they return
-        try:
-            run_id = await source.send_message(conv, c.text, run_id, c.request_id) or run_id
+        start = functools.partial(source.send_message, conv, c.text, run_id, c.request_id)
+        try:  # with several nodes, the run's start claims the conversation cluster-wide first (cluster.py)
+            run_id = await (start() if self.cluster is None else self.cluster.start_run(conv, run_id, start)) or run_id
         finally:
             self._sending.discard(cid)
             self._entering.pop(cid, None)
@@ -710,20 +713,14 @@ class Bridge:
 
     async def _set_model(self, c: cmd.SetModel, origin: cmd.Origin):
         cur = await self._settings_source(c.conversation_id).set_model(c.model, c.provider, c.conversation_id)
-        self.publish(
-            ev.ModelChanged(
-                model=cur.model, provider=cur.provider, scope=cur.scope, conversation_id=c.conversation_id
-            )
-        )
+        self.publish(ev.ModelChanged(model=cur.model, provider=cur.provider, scope=cur.scope,
+                                     conversation_id=c.conversation_id))  # fmt: skip
         return cur
 
     async def _set_reasoning(self, c: cmd.SetReasoning, origin: cmd.Origin):
         snap = await self._settings_source(c.conversation_id).set_reasoning(c.effort, c.conversation_id)
-        self.publish(
-            ev.ReasoningChanged(
-                effort=snap.effort, enabled=snap.enabled, scope=snap.scope, conversation_id=c.conversation_id
-            )
-        )
+        self.publish(ev.ReasoningChanged(effort=snap.effort, enabled=snap.enabled, scope=snap.scope,
+                                         conversation_id=c.conversation_id))  # fmt: skip
         return snap
 
     async def _set_yolo(self, c: cmd.SetYolo, origin: cmd.Origin):

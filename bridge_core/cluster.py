@@ -21,6 +21,9 @@ before). What changes:
   every node). ``bus.send`` carries the command; the owner executes it (first answer wins
   there) and answers with the result or the error tree's code; no answer within
   ``ASK_TIMEOUT`` is ``unavailable``.
+- **One run per conversation.** A send's run claims its conversation in the store before
+  the source starts it (``start_run``: a unique index on a conversation's running row in
+  ``cluster_runs``); two sends racing on two nodes, one gets in, the other ``run_active``.
 - **A node dies.** Runs are recorded with their node (``cluster_runs``). Every node looks
   every ``SWEEP_EVERY`` for nodes whose bus liveness key expired; one survivor claims a dead
   node's runs in the store (one ``UPDATE ... RETURNING``: whoever commits first gets the
@@ -32,14 +35,14 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Optional
 
 import attrs
 import cattrs
 
 from . import commands as cmd
 from . import events as ev
-from .errors import BridgeError, Unavailable
+from .errors import BridgeError, RunActive, Unavailable
 from .ids import new_id
 from .serialize import UnknownEvent, from_dict, to_dict
 from .state import ConversationState
@@ -70,6 +73,8 @@ MIGRATIONS = [
     );
     CREATE INDEX cluster_runs_node ON cluster_runs(node_id, state);
     """,
+    # one running run per conversation, cluster-wide: a run's start claims its conversation (claim())
+    "CREATE UNIQUE INDEX cluster_runs_running ON cluster_runs(conversation_id) WHERE state='running'",
 ]
 
 # the commands another node may have to carry out, by name
@@ -141,6 +146,7 @@ class Cluster:
         self.tasks = TaskSet("cluster")
         self.taken_over = 0  # runs of dead nodes this node closed
         self.delivering_own = False  # the hub is publishing an event this node published (push: one node notifies)
+        self._ended: dict[str, str] = {}  # conversation_id -> its last run this node saw end (claim())
         bridge.cluster = self
 
     # --- joining, leaving ----------------------------------------------------------------------
@@ -189,12 +195,13 @@ class Cluster:
         """An event this node produced (folded and persisted already): to every node through the bus."""
         t = type(event)
         if t is ev.RunStarted:
-            self.bridge.store.execute_later(
-                "INSERT OR REPLACE INTO cluster_runs(run_id, conversation_id, node_id, state) VALUES(?,?,?,'running')",
-                (event.run_id, event.conversation_id, self.node_id),
-            )
+            row = (event.run_id, event.conversation_id, self.node_id)
+            self.bridge.store.write_later(lambda c: _run_started(c, *row))
         elif t is ev.RunFinished:
+            self._ended[event.conversation_id] = event.run_id
             self.bridge.store.execute_later("UPDATE cluster_runs SET state='done' WHERE run_id=?", (event.run_id,))
+        elif t is ev.ConversationDeleted:
+            self._ended.pop(event.conversation_id, None)
         data = to_dict(event)
         self._own.append((event, data["event"], event.ts))
         self.bus.publish(data)
@@ -266,7 +273,10 @@ class Cluster:
             self.runs[event.run_id] = (node, event.conversation_id)
         elif t is ev.RunFinished:
             self.runs.pop(event.run_id, None)
+            self._ended[event.conversation_id] = event.run_id
             bridge._forget_settled_decisions(event.conversation_id)
+        elif t is ev.ConversationDeleted:
+            self._ended.pop(event.conversation_id, None)
         elif t is ev.ApprovalRequested or t is ev.ClarifyRequested:
             did = event.approval_id if t is ev.ApprovalRequested else event.clarify_id
             if conv is not None and (did in conv.approvals or did in conv.clarifications):
@@ -281,6 +291,39 @@ class Cluster:
             self.deciders.pop(event.clarify_id, None)
             bridge._remember(bridge._resolved_clarify, event.clarify_id, event)
         return event
+
+    # --- one run per conversation ---------------------------------------------------------------
+
+    async def start_run(self, conv: ConversationState, run_id: str, start: Callable[[], Awaitable[Any]]) -> Any:
+        """``start()`` (the source's ``send_message``) once this node holds ``conv`` cluster-wide.
+
+        Two sends on one idle conversation on two nodes, within the bus's round trip, both pass
+        each node's own run-active check; the store decides: the run's row in ``cluster_runs``
+        is claimed before the source starts it, and the unique index on a conversation's
+        running run lets one claim in. The loser gets ``run_active``, as on one node. A claim
+        whose run never started (the source refused) is let go at once."""
+        await self._claim(conv.conversation_id, run_id)
+        try:
+            return await start()
+        finally:
+            if conv.last_run_id != run_id:  # never started: the conversation is free again
+                self.bridge.store.execute_later(
+                    "UPDATE cluster_runs SET state='done' WHERE run_id=? AND state='running'", (run_id,))  # fmt: skip
+
+    async def _claim(self, cid: str, run_id: str) -> None:
+        me, ended = self.node_id, self._ended.get(cid)
+
+        def claim(c: Any) -> bool:
+            if ended is not None:  # its end was seen here; the row's update may still be on its way
+                c.execute("UPDATE cluster_runs SET state='done' WHERE run_id=?", (ended,))
+            c.execute("INSERT OR IGNORE INTO cluster_runs(run_id, conversation_id, node_id, state) "
+                      "VALUES(?,?,?,'running')", (run_id, cid, me))  # fmt: skip
+            row = c.execute("SELECT run_id FROM cluster_runs WHERE conversation_id=? AND state='running'",
+                            (cid,)).fetchone()  # fmt: skip
+            return row is not None and row[0] == run_id
+
+        if not await self.bridge.store.write(claim):
+            raise RunActive()
 
     # --- commands -------------------------------------------------------------------------------
 
@@ -436,10 +479,25 @@ class Cluster:
         won = await self.bridge.store.write(claim)
         for run_id, cid in won:
             self.runs.pop(run_id, None)
+            conv = self.bridge.conversations.get(cid)
+            if conv is None or conv.run is None or conv.run.run_id != run_id:
+                # a claim whose run never began (it died starting it): nobody saw it, nothing to close
+                self.bridge.store.execute_later("UPDATE cluster_runs SET state='done' WHERE run_id=?", (run_id,))
+                continue
             log.warning("node %s is gone: closing its run %s", dead, run_id)
             self.bridge.interrupt(cid, run_id, NODE_GONE)
         self.taken_over += len(won)
         return len(won)
+
+
+def _run_started(c: Any, run_id: str, cid: str, node: str) -> None:
+    """The row of a run this node started (claimed already when a send started it; a run a pi
+    plugin began itself was not: its node is the only one hosting the session, and any other
+    running row of the conversation is one whose end is still on its way)."""
+    c.execute("UPDATE cluster_runs SET state='done' WHERE conversation_id=? AND state='running' AND run_id!=?",
+              (cid, run_id))  # fmt: skip
+    c.execute("INSERT OR REPLACE INTO cluster_runs(run_id, conversation_id, node_id, state) VALUES(?,?,?,'running')",
+              (run_id, cid, node))  # fmt: skip
 
 
 def _seen(conv: ConversationState, e: Any) -> bool:

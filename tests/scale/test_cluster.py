@@ -3,6 +3,8 @@ wired into the core, over real Pheby sockets on a private PostgreSQL and Redis."
 
 from __future__ import annotations
 
+import asyncio
+
 from tests.conftest import PHEBY_SECRET
 from tests.conformance.pheby_client import PhebyApp
 from tests.waiting import until
@@ -176,3 +178,38 @@ async def test_a_message_into_a_pi_session_reaches_the_node_its_plugin_is_connec
     finally:
         await pb.close()
         await plugin.close()
+
+
+async def test_sends_racing_on_one_idle_conversation_on_two_nodes_start_one_run(service_factory, engines, tmp_path):
+    """Each node's own run-active check passes before the other's run comes back on the bus; the
+    claim in the store lets one run in, the others get run_active as on one node."""
+    from bridge_core import events as ev
+
+    a, b = await _nodes(service_factory, engines, tmp_path, "a", "b")
+    started = []
+    a.bridge.hub.subscribe(lambda n, e: started.append(e.run_id) if type(e) is ev.RunStarted else None)
+    apps = [await _app(svc) for svc in (a, b, a, b, a, b)]
+    try:
+        cid = await apps[0].create("Race")
+        await until(lambda: cid in b.bridge.conversations, what="the conversation on b")
+        for round_ in range(3):
+            sends = [(app, f"r{round_}-{i}-{k}") for i, app in enumerate(apps) for k in range(4)]
+            await asyncio.gather(*(app.send({"type": "chat.send", "conversation_id": cid, "text": "/slow 1",
+                                             "request_id": rid}) for app, rid in sends))  # fmt: skip
+            replies = [await app.wait_frame(lambda f, rid=rid: f.get("request_id") == rid) for app, rid in sends]
+            accepted = [r for r in replies if r["type"] == "run.accepted"]
+            assert len(accepted) == 1, [r["type"] for r in replies]
+            assert all(r["error"]["code"] == "run_active" for r in replies if r["type"] == "error")
+            run_id = accepted[0]["run_id"]
+            for app in apps:
+                await app.wait_frame(lambda f: f["type"] == "run.finished" and f["run_id"] == run_id, timeout=30)
+            assert a.bridge.conversations[cid].run is None and b.bridge.conversations[cid].run is None
+        await until(lambda: len(started) == 3, what="three runs started, one per round")
+        assert started == [r for r in started if r] and len(set(started)) == 3
+        # the conversation is free again at once, on either node (the end just seen frees its claim)
+        again = await apps[1].chat(cid, "hello")
+        assert again["type"] == "run.accepted", again
+        assert all(app.violations == [] for app in apps)
+    finally:
+        for app in apps:
+            await app.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 
+import aiohttp
 import pytest
 
 from tests.conformance.lvmh_client import Browser
@@ -148,6 +149,127 @@ async def test_a_cancel_from_n2_stops_a_slow_run_on_n1(nodes):
     finally:
         await a1.close()
         await a2.close()
+
+
+async def test_an_attachment_made_on_n1_downloads_from_n2_on_pheby_and_lvmh(nodes):
+    from bridge_core.agents.demo import demo_png
+
+    n1, n2 = nodes("n1", "n2")
+    a1 = await _pheby(n1)
+    try:
+        cid = await a1.create("Files")
+        made = []
+        for text, data in (("/attach", b"demo attachment\n"), ("/image", demo_png())):
+            run_id = (await a1.chat(cid, text))["run_id"]
+            added = await a1.wait_frame(lambda f: f["type"] == "attachment.added"
+                                        and f["attachment"]["message_id"] == f"draft-{run_id}")  # fmt: skip
+            await a1.wait_frame(lambda f: f["type"] == "run.finished" and f["run_id"] == run_id)
+            made.append((added["attachment"]["attachment_id"], data))
+        pheby = {"X-Pheby-Secret": PHEBY_SECRET}
+        lvmh = {"Authorization": f"Bearer {LVMH_TOKEN}"}
+        urls = [(f"http://127.0.0.1:{p.ports['pheby']}/attachments/{{}}", pheby) for p in (n1, n2)]
+        urls += [(f"http://127.0.0.1:{n2.ports['lvmh']}/api/attachments/{{}}", lvmh)]
+        async with aiohttp.ClientSession() as http:
+            for aid, data in made:
+                for url, auth in urls:
+                    async with http.get(url.format(aid), headers=auth) as r:
+                        assert r.status == 200 and await r.read() == data, url
+                    async with http.get(url.format(aid)) as r:  # no credentials: refused as on one node
+                        assert r.status == 401, url
+            for url, auth in urls:
+                for unknown in ("0" * 32, "not-an-id"):
+                    async with http.get(url.format(unknown), headers=auth) as r:
+                        assert r.status == 404, url
+        assert a1.violations == []
+    finally:
+        await a1.close()
+
+
+@pytest.mark.xfail(reason="welcome.lastSeq comes from the sessions a node loaded at its start (0 on n2 here): the "
+                          "plugin resends what it buffered and the first reply enters the transcript twice "
+                          "(docs/scale-out.md, 'Not in this build yet')", strict=False)
+async def test_a_pi_plugin_reconnecting_to_another_node_continues_its_conversation(nodes):
+    """The bridge's side of a pi session: a Pheby client on a third node sees the runs the plugin
+    made on n1 and then on n2, each once, and its message reaches the plugin where it now is."""
+    import uuid
+
+    from tests.conformance.lvmh_client import Plugin, until as lvmh_until
+
+    n1, n2, n3 = nodes("n1", "n2", "n3")
+    sid = f"pi-{uuid.uuid4()}"
+    plugin = Plugin(f"http://127.0.0.1:{n1.ports['lvmh']}", LVMH_TOKEN, sid)
+    app = await _pheby(n3)
+    try:
+        await plugin.connect()
+        await app.wait_frame(lambda f: f.get("conversation_id") == sid)
+        await app.open(sid)
+        await plugin.run("first reply here", prompt="first")
+        await app.wait_until(lambda: ("assistant", "first reply here") in app.view(sid).transcript()
+                             and app.view(sid).run is None)  # fmt: skip
+        await plugin.drop()
+        plugin.url = f"ws://127.0.0.1:{n2.ports['lvmh']}/agent/ws"
+        await plugin.connect()
+        await plugin.run("second reply here", prompt="second")
+        await app.wait_until(lambda: ("assistant", "second reply here") in app.view(sid).transcript()
+                             and app.view(sid).run is None)  # fmt: skip
+        await app.reconnect(url=_url(n1))  # and as the first node has it, after conversation.open
+        want = [("user", "first"), ("assistant", "first reply here"), ("user", "second"),
+                ("assistant", "second reply here")]  # fmt: skip
+        assert app.view(sid).transcript() == want and app.view(sid).open_bubbles() == []
+        accepted = await app.chat(sid, "third")  # from n1, where the plugin was: routed to n2
+        assert accepted["type"] == "run.accepted", accepted
+        await lvmh_until(lambda: [p["message"] for p in plugin.prompts()] == ["third"], what="the prompt at the plugin")
+        assert app.violations == []
+    finally:
+        await plugin.close()
+        await app.close()
+
+
+@pytest.mark.xfail(reason="lvmh plugin sessions are per node until lvmh's numbering and sessions come from the "
+                          "shared store (docs/scale-out.md, 'Not in this build yet')", strict=False)
+async def test_a_pi_plugin_reconnecting_to_another_node_continues_its_lvmh_session(nodes):
+    """The lvmh side: the plugin's next node knows how far the session was stored (welcome.lastSeq
+    from the shared store), browsers on every node list it online and see both connections'
+    events once each in seq order, and a prompt over lvmh REST from any node reaches the plugin."""
+    import uuid
+
+    from tests.conformance.lvmh_client import Plugin, until as lvmh_until
+    from tests.conformance.test_lvmh_reconnect import closed
+
+    n1, n2, n3 = nodes("n1", "n2", "n3")
+    sid = f"pi-{uuid.uuid4()}"
+    plugin = Plugin(f"http://127.0.0.1:{n1.ports['lvmh']}", LVMH_TOKEN, sid)
+    browsers = [await Browser(f"http://127.0.0.1:{p.ports['lvmh']}", LVMH_TOKEN).connect() for p in (n1, n3)]
+    try:
+        assert await plugin.connect() == 0
+        for b in browsers:
+            await lvmh_until(lambda: b.listed(sid), what="the session listed on every node")
+            await b.subscribe(sid)
+        await plugin.run("first reply here", prompt="first")
+        for b in browsers:
+            await lvmh_until(lambda: b.view(sid).texts() == ["first reply here"], what="the first run in the browser")
+        stored = max(e["seq"] for e in plugin.sent if e["type"] != "message_update")
+        await plugin.drop()
+        plugin.url = f"ws://127.0.0.1:{n2.ports['lvmh']}/agent/ws"
+        assert await plugin.connect() == stored  # how far it was stored, from the shared store
+        for b in browsers:
+            await lvmh_until(lambda: (b.listed(sid) or {}).get("online") is True, what="the session online again")
+        await plugin.run("second reply here", prompt="second")
+        for b in browsers:
+            await lvmh_until(lambda: b.view(sid).texts() == ["first reply here", "second reply here"],
+                             what="the second run (on n2) in the browser")  # fmt: skip
+            closed(b.view(sid))
+            assert b.twice == []
+            assert b.view(sid).persisted() == await b.rest.events(sid)
+        for i, b in enumerate(browsers):  # a prompt over REST from n1 and from n3 reaches the plugin on n2
+            status, body = await b.rest.prompt(sid, f"prompt {i}")
+            assert status == 200, body
+        await lvmh_until(lambda: [p["message"] for p in plugin.prompts()] == ["prompt 0", "prompt 1"],
+                         what="the prompts at the plugin")  # fmt: skip
+    finally:
+        await plugin.close()
+        for b in browsers:
+            await b.close()
 
 
 @pytest.mark.hardening  # a crash; waits for the dead node's liveness to expire (about 10 s)

@@ -158,3 +158,46 @@ async def test_the_store_comes_back_after_postgresql_restarts(service_factory, p
             ("user",), ("assistant",)]  # fmt: skip
     finally:
         await app.close()
+
+
+async def test_an_attachment_made_on_one_node_downloads_from_the_next(service_factory, store_url, engine, tmp_path):
+    """SQLite keeps the bytes in the data dir (as always); PostgreSQL keeps them in the store, in
+    chunks, so a node with another data dir serves them byte for byte (docs/scale-out.md)."""
+    import os
+
+    import aiohttp
+
+    from bridge_core.attachments import CHUNK
+
+    svc = await service_factory(adapters=("pheby",), store=store_url, data_dir=_data(tmp_path, engine, "a"))
+    bridge = svc.bridge
+    cid = bridge.create_conversation("Files").conversation_id
+    big = os.urandom(2 * CHUNK + 1234)  # three chunks
+    source = tmp_path / "report.bin"
+    source.write_bytes(big[:CHUNK])  # exactly one
+    made = [
+        (await bridge.attachments.add_bytes(big, filename="big.bin", conversation_id=cid, message_id=None), big),
+        (await bridge.attachments.add_bytes(b"", filename="empty.txt", conversation_id=cid, message_id=None), b""),
+        (await bridge.attachments.add_file(str(source), conversation_id=cid, message_id=None), big[:CHUNK]),
+    ]
+    on_disk = sorted(os.listdir(bridge.attachments.directory))
+    assert on_disk == ([] if engine == "postgresql" else sorted(a.attachment_id for a, _ in made))
+    await svc.stop()
+
+    svc2 = await service_factory(adapters=("pheby",), store=store_url, data_dir=_data(tmp_path, engine, "b"))
+    base = f"http://127.0.0.1:{svc2.ports['pheby']}/attachments/"
+    async with aiohttp.ClientSession() as http:
+        for att, data in made:
+            async with http.get(base + att.attachment_id, headers={"X-Pheby-Secret": PHEBY_SECRET}) as r:
+                assert r.status == 200 and await r.read() == data, att.filename
+                assert r.headers["Content-Length"] == str(len(data))
+                assert r.headers["Cache-Control"] == "private, no-store"
+            async with http.head(base + att.attachment_id, headers={"X-Pheby-Secret": PHEBY_SECRET}) as r:
+                assert r.status == 200 and r.headers["Content-Length"] == str(len(data))
+        async with http.get(base + "0" * 32, headers={"X-Pheby-Secret": PHEBY_SECRET}) as r:
+            assert r.status == 404
+    # expired: the records and their bytes go
+    assert await svc2.bridge.attachments.cleanup(at=made[0][0].expires_at + 1) == 3
+    assert svc2.bridge.attachments.get(made[0][0].attachment_id) is None
+    if engine == "postgresql":
+        assert svc2.bridge.store.query("SELECT COUNT(*) FROM attachment_bytes") == [(0,)]
