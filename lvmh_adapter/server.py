@@ -27,7 +27,7 @@ from bridge_core.security import bearer_token, client_address
 from bridge_core.hub import Outbox
 from bridge_core.ids import new_id
 
-from . import codec, errors
+from . import codec, cutshort, errors
 from .auth import PRINCIPAL_KEY as PRINCIPAL
 from .auth import Authenticator, Principal, WorkerCredentials, check_origin, principal_of, public_url
 from .errors import error_frame, error_response
@@ -47,8 +47,6 @@ HEARTBEAT = 30.0
 MAX_BODY = codec.MAX_BODY
 LIST_EVENTS = (ev.ConversationCreated, ev.ConversationRenamed, ev.ConversationUpdated)
 PLUGIN_RETURN = 60.0  # s a plugin has to come back before the daemon closes its open run (twice its backoff cap)
-INTERRUPTED = "interrupted by a restart"
-GONE = "the pi session did not reconnect"
 
 
 class PluginConn:
@@ -137,7 +135,7 @@ class LvmhFrontEnd(FrontEnd):
         for sid, rec in list(self.records.items()):
             if rec.source == "bridge" and sid not in self.bridge.conversations:
                 self._forget(sid, store=self.cluster is None)  # several nodes: another may have created it
-        self._restore_open_runs()
+        cutshort.restore_open_runs(self)  # runs the previous process left open
         if self.spawn is not None and getattr(self.spawn, "daemon_url", None) is None:
             scheme = "https" if ssl_context is not None else "http"
             shown = f"[{host}]" if ":" in host else host
@@ -351,70 +349,7 @@ class LvmhFrontEnd(FrontEnd):
             return
         self.stream.spawn_changed()
 
-    # --- runs a restart or a lost plugin left open (docs/conformance.md, lvmh, "Runs cut short") ---
-
-    def _restore_open_runs(self) -> None:
-        """Rebuild, from stored events, the runs the previous process left open.
-
-        A bridge conversation's run is closed by the ``RunFinished`` the core reports for
-        it (the renderer, restored here, completes its open message and resolves what the
-        core no longer knows); a run the core does not report is closed here at once. A
-        plugin session's run is closed only if its plugin does not come back within
-        ``plugin_return`` (a plugin that returns resends and settles its own run).
-        """
-        reported = {run_id for _, run_id in getattr(self.bridge, "interrupted_runs", ())}
-        for sid, rec in list(self.records.items()):
-            run = self.log.open_run(sid)
-            if not run.open:
-                continue
-            if rec.source == "plugin":
-                rec.run = run
-                if self.cluster is None:  # with several nodes, its plugin may be connected to another one
-                    self._watch_abandoned(rec)
-                continue
-            if run.run_id is None:
-                run.run_id = f"interrupted-{new_id()}"
-            self.renderer.restore(sid, run)
-            if self.cluster is not None:
-                continue  # with several nodes, the core's RunFinished (from whichever node) closes it
-            if run.run_id not in reported:
-                # the core closed it before the old process stopped (a clean stop cancels runs) but
-                # this log missed the close: its open message ends with the text the core kept
-                finished = ev.RunFinished(conversation_id=sid, run_id=run.run_id, status="failed", error=INTERRUPTED,
-                                          text=self._kept_text(sid, self.renderer.open_message(sid)))
-                for etype, payload in self.renderer.render(finished):
-                    self._emit(sid, etype, payload, finished.ts)
-            log.info("lvmh: session %s had a run open when the bridge stopped; closing it", sid)
-
-    def _kept_text(self, cid: str, message_id: Optional[str]) -> str:
-        """The text the core stored for ``message_id`` of conversation ``cid`` ("" when none)."""
-        conv = self.bridge.conversations.get(cid)
-        if conv is None or message_id is None:
-            return ""
-        return next((m.text for m in reversed(conv.messages) if m.message_id == message_id), "")
-
-    def _watch_abandoned(self, rec: SessionRecord) -> None:
-        if rec.abandon is None and rec.run.open:
-            loop = asyncio.get_running_loop()
-            rec.abandon = loop.call_later(self.plugin_return, self._abandoned, rec.id)
-
-    def _abandoned(self, sid: str) -> None:
-        rec = self.records.get(sid)
-        if rec is None:
-            return
-        rec.abandon = None
-        if rec.conn is not None or not rec.run.open:
-            return
-        # The plugin numbers its session's events; these take numbers above every one it used
-        # (its unstored deltas included), so no browser has seen them, and once stored
-        # welcome.lastSeq covers them: a plugin that returns later resends only what follows
-        # (docs/conformance.md, lvmh, "Runs cut short").
-        log.info("lvmh: plugin session %s did not come back; closing its open run", sid)
-        now = codec.now_ms()
-        settled = rec.run.settle(GONE)
-        for seq, (etype, payload) in zip(rec.daemon_seqs(len(settled)), settled):
-            payload["synthetic"] = True
-            self._store_event(rec, seq, etype, payload, now)
+    # --- events the daemon writes -----------------------------------------------------------------
 
     def _store_event(self, rec: SessionRecord, seq: int, etype: str, payload: dict, ts_ms: int,
                      persist: bool = True) -> None:
@@ -656,7 +591,7 @@ class LvmhFrontEnd(FrontEnd):
         rec.conn = None
         self.log.set_online(rec.id, False)
         self.source.disconnected(rec.id)
-        self._watch_abandoned(rec)
+        cutshort.watch_abandoned(self, rec)
         self.stream.list_changed()
         log.info("lvmh: plugin session %s disconnected", rec.id)
 
