@@ -589,8 +589,13 @@ class Cluster:
     def _route_hosted(self, command: Any) -> Optional[str]:
         return None if self._hosts(command) else _SCATTER
 
-    async def live_nodes(self) -> list[str]:
-        return await self.bus.live_nodes()
+    async def gone(self, nodes: Any) -> set:
+        """Those of ``nodes`` whose liveness expired (none while Redis lost its keys lately: a live
+        node's key may be missing until its next beat)."""
+        live = set(await self.bus.live_nodes())
+        if self.node_id not in live or self.bus.lost_recently(BEAT_EVERY + SWEEP_EVERY):
+            return set()
+        return set(nodes) - live
 
 
 def _run_started(c: Any, run_id: str, cid: str, node: str) -> None:

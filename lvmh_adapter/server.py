@@ -36,6 +36,7 @@ from .persistence import EventLog
 from .plugin_source import SOURCE_NAME, PluginSource
 from .push import PUSH_DECIDE, push_routes
 from .registry import SEQ_STRIDE, Claim, SessionRecord, SessionRegistry, cluster_seq
+from .relay import PluginRelay
 from .render import Renderer
 from .session import Event, Hello, PluginSession, Reject
 from .stream import BrowserConn, EventStream
@@ -90,6 +91,7 @@ class LvmhFrontEnd(FrontEnd):
         self.renderer = Renderer(self.bridge_info)
         self.inflight = InFlight()  # open messages' text for browsers subscribing mid-stream
         self.source = PluginSource(self)
+        self.relay = PluginRelay(self)  # pi sessions on every node (relay.py)
         self.spawn: Any = None
         self.gitlab: Any = None
         self._models: dict[str, tuple] = {}
@@ -112,6 +114,7 @@ class LvmhFrontEnd(FrontEnd):
             self.seq_base = await self.log.cluster_base()
         self.registry.restore(self.log.load(shared=self.cluster is not None), codec.session_info)
         self.bridge.add_source(self.source)
+        self.relay.attach()
         self._load_extensions()
 
     def _load_extensions(self) -> None:
@@ -136,6 +139,7 @@ class LvmhFrontEnd(FrontEnd):
             if rec.source == "bridge" and sid not in self.bridge.conversations:
                 self._forget(sid, store=self.cluster is None)  # several nodes: another may have created it
         cutshort.restore_open_runs(self)  # runs the previous process left open
+        self.relay.start()
         if self.spawn is not None and getattr(self.spawn, "daemon_url", None) is None:
             scheme = "https" if ssl_context is not None else "http"
             shown = f"[{host}]" if ":" in host else host
@@ -151,6 +155,7 @@ class LvmhFrontEnd(FrontEnd):
             if conn is not None:
                 rec.conn = None
                 self.log.set_online(rec.id, False)
+                self.relay.offline(rec.id)
         await super().stop()
         self.log.flush()
         for ext in (self.spawn, self.gitlab):
@@ -291,7 +296,7 @@ class LvmhFrontEnd(FrontEnd):
         rec = self.records.get(sid)
         if rec is not None and rec.source == "plugin":
             out = dict(rec.info)
-            out["online"] = rec.conn is not None
+            out["online"] = self.relay.is_online(rec)
             out["lastEventAt"] = rec.last_event_at
             return out
         conv = self.bridge.conversations.get(sid)
@@ -363,6 +368,8 @@ class LvmhFrontEnd(FrontEnd):
             rec.last_event_at = ts_ms
         self.inflight.feed(rec.id, etype, seq, payload)
         self.stream.push(rec.id, seq, raw)
+        if rec.source == "plugin":  # a run its plugin left open, closed here (cutshort.py)
+            self.relay.frame(rec.id, etype, seq, ts_ms, raw)
 
     # --- daemon -> plugin ------------------------------------------------------------------------------
 
@@ -484,6 +491,7 @@ class LvmhFrontEnd(FrontEnd):
         if conn.replaced or conn.ws.closed:
             if rec.conn is None:
                 self.log.set_online(sid, False)
+                self.relay.offline(sid)
                 self.source.disconnected(sid)
                 self.stream.list_changed()
             return
@@ -502,6 +510,7 @@ class LvmhFrontEnd(FrontEnd):
                 rec.abandon = None
             self.log.set_online(sid, True)
             self.source.connected(sid)
+            self.relay.online(rec)
             self.stream.list_changed()
             if not rebind:
                 log.info("lvmh: plugin session %s connected from %s (lastSeq %d)", sid, conn.peer, last)
@@ -568,6 +577,7 @@ class LvmhFrontEnd(FrontEnd):
             if fresh:
                 self.inflight.feed(rec.id, etype, frame.seq, frame.obj)
                 self.stream.push(rec.id, frame.seq, frame.raw)
+                self.relay.frame(rec.id, etype, frame.seq, frame.ts, frame.raw)
                 self.source.translate(rec.id, etype, frame.obj)
             return
         self.log.append(rec.id, frame.seq, frame.ts, etype, frame.raw)
@@ -576,6 +586,7 @@ class LvmhFrontEnd(FrontEnd):
         rec.run.feed(etype, frame.obj)
         self.inflight.feed(rec.id, etype, frame.seq, frame.obj)
         self.stream.push(rec.id, frame.seq, frame.raw)
+        self.relay.frame(rec.id, etype, frame.seq, frame.ts, frame.raw)
         try:
             if etype == "session_info":
                 self._apply_info(rec, frame.obj.get("session"))
@@ -590,6 +601,7 @@ class LvmhFrontEnd(FrontEnd):
             return
         rec.conn = None
         self.log.set_online(rec.id, False)
+        self.relay.offline(rec.id)
         self.source.disconnected(rec.id)
         cutshort.watch_abandoned(self, rec)
         self.stream.list_changed()
