@@ -8,7 +8,10 @@ travel as events); what only lvmh has travels as relays (``Cluster.relay``), in 
   node keeps which node holds which session (``elsewhere``): ``session_list`` says online,
   and a node that stops or dies takes its sessions with it (a clean stop says ``off``; a
   dead node's are dropped when its liveness expires). A node that starts asks (``sync``)
-  and the others answer with what they hold.
+  and the others answer with what they hold. ``off`` leaves once what the node received
+  from the plugin is committed, and a plugin's hello on another node waits for it (at most
+  ``HANDOVER_WAIT``): its ``welcome.lastSeq`` then covers all of it, so the plugin resends
+  nothing the first node already stored and translated.
 - ``f``: each plugin frame the holder ingested (new, not a resend), raw, with the seq the
   plugin gave it: every other node shows it to its browsers live (and to the open message a
   browser subscribing mid-stream gets). Nothing is stored or translated again there, and the
@@ -41,6 +44,7 @@ log = logging.getLogger("agent_bridge.lvmh.relay")
 
 NAME = "lvmh"
 CHECK_EVERY = 5.0  # s between two looks for dead nodes while another node holds a session
+HANDOVER_WAIT = 3.0  # s a hello waits for the node its plugin left to say it stored everything (``off``)
 
 
 @attrs.frozen
@@ -63,6 +67,7 @@ class PluginRelay:
         self.fe = fe
         self.cluster: Any = None
         self.elsewhere: dict[str, str] = {}  # session id -> the other node its plugin is connected to
+        self._handover: dict[str, asyncio.Event] = {}  # sessions a hello here waits to be let go elsewhere
 
     def attach(self) -> None:
         """At prepare: the commands (every node), and with several nodes the relays and routing."""
@@ -95,8 +100,36 @@ class PluginRelay:
             self.cluster.relay(NAME, {"t": "on", "s": rec.id, "i": rec.info})
 
     def offline(self, sid: str) -> None:
+        """The plugin left this node: ``off`` once what it sent here is committed (unless it is back)."""
         if self.cluster is not None:
+            self.fe.tasks.spawn(self._off(sid), name="lvmh-relay-off")
+
+    async def _off(self, sid: str) -> None:
+        await self.fe.log.settle(sid)
+        rec = self.fe.records.get(sid)
+        if rec is None or rec.conn is None:
             self.cluster.relay(NAME, {"t": "off", "s": sid})
+
+    async def stopped(self, held: list) -> None:
+        """This node stops: ``off`` for the sessions it held, once what they sent is committed."""
+        if self.cluster is not None:
+            for sid in held:
+                await self.fe.log.settle(sid, timeout=2.0)
+                self.cluster.relay(NAME, {"t": "off", "s": sid})
+
+    async def handover(self, sid: str) -> None:
+        """A hello here for a session another node held: wait until it let go (``off``), at most
+        ``HANDOVER_WAIT`` (it may have died, or not noticed yet that its socket is gone)."""
+        if sid not in self.elsewhere:
+            return
+        gone = self._handover.setdefault(sid, asyncio.Event())
+        try:
+            await asyncio.wait_for(gone.wait(), HANDOVER_WAIT)
+        except asyncio.TimeoutError:
+            log.info("lvmh: session %s: node %s did not let it go in time", sid, self.elsewhere.get(sid))
+        finally:
+            if self._handover.get(sid) is gone:
+                del self._handover[sid]
 
     def frame(self, sid: str, etype: str, seq: int, ts: int, raw: str) -> None:
         if self.cluster is not None:
@@ -121,6 +154,9 @@ class PluginRelay:
             if self.elsewhere.get(sid) == node:  # type: ignore[arg-type]
                 del self.elsewhere[sid]  # type: ignore[arg-type]
                 self.fe.stream.list_changed()
+                waiting = self._handover.get(sid)  # type: ignore[arg-type]
+                if waiting is not None:
+                    waiting.set()
         elif t == "sync":
             for rec in list(self.fe.records.values()):
                 if rec.source == "plugin" and rec.conn is not None:
@@ -137,9 +173,8 @@ class PluginRelay:
             if not isinstance(sid, str) or fe.is_bridge_session(sid) or sid in fe.records:
                 return
             rec = fe.registry.add(sid, "plugin", {}, fe.log.committed.get(sid, 0))  # its row not committed yet
-        if rec.conn is not None:
-            return  # connected here (a later hello here won over the other node's)
-        rec.info = codec.session_info(data.get("i"), rec.id, rec.info)
+        if rec.conn is None:  # (connected here too: a socket here that has not noticed it is gone)
+            rec.info = codec.session_info(data.get("i"), rec.id, rec.info)
         self.elsewhere[rec.id] = node
         self.fe.stream.list_changed()
 
@@ -179,4 +214,7 @@ class PluginRelay:
             if gone:
                 for sid in [s for s, n in self.elsewhere.items() if n in gone]:
                     del self.elsewhere[sid]
+                    waiting = self._handover.get(sid)
+                    if waiting is not None:
+                        waiting.set()
                 self.fe.stream.list_changed()

@@ -147,6 +147,7 @@ class LvmhFrontEnd(FrontEnd):
         return bound
 
     async def stop(self) -> None:
+        held = []
         for rec in self.records.values():
             if rec.abandon is not None:
                 rec.abandon.cancel()
@@ -155,9 +156,10 @@ class LvmhFrontEnd(FrontEnd):
             if conn is not None:
                 rec.conn = None
                 self.log.set_online(rec.id, False)
-                self.relay.offline(rec.id)
+                held.append(rec.id)
         await super().stop()
         self.log.flush()
+        await self.relay.stopped(held)
         for ext in (self.spawn, self.gitlab):
             close = getattr(ext, "close", None)
             if close is not None:
@@ -480,6 +482,7 @@ class LvmhFrontEnd(FrontEnd):
         if rec is None:
             rec = self.registry.add(sid, "plugin", {}, self.log.committed.get(sid, 0))
         if self.cluster is not None and rec.conn is None:
+            await self.relay.handover(sid)  # the node it was connected to has stored what it got
             self._refresh_plugin(rec)  # its plugin may have been connected to another node meanwhile
         if not self._take_over(rec, conn):
             await self._refuse_takeover(conn)
