@@ -5,6 +5,8 @@ form) in the one ordered log every node reads; each node, the publisher included
 every event back through ``deliver(n, node, data)`` in the same order, ``n`` the cluster-
 wide event number (strictly increasing by one). **Commands**: ``send(node, data)`` puts a
 command in one node's inbox; only that node gets it, through ``on_command(node, data)``.
+**Relays**: ``relay(data)`` puts a front end's own payload in the event log, in order with
+the events but without a number; every other node gets it through ``on_relay(node, data)``.
 
 ``LocalBus`` is the in-process bus of a single node: ``publish`` delivers at once, in the
 caller's stack, with no copy and no I/O (the embedded default pays nothing for it).
@@ -21,12 +23,21 @@ OnCommand = Callable[[str, Any], None]  # (sending node, command data)
 
 class Bus(Protocol):
     node_id: str
+    seen: int  # the highest event number known given (cluster.py: the number never goes back)
+    floor: int  # a reservation above every number given: after a loss of the counter, numbering resumes above it
+    on_relay: Optional[OnCommand]
 
     async def start(self, deliver: Deliver, on_command: Optional[OnCommand] = None) -> None: ...
 
     def publish(self, data: Any) -> None: ...
 
     def send(self, node: str, data: Any) -> None: ...
+
+    def relay(self, data: Any) -> None: ...
+
+    def lost_recently(self, within: float) -> bool: ...
+
+    def note_lost(self, what: str) -> None: ...
 
     async def live_nodes(self) -> list[str]: ...
 
@@ -39,6 +50,8 @@ class LocalBus:
     def __init__(self, node_id: str = "local"):
         self.node_id = node_id
         self.n = 0
+        self.seen = self.floor = 0  # nothing to lose: its number is this process's own
+        self.on_relay: Optional[OnCommand] = None
         self._deliver: Optional[Deliver] = None
         self._on_command: Optional[OnCommand] = None
 
@@ -50,6 +63,15 @@ class LocalBus:
         self.n += 1
         if self._deliver is not None:
             self._deliver(self.n, self.node_id, data)
+
+    def relay(self, data: Any) -> None:
+        pass  # no other node
+
+    def lost_recently(self, within: float) -> bool:
+        return False
+
+    def note_lost(self, what: str) -> None:
+        pass
 
     def send(self, node: str, data: Any) -> None:
         if node == self.node_id and self._on_command is not None:

@@ -28,6 +28,14 @@ before). What changes:
   every ``SWEEP_EVERY`` for nodes whose bus liveness key expired; one survivor claims a dead
   node's runs in the store (one ``UPDATE ... RETURNING``: whoever commits first gets the
   rows) and closes them as after a restart (``Bridge.interrupt``).
+- **The number never goes back.** A reservation above every ``n`` given is kept in the store
+  (``cluster_number``, renewed a block ahead as in ``seqalloc.SeqReservation``); the bus
+  raises its counter above it when Redis lost it (redisbus.py). Front ends derive cursors
+  and seqs from ``n`` (docs/scale-out.md "The cluster-wide number").
+- **Relays.** ``relay(front_end, data)``: a front end's own payload to the same front end on
+  every other node, in stream order (``add_relay``); ``add_hosted(cls)``: a front end's
+  command that runs on the node hosting its conversation's session, asked of every node
+  like a message into such a session.
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ from . import commands as cmd
 from . import events as ev
 from .errors import BridgeError, RunActive, Unavailable
 from .ids import new_id
+from .seqalloc import SeqReservation
 from .serialize import UnknownEvent, from_dict, to_dict
 from .state import ConversationState
 from .tasks import TaskSet
@@ -76,6 +85,16 @@ MIGRATIONS = [
     # one running run per conversation, cluster-wide: a run's start claims its conversation (claim())
     "CREATE UNIQUE INDEX cluster_runs_running ON cluster_runs(conversation_id) WHERE state='running'",
 ]
+
+# the cluster-wide number's reservation (its own migrations: the table is the cluster's, not the core's)
+NUMBER_BLOCK = 1 << 20  # numbers reserved ahead; renewed half a block before they run out
+NUMBER_MIGRATIONS = [
+    """
+    CREATE TABLE cluster_number(id INTEGER PRIMARY KEY, used INTEGER NOT NULL, mark INTEGER NOT NULL);
+    INSERT INTO cluster_number(id, used, mark) VALUES(1, 0, 0);
+    """,
+]
+_NUMBER_SQL = "UPDATE cluster_number SET used=MAX(used, ?), mark=MAX(mark, ?) WHERE id=1"
 
 # the commands another node may have to carry out, by name
 ROUTED: dict[str, type] = {c.__name__: c for c in (
@@ -147,6 +166,9 @@ class Cluster:
         self.taken_over = 0  # runs of dead nodes this node closed
         self.delivering_own = False  # the hub is publishing an event this node published (push: one node notifies)
         self._ended: dict[str, str] = {}  # conversation_id -> its last run this node saw end (claim())
+        self._number = SeqReservation(NUMBER_BLOCK)  # the store's reservation above every n given
+        self._relays: dict[str, Any] = {}  # front end name -> its on_relay(node, data)
+        self._hosted: dict[str, type] = {}  # front ends' commands run where the session is hosted, by name
         bridge.cluster = self
 
     # --- joining, leaving ----------------------------------------------------------------------
@@ -155,8 +177,11 @@ class Cluster:
         """Before the bridge loads the store: the schema, the bus joined (its deliveries held)."""
         store = self.bridge.store
         await store.amigrate("cluster", MIGRATIONS)
+        await self._hold_number()
         self._held = []
+        self.bus.on_relay = self._relayed
         await self.bus.start(self._deliver, self._on_command)
+        await self._reserve_number()
         self._loaded = dict(store.query("SELECT run_id, node_id FROM cluster_runs WHERE state='running'"))
 
     def interrupted_here(self, run_id: str) -> bool:
@@ -183,6 +208,7 @@ class Cluster:
         self.tasks.spawn(self._watch(), name="cluster-watch")
 
     async def stop(self) -> None:
+        self._note_used()
         await self.tasks.close()
         await self.bus.stop()
         for fut in self._waiting.values():
@@ -207,6 +233,8 @@ class Cluster:
         self.bus.publish(data)
 
     def _deliver(self, n: int, node: str, data: Any) -> None:
+        if n > self._number.limit:
+            self._renew_number(n)
         if self._held is not None:
             self._held.append((n, node, data))
             return
@@ -331,6 +359,8 @@ class Cluster:
         """The node that must carry out ``command`` (None: this one; ``_SCATTER``: whichever hosts it)."""
         bridge = self.bridge
         t = type(command)
+        if t.__name__ in self._hosted:
+            return self._route_hosted(command)
         conv: Optional[ConversationState] = None
         if t is cmd.ResolveApproval or t is cmd.AnswerClarify:
             did = command.approval_id if t is cmd.ResolveApproval else command.clarify_id
@@ -421,7 +451,7 @@ class Cluster:
     async def _answer(self, sender: str, data: dict) -> None:
         reply: dict = {"t": "res", "id": data.get("id")}
         try:
-            cls = ROUTED.get(data.get("cmd"))  # type: ignore[arg-type]
+            cls = ROUTED.get(data.get("cmd")) or self._hosted.get(data.get("cmd"))  # type: ignore[arg-type]
             if cls is None:
                 raise BridgeError("Unknown command", code="bad_request")
             command = _CONV.structure(data.get("args"), cls)
@@ -460,6 +490,8 @@ class Cluster:
         if not owners:
             return 0
         live = set(await self.bus.live_nodes())
+        if self._keys_lost(live):
+            return 0
         closed = 0
         for node in sorted(owners - live):
             closed += await self._take_over(node)
@@ -488,6 +520,82 @@ class Cluster:
             self.bridge.interrupt(cid, run_id, NODE_GONE)
         self.taken_over += len(won)
         return len(won)
+
+    def _keys_lost(self, live: set) -> bool:
+        """Redis lost its keys lately (this node's own liveness key is gone, or the bus saw it):
+        the other nodes' keys may be missing until their next beat, so nobody is taken for dead."""
+        if self.node_id not in live:
+            self.bus.note_lost("this node's liveness key was gone")
+            return True
+        return self.bus.lost_recently(BEAT_EVERY + SWEEP_EVERY)
+
+    # --- the cluster-wide number never goes back (docs/scale-out.md "The cluster-wide number") ---
+
+    async def _hold_number(self) -> None:
+        """Before the bus starts: what the store knows of ``n`` (a number given, and the reservation
+        above all), for the bus to raise its counter if Redis lost it."""
+        store = self.bridge.store
+        await store.amigrate("cluster_number", NUMBER_MIGRATIONS)
+        row = store.query_one("SELECT used, mark FROM cluster_number WHERE id=1")
+        used, mark = (int(row[0]), int(row[1])) if row is not None else (0, 0)
+        self.bus.seen = max(self.bus.seen, used)
+        self.bus.floor = max(self.bus.floor, mark)
+        self._number.set(self.bus.floor)
+
+    async def _reserve_number(self) -> None:
+        """After the bus started (its counter raised if it had to be): the reservation renewed if due,
+        awaited before this node publishes anything."""
+        seen = self.bus.seen
+        mark = self._number.need(seen) or self._number.reserved
+        await self.bridge.store.write(lambda c: c.execute(_NUMBER_SQL, (seen, mark)))
+        self.bus.floor = max(self.bus.floor, mark)
+
+    def _renew_number(self, n: int) -> None:
+        """``n`` came within half a block of the reservation: the next one, recorded now. Every node
+        sees every ``n`` and renews it alike (the store keeps the highest); the bus uses it at once."""
+        mark = self._number.need(n)
+        if mark is None:
+            return
+        self.bus.floor = max(self.bus.floor, mark)
+        self.bridge.store.execute_later(_NUMBER_SQL, (n, mark))
+
+    def _note_used(self) -> None:
+        """A clean stop: the store learns how far ``n`` went (a counter behind it is then seen as lost)."""
+        if self.bus.seen > 0:
+            self.bridge.store.execute_later(_NUMBER_SQL, (self.bus.seen, self._number.reserved))
+
+    # --- front ends' relays and hosted commands --------------------------------------------------
+
+    def add_relay(self, front_end: str, on_relay: Any) -> None:
+        """``on_relay(node, data)`` gets what ``front_end`` relays on every other node, in stream order."""
+        self._relays[front_end] = on_relay
+
+    def relay(self, front_end: str, data: Any) -> None:
+        """An opaque payload of ``front_end`` for the same front end on every other node (not this one)."""
+        self.bus.relay({"fe": front_end, "d": data})
+
+    def _relayed(self, node: str, data: Any) -> None:
+        if self._held is not None or not isinstance(data, dict):
+            return  # while joining, a front end reads the store (what it relays later follows)
+        fn = self._relays.get(data.get("fe"))  # type: ignore[arg-type]
+        if fn is not None:
+            fn(node, data.get("d"))
+
+    def add_hosted(self, cls: type) -> None:
+        """``cls`` (an attrs command with a ``conversation_id``, a ``Bridge.extensions`` handler on every
+        node) runs on the node whose source hosts the conversation; none: this node's own answer."""
+        self._hosted[cls.__name__] = cls
+
+    def _route_hosted(self, command: Any) -> Optional[str]:
+        return None if self._hosts(command) else _SCATTER
+
+    async def gone(self, nodes: Any) -> set:
+        """Those of ``nodes`` whose liveness expired (none while Redis lost its keys lately: a live
+        node's key may be missing until its next beat)."""
+        live = set(await self.bus.live_nodes())
+        if self.node_id not in live or self.bus.lost_recently(BEAT_EVERY + SWEEP_EVERY):
+            return set()
+        return set(nodes) - live
 
 
 def _run_started(c: Any, run_id: str, cid: str, node: str) -> None:

@@ -11,6 +11,19 @@ node's inbox stream, ``<prefix>:inbox:<node>``. Liveness: each node keeps a key
 
 Reading resumes from the last entry seen after a lost connection, so a short outage of
 Redis loses nothing the stream still holds (it keeps the newest ``MAXLEN`` entries).
+
+**The number never goes back** (docs/scale-out.md "The cluster-wide number"). The node keeps
+``seen``, the highest number it knows was given, and ``floor``, a reservation above every
+number ever given that the core records in the shared store (``cluster.py``). A Redis that
+lost its keys (restarted without persistence, flushed, restored from an older snapshot)
+numbers at or below ``seen`` again: the append script then sets the counter to ``floor + 1``
+and goes on from there, in the same atomic step. At start the counter is raised to
+``floor`` when it is missing or below what the store knows was given. Such a loss (or this
+node's liveness key found gone at a beat) is noted in ``lost_at``: for a few seconds every
+other node's key may be missing too, until its next beat.
+
+**Relays** (``relay(data)``): a front end's own payload in the same stream, in order with the
+events, without a number; every other node gets it through ``on_relay(node, data)``.
 """
 
 from __future__ import annotations
@@ -34,10 +47,34 @@ log = logging.getLogger("agent_bridge.bus")
 MAXLEN = 200_000  # entries the events stream keeps (approximately): the window a node may lag or be away
 BATCH = 512  # entries per pipeline / per read
 
+# ARGV: node, payload, maxlen, seen, floor + 1. A number at or below ``seen`` means the counter
+# went back (Redis lost it): it restarts above the reservation, and the answer is negative to say so.
 _APPEND = """
 local n = redis.call('INCR', KEYS[2])
+local lost = n <= tonumber(ARGV[4])
+if lost then
+  redis.call('SET', KEYS[2], ARGV[5])
+  n = tonumber(ARGV[5])
+end
 redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], '*', 'n', n, 'node', ARGV[1], 'e', ARGV[2])
+if lost then return -n end
 return n
+"""
+# At start. ARGV: seen, floor. A missing counter, or one below what is known given, is raised to floor.
+_RAISE = """
+local cur = tonumber(redis.call('GET', KEYS[1]) or '-1')
+if cur < tonumber(ARGV[1]) or cur < 0 then
+  redis.call('SET', KEYS[1], ARGV[2])
+  return {tonumber(ARGV[2]), 1}
+end
+return {cur, 0}
+"""
+# A heartbeat that tells whether the key was still there (gone: Redis lost its keys, or this node was
+# away longer than its TTL).
+_BEAT = """
+local was = redis.call('EXISTS', KEYS[1])
+redis.call('SET', KEYS[1], '1', 'PX', ARGV[1])
+return was
 """
 
 
@@ -65,6 +102,12 @@ class RedisBus:
         self._stopping = False
         self.published = 0
         self.delivered = 0
+        self.seen = 0  # the highest cluster-wide number known given (set from the store before start)
+        self.floor = 0  # the reservation above every number given (the store's; cluster.py renews it)
+        self.lost_at: Optional[float] = None  # loop time this node last saw Redis lose its keys
+        self.on_relay: Optional[OnCommand] = None  # (node, data) of another node's relay
+        self._beat: Any = None
+        self._serving = False  # started: beats from now on find the key they set before
 
     def describe(self) -> str:
         return redact_url(self.url)
@@ -76,6 +119,8 @@ class RedisBus:
         try:
             await self._r.ping()
             self._script = self._r.register_script(_APPEND)
+            self._beat = self._r.register_script(_BEAT)
+            await self._raise_counter()
             self.last_event_id = await self._end_id(self.events_key, self.join_back)
             self.last_inbox_id = await self._end_id(self.inbox_key)
             await self._beat_once()
@@ -87,6 +132,7 @@ class RedisBus:
         self.tasks.spawn(self._reader(), name="bus-reader")
         self.tasks.spawn(self._writer(), name="bus-writer")
         self.tasks.spawn(self._heartbeat(), name="bus-heartbeat")
+        self._serving = True
 
     async def _end_id(self, key: str, back: float = 0.0) -> str:
         """The id of ``key``'s last entry, or (``back`` > 0) the id ``back`` seconds before it
@@ -100,10 +146,33 @@ class RedisBus:
         ms = int(end.split("-", 1)[0]) - int(back * 1000)
         return f"{max(0, ms)}-0"
 
+    async def _raise_counter(self) -> None:
+        n, raised = await self._r.register_script(_RAISE)(keys=[self.counter_key], args=[self.seen, self.floor])
+        if raised and self.seen > 0:
+            log.warning("bus: the cluster-wide number was gone or behind in Redis; it goes on above %d", n)
+        self.seen = max(self.seen, int(n))
+
+    def note_lost(self, what: str) -> None:
+        """Redis lost its keys (``what`` showed it): noted, and this node's liveness key set again now."""
+        now = asyncio.get_running_loop().time()
+        if self.lost_at is None or now - self.lost_at > self.every:
+            log.warning("bus: Redis lost its keys (%s); numbering goes on above %d", what, self.floor)
+            if self._serving:
+                self.tasks.spawn(self._beat_quietly(), name="bus-beat")
+        self.lost_at = now
+
+    def lost_recently(self, within: float) -> bool:
+        """Whether Redis lost its keys in the last ``within`` seconds, as far as this node saw."""
+        return self.lost_at is not None and asyncio.get_running_loop().time() - self.lost_at < within
+
     # --- out -----------------------------------------------------------------------------
 
     def publish(self, data: Any) -> None:
         self._out.append(("e", orjson.dumps(data)))
+        self._wake.set()
+
+    def relay(self, data: Any) -> None:
+        self._out.append(("r", orjson.dumps(data)))
         self._wake.set()
 
     def send(self, node: str, data: Any) -> None:
@@ -119,14 +188,20 @@ class RedisBus:
                 while True:
                     try:
                         pipe = self._r.pipeline(transaction=False)
+                        args_tail = [MAXLEN, self.seen, self.floor + 1]
                         for kind, payload in batch:
                             if kind == "e":
                                 await self._script(keys=[self.events_key, self.counter_key],
-                                                   args=[self.node_id, payload, MAXLEN], client=pipe)  # fmt: skip
+                                                   args=[self.node_id, payload, *args_tail], client=pipe)  # fmt: skip
+                            elif kind == "r":
+                                pipe.xadd(self.events_key, {"node": self.node_id, "r": payload},
+                                          maxlen=MAXLEN, approximate=True)  # fmt: skip
                             else:
                                 pipe.xadd(kind, {"c": payload}, maxlen=10_000, approximate=True)
-                        await pipe.execute()
+                        results = await pipe.execute()
                         self.published += len(batch)
+                        if any(type(r) is int and r < 0 for r in results):
+                            self.note_lost("its counter went back")
                         break
                     except (RedisError, OSError) as exc:  # Redis away: keep the batch, try again
                         log.warning("bus: publishing failed (%s); retrying", exc)
@@ -158,6 +233,9 @@ class RedisBus:
                         self._command_one(fields)
 
     def _deliver_one(self, fields: dict) -> None:
+        if b"r" in fields:
+            self._relay_one(fields)
+            return
         try:
             n = int(fields[b"n"])
             node = fields[b"node"].decode()
@@ -166,11 +244,27 @@ class RedisBus:
             log.warning("bus: dropping an unreadable event entry")
             return
         self.delivered += 1
+        if n > self.seen:
+            self.seen = n
         if self._deliver is not None:
             try:
                 self._deliver(n, node, data)
             except Exception:  # one bad event never stops the reader
                 log.exception("bus: delivering event %d failed", n)
+
+    def _relay_one(self, fields: dict) -> None:
+        try:
+            node = fields[b"node"].decode()
+            data = orjson.loads(fields[b"r"])
+        except (KeyError, ValueError, orjson.JSONDecodeError):
+            log.warning("bus: dropping an unreadable relay entry")
+            return
+        if node == self.node_id or self.on_relay is None:
+            return
+        try:
+            self.on_relay(node, data)
+        except Exception:  # one bad relay never stops the reader
+            log.exception("bus: a relay from %s failed", node)
 
     def _command_one(self, fields: dict) -> None:
         try:
@@ -188,15 +282,20 @@ class RedisBus:
     # --- liveness ------------------------------------------------------------------------
 
     async def _beat_once(self) -> None:
-        await self._r.set(f"{self.prefix}:node:{self.node_id}", b"1", px=int(self.ttl * 1000))
+        was = await self._beat(keys=[f"{self.prefix}:node:{self.node_id}"], args=[int(self.ttl * 1000)])
+        if not was and self._serving:  # (the first beat, at start, finds no key of course)
+            self.note_lost("this node's liveness key was gone")
 
     async def _heartbeat(self) -> None:
         while True:
             await asyncio.sleep(self.every)
-            try:
-                await self._beat_once()
-            except (RedisError, OSError) as exc:
-                log.warning("bus: heartbeat failed (%s)", exc)
+            await self._beat_quietly()
+
+    async def _beat_quietly(self) -> None:
+        try:
+            await self._beat_once()
+        except (RedisError, OSError) as exc:
+            log.warning("bus: heartbeat failed (%s)", exc)
 
     async def live_nodes(self) -> list[str]:
         """The nodes whose heartbeat key has not expired."""

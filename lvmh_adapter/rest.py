@@ -3,7 +3,8 @@
 Every error is ``{"error": "message"}`` (plus a machine-readable ``code``) with
 its status: 400 bad JSON or query values, 401 (the auth middleware), 404
 unknown session/approval/clarification/attachment, 409 offline session or
-conflicting state, 413 too large; never a 500 for anything a client sends.
+conflicting state, 413 too large; never a 500 for anything a client sends. With several
+nodes, a pi session's prompt and abort reach the node its plugin is connected to (relay.py).
 Spawn and GitLab routes come from ``spawn.py`` and ``gitlab.py``.
 """
 
@@ -19,7 +20,8 @@ from bridge_core.errors import Conflict, NotFound, TooLarge
 from bridge_core.frontend import peer_host
 
 from . import codec
-from .errors import Offline, SessionNotFound, error_response, json_response, rest_error
+from .errors import SessionNotFound, error_response, json_response, rest_error
+from .relay import PluginAbort, PluginPrompt
 
 if TYPE_CHECKING:
     from .server import LvmhFrontEnd
@@ -93,10 +95,9 @@ class Rest:
             body = await self._body(request)
             message = codec.body_string(body, "message")
             assert message is not None
-            if kind == "plugin":
-                if not self.fe.plugin_online(sid):
-                    raise Offline()
-                prompt_id = self.fe.send_prompt(sid, message)
+            if kind == "plugin":  # to the node its plugin is connected to (relay.py); none: 409 offline
+                prompt_id = await self.fe.bridge.execute(PluginPrompt(conversation_id=sid, text=message),
+                                                         _origin(request))  # fmt: skip
                 return json_response({"ok": True, "promptId": prompt_id})
             result = await self.fe.bridge.execute(cmd.SendMessage(text=message, conversation_id=sid), _origin(request))
             return json_response({"ok": True, "runId": result.run_id})
@@ -108,8 +109,8 @@ class Rest:
         try:
             kind = self._known(sid)
             await self._body(request, allow_empty=True)
-            if kind == "plugin":
-                self.fe.send_abort(sid)  # Offline (409) when not connected
+            if kind == "plugin":  # as a prompt: where its plugin is connected, or 409 offline
+                await self.fe.bridge.execute(PluginAbort(conversation_id=sid), _origin(request))
                 return json_response({"ok": True})
             conv = self.fe.bridge.conversations.get(sid)
             if conv is None or conv.run is None:

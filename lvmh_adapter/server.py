@@ -27,7 +27,7 @@ from bridge_core.security import bearer_token, client_address
 from bridge_core.hub import Outbox
 from bridge_core.ids import new_id
 
-from . import codec, errors
+from . import codec, cutshort, errors
 from .auth import PRINCIPAL_KEY as PRINCIPAL
 from .auth import Authenticator, Principal, WorkerCredentials, check_origin, principal_of, public_url
 from .errors import error_frame, error_response
@@ -36,6 +36,7 @@ from .persistence import EventLog
 from .plugin_source import SOURCE_NAME, PluginSource
 from .push import PUSH_DECIDE, push_routes
 from .registry import SEQ_STRIDE, Claim, SessionRecord, SessionRegistry, cluster_seq
+from .relay import PluginRelay
 from .render import Renderer
 from .session import Event, Hello, PluginSession, Reject
 from .stream import BrowserConn, EventStream
@@ -47,8 +48,6 @@ HEARTBEAT = 30.0
 MAX_BODY = codec.MAX_BODY
 LIST_EVENTS = (ev.ConversationCreated, ev.ConversationRenamed, ev.ConversationUpdated)
 PLUGIN_RETURN = 60.0  # s a plugin has to come back before the daemon closes its open run (twice its backoff cap)
-INTERRUPTED = "interrupted by a restart"
-GONE = "the pi session did not reconnect"
 
 
 class PluginConn:
@@ -92,6 +91,7 @@ class LvmhFrontEnd(FrontEnd):
         self.renderer = Renderer(self.bridge_info)
         self.inflight = InFlight()  # open messages' text for browsers subscribing mid-stream
         self.source = PluginSource(self)
+        self.relay = PluginRelay(self)  # pi sessions on every node (relay.py)
         self.spawn: Any = None
         self.gitlab: Any = None
         self._models: dict[str, tuple] = {}
@@ -114,6 +114,7 @@ class LvmhFrontEnd(FrontEnd):
             self.seq_base = await self.log.cluster_base()
         self.registry.restore(self.log.load(shared=self.cluster is not None), codec.session_info)
         self.bridge.add_source(self.source)
+        self.relay.attach()
         self._load_extensions()
 
     def _load_extensions(self) -> None:
@@ -137,7 +138,8 @@ class LvmhFrontEnd(FrontEnd):
         for sid, rec in list(self.records.items()):
             if rec.source == "bridge" and sid not in self.bridge.conversations:
                 self._forget(sid, store=self.cluster is None)  # several nodes: another may have created it
-        self._restore_open_runs()
+        cutshort.restore_open_runs(self)  # runs the previous process left open
+        self.relay.start()
         if self.spawn is not None and getattr(self.spawn, "daemon_url", None) is None:
             scheme = "https" if ssl_context is not None else "http"
             shown = f"[{host}]" if ":" in host else host
@@ -145,6 +147,7 @@ class LvmhFrontEnd(FrontEnd):
         return bound
 
     async def stop(self) -> None:
+        held = []
         for rec in self.records.values():
             if rec.abandon is not None:
                 rec.abandon.cancel()
@@ -153,8 +156,10 @@ class LvmhFrontEnd(FrontEnd):
             if conn is not None:
                 rec.conn = None
                 self.log.set_online(rec.id, False)
+                held.append(rec.id)
         await super().stop()
         self.log.flush()
+        await self.relay.stopped(held)
         for ext in (self.spawn, self.gitlab):
             close = getattr(ext, "close", None)
             if close is not None:
@@ -293,7 +298,7 @@ class LvmhFrontEnd(FrontEnd):
         rec = self.records.get(sid)
         if rec is not None and rec.source == "plugin":
             out = dict(rec.info)
-            out["online"] = rec.conn is not None
+            out["online"] = self.relay.is_online(rec)
             out["lastEventAt"] = rec.last_event_at
             return out
         conv = self.bridge.conversations.get(sid)
@@ -351,70 +356,7 @@ class LvmhFrontEnd(FrontEnd):
             return
         self.stream.spawn_changed()
 
-    # --- runs a restart or a lost plugin left open (docs/conformance.md, lvmh, "Runs cut short") ---
-
-    def _restore_open_runs(self) -> None:
-        """Rebuild, from stored events, the runs the previous process left open.
-
-        A bridge conversation's run is closed by the ``RunFinished`` the core reports for
-        it (the renderer, restored here, completes its open message and resolves what the
-        core no longer knows); a run the core does not report is closed here at once. A
-        plugin session's run is closed only if its plugin does not come back within
-        ``plugin_return`` (a plugin that returns resends and settles its own run).
-        """
-        reported = {run_id for _, run_id in getattr(self.bridge, "interrupted_runs", ())}
-        for sid, rec in list(self.records.items()):
-            run = self.log.open_run(sid)
-            if not run.open:
-                continue
-            if rec.source == "plugin":
-                rec.run = run
-                if self.cluster is None:  # with several nodes, its plugin may be connected to another one
-                    self._watch_abandoned(rec)
-                continue
-            if run.run_id is None:
-                run.run_id = f"interrupted-{new_id()}"
-            self.renderer.restore(sid, run)
-            if self.cluster is not None:
-                continue  # with several nodes, the core's RunFinished (from whichever node) closes it
-            if run.run_id not in reported:
-                # the core closed it before the old process stopped (a clean stop cancels runs) but
-                # this log missed the close: its open message ends with the text the core kept
-                finished = ev.RunFinished(conversation_id=sid, run_id=run.run_id, status="failed", error=INTERRUPTED,
-                                          text=self._kept_text(sid, self.renderer.open_message(sid)))
-                for etype, payload in self.renderer.render(finished):
-                    self._emit(sid, etype, payload, finished.ts)
-            log.info("lvmh: session %s had a run open when the bridge stopped; closing it", sid)
-
-    def _kept_text(self, cid: str, message_id: Optional[str]) -> str:
-        """The text the core stored for ``message_id`` of conversation ``cid`` ("" when none)."""
-        conv = self.bridge.conversations.get(cid)
-        if conv is None or message_id is None:
-            return ""
-        return next((m.text for m in reversed(conv.messages) if m.message_id == message_id), "")
-
-    def _watch_abandoned(self, rec: SessionRecord) -> None:
-        if rec.abandon is None and rec.run.open:
-            loop = asyncio.get_running_loop()
-            rec.abandon = loop.call_later(self.plugin_return, self._abandoned, rec.id)
-
-    def _abandoned(self, sid: str) -> None:
-        rec = self.records.get(sid)
-        if rec is None:
-            return
-        rec.abandon = None
-        if rec.conn is not None or not rec.run.open:
-            return
-        # The plugin numbers its session's events; these take numbers above every one it used
-        # (its unstored deltas included), so no browser has seen them, and once stored
-        # welcome.lastSeq covers them: a plugin that returns later resends only what follows
-        # (docs/conformance.md, lvmh, "Runs cut short").
-        log.info("lvmh: plugin session %s did not come back; closing its open run", sid)
-        now = codec.now_ms()
-        settled = rec.run.settle(GONE)
-        for seq, (etype, payload) in zip(rec.daemon_seqs(len(settled)), settled):
-            payload["synthetic"] = True
-            self._store_event(rec, seq, etype, payload, now)
+    # --- events the daemon writes -----------------------------------------------------------------
 
     def _store_event(self, rec: SessionRecord, seq: int, etype: str, payload: dict, ts_ms: int,
                      persist: bool = True) -> None:
@@ -428,6 +370,8 @@ class LvmhFrontEnd(FrontEnd):
             rec.last_event_at = ts_ms
         self.inflight.feed(rec.id, etype, seq, payload)
         self.stream.push(rec.id, seq, raw)
+        if rec.source == "plugin":  # a run its plugin left open, closed here (cutshort.py)
+            self.relay.frame(rec.id, etype, seq, ts_ms, raw)
 
     # --- daemon -> plugin ------------------------------------------------------------------------------
 
@@ -538,6 +482,7 @@ class LvmhFrontEnd(FrontEnd):
         if rec is None:
             rec = self.registry.add(sid, "plugin", {}, self.log.committed.get(sid, 0))
         if self.cluster is not None and rec.conn is None:
+            await self.relay.handover(sid)  # the node it was connected to has stored what it got
             self._refresh_plugin(rec)  # its plugin may have been connected to another node meanwhile
         if not self._take_over(rec, conn):
             await self._refuse_takeover(conn)
@@ -549,6 +494,7 @@ class LvmhFrontEnd(FrontEnd):
         if conn.replaced or conn.ws.closed:
             if rec.conn is None:
                 self.log.set_online(sid, False)
+                self.relay.offline(sid)
                 self.source.disconnected(sid)
                 self.stream.list_changed()
             return
@@ -567,6 +513,7 @@ class LvmhFrontEnd(FrontEnd):
                 rec.abandon = None
             self.log.set_online(sid, True)
             self.source.connected(sid)
+            self.relay.online(rec)
             self.stream.list_changed()
             if not rebind:
                 log.info("lvmh: plugin session %s connected from %s (lastSeq %d)", sid, conn.peer, last)
@@ -633,6 +580,7 @@ class LvmhFrontEnd(FrontEnd):
             if fresh:
                 self.inflight.feed(rec.id, etype, frame.seq, frame.obj)
                 self.stream.push(rec.id, frame.seq, frame.raw)
+                self.relay.frame(rec.id, etype, frame.seq, frame.ts, frame.raw)
                 self.source.translate(rec.id, etype, frame.obj)
             return
         self.log.append(rec.id, frame.seq, frame.ts, etype, frame.raw)
@@ -641,6 +589,7 @@ class LvmhFrontEnd(FrontEnd):
         rec.run.feed(etype, frame.obj)
         self.inflight.feed(rec.id, etype, frame.seq, frame.obj)
         self.stream.push(rec.id, frame.seq, frame.raw)
+        self.relay.frame(rec.id, etype, frame.seq, frame.ts, frame.raw)
         try:
             if etype == "session_info":
                 self._apply_info(rec, frame.obj.get("session"))
@@ -655,8 +604,9 @@ class LvmhFrontEnd(FrontEnd):
             return
         rec.conn = None
         self.log.set_online(rec.id, False)
+        self.relay.offline(rec.id)
         self.source.disconnected(rec.id)
-        self._watch_abandoned(rec)
+        cutshort.watch_abandoned(self, rec)
         self.stream.list_changed()
         log.info("lvmh: plugin session %s disconnected", rec.id)
 

@@ -153,6 +153,13 @@ class Redis:
         finally:
             r.close()
 
+    def restart(self) -> None:
+        """Killed and started again on the same port: without persistence, every key is gone."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        self.start()
+
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()

@@ -122,3 +122,66 @@ async def test_an_unreachable_bus_is_one_clear_error():
     assert err.value.message.startswith("cannot reach the bus redis://")
     assert "hunter2" not in err.value.message
 
+
+
+async def test_a_counter_redis_lost_goes_on_above_the_reservation(redis_server, redis_url):
+    a = await Node(redis_bus(redis_url, "a")).start()
+    b = await Node(redis_bus(redis_url, "b")).start()
+    try:
+        for bus in (a.bus, b.bus):
+            bus.floor = 5000  # what the store reserved above every number given (cluster.py)
+        for i in range(3):
+            a.bus.publish({"i": i})
+        await until(lambda: len(b.events) == 3, what="three events")
+        assert [n for n, _, _ in b.events] == [1, 2, 3]
+        redis_server.flush()  # the counter, the stream, the liveness keys: gone
+        b.bus.publish({"i": 3})
+        a.bus.publish({"i": 4})
+        await until(lambda: len(a.events) == 5 and len(b.events) == 5, what="the events after the loss")
+        assert a.events == b.events
+        assert [n for n, _, _ in a.events] == [1, 2, 3, 5001, 5002]  # never a number given before
+        noticed = [x.bus for x in (a, b) if x.bus.lost_recently(5.0)]  # the publisher that found it behind
+        assert len(noticed) == 1
+        await until(lambda: noticed[0].live_nodes(), what="its liveness key set again at once")
+        assert await noticed[0].live_nodes() == [noticed[0].node_id]
+    finally:
+        for x in (a, b):
+            await x.bus.stop()
+
+
+async def test_a_node_starting_on_a_redis_that_lost_the_counter_raises_it(redis_url):
+    a = await Node(redis_bus(redis_url, "a")).start()
+    try:
+        a.bus.publish({"i": 0})
+        await until(lambda: a.events, what="one event")
+    finally:
+        await a.bus.stop()
+    late = redis_bus(redis_url, "late")
+    late.seen, late.floor = 40, 7000  # the store: 40 was given; 7000 reserved above everything
+    node = await Node(late).start()  # the counter (1) is below what was given: raised to the reservation
+    try:
+        late.publish({"i": 1})
+        await until(lambda: node.events, what="the event")
+        assert node.events[0][0] == 7001
+    finally:
+        await late.stop()
+
+
+async def test_relays_reach_every_other_node_in_stream_order_without_a_number(redis_url):
+    a = await Node(redis_bus(redis_url, "a")).start()
+    b = await Node(redis_bus(redis_url, "b")).start()
+    got: dict[str, list] = {"a": [], "b": []}
+    for name, x in (("a", a), ("b", b)):
+        x.bus.on_relay = lambda node, data, name=name: got[name].append((node, data, len(x_events[name])))
+    x_events = {"a": a.events, "b": b.events}
+    try:
+        a.bus.publish({"e": 1})
+        a.bus.relay({"r": 1})
+        a.bus.publish({"e": 2})
+        await until(lambda: len(b.events) == 2 and got["b"], what="both events and the relay on b")
+        assert got["b"] == [("a", {"r": 1}, 1)]  # after the first event, before the second
+        assert got["a"] == []  # never back to its sender
+        assert [n for n, _, _ in b.events] == [1, 2]  # a relay takes no number
+    finally:
+        for x in (a, b):
+            await x.bus.stop()

@@ -185,9 +185,6 @@ async def test_an_attachment_made_on_n1_downloads_from_n2_on_pheby_and_lvmh(node
         await a1.close()
 
 
-@pytest.mark.xfail(reason="welcome.lastSeq comes from the sessions a node loaded at its start (0 on n2 here): the "
-                          "plugin resends what it buffered and the first reply enters the transcript twice "
-                          "(docs/scale-out.md, 'Not in this build yet')", strict=False)
 async def test_a_pi_plugin_reconnecting_to_another_node_continues_its_conversation(nodes):
     """The bridge's side of a pi session: a Pheby client on a third node sees the runs the plugin
     made on n1 and then on n2, each once, and its message reaches the plugin where it now is."""
@@ -225,8 +222,6 @@ async def test_a_pi_plugin_reconnecting_to_another_node_continues_its_conversati
         await app.close()
 
 
-@pytest.mark.xfail(reason="lvmh plugin sessions are per node until lvmh's numbering and sessions come from the "
-                          "shared store (docs/scale-out.md, 'Not in this build yet')", strict=False)
 async def test_a_pi_plugin_reconnecting_to_another_node_continues_its_lvmh_session(nodes):
     """The lvmh side: the plugin's next node knows how far the session was stored (welcome.lastSeq
     from the shared store), browsers on every node list it online and see both connections'

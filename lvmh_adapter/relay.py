@@ -1,0 +1,220 @@
+"""pi sessions on every node (docs/scale-out.md "pi sessions on every node").
+
+A pi plugin is connected to one node; its session must look the same from every node. The
+node holding the plugin stores its events and translates them into shared events (those
+travel as events); what only lvmh has travels as relays (``Cluster.relay``), in stream order:
+
+- ``on`` / ``off``: the plugin connected (with its session info) or went away. Every other
+  node keeps which node holds which session (``elsewhere``): ``session_list`` says online,
+  and a node that stops or dies takes its sessions with it (a clean stop says ``off``; a
+  dead node's are dropped when its liveness expires). A node that starts asks (``sync``)
+  and the others answer with what they hold. ``off`` leaves once what the node received
+  from the plugin is committed, and a plugin's hello on another node waits for it (at most
+  ``HANDOVER_WAIT``): its ``welcome.lastSeq`` then covers all of it, so the plugin resends
+  nothing the first node already stored and translated.
+- ``f``: each plugin frame the holder ingested (new, not a resend), raw, with the seq the
+  plugin gave it: every other node shows it to its browsers live (and to the open message a
+  browser subscribing mid-stream gets). Nothing is stored or translated again there, and the
+  session's seq books are not touched (a plugin moving here reads them from the store).
+
+Prompts and aborts for a pi session are commands (``PluginPrompt``, ``PluginAbort``) carried
+out where the plugin is: ``Bridge.execute`` runs them here when the plugin is connected here,
+else the cluster asks the other nodes (``Cluster.add_hosted``); nobody holding it is 409
+offline, as on one node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any, Optional
+
+import attrs
+import orjson
+
+from bridge_core import commands as cmd
+
+from . import codec
+
+if TYPE_CHECKING:
+    from .registry import SessionRecord
+    from .server import LvmhFrontEnd
+
+log = logging.getLogger("agent_bridge.lvmh.relay")
+
+NAME = "lvmh"
+CHECK_EVERY = 5.0  # s between two looks for dead nodes while another node holds a session
+HANDOVER_WAIT = 3.0  # s a hello waits for the node its plugin left to say it stored everything (``off``)
+
+
+@attrs.frozen
+class PluginPrompt:
+    """Deliver ``text`` into pi session ``conversation_id`` (a ``prompt`` frame); its promptId back."""
+
+    conversation_id: str
+    text: str
+
+
+@attrs.frozen
+class PluginAbort:
+    """Abort the current run of pi session ``conversation_id`` (an ``abort`` frame)."""
+
+    conversation_id: str
+
+
+class PluginRelay:
+    def __init__(self, fe: "LvmhFrontEnd"):
+        self.fe = fe
+        self.cluster: Any = None
+        self.elsewhere: dict[str, str] = {}  # session id -> the other node its plugin is connected to
+        self._handover: dict[str, asyncio.Event] = {}  # sessions a hello here waits to be let go elsewhere
+
+    def attach(self) -> None:
+        """At prepare: the commands (every node), and with several nodes the relays and routing."""
+        fe = self.fe
+        fe.bridge.extensions[PluginPrompt] = self._prompt
+        fe.bridge.extensions[PluginAbort] = self._abort
+        self.cluster = fe.cluster
+        if self.cluster is not None:
+            self.cluster.add_relay(NAME, self._relayed)
+            self.cluster.add_hosted(PluginPrompt)
+            self.cluster.add_hosted(PluginAbort)
+
+    def start(self) -> None:
+        if self.cluster is not None:
+            self.cluster.relay(NAME, {"t": "sync"})
+            self.fe.tasks.spawn(self._watch(), name="lvmh-relay-watch")
+
+    # --- commands (where the plugin is connected) ----------------------------------------------------
+
+    async def _prompt(self, c: PluginPrompt, origin: cmd.Origin) -> str:
+        return self.fe.send_prompt(c.conversation_id, c.text)  # Offline (409) when not connected here
+
+    async def _abort(self, c: PluginAbort, origin: cmd.Origin) -> None:
+        self.fe.send_abort(c.conversation_id)
+
+    # --- out -----------------------------------------------------------------------------------------
+
+    def online(self, rec: "SessionRecord") -> None:
+        if self.cluster is not None:
+            self.cluster.relay(NAME, {"t": "on", "s": rec.id, "i": rec.info})
+
+    def offline(self, sid: str) -> None:
+        """The plugin left this node: ``off`` once what it sent here is committed (unless it is back)."""
+        if self.cluster is not None:
+            self.fe.tasks.spawn(self._off(sid), name="lvmh-relay-off")
+
+    async def _off(self, sid: str) -> None:
+        await self.fe.log.settle(sid)
+        rec = self.fe.records.get(sid)
+        if rec is None or rec.conn is None:
+            self.cluster.relay(NAME, {"t": "off", "s": sid})
+
+    async def stopped(self, held: list) -> None:
+        """This node stops: ``off`` for the sessions it held, once what they sent is committed."""
+        if self.cluster is not None:
+            for sid in held:
+                await self.fe.log.settle(sid, timeout=2.0)
+                self.cluster.relay(NAME, {"t": "off", "s": sid})
+
+    async def handover(self, sid: str) -> None:
+        """A hello here for a session another node held: wait until it let go (``off``), at most
+        ``HANDOVER_WAIT`` (it may have died, or not noticed yet that its socket is gone)."""
+        if sid not in self.elsewhere:
+            return
+        gone = self._handover.setdefault(sid, asyncio.Event())
+        try:
+            await asyncio.wait_for(gone.wait(), HANDOVER_WAIT)
+        except asyncio.TimeoutError:
+            log.info("lvmh: session %s: node %s did not let it go in time", sid, self.elsewhere.get(sid))
+        finally:
+            if self._handover.get(sid) is gone:
+                del self._handover[sid]
+
+    def frame(self, sid: str, etype: str, seq: int, ts: int, raw: str) -> None:
+        if self.cluster is not None:
+            self.cluster.relay(NAME, {"t": "f", "s": sid, "e": etype, "q": seq, "ts": ts, "r": raw})
+
+    def is_online(self, rec: "SessionRecord") -> bool:
+        """Connected here or to another node (``session_list``'s ``online``)."""
+        return rec.conn is not None or rec.id in self.elsewhere
+
+    # --- in ------------------------------------------------------------------------------------------
+
+    def _relayed(self, node: str, data: Any) -> None:
+        if not isinstance(data, dict):
+            return
+        t = data.get("t")
+        if t == "f":
+            self._frame(data)
+        elif t == "on":
+            self._on(node, data)
+        elif t == "off":
+            sid = data.get("s")
+            if self.elsewhere.get(sid) == node:  # type: ignore[arg-type]
+                del self.elsewhere[sid]  # type: ignore[arg-type]
+                self.fe.stream.list_changed()
+                waiting = self._handover.get(sid)  # type: ignore[arg-type]
+                if waiting is not None:
+                    waiting.set()
+        elif t == "sync":
+            for rec in list(self.fe.records.values()):
+                if rec.source == "plugin" and rec.conn is not None:
+                    self.online(rec)
+
+    def _record(self, sid: Any) -> Optional["SessionRecord"]:
+        return self.fe.plugin_record(sid) if isinstance(sid, str) else None
+
+    def _on(self, node: str, data: dict) -> None:
+        sid = data.get("s")
+        rec = self._record(sid)
+        if rec is None:
+            fe = self.fe
+            if not isinstance(sid, str) or fe.is_bridge_session(sid) or sid in fe.records:
+                return
+            rec = fe.registry.add(sid, "plugin", {}, fe.log.committed.get(sid, 0))  # its row not committed yet
+        if rec.conn is None:  # (connected here too: a socket here that has not noticed it is gone)
+            rec.info = codec.session_info(data.get("i"), rec.id, rec.info)
+        self.elsewhere[rec.id] = node
+        self.fe.stream.list_changed()
+
+    def _frame(self, data: dict) -> None:
+        rec = self._record(data.get("s"))
+        etype, seq, raw = data.get("e"), data.get("q"), data.get("r")
+        if rec is None or rec.conn is not None or not isinstance(seq, int) or not isinstance(raw, str):
+            return
+        try:
+            obj = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return
+        if not isinstance(obj, dict) or not isinstance(etype, str):
+            return
+        fe = self.fe
+        if etype != "message_update":
+            ts = data.get("ts")
+            if isinstance(ts, int) and (rec.last_event_at is None or ts > rec.last_event_at):
+                rec.last_event_at = ts
+            if etype == "session_info":
+                rec.info = codec.session_info(obj.get("session"), rec.id, rec.info)
+                fe.stream.list_changed()
+        fe.inflight.feed(rec.id, etype, seq, obj)
+        fe.stream.push(rec.id, seq, raw)
+
+    async def _watch(self) -> None:
+        """Sessions held by a node that died (no ``off`` came) are offline once its liveness expired."""
+        while True:
+            await asyncio.sleep(CHECK_EVERY)
+            if not self.elsewhere:
+                continue
+            try:
+                gone = await self.cluster.gone(set(self.elsewhere.values()))
+            except Exception:  # the bus away for a moment: the next look tries again
+                log.exception("lvmh: looking for dead nodes failed")
+                continue
+            if gone:
+                for sid in [s for s, n in self.elsewhere.items() if n in gone]:
+                    del self.elsewhere[sid]
+                    waiting = self._handover.get(sid)
+                    if waiting is not None:
+                        waiting.set()
+                self.fe.stream.list_changed()
