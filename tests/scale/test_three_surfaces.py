@@ -196,6 +196,8 @@ async def test_pheby_on_n1_loomi_on_n2_a_browser_on_n3_see_one_run_and_recover_f
         assert said.startswith(drafts[-1])  # the Pheby client on n1 saw some of it before n1 died
         assert [f["payload"]["status"] for f in phone.find("run.failed", run_id=run2)] == ["failed"]
         assert [f["payload"]["text"] for f in phone.find("notification") if f["task_id"] == cid] == [GONE]
+        tasks = await phone.request("task.list", {"limit": 10}, answer="task.list.result")
+        assert [t["status"] for t in tasks["payload"]["tasks"] if t["task_id"] == cid] == ["idle"], tasks
         view = browser.view(cid)
         assert view.open_messages() == [] and view.pending_decisions() == [], view.types()
         (end,) = [e for e in view.events if e["type"] == "agent_end" and e.get("runId") == run2]
