@@ -27,7 +27,12 @@ before). What changes:
 - **A node dies.** Runs are recorded with their node (``cluster_runs``). Every node looks
   every ``SWEEP_EVERY`` for nodes whose bus liveness key expired; one survivor claims a dead
   node's runs in the store (one ``UPDATE ... RETURNING``: whoever commits first gets the
-  rows) and closes them as after a restart (``Bridge.interrupt``).
+  rows) and closes them as after a restart (``Bridge.interrupt``). Its holds (what it
+  answered for besides its runs, ``holds.py``) go to that survivor in the same transaction.
+- **A run moves** when its agent reaches another node (a pi plugin saying hello there):
+  ``move_run`` claims its row for the new node and tells every node (``moved``, in stream
+  order); the node it left lets it go (``AgentSource.run_moved``). A node ending a run its
+  agent no longer reaches asks the store first (``end_run``): of the two, one wins.
 - **The number never goes back.** A reservation above every ``n`` given is kept in the store
   (``cluster_number``, renewed a block ahead as in ``seqalloc.SeqReservation``); the bus
   raises its counter above it when Redis lost it (redisbus.py). Front ends derive cursors

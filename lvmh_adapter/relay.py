@@ -194,6 +194,7 @@ class PluginRelay:
         if rec.conn is None:  # (connected here too: a socket here that has not noticed it is gone)
             rec.info = codec.session_info(data.get("i"), rec.id, rec.info)
             cutshort.returned(rec)  # that node answers for its open run now
+        self.carried.pop(rec.id, None)  # that node took the run over, if there was one
         self.elsewhere[rec.id] = node
         self.fe.stream.list_changed()
 

@@ -193,3 +193,45 @@ async def test_a_pi_run_left_open_by_a_dead_node_is_closed_once_on_every_surface
         closed(b.view(sid))
     closers = [p.stderr().count("did not come back; closing its open run") for p in (n2, n3)]
     assert sorted(closers) == [0, 1], closers
+
+
+@pytest.mark.hardening  # a crash; waits for the dead node's liveness to expire (about 10 s)
+async def test_a_pi_run_goes_on_where_its_plugin_returns_after_its_node_died(nodes, clients):
+    n1, n2, n3 = nodes("n1", "n2", "n3")
+    sid = f"pi-{uuid.uuid4()}"
+    plugin = clients(Plugin(_http(n1), LVMH_TOKEN, sid))
+    app1, app3 = clients(await _pheby(n1)), clients(await _pheby(n3))
+    slow = await app1.create("Slow")  # a run of the demo agent on n1 too: its close shows the sweep came
+    await _watch(app3, slow)
+    assert await plugin.connect() == 0
+    await _watch(app3, sid)
+    accepted = await app1.chat(slow, "/slow 60")
+    assert accepted["type"] == "run.accepted", accepted
+    mid = await plugin.run("one two three", prompt="go", settle=False)
+    await app3.wait_frame(lambda f: f["type"] == "message.delta" and f["text"] == "one two three ")
+    (started,) = _frames(app3, sid, "run.accepted")
+
+    n1.kill9()  # mid-run; the plugin comes back on n2 at once (n1 never says it let go)
+    await plugin.drop()
+    plugin.url = _plugin_url(n2)
+    assert await plugin.connect() == _stored(plugin)[-1]["seq"]
+    await plugin.emit("message_update", delta="four ")
+    await app3.wait_frame(lambda f: f["type"] == "message.delta" and f["text"] == "one two three four ")
+
+    # the survivors close n1's own run; the pi run is n2's now and goes on
+    await app3.wait_until(lambda: app3.view(slow).finished, timeout=CONTRACT)
+    assert not app3.view(sid).finished and app3.view(sid).run is not None
+    await plugin.emit("message_update", delta="five ")
+    await plugin.finish(mid, "one two three four five")
+    await app3.wait_until(lambda: app3.view(sid).finished)
+    (finished,) = _frames(app3, sid, "run.finished")
+    assert finished["run_id"] == started["run_id"] and finished["status"] == "completed", finished
+    assert [f["run_id"] for f in _frames(app3, sid, "run.accepted")] == [started["run_id"]]
+    texts = [f["text"] for f in _frames(app3, sid, "message.delta")]
+    assert all(b.startswith(a) for a, b in zip(texts, texts[1:])), texts
+    assert app3.view(sid).transcript()[-1] == ("assistant", "one two three four five")
+    assert app3.view(sid).open_bubbles() == [] and app3.violations == []
+    rest = clients(Rest(_http(n3), LVMH_TOKEN))
+    stored = await rest.settled(sid)
+    assert [e["seq"] for e in stored] == [e["seq"] for e in _stored(plugin)]  # nothing invented, nothing lost
+    assert not any(e.get("synthetic") for e in stored)
