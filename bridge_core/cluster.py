@@ -441,8 +441,11 @@ class Cluster:
         me = self.node_id
 
         def claim(c: Any) -> bool:
-            return c.execute("UPDATE cluster_runs SET state='done' WHERE run_id=? AND node_id=? AND state='running' "
-                             "RETURNING run_id", (run_id, me)).fetchone() is not None  # fmt: skip
+            if c.execute("UPDATE cluster_runs SET state='done' WHERE run_id=? AND node_id=? AND state='running' "
+                         "RETURNING run_id", (run_id, me)).fetchone() is not None:  # fmt: skip
+                return True
+            # no row at all (its start's write failed): nobody took it over
+            return c.execute("SELECT run_id FROM cluster_runs WHERE run_id=?", (run_id,)).fetchone() is None
 
         return bool(await self.bridge.store.write(claim))
 

@@ -73,8 +73,8 @@ async def test_a_dead_nodes_holds_go_to_one_survivor(service_factory, engines, t
         svc.bridge.cluster.holds.on_inherit("test", lambda key, dead, svc=svc: got.append((svc.bridge.cluster.node_id,
                                                                                           key, dead)))  # fmt: skip
     # "ghost" held two things and is not live (it never beat, as a node whose liveness key expired)
-    await a.bridge.store.write(lambda c: c.executemany(
-        "INSERT INTO cluster_holds(kind, key, node_id) VALUES(?,?,?)", [("test", "k1", "ghost"), ("test", "k2", "ghost")]))
+    rows = [("test", "k1", "ghost"), ("test", "k2", "ghost")]
+    await a.bridge.store.write(lambda c: c.executemany("INSERT INTO cluster_holds(kind, key, node_id) VALUES(?,?,?)", rows))
     await asyncio.gather(a.bridge.cluster.sweep(), b.bridge.cluster.sweep())
     assert sorted(key for _, key, _ in got) == ["k1", "k2"] and {dead for *_, dead in got} == {"ghost"}
     (heir,) = {node for node, _, _ in got}  # both went to one survivor
