@@ -27,7 +27,12 @@ before). What changes:
 - **A node dies.** Runs are recorded with their node (``cluster_runs``). Every node looks
   every ``SWEEP_EVERY`` for nodes whose bus liveness key expired; one survivor claims a dead
   node's runs in the store (one ``UPDATE ... RETURNING``: whoever commits first gets the
-  rows) and closes them as after a restart (``Bridge.interrupt``).
+  rows) and closes them as after a restart (``Bridge.interrupt``). Its holds (what it
+  answered for besides its runs, ``holds.py``) go to that survivor in the same transaction.
+- **A run moves** when its agent reaches another node (a pi plugin saying hello there):
+  ``move_run`` claims its row for the new node and tells every node (``moved``, in stream
+  order); the node it left lets it go (``AgentSource.run_moved``). A node ending a run its
+  agent no longer reaches asks the store first (``end_run``): of the two, one wins.
 - **The number never goes back.** A reservation above every ``n`` given is kept in the store
   (``cluster_number``, renewed a block ahead as in ``seqalloc.SeqReservation``); the bus
   raises its counter above it when Redis lost it (redisbus.py). Front ends derive cursors
@@ -50,6 +55,7 @@ import cattrs
 
 from . import commands as cmd
 from . import events as ev
+from . import holds
 from .errors import BridgeError, RunActive, Unavailable
 from .ids import new_id
 from .seqalloc import SeqReservation
@@ -69,6 +75,7 @@ SWEEP_EVERY = 1.0  # a dead node is noticed within NODE_TTL + SWEEP_EVERY (the c
 JOIN_BACK = 5.0  # seconds of stream a joining node folds again (writes its load may have missed)
 ASK_TIMEOUT = 15.0  # a command sent to another node: no answer in this long is `unavailable`
 NOT_HERE = "not_here"  # a node asked to run a message in a session it does not host
+MOVE_WAIT = 3.0  # s a node taking a run over that ended meanwhile waits for that end to come (move_run)
 
 NODE_GONE = "This run was interrupted: the bridge node running it stopped."
 
@@ -84,6 +91,7 @@ MIGRATIONS = [
     """,
     # one running run per conversation, cluster-wide: a run's start claims its conversation (claim())
     "CREATE UNIQUE INDEX cluster_runs_running ON cluster_runs(conversation_id) WHERE state='running'",
+    holds.MIGRATION,  # what a node answers for besides its runs: one survivor inherits a dead node's (holds.py)
 ]
 
 # the cluster-wide number's reservation (its own migrations: the table is the cluster's, not the core's)
@@ -169,6 +177,9 @@ class Cluster:
         self._number = SeqReservation(NUMBER_BLOCK)  # the store's reservation above every n given
         self._relays: dict[str, Any] = {}  # front end name -> its on_relay(node, data)
         self._hosted: dict[str, type] = {}  # front ends' commands run where the session is hosted, by name
+        self._origins: dict[str, cmd.Origin] = {}  # run_id -> the command origin of another node's run (move_run)
+        self._ending: dict[str, asyncio.Future] = {}  # run_id -> resolved when its end is folded here (move_run)
+        self.holds = holds.Holds(bridge.store, self.node_id)  # what this node answers for besides its runs
         bridge.cluster = self
 
     # --- joining, leaving ----------------------------------------------------------------------
@@ -225,6 +236,7 @@ class Cluster:
             self.bridge.store.write_later(lambda c: _run_started(c, *row))
         elif t is ev.RunFinished:
             self._ended[event.conversation_id] = event.run_id
+            self._run_ended(event.run_id)
             self.bridge.store.execute_later("UPDATE cluster_runs SET state='done' WHERE run_id=?", (event.run_id,))
         elif t is ev.ConversationDeleted:
             self._ended.pop(event.conversation_id, None)
@@ -299,8 +311,11 @@ class Cluster:
             conv.apply(event)
         if t is ev.RunStarted:
             self.runs[event.run_id] = (node, event.conversation_id)
+            if event.origin is not None:
+                self._origins[event.run_id] = event.origin
         elif t is ev.RunFinished:
             self.runs.pop(event.run_id, None)
+            self._run_ended(event.run_id)
             self._ended[event.conversation_id] = event.run_id
             bridge._forget_settled_decisions(event.conversation_id)
         elif t is ev.ConversationDeleted:
@@ -352,6 +367,93 @@ class Cluster:
 
         if not await self.bridge.store.write(claim):
             raise RunActive()
+
+    # --- a run moving to another node (docs/scale-out.md "A pi run follows its plugin") ----------
+
+    async def move_run(self, conv: ConversationState) -> bool:
+        """Take ``conv``'s running run over from the node running it: its agent (a pi plugin) reaches
+        this node now. The store decides, as for a dead node's runs: the run's row moves here
+        unless the run has ended (its node closed it: ``end_run``, or a survivor of its node did).
+        Then every node learns its new owner (``moved``, in stream order before anything this node
+        publishes for it) and the node that ran it lets it go without ending it
+        (``AgentSource.run_moved``). False when the run has ended: this node first waits (at most
+        ``MOVE_WAIT``) until that end is folded here, so nothing it publishes next comes before it."""
+        run = conv.run
+        if run is None:
+            return False
+        run_id, cid, me = run.run_id, conv.conversation_id, self.node_id
+
+        def claim(c: Any) -> bool:
+            if c.execute("UPDATE cluster_runs SET node_id=? WHERE run_id=? AND state='running' RETURNING run_id",
+                         (me, run_id)).fetchone() is not None:  # fmt: skip
+                return True
+            if c.execute("SELECT run_id FROM cluster_runs WHERE run_id=?", (run_id,)).fetchone() is not None:
+                return False  # ended
+            # a row its node never committed (it died just after starting the run): the run is here now
+            c.execute("INSERT OR IGNORE INTO cluster_runs(run_id, conversation_id, node_id, state) "
+                      "VALUES(?,?,?,'running')", (run_id, cid, me))  # fmt: skip
+            row = c.execute("SELECT run_id FROM cluster_runs WHERE conversation_id=? AND state='running'",
+                            (cid,)).fetchone()  # fmt: skip
+            return row is not None and row[0] == run_id
+
+        if not await self.bridge.store.write(claim):
+            if conv.run is not None and conv.run.run_id == run_id:
+                ending = self._ending.setdefault(run_id, asyncio.get_running_loop().create_future())
+                try:
+                    await asyncio.wait_for(asyncio.shield(ending), MOVE_WAIT)
+                except asyncio.TimeoutError:
+                    log.warning("run %s ended elsewhere but its end has not come here", run_id)
+                    self._ending.pop(run_id, None)
+            return False
+        self.runs.pop(run_id, None)
+        origin = self._origins.pop(run_id, None)
+        if origin is not None:
+            self.bridge._run_origin[run_id] = origin  # its end is stamped here now
+        for table in (conv.approvals, conv.clarifications):  # this node decides what the run still asks
+            for did, request in table.items():
+                if request.run_id == run_id:
+                    self.deciders.pop(did, None)
+        self.bus.relay({"cl": "moved", "r": run_id, "c": cid})
+        return True
+
+    def _moved(self, node: str, data: dict) -> None:
+        """Another node took a run over (``move_run``): commands for it go there now; this node's
+        source, if it ran it, lets it go without ending it."""
+        run_id, cid = data.get("r"), data.get("c")
+        bridge = self.bridge
+        conv = bridge.conversations.get(cid) if isinstance(cid, str) else None
+        if conv is None or conv.run is None or conv.run.run_id != run_id:
+            return  # ended here already
+        self.runs[run_id] = (node, cid)
+        bridge._run_origin.pop(run_id, None)
+        bridge._cancel_origin.pop(run_id, None)
+        for table in (conv.approvals, conv.clarifications):
+            for did, request in table.items():
+                if request.run_id == run_id:
+                    self.deciders[did] = node
+        log.info("run %s moved to node %s", run_id, node)
+        bridge.source_for(conv).run_moved(conv, run_id)
+
+    async def end_run(self, run_id: str) -> bool:
+        """Before this node ends a run its agent no longer reaches (a pi plugin gone from here): True
+        when the run is still this node's (its row is marked done now), False when another node took
+        it over (``move_run``) or closed it: then this node must not end it."""
+        me = self.node_id
+
+        def claim(c: Any) -> bool:
+            if c.execute("UPDATE cluster_runs SET state='done' WHERE run_id=? AND node_id=? AND state='running' "
+                         "RETURNING run_id", (run_id, me)).fetchone() is not None:  # fmt: skip
+                return True
+            # no row at all (its start's write failed): nobody took it over
+            return c.execute("SELECT run_id FROM cluster_runs WHERE run_id=?", (run_id,)).fetchone() is None
+
+        return bool(await self.bridge.store.write(claim))
+
+    def _run_ended(self, run_id: str) -> None:
+        self._origins.pop(run_id, None)
+        ending = self._ending.pop(run_id, None)
+        if ending is not None and not ending.done():
+            ending.set_result(None)
 
     # --- commands -------------------------------------------------------------------------------
 
@@ -485,7 +587,7 @@ class Cluster:
         """Close the runs of nodes whose liveness expired (one survivor closes each); how many here."""
         owners = {node for node, _ in self.runs.values()}
         owners.update(n for (n,) in self.bridge.store.query(
-            "SELECT DISTINCT node_id FROM cluster_runs WHERE state='running'"))  # fmt: skip
+            f"SELECT node_id FROM cluster_runs WHERE state='running' UNION {holds.HOLDERS_SQL}"))  # fmt: skip
         owners.discard(self.node_id)
         if not owners:
             return 0
@@ -501,24 +603,25 @@ class Cluster:
         known = [(run_id, cid) for run_id, (node, cid) in self.runs.items() if node == dead]
         me = self.node_id
 
-        def claim(c: Any) -> list:
+        def claim(c: Any) -> tuple:
             for run_id, cid in known:  # runs whose row the dead node never committed
                 c.execute("INSERT OR IGNORE INTO cluster_runs(run_id, conversation_id, node_id, state) "
                           "VALUES(?,?,?,'running')", (run_id, cid, dead))  # fmt: skip
-            return c.execute("UPDATE cluster_runs SET node_id=? WHERE node_id=? AND state='running' "
-                             "RETURNING run_id, conversation_id", (me, dead)).fetchall()  # fmt: skip
+            # marked done at once: this node closes them now, and a node taking one over (move_run) finds it ended
+            won = c.execute("UPDATE cluster_runs SET node_id=?, state='done' WHERE node_id=? AND state='running' "
+                            "RETURNING run_id, conversation_id", (me, dead)).fetchall()  # fmt: skip
+            return won, self.holds.claim(c, dead)
 
-        won = await self.bridge.store.write(claim)
+        won, held = await self.bridge.store.write(claim)
         for run_id, cid in won:
             self.runs.pop(run_id, None)
             conv = self.bridge.conversations.get(cid)
             if conv is None or conv.run is None or conv.run.run_id != run_id:
-                # a claim whose run never began (it died starting it): nobody saw it, nothing to close
-                self.bridge.store.execute_later("UPDATE cluster_runs SET state='done' WHERE run_id=?", (run_id,))
-                continue
+                continue  # a claim whose run never began (it died starting it): nobody saw it, nothing to close
             log.warning("node %s is gone: closing its run %s", dead, run_id)
             self.bridge.interrupt(cid, run_id, NODE_GONE)
         self.taken_over += len(won)
+        self.holds.inherited(held, dead)
         return len(won)
 
     def _keys_lost(self, live: set) -> bool:
@@ -577,6 +680,9 @@ class Cluster:
     def _relayed(self, node: str, data: Any) -> None:
         if self._held is not None or not isinstance(data, dict):
             return  # while joining, a front end reads the store (what it relays later follows)
+        if data.get("cl") == "moved":
+            self._moved(node, data)
+            return
         fn = self._relays.get(data.get("fe"))  # type: ignore[arg-type]
         if fn is not None:
             fn(node, data.get("d"))

@@ -193,6 +193,22 @@ def session_info(raw: object, session_id: str, previous: Optional[dict] = None) 
     }
 
 
+# --- events the daemon writes into a session ---------------------------------------------------
+
+
+def event_raw(session_id: str, seq: int, ts_ms: int, etype: str, payload: dict) -> str:
+    """The JSON text of an event the daemon writes (its envelope and ``payload``), as stored and streamed."""
+    obj = {"v": PROTOCOL_VERSION, "sessionId": session_id, "seq": seq, "ts": ts_ms, "type": etype}
+    obj.update(payload)
+    return orjson.dumps(obj, default=_json_default).decode()
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, (set, frozenset, tuple)):
+        return list(obj)
+    return str(obj)
+
+
 # --- daemon -> plugin ---------------------------------------------------------------------------
 
 

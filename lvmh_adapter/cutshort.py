@@ -5,6 +5,13 @@ renderer, restored here, completes its open message and resolves what the core n
 knows); a run the core does not report is closed here at once. A plugin session's run is
 closed only if its plugin does not come back within ``plugin_return`` (a plugin that
 returns resends and settles its own run).
+
+Several nodes (docs/scale-out.md "A pi run left open when its node dies"): the node a
+plugin says hello to answers for its session's open run (a cluster hold, bridge_core/holds.py,
+kind ``HOLD``), from then until the run is closed or the plugin says hello elsewhere. It
+closes the run as above, in one transaction with letting go of the hold, so a plugin that
+came back to another node meanwhile keeps its run. A node that dies hands its holds to one
+survivor (``inherit``), which waits ``plugin_return`` in its turn.
 """
 
 from __future__ import annotations
@@ -26,18 +33,20 @@ log = logging.getLogger("agent_bridge.lvmh")
 
 INTERRUPTED = "interrupted by a restart"
 GONE = "the pi session did not reconnect"
+HOLD = "lvmh-plugin"  # several nodes: the node answering for a pi session's open run (holds.py)
 
 
 def restore_open_runs(fe: "LvmhFrontEnd") -> None:
     """Rebuild, from stored events, the runs the previous process left open."""
     reported = {run_id for _, run_id in getattr(fe.bridge, "interrupted_runs", ())}
+    mine = fe.cluster.holds.mine(HOLD) if fe.cluster is not None else set()  # (a restart under its own name)
     for sid, rec in list(fe.records.items()):
         run = fe.log.open_run(sid)
         if not run.open:
             continue
         if rec.source == "plugin":
             rec.run = run
-            if fe.cluster is None:  # with several nodes, its plugin may be connected to another one
+            if fe.cluster is None or sid in mine:  # several nodes: only those this node answered for
                 watch_abandoned(fe, rec)
             continue
         if run.run_id is None:
@@ -68,6 +77,31 @@ def watch_abandoned(fe: "LvmhFrontEnd", rec: "SessionRecord") -> None:
     if rec.abandon is None and rec.run.open:
         loop = asyncio.get_running_loop()
         rec.abandon = loop.call_later(fe.plugin_return, abandoned, fe, rec.id)
+    elif fe.cluster is not None and not rec.run.open:
+        fe.cluster.holds.release(HOLD, rec.id)  # nothing left open to answer for
+
+
+def returned(rec: "SessionRecord") -> None:
+    """The plugin is back (here, or on another node): its run is its own again."""
+    if rec.abandon is not None:
+        rec.abandon.cancel()
+        rec.abandon = None
+
+
+def inherit(fe: "LvmhFrontEnd", sid: str, dead: str) -> None:
+    """Several nodes: the node that answered for ``sid`` died and this one inherited it: its open
+    run, as stored, is closed here unless its plugin returns within ``plugin_return``."""
+    rec = fe.plugin_record(sid)
+    if rec is None:
+        fe.cluster.holds.release(HOLD, sid)
+        return
+    if rec.conn is not None:
+        return
+    fe._refresh_plugin(rec)
+    if rec.run.open:
+        log.info("lvmh: node %s, which held pi session %s, is gone; its open run closes here unless the plugin "
+                 "returns", dead, sid)  # fmt: skip
+    watch_abandoned(fe, rec)
 
 
 def abandoned(fe: "LvmhFrontEnd", sid: str) -> None:
@@ -75,7 +109,12 @@ def abandoned(fe: "LvmhFrontEnd", sid: str) -> None:
     if rec is None:
         return
     rec.abandon = None
-    if rec.conn is not None or not rec.run.open:
+    if rec.conn is not None:
+        return
+    if fe.cluster is not None:
+        fe.tasks.spawn(_abandoned_shared(fe, rec), name="lvmh-abandoned")
+        return
+    if not rec.run.open:
         return
     # The plugin numbers its session's events; these take numbers above every one it used
     # (its unstored deltas included), so no browser has seen them, and once stored
@@ -87,3 +126,28 @@ def abandoned(fe: "LvmhFrontEnd", sid: str) -> None:
     for seq, (etype, payload) in zip(rec.daemon_seqs(len(settled)), settled):
         payload["synthetic"] = True
         fe._store_event(rec, seq, etype, payload, now)
+
+
+async def _abandoned_shared(fe: "LvmhFrontEnd", rec: "SessionRecord") -> None:
+    """Several nodes: the run as the store has it (another node may have held the plugin since),
+    closed as above in one transaction with letting go of the hold: not at all if a hello on
+    another node took it meanwhile (that node answers for the run now)."""
+    fe._refresh_plugin(rec)
+    holds = fe.cluster.holds
+    if not rec.run.open:
+        holds.release(HOLD, rec.id)
+        return
+    now = codec.now_ms()
+    start = max(rec.high, rec.top)  # numbered as above (registry.daemon_seqs), taken only once written
+    events = []
+    for seq, (etype, payload) in enumerate(rec.run.settle(GONE), start + 1):
+        payload["synthetic"] = True
+        events.append((seq, etype, payload, codec.event_raw(rec.id, seq, now, etype, payload)))
+    rows = [(seq, now, etype, raw) for seq, etype, _, raw in events]
+    if not await fe.log.append_if(rec.id, rows, holds.letting_go(HOLD, rec.id)):
+        return  # its plugin said hello to another node
+    log.info("lvmh: plugin session %s did not come back; closing its open run", rec.id)
+    top = events[-1][0]
+    rec.high, rec.top = max(rec.high, top), max(rec.top, top)
+    for seq, etype, payload, raw in events:
+        fe.show_event(rec, seq, etype, payload, now, raw)

@@ -65,6 +65,8 @@ MIGRATIONS = [
     """,
 ]
 
+_INSERT_EVENTS = "INSERT OR IGNORE INTO events(sessionId, seq, ts, type, payload) VALUES(?,?,?,?,?)"
+_MAXIMA = "UPDATE sessions SET lastSeq=MAX(lastSeq, ?), lastEventAt=MAX(COALESCE(lastEventAt, 0), ?) WHERE id=?"
 SEQ_BASE_KEY = "lvmh.cluster_seq_base"  # several nodes: where bridge sessions' derived seqs start (registry.py)
 FLUSH_ROWS = 2000  # flush before the end of the tick once this many rows wait
 BACKLOG_HIGH = 50_000  # rows in flight before ingest waits for the writer
@@ -193,6 +195,25 @@ class EventLog:
         self._batch.sessions.append((sid, "upsert", orjson.dumps(info).decode(), source, online))
         self._schedule()
 
+    async def append_if(self, sid: str, rows: list, guard: Any) -> bool:
+        """Several nodes: ``rows`` (``(seq, ts, type, payload)``) of ``sid`` written in one transaction
+        with ``guard(conn)``, only if it says True (this node still answers for the session: a
+        plugin's hello on another node may have taken it meanwhile). True when written."""
+        self.flush()
+
+        def op(conn: Any) -> bool:
+            if not guard(conn):
+                return False
+            conn.executemany(_INSERT_EVENTS, [(sid, *row) for row in rows])
+            conn.execute(_MAXIMA, (max(r[0] for r in rows), max(r[1] for r in rows), sid))
+            return True
+
+        written = bool(await self.store.write(op))
+        top = max(r[0] for r in rows)
+        if written and top > self.committed.get(sid, 0):
+            self.committed[sid] = top
+        return written
+
     def set_online(self, sid: str, online: bool) -> None:
         self._batch.sessions.append((sid, "online", None, None, online))
         self._schedule()
@@ -245,14 +266,8 @@ class EventLog:
                 else:
                     conn.execute("UPDATE sessions SET seqReserved=MAX(seqReserved, ?) WHERE id=?", (value, sid))
             if rows:
-                conn.executemany(
-                    "INSERT OR IGNORE INTO events(sessionId, seq, ts, type, payload) VALUES(?,?,?,?,?)", rows
-                )
-                conn.executemany(
-                    "UPDATE sessions SET lastSeq=MAX(lastSeq, ?), lastEventAt=MAX(COALESCE(lastEventAt, 0), ?) "
-                    "WHERE id=?",
-                    [(m[0], m[2], sid) for sid, m in maxima.items()],
-                )
+                conn.executemany(_INSERT_EVENTS, rows)
+                conn.executemany(_MAXIMA, [(m[0], m[2], sid) for sid, m in maxima.items()])
 
         fut = self.store.submit(op)
         if loop is None:  # shutdown path outside the loop: nothing waits on it

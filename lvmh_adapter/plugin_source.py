@@ -20,6 +20,13 @@ Events that need a run (deltas, tools, assistant messages) open one when none is
 active (a session joined mid-run). ``send_message`` sends a ``prompt`` frame and
 opens the run at once, so a second send gets ``run_active``; ``cancel`` sends
 ``abort``.
+
+Several nodes (docs/scale-out.md "A pi run follows its plugin"): a plugin saying hello
+to another node with its run still open takes the core's run with it (``take_over``,
+``Cluster.move_run``): the same run, message and text so far, as the node it left handed
+them over (``carry``, in its ``off``) or as the core's state has them. The node it left
+lets the run go (``run_moved``); a run this node ends while its plugin is away (the
+grace, a cancel) is ended only if it is still this node's (``Cluster.end_run``).
 """
 
 from __future__ import annotations
@@ -48,6 +55,8 @@ MAX_PREVIEW = 2048
 
 class _Run:
     __slots__ = ("run_id", "message_id", "draft", "completions", "text", "inp", "out", "cost", "seen")
+    CARRIED = (("n", "completions", int), ("x", "text", str), ("i", "inp", int), ("o", "out", int),
+               ("c", "cost", float), ("s", "seen", bool))  # fmt: skip
 
     def __init__(self, run_id: str):
         self.run_id = run_id
@@ -75,6 +84,43 @@ class _Run:
         if self.inp is None and self.out is None and self.cost is None:
             return None
         return ev.Usage(input_tokens=self.inp, output_tokens=self.out, total_cost=self.cost)
+
+    def carry(self) -> dict:
+        """This run's state for the node its plugin moves to (``carried``)."""
+        out = {"r": self.run_id, "d": self.draft.text()}
+        out.update((key, getattr(self, attr)) for key, attr, _ in self.CARRIED)
+        return out
+
+    @classmethod
+    def carried(cls, data: dict, run_id: str) -> Optional["_Run"]:
+        """The run another node carried over (``carry``), if it is ``run_id``."""
+        if data.get("r") != run_id:
+            return None
+        run = cls(run_id)
+        draft = data.get("d")
+        run.draft = ev.Draft(draft if isinstance(draft, str) else "")
+        for key, attr, kind in cls.CARRIED:
+            value = data.get(key)
+            if isinstance(value, kind) or (kind is float and isinstance(value, int)):
+                setattr(run, attr, value)
+        return run
+
+    @classmethod
+    def of_state(cls, conv: "ConversationState") -> "_Run":
+        """The running run of ``conv`` as the core's state has it (nothing was carried over: its node
+        died): its message, the text so far, the messages it completed; not its usage."""
+        active = conv.run
+        assert active is not None
+        run = cls(active.run_id)
+        run.seen = True
+        run.message_id = active.message_id
+        run.draft = ev.Draft(active.text)
+        prefix = active.message_id + "-"
+        done = [m for m in conv.messages if m.role == "assistant" and
+                (m.message_id == active.message_id or m.message_id.startswith(prefix))]  # fmt: skip
+        run.completions = len(done)
+        run.text = done[-1].text if done else ""
+        return run
 
 
 def _s(value: Any, limit: int = 1_000_000) -> Optional[str]:
@@ -115,9 +161,11 @@ class PluginSource(AgentSource):
             raise NotFound("Run not found")
         if self.fe.plugin_online(sid):
             self.fe.send_abort(sid)  # the run ends with the plugin's agent_settled {aborted: true}
-            if run.seen:
-                return
-        self._finish(sid, "cancelled", None)  # pi never began it (or is gone): nothing will settle it
+            if not run.seen:
+                self._finish(sid, "cancelled", None)  # pi never began it: nothing will settle it
+            return
+        if not await self._finish_away(sid, "cancelled", None):  # pi is gone: nothing will settle it
+            raise Unavailable("The pi session has just moved to another node; try again")
 
     async def pause(self, conv: "ConversationState", run_id: str, request_id: Optional[str]) -> None:
         await self.cancel(conv, run_id, request_id)
@@ -166,8 +214,59 @@ class PluginSource(AgentSource):
 
     def _grace_over(self, sid: str) -> None:
         self._grace.pop(sid, None)
-        if not self.fe.plugin_online(sid):
+        if self.fe.plugin_online(sid):
+            return
+        if self.fe.cluster is None:
             self._finish(sid, "failed", "The pi session disconnected")
+        else:
+            self.fe.tasks.spawn(self._finish_away(sid, "failed", "The pi session disconnected"), name="lvmh-grace")
+
+    async def _finish_away(self, sid: str, status: str, error: Optional[str]) -> bool:
+        """End the run of a session whose plugin is not connected here. Several nodes: only if the run
+        is still this node's (its plugin may have taken it to another node); False when it is not."""
+        run = self.runs.get(sid)
+        if run is None:
+            return True
+        cluster = self.fe.cluster
+        if cluster is not None and not await cluster.end_run(run.run_id):
+            if self.runs.get(sid) is run:
+                self._let_go(sid)
+            return False
+        if self.runs.get(sid) is run:
+            self._finish(sid, status, error)
+        return True
+
+    # --- several nodes: the run follows its plugin (docs/scale-out.md) ----------------------------------
+
+    def carry(self, sid: str) -> Optional[dict]:
+        """The run this node holds for ``sid`` (its plugin left), for the node it says hello to next."""
+        run = self.runs.get(sid)
+        return run.carry() if run is not None else None
+
+    async def take_over(self, sid: str, carried: Optional[dict]) -> None:
+        """The plugin of ``sid`` says hello here while the core's run of its conversation runs on
+        another node (it was connected there): the run moves here, and what pi streams next
+        continues it (the same run, message and text so far)."""
+        conv = self.bridge.conversations.get(sid)
+        if conv is None or conv.run is None or sid in self.runs:
+            return
+        if not await self.fe.cluster.move_run(conv):
+            return  # it ended meanwhile: what pi streams next opens a run of its own, as on one node
+        if conv.run is None or sid in self.runs:
+            return
+        run = _Run.carried(carried, conv.run.run_id) if carried is not None else None
+        self.runs[sid] = run if run is not None else _Run.of_state(conv)
+        log.info("lvmh: pi session %s brought its run %s here", sid, conv.run.run_id)
+
+    def run_moved(self, conv: "ConversationState", run_id: str) -> None:
+        run = self.runs.get(conv.conversation_id)
+        if run is not None and run.run_id == run_id:
+            self._let_go(conv.conversation_id)
+            log.info("lvmh: pi session %s took its run %s to another node", conv.conversation_id, run_id)
+
+    def _let_go(self, sid: str) -> None:
+        self.runs.pop(sid, None)
+        self._cancel_grace(sid)
 
     def _cancel_grace(self, sid: str) -> None:
         handle = self._grace.pop(sid, None)

@@ -34,7 +34,7 @@ import orjson
 
 from bridge_core import commands as cmd
 
-from . import codec
+from . import codec, cutshort
 
 if TYPE_CHECKING:
     from .registry import SessionRecord
@@ -68,6 +68,7 @@ class PluginRelay:
         self.cluster: Any = None
         self.elsewhere: dict[str, str] = {}  # session id -> the other node its plugin is connected to
         self._handover: dict[str, asyncio.Event] = {}  # sessions a hello here waits to be let go elsewhere
+        self.carried: dict[str, dict] = {}  # session id -> the core run its plugin left open on another node (``off``)
 
     def attach(self) -> None:
         """At prepare: the commands (every node), and with several nodes the relays and routing."""
@@ -79,6 +80,7 @@ class PluginRelay:
             self.cluster.add_relay(NAME, self._relayed)
             self.cluster.add_hosted(PluginPrompt)
             self.cluster.add_hosted(PluginAbort)
+            self.cluster.holds.on_inherit(cutshort.HOLD, lambda sid, dead: cutshort.inherit(fe, sid, dead))
 
     def start(self) -> None:
         if self.cluster is not None:
@@ -108,14 +110,24 @@ class PluginRelay:
         await self.fe.log.settle(sid)
         rec = self.fe.records.get(sid)
         if rec is None or rec.conn is None:
-            self.cluster.relay(NAME, {"t": "off", "s": sid})
+            self.cluster.relay(NAME, self._off_frame(sid))
 
     async def stopped(self, held: list) -> None:
         """This node stops: ``off`` for the sessions it held, once what they sent is committed."""
         if self.cluster is not None:
             for sid in held:
                 await self.fe.log.settle(sid, timeout=2.0)
-                self.cluster.relay(NAME, {"t": "off", "s": sid})
+                self.cluster.relay(NAME, self._off_frame(sid))
+
+    def _off_frame(self, sid: str) -> dict:
+        """``off``, with the core run the plugin left open here (if any): the node it says hello to
+        next takes that run over and goes on from its state (docs/scale-out.md "A pi run follows its
+        plugin")."""
+        frame: dict = {"t": "off", "s": sid}
+        run = self.fe.source.carry(sid)
+        if run is not None:
+            frame["run"] = run
+        return frame
 
     async def handover(self, sid: str) -> None:
         """A hello here for a session another node held: wait until it let go (``off``), at most
@@ -151,6 +163,12 @@ class PluginRelay:
             self._on(node, data)
         elif t == "off":
             sid = data.get("s")
+            if isinstance(sid, str):
+                run = data.get("run")
+                if isinstance(run, dict):
+                    self.carried[sid] = run
+                else:
+                    self.carried.pop(sid, None)
             if self.elsewhere.get(sid) == node:  # type: ignore[arg-type]
                 del self.elsewhere[sid]  # type: ignore[arg-type]
                 self.fe.stream.list_changed()
@@ -175,6 +193,8 @@ class PluginRelay:
             rec = fe.registry.add(sid, "plugin", {}, fe.log.committed.get(sid, 0))  # its row not committed yet
         if rec.conn is None:  # (connected here too: a socket here that has not noticed it is gone)
             rec.info = codec.session_info(data.get("i"), rec.id, rec.info)
+            cutshort.returned(rec)  # that node answers for its open run now
+        self.carried.pop(rec.id, None)  # that node took the run over, if there was one
         self.elsewhere[rec.id] = node
         self.fe.stream.list_changed()
 

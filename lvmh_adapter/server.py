@@ -17,7 +17,6 @@ import logging
 import os
 from typing import Any, Optional
 
-import orjson
 from aiohttp import WSMsgType, web
 
 from bridge_core import events as ev
@@ -361,12 +360,14 @@ class LvmhFrontEnd(FrontEnd):
     def _store_event(self, rec: SessionRecord, seq: int, etype: str, payload: dict, ts_ms: int,
                      persist: bool = True) -> None:
         """One event the daemon writes into a session: persisted (unless a delta, or not ``persist``) and streamed."""
-        obj = {"v": codec.PROTOCOL_VERSION, "sessionId": rec.id, "seq": seq, "ts": ts_ms, "type": etype}
-        obj.update(payload)
-        raw = orjson.dumps(obj, default=_json_default).decode()
+        raw = codec.event_raw(rec.id, seq, ts_ms, etype, payload)
+        if etype != "message_update" and persist:
+            self.log.append(rec.id, seq, ts_ms, etype, raw)
+        self.show_event(rec, seq, etype, payload, ts_ms, raw)
+
+    def show_event(self, rec: SessionRecord, seq: int, etype: str, payload: dict, ts_ms: int, raw: str) -> None:
+        """An event the daemon wrote into a session, to the browsers (a plugin session's: every node's)."""
         if etype != "message_update":
-            if persist:
-                self.log.append(rec.id, seq, ts_ms, etype, raw)
             rec.last_event_at = ts_ms
         self.inflight.feed(rec.id, etype, seq, payload)
         self.stream.push(rec.id, seq, raw)
@@ -483,6 +484,7 @@ class LvmhFrontEnd(FrontEnd):
             rec = self.registry.add(sid, "plugin", {}, self.log.committed.get(sid, 0))
         if self.cluster is not None and rec.conn is None:
             await self.relay.handover(sid)  # the node it was connected to has stored what it got
+            await self.cluster.holds.hold(cutshort.HOLD, sid)  # this node answers for its open run from now
             self._refresh_plugin(rec)  # its plugin may have been connected to another node meanwhile
         if not self._take_over(rec, conn):
             await self._refuse_takeover(conn)
@@ -491,11 +493,14 @@ class LvmhFrontEnd(FrontEnd):
         if sid not in self.bridge.conversations:
             self.bridge.create_conversation(display_name(rec.info), source=SOURCE_NAME, conversation_id=sid)
         await self.log.settle(sid)  # everything received for this session is committed (or failed)
+        if self.cluster is not None:  # a run it left open on another node follows it here
+            await self.source.take_over(sid, self.relay.carried.pop(sid, None))
         if conn.replaced or conn.ws.closed:
             if rec.conn is None:
                 self.log.set_online(sid, False)
                 self.relay.offline(sid)
                 self.source.disconnected(sid)
+                cutshort.watch_abandoned(self, rec)
                 self.stream.list_changed()
             return
         if not self._take_over(rec, conn):  # a concurrent hello of the same credential: the last one wins
@@ -508,9 +513,7 @@ class LvmhFrontEnd(FrontEnd):
         conn.state.bound_ok()
         if rec.conn is not conn:
             rec.conn = conn
-            if rec.abandon is not None:
-                rec.abandon.cancel()
-                rec.abandon = None
+            cutshort.returned(rec)
             self.log.set_online(sid, True)
             self.source.connected(sid)
             self.relay.online(rec)
@@ -752,9 +755,3 @@ class LvmhFrontEnd(FrontEnd):
         if rec is not None and store:
             self.log.delete_session(sid)
         self.stream.list_changed()
-
-
-def _json_default(obj: Any) -> Any:
-    if isinstance(obj, (set, frozenset, tuple)):
-        return list(obj)
-    return str(obj)

@@ -117,6 +117,10 @@ class AgentSource:
     async def conversation_deleted(self, conv: "ConversationState") -> None:
         pass
 
+    def run_moved(self, conv: "ConversationState", run_id: str) -> None:
+        """Several nodes: another node took ``run_id`` over (its agent reaches that node now,
+        ``Cluster.move_run``). A source that ran it here lets it go without ending it."""
+
     # --- settings (conversation or global scope) -----------------------------
 
     def models(self, conversation_id: Optional[str]) -> ModelsSnapshot:
