@@ -96,7 +96,11 @@ MIGRATIONS = [
 _DEVICE_COLUMNS = ("device_id, credential_hash, name, model, os, app_version, paired_at, last_seen, seq_reserved, "
                    "replay_floor")
 _DUMMY_HASH = hashlib.sha256(b"no such device").hexdigest()
-_EVENT_SQL = "INSERT OR REPLACE INTO loomi_events(n, body) VALUES(?,?)"
+# the insert of k event rows as one statement (by k), not a step per row: each step of the store's writer
+# thread gives the GIL to the loop and waits to get it back
+_EVENTS_PER_INSERT = 32
+_EVENTS_SQL = ["INSERT OR REPLACE INTO loomi_events(n, body) VALUES" + ",".join(["(?,?)"] * k)
+               for k in range(_EVENTS_PER_INSERT + 1)]
 _SEGMENT_SQL = "INSERT OR REPLACE INTO loomi_segments(device_id, from_n, seq_offset) VALUES(?,?,?)"
 _PRUNE_SQL = (
     "DELETE FROM loomi_events WHERE n < ?1;"
@@ -137,8 +141,10 @@ class _RowBatch:
     def __call__(self, c: sqlite3.Connection) -> None:
         with self.lock:
             self.taken = True
-        if self.events:
-            c.executemany(_EVENT_SQL, self.events)
+        events = self.events
+        for i in range(0, len(events), _EVENTS_PER_INSERT):  # one statement per chunk, not one step per row
+            chunk = events[i:i + _EVENTS_PER_INSERT]
+            c.execute(_EVENTS_SQL[len(chunk)], [v for row in chunk for v in row])
         if self.segments:
             c.executemany(_SEGMENT_SQL, self.segments)
         if self.prune is not None:  # after the rows: a batch may hold rows it prunes
