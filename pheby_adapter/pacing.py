@@ -13,6 +13,12 @@ draft is ``full_chars`` long, and are what they were from then on. A slow client
 place (the front end queues it under a per-message key in the Outbox), and
 later drafts are encoded when they are sent, once per draft length.
 
+Later pushes happen on the ticks of one clock (``tick``, 5 ms), the first
+tick at or after the push is due: every push due within a tick, of every
+message, is queued in the same turn of the loop and leaves in one write per
+connection (bridge_core/hub.py), instead of one write per message. A draft
+waits at most one tick longer than its interval, never more often.
+
 The front end feeds ``offer(now, event)`` with each text delta and
 ``end(message_id)`` when a message completes; ``offer`` answers ``Pace``:
 push now, push at ``at``, or nothing (a push is already due). When the push
@@ -22,6 +28,7 @@ queue. The clock, the timers and the sockets stay in the front end.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Hashable, Optional
 
 import attrs
@@ -31,7 +38,7 @@ from bridge_core.wire import dumps
 
 from . import codec
 
-NEVER = -1e9
+TICK = 0.005  # seconds: the pacing clock (module docstring)
 
 
 @attrs.frozen
@@ -66,12 +73,13 @@ class DraftFrame:
 class DraftPacer:
     """The newest draft per message, when each was last pushed, and which have a push due."""
 
-    __slots__ = ("interval", "min_interval", "full_chars", "drafts", "_sent", "_due", "_cache")
+    __slots__ = ("interval", "min_interval", "full_chars", "tick", "drafts", "_sent", "_due", "_cache")
 
-    def __init__(self, interval: float, *, min_interval: float = 0.0, full_chars: int = 0):
+    def __init__(self, interval: float, *, min_interval: float = 0.0, full_chars: int = 0, tick: float = TICK):
         self.interval = interval
         self.min_interval = min_interval
         self.full_chars = full_chars  # 0: a fixed interval
+        self.tick = tick  # 0: each push exactly when due
         self.drafts: dict[str, ev.TextDelta] = {}
         self._sent: dict[str, float] = {}
         self._due: set[str] = set()
@@ -83,11 +91,17 @@ class DraftPacer:
         self.drafts[mid] = event
         if mid in self._due:
             return WAITING  # the push already due sends the newest draft
-        wait = self._sent.get(mid, NEVER) + self.interval_for(event.draft.length) - now
-        if wait <= 0:
+        sent = self._sent.get(mid)
+        if sent is None:
+            return PUSH_NOW  # the first draft of a message at once
+        due = sent + self.interval_for(event.draft.length)
+        tick = self.tick
+        if tick > 0:
+            due = math.ceil(max(due, now) / tick - 1e-6) * tick  # the clock's next tick: pushes share a turn
+        elif due <= now:
             return PUSH_NOW
         self._due.add(mid)
-        return Pace(at=now + wait)
+        return Pace(at=due)
 
     def interval_for(self, length: int) -> float:
         """The least time between two pushes of a message whose newest draft is ``length`` characters."""

@@ -1,4 +1,7 @@
-"""Pheby's draft pacer (pheby_adapter/pacing.py) on its own: no sockets, no loop, a given clock."""
+"""Pheby's draft pacer (pheby_adapter/pacing.py) on its own: no sockets, no loop, a given clock.
+
+Most tests pace each push exactly when it is due (``tick=0``); the last ones the pacing clock's ticks.
+"""
 
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ def _text(frame) -> str:
 
 
 def test_the_first_draft_goes_at_once_encoded_now():
-    p = DraftPacer(0.040)
+    p = DraftPacer(0.040, tick=0)
     d = ev.Draft()
     assert p.offer(10.0, _delta(d, "a")) == Pace(now=True)
     frame, key = p.push("m1", 10.0)
@@ -32,7 +35,7 @@ def test_the_first_draft_goes_at_once_encoded_now():
 
 
 def test_then_the_newest_draft_at_most_once_per_interval():
-    p = DraftPacer(0.040)
+    p = DraftPacer(0.040, tick=0)
     d = ev.Draft()
     p.offer(10.0, _delta(d, "a"))
     p.push("m1", 10.0)
@@ -48,7 +51,7 @@ def test_then_the_newest_draft_at_most_once_per_interval():
 
 
 def test_a_later_draft_is_rendered_when_sent_and_cached_per_length():
-    p = DraftPacer(0.040)
+    p = DraftPacer(0.040, tick=0)
     d = ev.Draft()
     p.offer(0.0, _delta(d, "x"))
     p.push("m1", 0.0)
@@ -61,7 +64,7 @@ def test_a_later_draft_is_rendered_when_sent_and_cached_per_length():
 
 
 def test_a_completed_message_is_forgotten_and_its_due_push_cancelled():
-    p = DraftPacer(0.040)
+    p = DraftPacer(0.040, tick=0)
     d = ev.Draft()
     p.offer(0.0, _delta(d, "a"))
     p.push("m1", 0.0)
@@ -76,7 +79,7 @@ def test_a_completed_message_is_forgotten_and_its_due_push_cancelled():
 
 
 def test_messages_are_paced_independently():
-    p = DraftPacer(0.040)
+    p = DraftPacer(0.040, tick=0)
     d1, d2 = ev.Draft(), ev.Draft()
     assert p.offer(0.0, _delta(d1, "a", "m1")).now
     p.push("m1", 0.0)
@@ -85,9 +88,36 @@ def test_messages_are_paced_independently():
 
 
 def test_the_interval_can_change():
-    p = DraftPacer(0.040)
+    p = DraftPacer(0.040, tick=0)
     d = ev.Draft()
     p.offer(0.0, _delta(d, "a"))
     p.push("m1", 0.0)
     p.interval = 3600.0
     assert abs(p.offer(1.0, _delta(d, "b")).at - 3600.0) < 1e-9
+
+
+def test_later_pushes_go_on_the_clocks_next_tick():
+    p = DraftPacer(0.040, tick=0.005)
+    d = ev.Draft()
+    assert p.offer(10.0, _delta(d, "a")) == Pace(now=True)  # the first draft at once, off the clock
+    p.push("m1", 10.0)
+    pace = p.offer(10.012, _delta(d, "b"))
+    assert abs(pace.at - 10.040) < 1e-9  # due on a tick: then
+    p.push("m1", 10.040)
+    pace = p.offer(10.0813, _delta(d, "c"))  # past due: the next tick, not at once
+    assert pace.now is False and abs(pace.at - 10.085) < 1e-9
+    p.push("m1", 10.085)
+    pace = p.offer(10.090, _delta(d, "d"))
+    assert abs(pace.at - 10.125) < 1e-9  # never sooner than the interval after the last push
+
+
+def test_pushes_of_messages_due_within_one_tick_share_it():
+    p = DraftPacer(0.040, tick=0.005)
+    d1, d2 = ev.Draft(), ev.Draft()
+    p.offer(0.0013, _delta(d1, "a", "m1"))
+    p.push("m1", 0.0013)
+    p.offer(0.0042, _delta(d2, "a", "m2"))
+    p.push("m2", 0.0042)
+    at1 = p.offer(0.010, _delta(d1, "b", "m1")).at
+    at2 = p.offer(0.011, _delta(d2, "b", "m2")).at
+    assert at1 == at2 and abs(at1 - 0.045) < 1e-9  # one timer turn, one write per connection
