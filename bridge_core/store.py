@@ -266,12 +266,14 @@ class BaseStore:
         assert conn is not None
         last = 0.0
         while True:
-            item = self._q.get()
-            if item is _STOP:
-                return
+            # the gap before blocking on the queue, not after: under a steady stream the writer then wakes
+            # once per commit (the GIL taken back once from a busy loop), not twice
             gap = last + MIN_COMMIT_GAP - time.monotonic()
             if gap > 0:
                 time.sleep(gap)
+            item = self._q.get()
+            if item is _STOP:
+                return
             last = time.monotonic()
             batch = [item]
             stop = False
