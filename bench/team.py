@@ -51,6 +51,7 @@ async def team_once(proto: str, kind: str, runs: int, clients: int, n: int, rate
                 raise RuntimeError(f"{kind} {proto} client not ready: {line!r}")
         srv.lag_window(True)
         cpu0 = srv.watch.cpu()
+        split0 = srv.watch.cpu_split()
         loop = asyncio.get_running_loop()
         t0 = loop.time()
         for p in procs:
@@ -63,6 +64,7 @@ async def team_once(proto: str, kind: str, runs: int, clients: int, n: int, rate
             results.append(json.loads(line))
         elapsed = loop.time() - t0
         cpu = srv.watch.cpu() - cpu0
+        split1 = srv.watch.cpu_split()
         srv.lag_window(False)
         rss = srv.watch.peak_rss()
         for p in procs:
@@ -83,6 +85,9 @@ async def team_once(proto: str, kind: str, runs: int, clients: int, n: int, rate
         # per run-second of the run's nominal length (n / rate): a server that falls behind stretches its
         # runs, and dividing by the time it took would flatter it
         "cpu_ms_per_run_s": cpu * 1000 / (runs * n / rate),
+        # the event loop's thread, and the others (the bridge's store writer and checkpointer; both: the lag monitor)
+        "cpu_loop_ms_per_run_s": (split1[0] - split0[0]) * 1000 / (runs * n / rate),
+        "cpu_threads_ms_per_run_s": (split1[1] - split0[1]) * 1000 / (runs * n / rate),
         "peak_rss_mb": rss / 1e6,
         "exact": all(r["exact"] for r in results),
         "bytes_per_client": statistics.mean(r["bytes"] for r in results),
@@ -93,6 +98,8 @@ async def team_once(proto: str, kind: str, runs: int, clients: int, n: int, rate
         "stalls_with_gc": lag.get("stalls_with_gc", 0),
         "gc_max_ms": lag.get("gc_max_ms", []),
         "stall_stacks": lag.get("stall_stacks", []),
+        "stall_kinds": lag.get("stall_kinds", {}),
+        "stall_ms": lag.get("stall_ms", {}),
     }
 
 
@@ -165,8 +172,12 @@ def _print_row(row: dict, verbose: bool) -> None:
         for kind, res in (("bridge", b), ("baseline", a)):
             for x in res:
                 print(f"    {kind}: stalls {x['stalls']} (with gc {x['stalls_with_gc']}), gc max ms "
-                      f"{[round(g, 1) for g in x['gc_max_ms']]}, cpu {x['cpu_ms_per_run_s']:.2f} ms/run-s, "
+                      f"{[round(g, 1) for g in x['gc_max_ms']]}, cpu {x['cpu_ms_per_run_s']:.2f} ms/run-s "
+                      f"(loop {x['cpu_loop_ms_per_run_s']:.2f}, other threads {x['cpu_threads_ms_per_run_s']:.2f}), "
                       f"exact {x['exact']}")
+                if x["stall_kinds"]:
+                    print("      stalls by what the loop thread did: " + ", ".join(
+                        f"{k} {n} ({x['stall_ms'].get(k, 0):.0f} ms)" for k, n in x["stall_kinds"].items()))
                 for where, count in x["stall_stacks"][:4]:
                     print(f"      {count:>3}x {where}")
 
