@@ -27,6 +27,16 @@ from .proc import BENCH_SECRET, ROOT, Server
 DRAFT_INTERVAL_MS = 40.0
 
 
+def _steal_ms() -> float:
+    """CPU time the hypervisor took from this machine's CPUs so far (ms, all CPUs; 0 where not reported)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+        return int(fields[8]) * 1000 / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 async def team_once(proto: str, kind: str, runs: int, clients: int, n: int, rate: float,
                     server_args: tuple = ()) -> dict:
     srv = Server(kind, adapters=proto, lag=True, args=server_args if kind == "bridge" else ())
@@ -52,6 +62,7 @@ async def team_once(proto: str, kind: str, runs: int, clients: int, n: int, rate
         srv.lag_window(True)
         cpu0 = srv.watch.cpu()
         split0 = srv.watch.cpu_split()
+        steal0 = _steal_ms()
         loop = asyncio.get_running_loop()
         t0 = loop.time()
         for p in procs:
@@ -65,6 +76,7 @@ async def team_once(proto: str, kind: str, runs: int, clients: int, n: int, rate
         elapsed = loop.time() - t0
         cpu = srv.watch.cpu() - cpu0
         split1 = srv.watch.cpu_split()
+        steal = _steal_ms() - steal0
         srv.lag_window(False)
         rss = srv.watch.peak_rss()
         for p in procs:
@@ -99,6 +111,7 @@ async def team_once(proto: str, kind: str, runs: int, clients: int, n: int, rate
         "gc_max_ms": lag.get("gc_max_ms", []),
         "stall_stacks": lag.get("stall_stacks", []),
         "stall_kinds": lag.get("stall_kinds", {}),
+        "steal_ms": steal,
         "stall_ms": lag.get("stall_ms", {}),
     }
 
@@ -177,7 +190,9 @@ def _print_row(row: dict, verbose: bool) -> None:
                       f"exact {x['exact']}")
                 if x["stall_kinds"]:
                     print("      stalls by what the loop thread did: " + ", ".join(
-                        f"{k} {n} ({x['stall_ms'].get(k, 0):.0f} ms)" for k, n in x["stall_kinds"].items()))
+                        f"{k} {n} ({x['stall_ms'].get(k, 0):.0f} ms)" for k, n in x["stall_kinds"].items())
+                        + f"; the hypervisor took {x['steal_ms']:.0f} ms of CPU from the machine meanwhile"
+                        " (a stolen CPU shows as 'blocked')")
                 for where, count in x["stall_stacks"][:4]:
                     print(f"      {count:>3}x {where}")
 
