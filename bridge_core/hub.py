@@ -278,12 +278,18 @@ class Outbox:
                 self._grace = True
                 self._barrier.hold(self, ticket)  # type: ignore[union-attr]
             else:
-                (self._soon or self._find_soon()).add(self)
+                self._flush_soon()
         return True
 
-    def _find_soon(self) -> _Soon:
-        self._soon = _soon_for(asyncio.get_running_loop())
-        return self._soon
+    def _flush_soon(self) -> None:
+        soon = self._soon
+        if soon is None:
+            try:
+                soon = self._soon = _soon_for(asyncio.get_running_loop())
+            except RuntimeError:  # no loop runs yet: the writer task flushes when it starts
+                self._pending = False
+                return
+        soon.add(self)
 
     def reserve(self) -> Optional[_Slot]:
         """Hold the next place in the queue for a reply not computed yet (None when closed).
@@ -311,7 +317,7 @@ class Outbox:
             self._bytes += slot.size
             slot.ticket = self._store.submitted if self._store is not None else 0
         if not self.closed and self._q and self._q[0] is slot:
-            (self._soon or self._find_soon()).add(self)  # the flush that waited for this reply
+            self._flush_soon()  # the flush that waited for this reply
 
     def _held(self) -> bool:
         """Is (or was, until the queue drains) this queue held by the durability barrier?"""
@@ -434,6 +440,9 @@ class Outbox:
 
     async def _steps(self) -> None:
         go = self._go
+        if self._q and not self._pending:  # put before the loop ran
+            self._pending = True
+            self._flush_soon()
         while True:
             await go.wait()
             go.clear()

@@ -136,3 +136,21 @@ async def test_a_reserved_reply_goes_out_before_what_was_queued_after_it():
     assert sent == [b"before", b"reply", b"broadcast", b"later"]
     box.close()
     await writer
+
+
+def test_frames_put_before_the_loop_runs_leave_once_the_writer_starts():
+    sent = []
+
+    async def send(data):
+        sent.append(data)
+
+    box = Outbox(send)
+    assert box.put(b"early") and box.put(b"later")  # no event loop yet
+
+    async def main():
+        writer = asyncio.ensure_future(box.run())
+        await until(lambda: sent == [b"early", b"later"], what="the frames put before the loop")
+        box.close()
+        await writer
+
+    asyncio.run(main())
