@@ -96,28 +96,33 @@ def test_the_interval_can_change():
     assert abs(p.offer(1.0, _delta(d, "b")).at - 3600.0) < 1e-9
 
 
-def test_later_pushes_go_on_the_clocks_next_tick():
+def test_a_message_alone_is_pushed_exactly_when_due():
     p = DraftPacer(0.040, tick=0.005)
     d = ev.Draft()
-    assert p.offer(10.0, _delta(d, "a")) == Pace(now=True)  # the first draft at once, off the clock
+    assert p.offer(10.0, _delta(d, "a")) == Pace(now=True)
     p.push("m1", 10.0)
     pace = p.offer(10.012, _delta(d, "b"))
-    assert abs(pace.at - 10.040) < 1e-9  # due on a tick: then
+    assert abs(pace.at - 10.040) < 1e-9  # one interval after the last push, nothing to join
     p.push("m1", 10.040)
-    pace = p.offer(10.0813, _delta(d, "c"))  # past due: the next tick, not at once
-    assert pace.now is False and abs(pace.at - 10.085) < 1e-9
-    p.push("m1", 10.085)
-    pace = p.offer(10.090, _delta(d, "d"))
-    assert abs(pace.at - 10.125) < 1e-9  # never sooner than the interval after the last push
+    assert p.offer(10.0813, _delta(d, "c")) == Pace(now=True)  # past due, nothing to join: at once
 
 
-def test_pushes_of_messages_due_within_one_tick_share_it():
+def test_a_push_due_shortly_before_another_joins_it():
     p = DraftPacer(0.040, tick=0.005)
-    d1, d2 = ev.Draft(), ev.Draft()
-    p.offer(0.0013, _delta(d1, "a", "m1"))
-    p.push("m1", 0.0013)
-    p.offer(0.0042, _delta(d2, "a", "m2"))
-    p.push("m2", 0.0042)
+    d1, d2, d3 = ev.Draft(), ev.Draft(), ev.Draft()
+    for mid, d, t in (("m1", d1, 0.0013), ("m2", d2, 0.0000), ("m3", d3, 0.0100)):
+        p.offer(t, _delta(d, "a", mid))
+        p.push(mid, t)
     at1 = p.offer(0.010, _delta(d1, "b", "m1")).at
-    at2 = p.offer(0.011, _delta(d2, "b", "m2")).at
-    assert at1 == at2 and abs(at1 - 0.045) < 1e-9  # one timer turn, one write per connection
+    assert abs(at1 - 0.0413) < 1e-9
+    at2 = p.offer(0.011, _delta(d2, "b", "m2")).at  # due at 0.040: joins m1's push 1.3 ms later
+    assert at2 == at1
+    at3 = p.offer(0.012, _delta(d3, "b", "m3")).at  # due at 0.050: more than a tick after it, its own
+    assert abs(at3 - 0.050) < 1e-9
+    p.push("m1", at1)
+    p.push("m2", at1)  # their slot is gone: nothing joins a push already made
+    at1 = p.offer(0.0415, _delta(d1, "c", "m1")).at
+    assert abs(at1 - 0.0813) < 1e-9  # m3's push at 0.050 is before it is due: not joined
+    assert p.offer(0.0420, _delta(d2, "c", "m2")).at == at1
+    assert p.end("m1") and p.end("m2")  # ended: their push is cancelled
+    assert p._times == [at3]
