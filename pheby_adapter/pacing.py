@@ -13,12 +13,12 @@ draft is ``full_chars`` long, and are what they were from then on. A slow client
 place (the front end queues it under a per-message key in the Outbox), and
 later drafts are encoded when they are sent, once per draft length.
 
-A later push that falls due shortly before another message's push joins it
-(at most ``tick``, 5 ms, later than it was due): pushes made in one turn of
-the loop leave in one write per connection (bridge_core/hub.py), so many
-messages streaming at once cost each client a write per shared push, not
-one per message. A message alone is pushed exactly when due. A draft waits
-at most one tick longer than its interval, never less.
+While several messages stream at once, their later pushes go on the ticks
+of one clock (``tick``, 5 ms: the first tick at or after a push is due), so
+the pushes of every message due within a tick are made in one turn of the
+loop and leave in one write per connection (bridge_core/hub.py), not one
+write per message. A message streaming alone is pushed exactly when due.
+A draft waits at most one tick longer than its interval, never less.
 
 The front end feeds ``offer(now, event)`` with each text delta and
 ``end(message_id)`` when a message completes; ``offer`` answers ``Pace``:
@@ -29,7 +29,7 @@ queue. The clock, the timers and the sockets stay in the front end.
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
+import math
 from typing import Any, Hashable, Optional
 
 import attrs
@@ -39,7 +39,7 @@ from bridge_core.wire import dumps
 
 from . import codec
 
-TICK = 0.005  # seconds: how much later than due a push may be to join another (module docstring)
+TICK = 0.005  # seconds: the clock of pushes while several messages stream (module docstring)
 
 
 @attrs.frozen
@@ -74,20 +74,17 @@ class DraftFrame:
 class DraftPacer:
     """The newest draft per message, when each was last pushed, and which have a push due."""
 
-    __slots__ = ("interval", "min_interval", "full_chars", "tick", "drafts", "_sent", "_due", "_cache",
-                 "_slots", "_times")
+    __slots__ = ("interval", "min_interval", "full_chars", "tick", "drafts", "_sent", "_due", "_cache")
 
     def __init__(self, interval: float, *, min_interval: float = 0.0, full_chars: int = 0, tick: float = TICK):
         self.interval = interval
         self.min_interval = min_interval
         self.full_chars = full_chars  # 0: a fixed interval
-        self.tick = tick  # 0: each push exactly when due, never joining another
-        self.drafts: dict[str, ev.TextDelta] = {}
+        self.tick = tick  # 0: each push exactly when due
+        self.drafts: dict[str, ev.TextDelta] = {}  # the messages streaming now: their newest draft
         self._sent: dict[str, float] = {}
-        self._due: dict[str, float] = {}  # message -> when its push is due
+        self._due: set[str] = set()
         self._cache: dict[str, tuple[int, bytes]] = {}
-        self._slots: dict[float, int] = {}  # a time pushes are due at -> how many
-        self._times: list[float] = []  # those times, sorted
 
     def offer(self, now: float, event: ev.TextDelta) -> Pace:
         """A text delta arrived at ``now``: keep it as the newest draft of its message."""
@@ -99,41 +96,13 @@ class DraftPacer:
         if sent is None:
             return PUSH_NOW  # the first draft of a message at once
         due = max(sent + self.interval_for(event.draft.length), now)
-        at = self._join(due)
-        if at is None:
-            if due <= now:
-                return PUSH_NOW
-            at = due
-        self._due[mid] = at
-        n = self._slots.get(at)
-        if n is None:
-            self._slots[at] = 1
-            insort(self._times, at)
-        else:
-            self._slots[at] = n + 1
-        return Pace(at=at)
-
-    def _join(self, due: float) -> Optional[float]:
-        """The earliest push of another message due in ``[due, due + tick]``, if any."""
-        if self.tick <= 0:
-            return None
-        times = self._times
-        i = bisect_left(times, due)
-        if i < len(times) and times[i] <= due + self.tick:
-            return times[i]
-        return None
-
-    def _undue(self, message_id: str) -> bool:
-        at = self._due.pop(message_id, None)
-        if at is None:
-            return False
-        n = self._slots[at] - 1
-        if n:
-            self._slots[at] = n
-        else:
-            del self._slots[at]
-            del self._times[bisect_left(self._times, at)]
-        return True
+        tick = self.tick
+        if tick > 0 and len(self.drafts) > 1:  # others stream too: on the clock, to share their turn
+            due = math.ceil(due / tick - 1e-6) * tick
+        elif due <= now:
+            return PUSH_NOW
+        self._due.add(mid)
+        return Pace(at=due)
 
     def interval_for(self, length: int) -> float:
         """The least time between two pushes of a message whose newest draft is ``length`` characters."""
@@ -150,7 +119,7 @@ class DraftPacer:
         commit of what came before them); later ones are a ``DraftFrame``,
         encoded when sent, that replaces an unsent one in place.
         """
-        self._undue(message_id)
+        self._due.discard(message_id)
         e = self.drafts.get(message_id)
         if e is None:
             return None
@@ -164,7 +133,10 @@ class DraftPacer:
         self.drafts.pop(message_id, None)
         self._cache.pop(message_id, None)
         self._sent.pop(message_id, None)
-        return self._undue(message_id)
+        if message_id in self._due:
+            self._due.discard(message_id)
+            return True
+        return False
 
     def encoded(self, message_id: str) -> Optional[bytes]:
         """The newest draft of ``message_id`` as frame bytes (cached per draft length); None once it ended."""

@@ -102,27 +102,25 @@ def test_a_message_alone_is_pushed_exactly_when_due():
     assert p.offer(10.0, _delta(d, "a")) == Pace(now=True)
     p.push("m1", 10.0)
     pace = p.offer(10.012, _delta(d, "b"))
-    assert abs(pace.at - 10.040) < 1e-9  # one interval after the last push, nothing to join
+    assert abs(pace.at - 10.040) < 1e-9  # one interval after the last push
     p.push("m1", 10.040)
-    assert p.offer(10.0813, _delta(d, "c")) == Pace(now=True)  # past due, nothing to join: at once
+    assert p.offer(10.0813, _delta(d, "c")) == Pace(now=True)  # past due: at once
 
 
-def test_a_push_due_shortly_before_another_joins_it():
+def test_while_messages_stream_together_their_pushes_go_on_the_clock():
     p = DraftPacer(0.040, tick=0.005)
-    d1, d2, d3 = ev.Draft(), ev.Draft(), ev.Draft()
-    for mid, d, t in (("m1", d1, 0.0013), ("m2", d2, 0.0000), ("m3", d3, 0.0100)):
-        p.offer(t, _delta(d, "a", mid))
-        p.push(mid, t)
-    at1 = p.offer(0.010, _delta(d1, "b", "m1")).at
-    assert abs(at1 - 0.0413) < 1e-9
-    at2 = p.offer(0.011, _delta(d2, "b", "m2")).at  # due at 0.040: joins m1's push 1.3 ms later
-    assert at2 == at1
-    at3 = p.offer(0.012, _delta(d3, "b", "m3")).at  # due at 0.050: more than a tick after it, its own
-    assert abs(at3 - 0.050) < 1e-9
+    d1, d2 = ev.Draft(), ev.Draft()
+    assert p.offer(0.0013, _delta(d1, "a", "m1")) == Pace(now=True)  # a first draft: at once, always
+    p.push("m1", 0.0013)
+    assert p.offer(0.0042, _delta(d2, "a", "m2")) == Pace(now=True)
+    p.push("m2", 0.0042)
+    at1 = p.offer(0.010, _delta(d1, "b", "m1")).at  # due at 0.0413: the tick after
+    at2 = p.offer(0.011, _delta(d2, "b", "m2")).at  # due at 0.0442: the same tick
+    assert at1 == at2 and abs(at1 - 0.045) < 1e-9  # one turn, one write per connection
     p.push("m1", at1)
-    p.push("m2", at1)  # their slot is gone: nothing joins a push already made
-    at1 = p.offer(0.0415, _delta(d1, "c", "m1")).at
-    assert abs(at1 - 0.0813) < 1e-9  # m3's push at 0.050 is before it is due: not joined
-    assert p.offer(0.0420, _delta(d2, "c", "m2")).at == at1
-    assert p.end("m1") and p.end("m2")  # ended: their push is cancelled
-    assert p._times == [at3]
+    p.push("m2", at2)
+    pace = p.offer(0.1002, _delta(d1, "c", "m1"))  # past due: the next tick, not at once
+    assert pace.now is False and abs(pace.at - 0.105) < 1e-9
+    p.end("m2")
+    p.push("m1", 0.105)
+    assert p.offer(0.1500, _delta(d1, "d", "m1")) == Pace(now=True)  # alone again: exactly when due
