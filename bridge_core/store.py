@@ -83,9 +83,11 @@ _STOP = object()
 # steady stream of small writes (a Loomi replay row per event) costs one commit per millisecond at most,
 # not one per write, for at most this much more latency behind the durability barrier
 MIN_COMMIT_GAP = 0.001
-# SQLite (Store): how often the checkpointer thread copies the WAL into the database while writes go on, and
-# the WAL length (pages; SQLite's default autocheckpoint is 1,000) past which the writer checkpoints itself
-CHECKPOINT_EVERY = 0.5
+# SQLite (Store): how often the checkpointer thread copies the WAL into the database while writes go on (each
+# complete checkpoint makes the next commit start the WAL over, which syncs the new WAL header: one fsync in
+# the writer's path per checkpoint, so not more often than this), and the WAL length (pages; SQLite's default
+# autocheckpoint is 1,000) past which the writer checkpoints itself
+CHECKPOINT_EVERY = 5.0
 WAL_MAX_FRAMES = 16384
 
 

@@ -151,11 +151,12 @@ async def test_a_single_failing_write_is_rolled_back_and_the_next_commits(tmp_pa
     s.close()
 
 
-async def test_checkpoints_run_beside_the_writer_not_inside_a_commit(tmp_path):
+async def test_checkpoints_run_beside_the_writer_not_inside_a_commit(tmp_path, monkeypatch):
     """SQLite's own checkpoint (inside the COMMIT that crosses its threshold) is off; the checkpointer
     thread copies the WAL into the database after commits, so the WAL starts over."""
     import bridge_core.store as store_mod
 
+    monkeypatch.setattr(store_mod, "CHECKPOINT_EVERY", 0.01)  # not the test's subject: how soon
     path = str(tmp_path / "b.db")
     s = Store(path).open()
     try:
@@ -166,8 +167,7 @@ async def test_checkpoints_run_beside_the_writer_not_inside_a_commit(tmp_path):
             await s.write(lambda c, i=i: c.execute("INSERT INTO t VALUES(?, zeroblob(4000))", (i,)))
         before = s.checkpoints
         await s.write(lambda c: c.execute("INSERT INTO t VALUES(50, zeroblob(4000))"))
-        await until(lambda: s.checkpoints > before, what="a checkpoint after the last commit",
-                    timeout=10 + store_mod.CHECKPOINT_EVERY)
+        await until(lambda: s.checkpoints > before, what="a checkpoint after the last commit")
         assert _in_database_file(path, "SELECT COUNT(*) FROM t") == (51,)  # copied out of the WAL
     finally:
         s.close()
