@@ -161,6 +161,8 @@ class _Barrier:
                 held, self.held = self.held, []
                 for b in held:
                     b._drive_safely()  # written, or held again (back in self.held)
+                if box._task == _SEND:  # its own peer fell behind: its task must wait on it, another leads
+                    return
         finally:
             if self.leader is box:
                 self.step_down(box)

@@ -311,3 +311,46 @@ class _StepStore:
     def commit_to(self, n):
         self.processed = n
         self._changed.set()
+
+
+class _PausableSender(_SyncSender):
+    """A synchronous sender whose peer can fall behind (then only the writer task's ``many`` writes)."""
+
+    def __init__(self, store, out):
+        super().__init__(store, out)
+        self.paused = False
+        self.waited: list = []
+
+    def ready(self):
+        return not self.paused
+
+    async def many(self, frames):
+        self.waited.append(list(frames))
+
+
+async def test_a_leader_whose_peer_falls_behind_hands_the_barrier_over():
+    """The outbox leading the barrier's wait gets a frame its peer must wait for (flow control): its writer
+    task hands the lead to another held outbox and writes, instead of leading until nothing is held."""
+    store = _StepStore()
+    a_out: list = []
+    b_out: list = []
+    tasks = TaskSet("test")
+    a_sender = _PausableSender(store, a_out)
+    a = Outbox(a_sender)
+    b = Outbox(_SyncSender(store, b_out))
+    try:
+        tasks.spawn(a.run())
+        tasks.spawn(b.run())
+        store.submitted = 1
+        a.put(b"a1")  # a leads the wait for write 1
+        b.put(b"b1")
+        store.submitted = 2
+        b.put(b"b2")  # behind write 2, which never commits in this test
+        await _until(lambda: store.waiting == [1])
+        a_sender.paused = True  # a's peer falls behind
+        store.commit_to(1)  # releases a1 (for a's task to write) and b1; b2 stays held
+        await _until(lambda: b_out == [[b"b1"]])
+        await _until(lambda: a_sender.waited == [[b"a1"]])  # a's task wrote, not stuck leading b's wait
+        await _until(lambda: store.waiting == [2])  # b leads now
+    finally:
+        await tasks.close()
