@@ -17,7 +17,14 @@ What it measures:
   without a tick for longer than ``TICK + STALL`` samples the loop
   thread's stack (the innermost frames of the bridge, aiohttp, asyncio),
   and every garbage collection is timed (``gc.callbacks``) so a stall
-  can be matched with a collection and its generation.
+  can be matched with a collection and its generation;
+- what the loop thread did during a stall, from the kernel's accounting of
+  it (``/proc/self/task/<tid>/schedstat``: time on a CPU, time waiting in a
+  run queue): ``running`` (it executed: the server's own work), ``cpu`` (it
+  was runnable but the machine gave it no CPU: the other processes'
+  doing), ``blocked`` (neither: it waited for the GIL held by another
+  thread, or in a blocking call). A ``select`` sample of a ``cpu`` stall
+  is the machine's, not the server's.
 """
 
 from __future__ import annotations
@@ -58,10 +65,15 @@ class LagMonitor:
         self._lock = threading.Lock()
         self.started = time.time()
         self.frozen = False
+        self.loop_tid = 0  # the loop thread's kernel id (schedstat)
+        self._stall_start: tuple = ()  # (monotonic, on-CPU ns, run-queue ns) when the current stall began
+        self.stall_kinds = {"running": 0, "cpu": 0, "blocked": 0}
+        self.stall_ms = {"running": 0.0, "cpu": 0.0, "blocked": 0.0}
 
     # --- in the loop -------------------------------------------------------------
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop_thread = threading.get_ident()
+        self.loop_tid = threading.get_native_id()
         self._due = loop.time() + TICK
         self._loop = loop
         loop.call_at(self._due, self._tick)
@@ -77,6 +89,8 @@ class LagMonitor:
         self.gc_count = [0, 0, 0]
         self.gc_total = 0.0
         self.stacks = collections.Counter()
+        self.stall_kinds = {"running": 0, "cpu": 0, "blocked": 0}
+        self.stall_ms = {"running": 0.0, "cpu": 0.0, "blocked": 0.0}
         self.frozen = False
 
     def freeze(self) -> None:
@@ -125,17 +139,40 @@ class LagMonitor:
             if now - self.last_tick > TICK + STALL:
                 if not self._in_stall:
                     self._in_stall = True
+                    self._stall_start = (self.last_tick, *self._sched())
                     frame = sys._current_frames().get(self.loop_thread)
                     if frame is not None:
                         self.stacks[_where(frame)] += 1
             elif self._in_stall:
                 self._in_stall = False
+                self._classify(now)
                 if self._gc_in_stall:
                     self.stall_gc += 1
                     self._gc_in_stall = False
             if now >= next_write:
                 next_write = now + 0.5
                 self.write()
+
+    def _sched(self) -> tuple[int, int]:
+        """The loop thread's time on a CPU and waiting in a run queue so far (ns)."""
+        try:
+            with open(f"/proc/self/task/{self.loop_tid}/schedstat") as f:
+                on_cpu, waiting = f.read().split()[:2]
+            return int(on_cpu), int(waiting)
+        except (OSError, ValueError):
+            return 0, 0
+
+    def _classify(self, now: float) -> None:
+        """A stall just ended: what the loop thread was doing through most of it."""
+        if not self._stall_start:
+            return
+        began, cpu0, wait0 = self._stall_start
+        cpu1, wait1 = self._sched()
+        span = max(1e-9, now - began)
+        ran, waited = (cpu1 - cpu0) / 1e9, (wait1 - wait0) / 1e9
+        kind = "running" if ran >= max(waited, span / 2) else "cpu" if waited >= span / 2 else "blocked"
+        self.stall_kinds[kind] += 1
+        self.stall_ms[kind] += span * 1000
 
     def report(self) -> dict:
         lags = sorted(self.lags)
@@ -150,6 +187,8 @@ class LagMonitor:
             "gc_max_ms": [x * 1000 for x in self.gc_max],
             "gc_total_ms": self.gc_total * 1000,
             "stall_stacks": self.stacks.most_common(8),
+            "stall_kinds": dict(self.stall_kinds),
+            "stall_ms": {k: round(v, 1) for k, v in self.stall_ms.items()},
         }
 
     def write(self, force: bool = False) -> None:

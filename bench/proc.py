@@ -64,6 +64,24 @@ class ProcWatch:
             fields = f.read().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / self.tick
 
+    def cpu_split(self) -> tuple[float, float]:
+        """CPU seconds so far of the main thread (the event loop) and of all the other threads together."""
+        main = other = 0
+        try:
+            for tid in os.listdir(f"/proc/{self.pid}/task"):
+                try:
+                    with open(f"/proc/{self.pid}/task/{tid}/schedstat") as f:
+                        ns = int(f.read().split()[0])
+                except (FileNotFoundError, ProcessLookupError):
+                    continue
+                if tid == str(self.pid):
+                    main += ns
+                else:
+                    other += ns
+        except FileNotFoundError:
+            pass
+        return main / 1e9, other / 1e9
+
     def _status(self, key: str) -> int:
         with open(f"/proc/{self.pid}/status") as f:
             for line in f:

@@ -27,6 +27,16 @@ from .proc import BENCH_SECRET, ROOT, Server
 DRAFT_INTERVAL_MS = 40.0
 
 
+def _steal_ms() -> float:
+    """CPU time the hypervisor took from this machine's CPUs so far (ms, all CPUs; 0 where not reported)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+        return int(fields[8]) * 1000 / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 async def team_once(proto: str, kind: str, runs: int, clients: int, n: int, rate: float,
                     server_args: tuple = ()) -> dict:
     srv = Server(kind, adapters=proto, lag=True, args=server_args if kind == "bridge" else ())
@@ -51,6 +61,8 @@ async def team_once(proto: str, kind: str, runs: int, clients: int, n: int, rate
                 raise RuntimeError(f"{kind} {proto} client not ready: {line!r}")
         srv.lag_window(True)
         cpu0 = srv.watch.cpu()
+        split0 = srv.watch.cpu_split()
+        steal0 = _steal_ms()
         loop = asyncio.get_running_loop()
         t0 = loop.time()
         for p in procs:
@@ -63,6 +75,8 @@ async def team_once(proto: str, kind: str, runs: int, clients: int, n: int, rate
             results.append(json.loads(line))
         elapsed = loop.time() - t0
         cpu = srv.watch.cpu() - cpu0
+        split1 = srv.watch.cpu_split()
+        steal = _steal_ms() - steal0
         srv.lag_window(False)
         rss = srv.watch.peak_rss()
         for p in procs:
@@ -83,6 +97,9 @@ async def team_once(proto: str, kind: str, runs: int, clients: int, n: int, rate
         # per run-second of the run's nominal length (n / rate): a server that falls behind stretches its
         # runs, and dividing by the time it took would flatter it
         "cpu_ms_per_run_s": cpu * 1000 / (runs * n / rate),
+        # the event loop's thread, and the others (the bridge's store writer and checkpointer; both: the lag monitor)
+        "cpu_loop_ms_per_run_s": (split1[0] - split0[0]) * 1000 / (runs * n / rate),
+        "cpu_threads_ms_per_run_s": (split1[1] - split0[1]) * 1000 / (runs * n / rate),
         "peak_rss_mb": rss / 1e6,
         "exact": all(r["exact"] for r in results),
         "bytes_per_client": statistics.mean(r["bytes"] for r in results),
@@ -93,6 +110,9 @@ async def team_once(proto: str, kind: str, runs: int, clients: int, n: int, rate
         "stalls_with_gc": lag.get("stalls_with_gc", 0),
         "gc_max_ms": lag.get("gc_max_ms", []),
         "stall_stacks": lag.get("stall_stacks", []),
+        "stall_kinds": lag.get("stall_kinds", {}),
+        "steal_ms": steal,
+        "stall_ms": lag.get("stall_ms", {}),
     }
 
 
@@ -165,8 +185,14 @@ def _print_row(row: dict, verbose: bool) -> None:
         for kind, res in (("bridge", b), ("baseline", a)):
             for x in res:
                 print(f"    {kind}: stalls {x['stalls']} (with gc {x['stalls_with_gc']}), gc max ms "
-                      f"{[round(g, 1) for g in x['gc_max_ms']]}, cpu {x['cpu_ms_per_run_s']:.2f} ms/run-s, "
+                      f"{[round(g, 1) for g in x['gc_max_ms']]}, cpu {x['cpu_ms_per_run_s']:.2f} ms/run-s "
+                      f"(loop {x['cpu_loop_ms_per_run_s']:.2f}, other threads {x['cpu_threads_ms_per_run_s']:.2f}), "
                       f"exact {x['exact']}")
+                if x["stall_kinds"]:
+                    print("      stalls by what the loop thread did: " + ", ".join(
+                        f"{k} {n} ({x['stall_ms'].get(k, 0):.0f} ms)" for k, n in x["stall_kinds"].items())
+                        + f"; the hypervisor took {x['steal_ms']:.0f} ms of CPU from the machine meanwhile"
+                        " (a stolen CPU shows as 'blocked')")
                 for where, count in x["stall_stacks"][:4]:
                     print(f"      {count:>3}x {where}")
 

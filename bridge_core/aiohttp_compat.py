@@ -12,7 +12,7 @@ does it with the writer's internals, and only here:
   aiohttp's own ``send_frame`` does once ``_limit`` bytes are buffered.
 
 ``batch_ready`` says whether a socket's writer is in the plain state this
-relies on; when it is not (another aiohttp, a socket closing), callers fall
+relies on (``FrameWriter.ready`` also that it is not paused); when it is not (another aiohttp, a socket closing), callers fall
 back to the public ``send_frame``. ``check_internals`` lists what is missing
 from the installed aiohttp; tests/core/test_aiohttp_compat.py fails loudly
 on it, so an aiohttp release that changes them is noticed before it ships
@@ -95,29 +95,46 @@ def _frame_bytes(frames: list) -> tuple[bytes, int]:
     return b"".join(parts), total
 
 
-def write_now(ws: web.WebSocketResponse, data: bytes) -> bool:
-    """Write one text frame at once if the connection's previous writes have drained; else False.
+class FrameWriter:
+    """Synchronous batched writes to one prepared socket (the Outbox's path while the peer keeps up).
 
-    Drained: the transport buffers nothing (the kernel took every earlier
-    write), the protocol is not paused and the writer's flow-control count is
-    under its limit, so nothing would have to be awaited. Then the frame
-    goes out synchronously, with the same accounting as ``write_text_frames``;
-    otherwise the caller queues it for the next (batched) write.
+    ``ready()``: the writer is in the plain state (``batch_ready``), its
+    transport is not closing and aiohttp's flow control has not paused it,
+    so a write needs no waiting. ``write(frames)`` then puts ``frames`` on
+    the transport as text frames in one ``transport.write`` (one syscall when
+    the transport buffers nothing, else an append to its buffer), with
+    aiohttp's accounting: past ``_limit`` bytes the count starts again and
+    the next ``ready()`` reports a pause, which the caller waits out with
+    ``write_text_frames`` (it awaits the drain).
     """
-    if not batch_ready(ws):
-        return False
-    writer = _writer(ws)
-    transport = writer.transport
-    if transport.is_closing() or transport.get_write_buffer_size():
-        return False
-    if getattr(getattr(writer, "protocol", None), "_paused", True):
-        return False
-    buf, total = _frame_bytes([data])
-    if writer._output_size + total > writer._limit:
-        return False
-    transport.write(buf)
-    writer._output_size += total
-    return True
+
+    __slots__ = ("ws", "_w", "_transport", "_protocol")
+
+    def __init__(self, ws: web.WebSocketResponse):
+        self.ws = ws
+        self._w: Any = None  # the aiohttp writer, looked up once the socket is prepared
+        self._transport: Any = None
+        self._protocol: Any = None
+
+    def ready(self) -> bool:
+        w = self._w
+        if w is None:
+            if not batch_ready(self.ws):
+                return False
+            w = self._w = _writer(self.ws)
+            self._transport = w.transport
+            self._protocol = w.protocol
+        if w._closing or w.transport is not self._transport or self._transport.is_closing():
+            return False
+        return not getattr(self._protocol, "_paused", True)
+
+    def write(self, frames: list) -> None:
+        """Only after ``ready()``: ``frames`` (bytes, UTF-8 JSON) as unmasked text frames, one transport write."""
+        w = self._w
+        buf, total = _frame_bytes(frames)
+        self._transport.write(buf)
+        n = w._output_size + total
+        w._output_size = 0 if n > w._limit else n  # as aiohttp's send_frame counts; a pause shows in ready()
 
 
 async def write_text_frames(ws: web.WebSocketResponse, frames: list) -> None:

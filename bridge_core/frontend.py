@@ -267,13 +267,13 @@ STORE_KEY: web.AppKey = web.AppKey("agent_bridge_store")
 class ws_text_sender:
     """An Outbox sender: pre-encoded JSON bytes as WebSocket text frames.
 
-    ``many`` writes a batch of frames with one transport write
-    (``aiohttp_compat.write_text_frames``, the only use of aiohttp internals);
-    ``now`` writes one frame synchronously when the connection's previous
-    writes have drained (``aiohttp_compat.write_now``), so an idle connection
-    gets a frame without waiting for the writer task.
-    It falls back to ``send_frame`` per frame whenever the aiohttp writer is
-    not in the plain state it expects.
+    ``sync`` writes a batch of frames synchronously with one transport write
+    while the peer keeps up (``aiohttp_compat.FrameWriter``: the Outbox
+    writes from its flush, without a hop through the writer task); ``many``
+    writes a batch and waits out aiohttp's flow control when the peer falls
+    behind (``aiohttp_compat.write_text_frames``). These are the only uses of
+    aiohttp internals. It falls back to ``send_frame`` per frame whenever the
+    aiohttp writer is not in the plain state it expects.
 
     Durable before delivered: ``request`` is the handler's request, whose app
     carries the front end's store under ``STORE_KEY``; the Outbox lets frames
@@ -281,22 +281,19 @@ class ws_text_sender:
     (``Store.synced``), so a client never holds an event a crash could take back.
     """
 
-    __slots__ = ("ws", "_store")
+    __slots__ = ("ws", "_store", "sync")
 
     def __init__(self, ws: web.WebSocketResponse, request: Optional[web.BaseRequest] = None):
         self.ws = ws
         self._store: Any = request.app.get(STORE_KEY) if request is not None else None
+        self.sync = aiohttp_compat.FrameWriter(ws)
 
     def durable_store(self) -> Any:
-        """The store whose writes this connection's frames wait for (the Outbox awaits it)."""
+        """The store whose writes this connection's frames wait for (the Outbox waits for it)."""
         return self._store
 
     async def __call__(self, data: bytes) -> None:
         await self.ws.send_frame(data, WSMsgType.TEXT)
-
-    def now(self, data: bytes) -> bool:
-        """Write ``data`` at once if the previous writes drained (True), else leave it to the Outbox's writer."""
-        return aiohttp_compat.write_now(self.ws, data)
 
     async def many(self, frames: list) -> None:
         if not aiohttp_compat.batch_ready(self.ws):

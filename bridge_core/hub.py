@@ -6,16 +6,28 @@ they encode an event once for their protocol and put the same bytes into the
 outbox of every connection. ``publish`` never awaits, so the agent never
 blocks on a front end.
 
-An ``Outbox`` is a short queue drained by one writer task per connection.
-A frame put while the writer is idle (nothing queued, the connection's
-previous writes drained, the frame durable) is written at once, without
-waiting for the writer task (the sender's ``now``); frames put while a write
-is pending, or later in the same loop iteration, queue and go out together
-in the next write, at most ``BATCH_FRAMES`` frames and ``BATCH_BYTES``.
-Items can carry a coalescing key: a newer item with the same key replaces an
-unsent older one in place (Pheby's cumulative drafts: latest wins). A client
-whose outbox overflows is disconnected through ``on_overflow``; it recovers
-by replay or snapshot. It is never waited for.
+An ``Outbox`` is a short queue of one connection's frames. It never writes
+from ``put``: a frame put into an empty queue schedules a flush, and
+whatever is put until that flush runs leaves with it, in one transport
+write per connection (at most ``BATCH_FRAMES`` frames and about
+``BATCH_BYTES``; more go out in further writes of the same flush):
+
+- a frame that does not wait for the store is flushed at the loop's next
+  turn (``_Soon``: one callback for every connection with frames), so an
+  event's fan-out, a burst of replies or the drafts due at one tick cost
+  each connection one write;
+- a frame behind the durability barrier (the store's writes queued before
+  it have not committed) is flushed when they have: the connections held by
+  one store wait for its commits together (``_Barrier``: one waiter, one
+  wake of the loop per commit, every held connection written from it).
+
+A flush writes synchronously while the peer keeps up (the sender's
+``sync``: aiohttp's flow control has not paused it); otherwise it hands
+the write to the connection's writer task (``run``), which waits out the
+flow control. Items can carry a coalescing key: a newer item with the same
+key replaces an unsent older one in place (Pheby's cumulative drafts:
+latest wins). A client whose outbox overflows is disconnected through
+``on_overflow``; it recovers by replay or snapshot. It is never waited for.
 """
 
 from __future__ import annotations
@@ -85,37 +97,121 @@ class _Slot:
         self.ticket = ticket  # the store's write count when queued: it leaves once those committed
 
 
-class _SharedSync:
-    """The connections held by one store's durability barrier wait for its commits together.
+class _Soon:
+    """The outboxes to flush at the loop's next turn: one callback for all of them.
 
-    One of them (the leader) awaits ``store.synced``; the others follow it
-    and look again when its wait ends. A commit then wakes the loop once,
-    not once per connection (each ``synced`` waiter is a wake from the
-    store's thread).
+    Everything put during one turn of the loop (an event's fan-out, a burst
+    of replies, the drafts due at one tick) leaves in one write per
+    connection, one turn later.
     """
 
-    __slots__ = ("done", "target", "__weakref__")
+    __slots__ = ("loop", "boxes", "handle", "__weakref__")
 
-    def __init__(self) -> None:
-        self.done: Optional[asyncio.Event] = None  # set when the leader's wait ends
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.boxes: list["Outbox"] = []
+        self.handle: Optional[asyncio.Handle] = None
+
+    def add(self, box: "Outbox") -> None:
+        self.boxes.append(box)
+        if self.handle is None:
+            self.handle = self.loop.call_soon(self.run)
+
+    def run(self) -> None:
+        self.handle = None
+        boxes, self.boxes = self.boxes, []
+        for box in boxes:
+            box._drive_safely()
+
+
+class _Barrier:
+    """The outboxes whose next frame waits for one store's commits, released together.
+
+    One of them (the leader: its writer task) awaits ``store.synced`` for the
+    smallest ticket held; when it returns, every held outbox is flushed from
+    that one wake-up (written at once, or held again for a later commit), so
+    a commit costs one wake of the loop, not one per connection. An outbox
+    that needs an earlier commit than the one the leader waits for waits
+    for it on its own writer task.
+    """
+
+    __slots__ = ("store", "held", "leader", "target", "__weakref__")
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.held: list["Outbox"] = []
+        self.leader: Optional["Outbox"] = None
         self.target = 0  # the ticket the leader waits for
 
+    def hold(self, box: "Outbox", ticket: int) -> None:
+        if self.leader is not None and ticket < self.target:
+            box._wait_alone(ticket)
+            return
+        self.held.append(box)
+        if self.leader is None:
+            self.leader = box
+            box._go_lead()
 
-_SYNCS: "weakref.WeakKeyDictionary[Any, _SharedSync]" = weakref.WeakKeyDictionary()
+    async def lead(self, box: "Outbox") -> None:
+        """The leader's writer task: wait for the store, release what it committed, until nothing is held."""
+        store = self.store
+        try:
+            while True:
+                target = 0
+                for b in self.held:
+                    if b._q and not b.closed:
+                        t = b._q[0].ticket
+                        if not target or t < target:
+                            target = t
+                if not target:
+                    return
+                self.target = target
+                if target > store.processed:
+                    await store.synced(target)
+                held, self.held = self.held, []
+                for b in held:
+                    b._drive_safely()  # written, or held again (back in self.held)
+                if box._task == _SEND:  # its own peer fell behind: its task must wait on it, another leads
+                    return
+        finally:
+            if self.leader is box:
+                self.step_down(box)
+
+    def step_down(self, box: "Outbox") -> None:
+        """``box`` leads no more (done, closed or cancelled): another held outbox's writer task takes over."""
+        self.leader = None
+        self.target = 0
+        for b in self.held:
+            if b is not box and not b.closed:
+                self.leader = b
+                b._go_lead()
+                return
+        self.held = [b for b in self.held if not b.closed]
 
 
-def _shared_sync(store: Any) -> _SharedSync:
+_BARRIERS: "weakref.WeakKeyDictionary[Any, _Barrier]" = weakref.WeakKeyDictionary()
+_SOONS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Soon]" = weakref.WeakKeyDictionary()
+
+
+def _barrier_for(store: Any) -> _Barrier:
     try:
-        sync = _SYNCS.get(store)
-        if sync is None:
-            sync = _SYNCS[store] = _SharedSync()
-        return sync
-    except TypeError:  # a store that takes no weak reference: no sharing
-        return _SharedSync()
+        barrier = _BARRIERS.get(store)
+        if barrier is None:
+            barrier = _BARRIERS[store] = _Barrier(store)
+        return barrier
+    except TypeError:  # a store that takes no weak reference: a barrier of its own per outbox
+        return _Barrier(store)
+
+
+def _soon_for(loop: asyncio.AbstractEventLoop) -> _Soon:
+    soon = _SOONS.get(loop)
+    if soon is None:
+        soon = _SOONS[loop] = _Soon(loop)
+    return soon
 
 
 class Outbox:
-    """A bounded, coalescing queue of frames for one connection."""
+    """A bounded, coalescing queue of frames for one connection (module docstring: when it writes)."""
 
     def __init__(
         self,
@@ -132,9 +228,15 @@ class Outbox:
         self.max_items = max_items
         self.max_bytes = max_bytes
         self._on_overflow = on_overflow
-        self._wake = asyncio.Event()
-        self._now = getattr(send, "now", None)  # a synchronous write when the connection has drained
-        self._parked = False  # the writer waits for a frame with nothing queued: a put may write at once
+        self._sync = getattr(send, "sync", None)  # synchronous batched writes while the peer keeps up
+        self._many = getattr(send, "many", None)
+        # a flush is coming (queued for the next turn, held by the barrier, waiting for a reserved reply,
+        # or handed to the writer task); without one the queue is empty and a put schedules one
+        self._pending = False
+        self._soon: Optional[_Soon] = None
+        self._go = asyncio.Event()  # the writer task has a step to take (_task)
+        self._task = 0  # its step: _SEND (write and wait for the peer), _LEAD (the barrier), _ALONE (own wait)
+        self._alone = 0  # the ticket an _ALONE wait is for
         self.closed = False
         self.overflowed = False
         # frames held back by the durability barrier (Store.synced) are the server's delay, not the
@@ -142,9 +244,10 @@ class Outbox:
         self._grace = False
         durable = getattr(send, "durable_store", None)
         self._store = durable() if durable is not None else None  # see frontend.ws_text_sender
-        self._sync = _shared_sync(self._store) if self._store is not None else None
+        self._barrier = _barrier_for(self._store) if self._store is not None else None
         self.sent_frames = 0
         self.sent_bytes = 0
+        self.writes = 0
 
     def __len__(self) -> int:
         return len(self._q)
@@ -154,7 +257,8 @@ class Outbox:
         if self.closed:
             return False
         size = len(data)
-        ticket = self._store.submitted if self._store is not None else 0
+        store = self._store
+        ticket = store.submitted if store is not None else 0
         if key is not None:
             slot = self._keyed.get(key)
             if slot is not None:
@@ -175,52 +279,44 @@ class Outbox:
                 except Exception:
                     log.exception("overflow handler failed")
             return False
-        if self._parked and not self._q and (self._store is None or ticket <= self._store.processed):
-            if self._write_now(data):
-                return True
         slot = _Slot(data, key, size, ticket)
         self._q.append(slot)
         if key is not None:
             self._keyed[key] = slot
         self._bytes += size
-        self._wake.set()
+        if not self._pending:  # the queue was empty: this frame is its head
+            self._pending = True
+            if store is not None and ticket > store.processed:
+                self._grace = True
+                self._barrier.hold(self, ticket)  # type: ignore[union-attr]
+            else:
+                self._flush_soon()
         return True
 
-    def _write_now(self, data: Any) -> bool:
-        """The idle writer's fast path: ``data`` written synchronously if the sender can (True).
-
-        The writer is woken either way: what is put later in this loop
-        iteration queues (the writer is no longer parked) and leaves in its
-        next write, so a burst costs two writes, not one per frame.
-        """
-        now = self._now
-        if now is None:
-            return False
-        frame = data() if callable(data) else data
-        if frame is None:  # a coalesced draft whose message completed meanwhile
-            return True
-        if isinstance(frame, str):
-            frame = frame.encode()
-        if not now(frame):
-            return False
-        self.sent_frames += 1
-        self.sent_bytes += len(frame)
-        self._parked = False
-        self._wake.set()
-        return True
+    def _flush_soon(self) -> None:
+        soon = self._soon
+        if soon is None:
+            try:
+                soon = self._soon = _soon_for(asyncio.get_running_loop())
+            except RuntimeError:  # no loop runs yet: the writer task flushes when it starts
+                self._pending = False
+                return
+        soon.add(self)
 
     def reserve(self) -> Optional[_Slot]:
         """Hold the next place in the queue for a reply not computed yet (None when closed).
 
         A request's own reply goes out before the broadcasts it causes: the
         front end reserves the reply's place when it starts executing the
-        request, the broadcasts queue behind it, and the writer waits at the
-        reservation until ``fill`` puts the reply (or nothing) there.
+        request, the broadcasts queue behind it, and nothing is written past
+        the reservation until ``fill`` puts the reply (or nothing) there.
         """
         if self.closed:
             return None
         slot = _Slot(_RESERVED, None, 0)
         self._q.append(slot)
+        if not self._pending:
+            self._pending = True  # fill() flushes
         return slot
 
     def fill(self, slot: Optional[_Slot], data: Any) -> None:
@@ -232,7 +328,8 @@ class Outbox:
             slot.size = len(data)
             self._bytes += slot.size
             slot.ticket = self._store.submitted if self._store is not None else 0
-        self._wake.set()
+        if not self.closed and self._q and self._q[0] is slot:
+            self._flush_soon()  # the flush that waited for this reply
 
     def _held(self) -> bool:
         """Is (or was, until the queue drains) this queue held by the durability barrier?"""
@@ -249,15 +346,96 @@ class Outbox:
         self._q.clear()
         self._keyed.clear()
         self._bytes = 0
-        self._wake.set()
+        self._go.set()
+
+    # --- flushing ------------------------------------------------------------------------------
+
+    def _drive_safely(self) -> None:
+        try:
+            self._drive()
+        except ConnectionError:  # the peer is gone: its handler sees the close and cleans up
+            self.close()
+        except Exception:
+            log.exception("outbox flush failed")
+            self.close()
+
+    def _drive(self) -> None:
+        """Write what may leave now; else arrange the flush that will (this is the only one running)."""
+        q = self._q
+        store = self._store
+        sync = self._sync
+        while q and not self.closed:
+            head = q[0]
+            if head.data is _RESERVED:
+                return  # fill() flushes
+            if store is not None and head.ticket > store.processed:
+                # durable before delivered: the head leaves once the writes queued before it committed
+                self._grace = True
+                self._barrier.hold(self, head.ticket)  # type: ignore[union-attr]
+                return
+            if self._grace and len(q) < self.max_items:
+                self._grace = False
+            if sync is None or not sync.ready():
+                self._go_send()  # the writer task writes and waits for the peer (flow control)
+                return
+            batch, size = self._take()
+            if batch:
+                sync.write(batch)
+                self.writes += 1
+                self.sent_frames += len(batch)
+                self.sent_bytes += size
+        self._pending = False
+
+    def _take(self, most: int = BATCH_FRAMES) -> tuple[list, int]:
+        """The frames at the head that may leave now, at most ``most`` and about BATCH_BYTES."""
+        q = self._q
+        keyed = self._keyed
+        store = self._store
+        processed = store.processed if store is not None else 0
+        batch: list = []
+        size = 0
+        while q and size < BATCH_BYTES and len(batch) < most:
+            slot = q[0]
+            data = slot.data
+            if data is _RESERVED or (store is not None and slot.ticket > processed):
+                break
+            q.popleft()
+            key = slot.key
+            if key is not None and keyed.get(key) is slot:
+                del keyed[key]
+            self._bytes -= slot.size
+            if type(data) is not bytes:
+                if callable(data):  # rendered at send time (coalesced drafts)
+                    data = data()  # None: a draft whose message completed meanwhile
+                elif isinstance(data, str):
+                    data = data.encode()
+                if data is None:  # nothing to send (a reply slot filled with no reply, or that draft)
+                    continue
+            batch.append(data)
+            size += len(data)
+        return batch, size
+
+    def _go_send(self) -> None:
+        self._task = _SEND
+        self._go.set()
+
+    def _go_lead(self) -> None:
+        self._task = _LEAD
+        self._go.set()
+
+    def _wait_alone(self, ticket: int) -> None:
+        self._task = _ALONE
+        self._alone = ticket
+        self._go.set()
 
     async def run(self) -> None:
-        """Writer loop: drain the queue into the connection until closed.
+        """The writer task: the steps a flush cannot take synchronously, until the outbox closes.
 
-        When several frames are waiting and the sender can take a batch
-        (``send.many``), they go out in one write: one syscall, not one each.
-        A peer that is gone (the transport is closing or reset) ends the loop
-        quietly: the connection's handler sees the close and cleans up.
+        It writes when the peer has fallen behind (or the sender has no
+        synchronous path), waiting out the flow control, and it waits for the
+        store when the durability barrier holds frames. A peer that is gone
+        (the transport is closing or reset) ends the loop quietly: the
+        connection's handler sees the close and cleans up.
         """
         try:
             await self._run()
@@ -265,78 +443,43 @@ class Outbox:
             self.close()
 
     async def _run(self) -> None:
-        q = self._q
-        many = getattr(self._send, "many", None)
-        store = self._store
+        try:
+            await self._steps()
+        finally:  # closed, reset or cancelled: if it leads the barrier's wait, another outbox takes over
+            barrier = self._barrier
+            if barrier is not None and barrier.leader is self:
+                barrier.step_down(self)
+
+    async def _steps(self) -> None:
+        go = self._go
+        if self._q and not self._pending:  # put before the loop ran
+            self._pending = True
+            self._flush_soon()
         while True:
-            if not q or q[0].data is _RESERVED:
-                if self.closed:
-                    return
-                self._wake.clear()
-                self._parked = not q
-                try:
-                    await self._wake.wait()
-                finally:
-                    self._parked = False
-                continue
-            if store is not None and q[0].ticket > store.processed:
-                # durable before delivered: the head leaves once the writes queued before it committed
-                self._grace = True
-                await self._synced(q[0].ticket)
-                continue
-            if self._grace and len(q) < self.max_items:
-                self._grace = False
-            if many is None or len(q) == 1:
-                data = self._pop()
-                if data is not None:
-                    await self._send(data)
-                    self.sent_frames += 1
-                    self.sent_bytes += len(data)
-                continue
-            batch: list = []
-            size = 0
-            while q and q[0].data is not _RESERVED and len(batch) < BATCH_FRAMES and size < BATCH_BYTES and (
-                store is None or q[0].ticket <= store.processed
-            ):
-                data = self._pop()
-                if data is not None:
-                    batch.append(data)
-                    size += len(data)
-            if batch:
-                await many(batch)
-                self.sent_frames += len(batch)
-                self.sent_bytes += size
-
-    async def _synced(self, ticket: int) -> None:
-        """Until the store committed the writes up to ``ticket`` (or its wait ended): lead, or follow."""
-        store, sync = self._store, self._sync
-        while ticket > store.processed and not self.closed:
-            done = sync.done
-            if done is not None and ticket < sync.target:  # needs less than the leader: no waiting for more
-                await store.synced(ticket)
+            await go.wait()
+            go.clear()
+            if self.closed:
                 return
-            if done is None:
-                done = sync.done = asyncio.Event()
-                sync.target = ticket
-                try:
-                    await store.synced(ticket)
-                finally:
-                    sync.done = None
-                    done.set()
-                return
-            await done.wait()
-
-    def _pop(self) -> Any:
-        slot = self._q.popleft()
-        if slot.key is not None and self._keyed.get(slot.key) is slot:
-            del self._keyed[slot.key]
-        self._bytes -= slot.size
-        data = slot.data
-        if callable(data):  # rendered at send time (coalesced drafts)
-            data = data()
-        elif isinstance(data, str):
-            data = data.encode()
-        return data
+            task, self._task = self._task, 0
+            if task == _LEAD:
+                await self._barrier.lead(self)  # type: ignore[union-attr]
+            elif task == _ALONE:
+                await self._store.synced(self._alone)
+                self._drive()
+            elif task == _SEND:
+                if self._many is not None:
+                    batch, size = self._take()
+                    if batch:
+                        await self._many(batch)
+                else:  # one frame at a time: what is queued is what has not been sent
+                    batch, size = self._take(1)
+                    if batch:
+                        await self._send(batch[0])
+                if batch:
+                    self.writes += 1
+                    self.sent_frames += len(batch)
+                    self.sent_bytes += size
+                self._drive()
 
     async def wait_room(self, limit: int, timeout: float = 60.0) -> None:
         """Wait until at most ``limit`` frames are queued (or the outbox closed, or ``timeout``).
@@ -359,3 +502,6 @@ class Outbox:
         deadline = loop.time() + timeout
         while self._q and not self.closed and loop.time() < deadline:
             await asyncio.sleep(0.005)
+
+
+_SEND, _LEAD, _ALONE = 1, 2, 3  # the writer task's steps

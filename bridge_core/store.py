@@ -83,6 +83,12 @@ _STOP = object()
 # steady stream of small writes (a Loomi replay row per event) costs one commit per millisecond at most,
 # not one per write, for at most this much more latency behind the durability barrier
 MIN_COMMIT_GAP = 0.001
+# SQLite (Store): how often the checkpointer thread copies the WAL into the database while writes go on (each
+# complete checkpoint makes the next commit start the WAL over, which syncs the new WAL header: one fsync in
+# the writer's path per checkpoint, so not more often than this), and the WAL length (pages; SQLite's default
+# autocheckpoint is 1,000) past which the writer checkpoints itself
+CHECKPOINT_EVERY = 5.0
+WAL_MAX_FRAMES = 16384
 
 
 class BaseStore:
@@ -262,12 +268,14 @@ class BaseStore:
         assert conn is not None
         last = 0.0
         while True:
-            item = self._q.get()
-            if item is _STOP:
-                return
+            # the gap before blocking on the queue, not after: under a steady stream the writer then wakes
+            # once per commit (the GIL taken back once from a busy loop), not twice
             gap = last + MIN_COMMIT_GAP - time.monotonic()
             if gap > 0:
                 time.sleep(gap)
+            item = self._q.get()
+            if item is _STOP:
+                return
             last = time.monotonic()
             batch = [item]
             stop = False
@@ -285,6 +293,20 @@ class BaseStore:
             try:
                 conn.execute(self.begin_sql)
                 i, n = 0, len(batch)
+                if n == 1 and type(batch[0][0]) is not _Stmt:
+                    # one write (a Loomi tick's replay rows, most of the time): no savepoint, since rolling
+                    # it back is rolling back the transaction; two statements (two hand-offs of the GIL
+                    # to a busy loop) fewer per commit
+                    fn, fut = batch[0]
+                    try:
+                        results.append((fut, fn(conn), None))
+                    except Exception as exc:
+                        conn.execute("ROLLBACK")
+                        conn.execute(self.begin_sql)
+                        results.append((fut, None, exc))
+                        if self.is_storage_error(exc):
+                            storage_error = exc
+                    i = n
                 while i < n:
                     fn, fut = batch[i]
                     if type(fn) is _Stmt:
@@ -336,8 +358,12 @@ class BaseStore:
                 else:
                     fut.set_exception(exc)
             self._processed(len(batch))
+            self._after_commit(conn)
             if stop:
                 return
+
+    def _after_commit(self, conn: Any) -> None:
+        """In the writer thread, after a commit's waiters were woken (an engine may tend its log)."""
 
     def _after_failure(self, conn: Any) -> Any:
         """The writer's connection after a failed commit (an engine may reconnect)."""
@@ -400,15 +426,87 @@ class BaseStore:
 
 
 class Store(BaseStore):
-    """SQLite in one file of the data directory (WAL): the embedded default."""
+    """SQLite in one file of the data directory (WAL): the embedded default.
+
+    Checkpoints (copying the WAL back into the database file, with its two
+    fsyncs: milliseconds on a busy disk) run in a thread of their own, beside
+    the writer (``_checkpoints``), never inside a commit: SQLite's automatic
+    checkpoint would run in the COMMIT of whichever write crossed its
+    threshold, and every frame behind the durability barrier would wait for
+    the disk. The writer checkpoints itself only when the WAL has grown past
+    ``WAL_MAX_FRAMES`` without the background checkpoints ever catching up
+    with it (writes never paused for one to finish), right after waking that
+    commit's waiters: that lets the next write start the WAL over.
+    """
 
     begin_sql = "BEGIN IMMEDIATE"
+
+    def __init__(self, path: str):
+        super().__init__(path)
+        self._ckpt_thread: Optional[threading.Thread] = None
+        self._ckpt_wake = threading.Event()  # set by the writer after a commit: there is WAL to copy
+        self._ckpt_stop = threading.Event()
+        self._ckpt_armed = False  # the writer has woken the checkpointer since its last checkpoint
+        self._wal_frames = 0  # the WAL's length at the last checkpoint, in frames (pages)
+        self.checkpoints = 0
+
+    def open(self) -> "Store":
+        super().open()
+        self._ckpt_stop.clear()
+        self._ckpt_thread = threading.Thread(target=self._checkpoints, name="agent-bridge-checkpoint", daemon=True)
+        self._ckpt_thread.start()
+        return self
+
+    def close(self) -> None:
+        if self._ckpt_thread is not None:  # closing checkpoints the whole WAL itself
+            self._ckpt_stop.set()
+            self._ckpt_wake.set()
+            self._ckpt_thread.join(timeout=30)
+            self._ckpt_thread = None
+        super().close()
+
+    def _after_commit(self, conn: Any) -> None:
+        if not self._ckpt_armed:
+            self._ckpt_armed = True
+            self._ckpt_wake.set()
+        if self._wal_frames >= WAL_MAX_FRAMES:
+            self._wal_frames = 0
+            try:
+                conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            except sqlite3.Error as exc:
+                log.warning("WAL checkpoint failed: %s", exc)
+
+    def _checkpoints(self) -> None:
+        """The checkpointer thread: at most every CHECKPOINT_EVERY seconds, if anything was committed."""
+        try:
+            conn = self._connect()
+        except sqlite3.Error as exc:
+            log.error("no checkpoint connection (%s): SQLite checkpoints inside commits", exc)
+            if self._wconn is not None:
+                self.submit(lambda c: c.execute("PRAGMA wal_autocheckpoint=%d" % WAL_MAX_FRAMES))
+            return
+        try:
+            while True:
+                self._ckpt_wake.wait()
+                if self._ckpt_stop.wait(CHECKPOINT_EVERY):
+                    return
+                self._ckpt_wake.clear()
+                self._ckpt_armed = False  # the next commit wakes this thread again
+                try:
+                    busy, frames, done = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                    self.checkpoints += 1
+                    self._wal_frames = frames if frames > done else 0
+                except sqlite3.Error as exc:
+                    log.warning("WAL checkpoint failed: %s", exc)
+        finally:
+            conn.close()
 
     def _open_connections(self) -> None:
         os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
         _owner_only(self.path)
         self._wconn = self._connect()
         self._wconn.execute("PRAGMA journal_mode=WAL")
+        self._wconn.execute("PRAGMA wal_autocheckpoint=0")  # the checkpointer thread does it (class docstring)
         self._wconn.execute(
             "CREATE TABLE IF NOT EXISTS schema_version(component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
         )

@@ -131,7 +131,18 @@ MIGRATIONS = [
 _DEVICE_COLUMNS = ("device_id, credential_hash, name, model, os, app_version, paired_at, last_seen, seq_reserved, "
                    "replay_floor")
 _DUMMY_HASH = hashlib.sha256(b"no such device").hexdigest()
-_EVENT_SQL = "INSERT OR REPLACE INTO loomi_events(n, body) VALUES(?,?)"
+# the insert of k event rows as one statement, not a step per row: each step of the store's writer thread
+# gives the GIL to the loop and waits to get it back. Statements of 1..32 rows and of 256 (33 texts cached)
+_EVENTS_SQL = {k: "INSERT OR REPLACE INTO loomi_events(n, body) VALUES" + ",".join(["(?,?)"] * k)
+               for k in (*range(1, 33), 256)}
+
+
+def _event_chunks(k: int) -> list[int]:
+    """How many rows each insert of a batch of ``k`` takes (sizes that have a statement)."""
+    out = [256] * (k // 256)
+    k %= 256
+    out += [32] * (k // 32)
+    return out + [k % 32] if k % 32 else out
 _SEGMENT_SQL = "INSERT OR REPLACE INTO loomi_segments(device_id, from_n, seq_offset) VALUES(?,?,?)"
 _PRUNE_SQL = (
     "DELETE FROM loomi_events WHERE n < ?1;"
@@ -172,8 +183,11 @@ class _RowBatch:
     def __call__(self, c: sqlite3.Connection) -> None:
         with self.lock:
             self.taken = True
-        if self.events:
-            c.executemany(_EVENT_SQL, self.events)
+        events = self.events
+        i = 0
+        for k in _event_chunks(len(events)):
+            c.execute(_EVENTS_SQL[k], [v for row in events[i:i + k] for v in row])
+            i += k
         if self.segments:
             c.executemany(_SEGMENT_SQL, self.segments)
         if self.prune is not None:  # after the rows: a batch may hold rows it prunes

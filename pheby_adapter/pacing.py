@@ -13,6 +13,13 @@ draft is ``full_chars`` long, and are what they were from then on. A slow client
 place (the front end queues it under a per-message key in the Outbox), and
 later drafts are encoded when they are sent, once per draft length.
 
+While several messages stream at once, their later pushes go on the ticks
+of one clock (``tick``, 5 ms: the first tick at or after a push is due), so
+the pushes of every message due within a tick are made in one turn of the
+loop and leave in one write per connection (bridge_core/hub.py), not one
+write per message. A message streaming alone is pushed exactly when due.
+A draft waits at most one tick longer than its interval, never less.
+
 The front end feeds ``offer(now, event)`` with each text delta and
 ``end(message_id)`` when a message completes; ``offer`` answers ``Pace``:
 push now, push at ``at``, or nothing (a push is already due). When the push
@@ -22,6 +29,7 @@ queue. The clock, the timers and the sockets stay in the front end.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Hashable, Optional
 
 import attrs
@@ -31,7 +39,7 @@ from bridge_core.wire import dumps
 
 from . import codec
 
-NEVER = -1e9
+TICK = 0.005  # seconds: the clock of pushes while several messages stream (module docstring)
 
 
 @attrs.frozen
@@ -66,13 +74,14 @@ class DraftFrame:
 class DraftPacer:
     """The newest draft per message, when each was last pushed, and which have a push due."""
 
-    __slots__ = ("interval", "min_interval", "full_chars", "drafts", "_sent", "_due", "_cache")
+    __slots__ = ("interval", "min_interval", "full_chars", "tick", "drafts", "_sent", "_due", "_cache")
 
-    def __init__(self, interval: float, *, min_interval: float = 0.0, full_chars: int = 0):
+    def __init__(self, interval: float, *, min_interval: float = 0.0, full_chars: int = 0, tick: float = TICK):
         self.interval = interval
         self.min_interval = min_interval
         self.full_chars = full_chars  # 0: a fixed interval
-        self.drafts: dict[str, ev.TextDelta] = {}
+        self.tick = tick  # 0: each push exactly when due
+        self.drafts: dict[str, ev.TextDelta] = {}  # the messages streaming now: their newest draft
         self._sent: dict[str, float] = {}
         self._due: set[str] = set()
         self._cache: dict[str, tuple[int, bytes]] = {}
@@ -83,11 +92,17 @@ class DraftPacer:
         self.drafts[mid] = event
         if mid in self._due:
             return WAITING  # the push already due sends the newest draft
-        wait = self._sent.get(mid, NEVER) + self.interval_for(event.draft.length) - now
-        if wait <= 0:
+        sent = self._sent.get(mid)
+        if sent is None:
+            return PUSH_NOW  # the first draft of a message at once
+        due = max(sent + self.interval_for(event.draft.length), now)
+        tick = self.tick
+        if tick > 0 and len(self.drafts) > 1:  # others stream too: on the clock, to share their turn
+            due = math.ceil(due / tick - 1e-6) * tick
+        elif due <= now:
             return PUSH_NOW
         self._due.add(mid)
-        return Pace(at=now + wait)
+        return Pace(at=due)
 
     def interval_for(self, length: int) -> float:
         """The least time between two pushes of a message whose newest draft is ``length`` characters."""

@@ -33,7 +33,7 @@ async def test_outbox_delivers_in_order_and_coalesces_by_key():
     box = Outbox(send, max_items=10)
     writer = asyncio.create_task(box.run())
     box.put(b"start")
-    await asyncio.sleep(0)  # the writer takes "start" and waits on the gate
+    await until(lambda: len(box) == 0, what="the writer taking start")  # it waits on the gate
     for i in range(100):
         box.put(f"draft{i}".encode(), key="d")
     box.put(b"complete")
@@ -58,7 +58,7 @@ async def test_outbox_overflow_closes_and_reports():
     writer = asyncio.create_task(box.run())
     await asyncio.sleep(0)
     assert box.put(b"x")
-    await asyncio.sleep(0)  # the writer takes it: one in flight
+    await until(lambda: len(box) == 0, what="the frame in flight")  # the writer took it
     results = [box.put(b"x") for _ in range(5)]
     assert results[:3] == [True, True, True]  # three queued
     assert results[3] is False and overflowed == [True] and box.closed and box.overflowed
@@ -74,7 +74,7 @@ async def test_outbox_byte_limit():
     writer = asyncio.create_task(box.run())
     await asyncio.sleep(0)
     assert box.put(b"x" * 60)
-    await asyncio.sleep(0)  # the first is in flight
+    await until(lambda: len(box) == 0, what="the first frame in flight")
     assert box.put(b"x" * 60)
     assert not box.put(b"x" * 60)
     writer.cancel()
@@ -136,3 +136,21 @@ async def test_a_reserved_reply_goes_out_before_what_was_queued_after_it():
     assert sent == [b"before", b"reply", b"broadcast", b"later"]
     box.close()
     await writer
+
+
+def test_frames_put_before_the_loop_runs_leave_once_the_writer_starts():
+    sent = []
+
+    async def send(data):
+        sent.append(data)
+
+    box = Outbox(send)
+    assert box.put(b"early") and box.put(b"later")  # no event loop yet
+
+    async def main():
+        writer = asyncio.ensure_future(box.run())
+        await until(lambda: sent == [b"early", b"later"], what="the frames put before the loop")
+        box.close()
+        await writer
+
+    asyncio.run(main())

@@ -1,11 +1,13 @@
-"""When an Outbox writes (bridge_core/hub.py): at once when the connection drained, else together.
+"""When an Outbox writes (bridge_core/hub.py): at the loop's next turn, everything put until then together.
 
 Over a real loopback WebSocket with the front ends' own sender
-(``frontend.ws_text_sender``): an idle connection gets a frame within the
-``put`` itself, before anything else runs; frames put while a write is
-pending (or later in the same loop iteration) go out together in the next
-write, bounded in size; nothing is lost or reordered; and the durability
-barrier still holds a frame until the writes queued before it committed.
+(``frontend.ws_text_sender``): an idle connection gets a frame one turn of
+the loop after the ``put``, from the flush itself (not through the writer
+task); frames put in the same turn leave in one write; frames queued while
+the peer is behind go out together once it reads, each write bounded in
+size; nothing is lost or reordered; the durability barrier holds a frame
+until the writes queued before it committed, and the connections it holds
+are released together from one wake per commit.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from aiohttp import web
 from bridge_core.frontend import STORE_KEY, ws_text_sender
 from bridge_core.hub import BATCH_BYTES, Outbox
 from bridge_core.tasks import TaskSet
+
+from tests.waiting import turns
 
 
 async def _until(cond, timeout: float = 10.0) -> None:
@@ -83,17 +87,17 @@ async def _connected(srv: _Server):
     http = aiohttp.ClientSession()
     ws = await http.ws_connect(f"http://127.0.0.1:{port}/ws")
     await srv.ready.wait()
-    await _until(lambda: srv.box._parked)  # the writer is idle, waiting for a frame
     return http, ws
 
 
-async def test_an_idle_connection_gets_the_frame_within_the_put():
+async def test_an_idle_connection_gets_the_frame_at_the_next_turn_in_one_write():
     srv = _Server()
     http, ws = await _connected(srv)
     try:
         before = len(srv.writes)
         assert srv.box.put(b'{"n":1}')
-        # no await since the put: the frame is already on the socket, not waiting for the writer task
+        assert len(srv.writes) == before  # put never writes: the flush is scheduled
+        await asyncio.sleep(0)  # one turn of the loop: the flush ran (not a hop through the writer task)
         assert len(srv.box) == 0 and srv.box.sent_frames == 1 and len(srv.writes) == before + 1
         msg = await ws.receive(timeout=5)
         assert msg.type == aiohttp.WSMsgType.TEXT and msg.data == '{"n":1}'
@@ -104,7 +108,7 @@ async def test_an_idle_connection_gets_the_frame_within_the_put():
         await srv.stop()
 
 
-async def test_frames_put_in_the_same_iteration_leave_together_in_the_next_write():
+async def test_frames_put_in_the_same_turn_leave_together_in_one_write():
     srv = _Server()
     http, ws = await _connected(srv)
     try:
@@ -112,12 +116,14 @@ async def test_frames_put_in_the_same_iteration_leave_together_in_the_next_write
         frames = [b'{"n":%d}' % i for i in range(5)]
         for f in frames:
             srv.box.put(f)
-        assert srv.box.sent_frames == 1 and len(srv.box) == 4  # the first at once, the rest queued
+        assert srv.box.sent_frames == 0 and len(srv.box) == 5
+        await asyncio.sleep(0)
+        assert srv.box.sent_frames == 5 and len(srv.writes) == before + 1  # one write for the five
         got = [(await ws.receive(timeout=5)).data.encode() for _ in frames]
         assert got == frames  # nothing lost, nothing reordered
-        assert len(srv.writes) == before + 2  # the first alone, the other four in one write
-        await _until(lambda: srv.box._parked)
-        assert srv.box.put(b'{"n":"again"}') and len(srv.box) == 0  # idle again: at once again
+        assert srv.box.put(b'{"n":"again"}')  # idle again: the next turn again
+        await asyncio.sleep(0)
+        assert len(srv.writes) == before + 2
         assert (await ws.receive(timeout=5)).data == '{"n":"again"}'
     finally:
         srv.done.set()
@@ -126,22 +132,20 @@ async def test_frames_put_in_the_same_iteration_leave_together_in_the_next_write
         await srv.stop()
 
 
-async def test_frames_queued_while_a_write_is_pending_go_out_together_bounded_in_size():
+async def test_frames_queued_while_the_peer_is_behind_go_out_together_bounded_in_size():
     srv = _Server()
     http, ws = await _connected(srv)
     try:
-        # the client reads nothing: fill the socket until the transport holds unsent bytes (a pending write)
+        # the client reads nothing: fill the socket until aiohttp's flow control pauses the writes
         big = b'{"s":"' + b"x" * 60000 + b'"}'
         sent = []
-        while not srv.transport.get_write_buffer_size():
+        while srv.box._sync.ready():
             sent.append(big)
             srv.box.put(big)
-            await _until(lambda: len(srv.box) == 0 or srv.transport.get_write_buffer_size())
+            await _until(lambda: len(srv.box) == 0 or not srv.box._sync.ready())
         small = [b'{"n":%d}' % i for i in range(2000)]
         for f in small:
-            before = srv.box.sent_frames
             srv.box.put(f)
-            assert srv.box.sent_frames == before  # not at once: the previous write has not drained
         sent += small
         writes_before = len(srv.writes)
         got = []
@@ -186,11 +190,13 @@ async def test_an_idle_connection_still_waits_for_the_commit_of_what_came_before
     try:
         store.submitted += 1  # a write queued, not committed: the next frame must wait for it
         srv.box.put(b'{"n":"held"}')
+        await turns()
         assert srv.box.sent_frames == 0 and len(srv.box) == 1
         store.commit()
         assert (await ws.receive(timeout=5)).data == '{"n":"held"}'
-        await _until(lambda: srv.box._parked)
-        assert srv.box.put(b'{"n":"free"}') and srv.box.sent_frames == 2  # nothing pending: at once
+        assert srv.box.put(b'{"n":"free"}')  # nothing pending: the next turn
+        await asyncio.sleep(0)
+        assert srv.box.sent_frames == 2
         assert (await ws.receive(timeout=5)).data == '{"n":"free"}'
     finally:
         srv.done.set()
@@ -199,8 +205,33 @@ async def test_an_idle_connection_still_waits_for_the_commit_of_what_came_before
         await srv.stop()
 
 
-async def test_connections_held_by_one_commit_wait_for_it_together(tmp_path):
-    """Ten outboxes behind one pending write: one waiter on the store (one wake per commit), all delivered."""
+class _SyncSender:
+    """A sender with the synchronous path only: a write through the writer task would fail the test."""
+
+    def __init__(self, store, out):
+        self.store = store
+        self.out = out
+        self.sync = self
+
+    def ready(self):
+        return True
+
+    def write(self, frames):
+        self.out.append(list(frames))
+
+    async def __call__(self, data):
+        raise AssertionError("written through the writer task")
+
+    async def many(self, frames):
+        raise AssertionError("written through the writer task")
+
+    def durable_store(self):
+        return self.store
+
+
+async def test_connections_held_by_one_commit_are_written_from_one_wake(tmp_path):
+    """Ten outboxes behind one pending write: one waiter on the store; its commit writes every one of them
+    from that waiter's wake (each one write, none through its own writer task)."""
     import threading
 
     from bridge_core.store import Store
@@ -208,32 +239,118 @@ async def test_connections_held_by_one_commit_wait_for_it_together(tmp_path):
     store = Store(str(tmp_path / "s.db")).open()
     gate = threading.Event()
     sent: list[list] = [[] for _ in range(10)]
-
-    class Sender:
-        def __init__(self, out):
-            self.out = out
-
-        async def __call__(self, data):
-            self.out.append(data)
-
-        def durable_store(self):
-            return store
-
     tasks = TaskSet("test")
-    boxes = [Outbox(Sender(out)) for out in sent]
+    boxes = [Outbox(_SyncSender(store, out)) for out in sent]
     try:
         for b in boxes:
             tasks.spawn(b.run())
         blocked = store.submit(lambda c: gate.wait(10))  # a write the frames must wait for
         for i, b in enumerate(boxes):
             b.put(b"frame %d" % i)
-        await _until(lambda: all(b._grace for b in boxes))  # every writer is held by the barrier
-        assert len(store._sync_waiters) == 1  # the leader waits on the store; the others follow it
-        assert not any(sent)
+            b.put(b"more %d" % i)
+        await _until(lambda: len(store._sync_waiters) == 1)  # the leader waits on the store
+        await turns()
+        assert len(store._sync_waiters) == 1 and not any(sent)  # the others wait with it, not on their own
         gate.set()
-        await _until(lambda: all(out == [b"frame %d" % i] for i, out in enumerate(sent)))
+        await _until(lambda: all(out == [[b"frame %d" % i, b"more %d" % i]] for i, out in enumerate(sent)))
         blocked.result(5)
+        assert all(b.writes == 1 for b in boxes)
     finally:
         gate.set()
         await tasks.close()
         store.close()
+
+
+async def test_a_connection_needing_an_earlier_commit_does_not_wait_for_a_later_one():
+    """The leader waits for the commit of a later write; a connection whose frame only needs an earlier
+    one is written as soon as that one committed."""
+    store = _StepStore()
+    a_out: list = []
+    b_out: list = []
+    tasks = TaskSet("test")
+    a = Outbox(_SyncSender(store, a_out))
+    b = Outbox(_SyncSender(store, b_out))
+    try:
+        tasks.spawn(a.run())
+        tasks.spawn(b.run())
+        store.submitted = 2
+        a.put(b"needs 2")  # a leads: it waits for write 2
+        await _until(lambda: store.waiting == [2])
+        store.submitted = 1  # b's frame is queued as if only write 1 had been
+        b.put(b"needs 1")
+        store.submitted = 2
+        await _until(lambda: sorted(store.waiting) == [1, 2])
+        store.commit_to(1)
+        await _until(lambda: b_out == [[b"needs 1"]])
+        assert a_out == []
+        store.commit_to(2)
+        await _until(lambda: a_out == [[b"needs 2"]])
+    finally:
+        await tasks.close()
+
+
+class _StepStore:
+    """The barrier's side of a store whose commits the test makes one write at a time."""
+
+    def __init__(self):
+        self.submitted = 0
+        self.processed = 0
+        self.waiting: list[int] = []
+        self._changed = asyncio.Event()
+
+    async def synced(self, upto=None):
+        target = self.submitted if upto is None else upto
+        self.waiting.append(target)
+        try:
+            while self.processed < target:
+                self._changed.clear()
+                await self._changed.wait()
+        finally:
+            self.waiting.remove(target)
+
+    def commit_to(self, n):
+        self.processed = n
+        self._changed.set()
+
+
+class _PausableSender(_SyncSender):
+    """A synchronous sender whose peer can fall behind (then only the writer task's ``many`` writes)."""
+
+    def __init__(self, store, out):
+        super().__init__(store, out)
+        self.paused = False
+        self.waited: list = []
+
+    def ready(self):
+        return not self.paused
+
+    async def many(self, frames):
+        self.waited.append(list(frames))
+
+
+async def test_a_leader_whose_peer_falls_behind_hands_the_barrier_over():
+    """The outbox leading the barrier's wait gets a frame its peer must wait for (flow control): its writer
+    task hands the lead to another held outbox and writes, instead of leading until nothing is held."""
+    store = _StepStore()
+    a_out: list = []
+    b_out: list = []
+    tasks = TaskSet("test")
+    a_sender = _PausableSender(store, a_out)
+    a = Outbox(a_sender)
+    b = Outbox(_SyncSender(store, b_out))
+    try:
+        tasks.spawn(a.run())
+        tasks.spawn(b.run())
+        store.submitted = 1
+        a.put(b"a1")  # a leads the wait for write 1
+        b.put(b"b1")
+        store.submitted = 2
+        b.put(b"b2")  # behind write 2, which never commits in this test
+        await _until(lambda: store.waiting == [1])
+        a_sender.paused = True  # a's peer falls behind
+        store.commit_to(1)  # releases a1 (for a's task to write) and b1; b2 stays held
+        await _until(lambda: b_out == [[b"b1"]])
+        await _until(lambda: a_sender.waited == [[b"a1"]])  # a's task wrote, not stuck leading b's wait
+        await _until(lambda: store.waiting == [2])  # b leads now
+    finally:
+        await tasks.close()

@@ -133,3 +133,74 @@ def test_runs_of_one_statement_are_batched_and_a_bad_row_is_isolated(tmp_path):
         assert s.query("SELECT count(*) FROM t WHERE k=50") == [(0,)]
     finally:
         s.close()
+
+
+async def test_a_single_failing_write_is_rolled_back_and_the_next_commits(tmp_path):
+    """A commit of one write runs it without a savepoint; if it fails, nothing of it stays."""
+    s = Store(str(tmp_path / "b.db")).open()
+    s.migrate("t", ["CREATE TABLE t(i INTEGER PRIMARY KEY)"])
+
+    def half_then_fail(c):
+        c.execute("INSERT INTO t VALUES(1)")
+        c.execute("INSERT INTO t VALUES(1)")  # a constraint error after a row went in
+
+    with pytest.raises(sqlite3.IntegrityError):
+        await s.write(half_then_fail)
+    await s.write(lambda c: c.execute("INSERT INTO t VALUES(2)"))
+    assert s.query("SELECT i FROM t") == [(2,)]
+    s.close()
+
+
+async def test_checkpoints_run_beside_the_writer_not_inside_a_commit(tmp_path, monkeypatch):
+    """SQLite's own checkpoint (inside the COMMIT that crosses its threshold) is off; the checkpointer
+    thread copies the WAL into the database after commits, so the WAL starts over."""
+    import bridge_core.store as store_mod
+
+    monkeypatch.setattr(store_mod, "CHECKPOINT_EVERY", 0.01)  # not the test's subject: how soon
+    path = str(tmp_path / "b.db")
+    s = Store(path).open()
+    try:
+        assert s.query("PRAGMA wal_autocheckpoint") == [(1000,)]  # a reader's setting: SQLite's default
+        assert s._wconn.execute("PRAGMA wal_autocheckpoint").fetchone() == (0,)  # the writer never does it
+        s.migrate("t", ["CREATE TABLE t(i INTEGER PRIMARY KEY, b BLOB)"])
+        for i in range(50):
+            await s.write(lambda c, i=i: c.execute("INSERT INTO t VALUES(?, zeroblob(4000))", (i,)))
+        await s.write(lambda c: c.execute("INSERT INTO t VALUES(50, zeroblob(4000))"))
+        # copied out of the WAL by the checkpointer (the database file alone holds every row)
+        await until(lambda: _in_database_file(path, "SELECT COUNT(*) FROM t") == (51,),
+                    what="the checkpoint after the last commit")
+        assert s.checkpoints >= 1
+    finally:
+        s.close()
+
+
+async def test_the_writer_checkpoints_itself_when_the_wal_outgrows_its_bound(tmp_path, monkeypatch):
+    """Writes that never pause for a background checkpoint to catch up: past WAL_MAX_FRAMES the writer
+    checkpoints right after a commit, so the WAL cannot grow without bound."""
+    import bridge_core.store as store_mod
+
+    monkeypatch.setattr(store_mod, "CHECKPOINT_EVERY", 3600.0)  # the background one never comes
+    monkeypatch.setattr(store_mod, "WAL_MAX_FRAMES", 10)
+    path = str(tmp_path / "b.db")
+    s = Store(path).open()
+    try:
+        s.migrate("t", ["CREATE TABLE t(i INTEGER PRIMARY KEY, b BLOB)"])
+        s._wal_frames = 10  # as the checkpointer would report it
+        await s.write(lambda c: c.execute("INSERT INTO t VALUES(1, zeroblob(4000))"))
+        await s.write(lambda c: None)  # after the commit that saw the bound
+        assert s._wal_frames == 0
+        assert _in_database_file(path, "SELECT COUNT(*) FROM t") == (1,)  # backfilled by the writer itself
+    finally:
+        s.close()
+
+
+def _in_database_file(path: str, sql: str):
+    """``sql`` against the database file alone, as if there were no WAL (what a checkpoint copied);
+    None while a checkpoint is still writing it (read as if it could not change)."""
+    conn = sqlite3.connect(f"file:{path}?immutable=1", uri=True)
+    try:
+        return conn.execute(sql).fetchone()
+    except sqlite3.DatabaseError:
+        return None
+    finally:
+        conn.close()

@@ -59,12 +59,14 @@ def integrity(path: str) -> str:
 def fill(path: str) -> int:
     """Write a filler file until the filesystem is full; its size."""
     n = 0
-    with open(path, "wb") as f:
+    # unbuffered: a buffered file keeps the tail of a short write and fails again when closed
+    with open(path, "wb", buffering=0) as f:
         try:
             while True:
-                f.write(b"\0" * 65536)
-                f.flush()
-                n += 65536
+                written = f.write(b"\0" * 65536)
+                if not written:
+                    break
+                n += written
         except OSError:
             pass
     return n

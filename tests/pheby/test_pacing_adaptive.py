@@ -22,8 +22,8 @@ def _delta(draft: ev.Draft, piece: str, mid: str = "m1") -> ev.TextDelta:
     return ev.TextDelta(conversation_id="c1", run_id="r1", message_id=mid, delta=piece, draft=draft, ts=TS)
 
 
-def _pacer() -> DraftPacer:
-    return DraftPacer(0.040, min_interval=0.010, full_chars=2048)
+def _pacer(tick: float = 0.0) -> DraftPacer:
+    return DraftPacer(0.040, min_interval=0.010, full_chars=2048, tick=tick)
 
 
 def test_the_interval_grows_with_the_draft_up_to_the_full_interval():
@@ -31,7 +31,7 @@ def test_the_interval_grows_with_the_draft_up_to_the_full_interval():
     assert p.interval_for(1) == 0.010  # the floor
     assert abs(p.interval_for(1024) - 0.020) < 1e-12  # half the full size: half the interval
     assert p.interval_for(2048) == 0.040 and p.interval_for(100_000) == 0.040  # never longer than the interval
-    fixed = DraftPacer(0.040)
+    fixed = DraftPacer(0.040, tick=0)
     assert fixed.interval_for(1) == fixed.interval_for(100_000) == 0.040  # no full_chars: a fixed interval
 
 
@@ -53,7 +53,7 @@ def test_a_short_draft_follows_sooner_a_long_one_after_the_full_interval():
 
 
 def test_a_lower_interval_never_raises_the_floor_above_it():
-    p = DraftPacer(0.004, min_interval=0.010, full_chars=2048)
+    p = DraftPacer(0.004, min_interval=0.010, full_chars=2048, tick=0)
     assert p.interval_for(1) == 0.004  # the floor is capped by the interval itself
 
 
@@ -75,16 +75,22 @@ def _stream(p: DraftPacer, chars: int, every: float) -> list[int]:
             pushed.append(d.length)
         elif pace.at is not None:
             timer = pace.at
+    if timer is not None:  # the push still due after the last delta
+        p.push("m1", timer)
+        pushed.append(d.length)
     return pushed
 
 
 def test_a_long_fast_message_costs_about_the_same_bytes_as_with_a_fixed_interval():
-    fixed = _stream(DraftPacer(0.040), 20000, 0.0001)
+    fixed = _stream(DraftPacer(0.040, tick=0), 20000, 0.0001)
     adaptive = _stream(_pacer(), 20000, 0.0001)
     assert sum(adaptive) <= 1.05 * sum(fixed)  # what short drafts add is small beside the long ones
     assert len(adaptive) > len(fixed)  # and the short start streamed more often
+    alone = _stream(_pacer(tick=0.005), 20000, 0.0001)
+    assert alone == adaptive  # a message streaming alone is not put on the clock
 
 
 def test_a_short_message_at_an_agents_pace_goes_out_delta_by_delta():
-    pushed = _stream(_pacer(), 400, 0.020)  # 50 characters a second, 400 characters
-    assert pushed == list(range(1, 401))  # every draft under 800 characters waits less than 20 ms
+    for tick in (0.0, 0.005):
+        pushed = _stream(_pacer(tick), 400, 0.020)  # 50 characters a second, 400 characters
+        assert pushed == list(range(1, 401))  # every draft under 800 characters waits less than 20 ms

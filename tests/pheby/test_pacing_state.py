@@ -1,4 +1,7 @@
-"""Pheby's draft pacer (pheby_adapter/pacing.py) on its own: no sockets, no loop, a given clock."""
+"""Pheby's draft pacer (pheby_adapter/pacing.py) on its own: no sockets, no loop, a given clock.
+
+Most tests pace each push exactly when it is due (``tick=0``); the last ones the pacing clock's ticks.
+"""
 
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ def _text(frame) -> str:
 
 
 def test_the_first_draft_goes_at_once_encoded_now():
-    p = DraftPacer(0.040)
+    p = DraftPacer(0.040, tick=0)
     d = ev.Draft()
     assert p.offer(10.0, _delta(d, "a")) == Pace(now=True)
     frame, key = p.push("m1", 10.0)
@@ -32,7 +35,7 @@ def test_the_first_draft_goes_at_once_encoded_now():
 
 
 def test_then_the_newest_draft_at_most_once_per_interval():
-    p = DraftPacer(0.040)
+    p = DraftPacer(0.040, tick=0)
     d = ev.Draft()
     p.offer(10.0, _delta(d, "a"))
     p.push("m1", 10.0)
@@ -48,7 +51,7 @@ def test_then_the_newest_draft_at_most_once_per_interval():
 
 
 def test_a_later_draft_is_rendered_when_sent_and_cached_per_length():
-    p = DraftPacer(0.040)
+    p = DraftPacer(0.040, tick=0)
     d = ev.Draft()
     p.offer(0.0, _delta(d, "x"))
     p.push("m1", 0.0)
@@ -61,7 +64,7 @@ def test_a_later_draft_is_rendered_when_sent_and_cached_per_length():
 
 
 def test_a_completed_message_is_forgotten_and_its_due_push_cancelled():
-    p = DraftPacer(0.040)
+    p = DraftPacer(0.040, tick=0)
     d = ev.Draft()
     p.offer(0.0, _delta(d, "a"))
     p.push("m1", 0.0)
@@ -76,7 +79,7 @@ def test_a_completed_message_is_forgotten_and_its_due_push_cancelled():
 
 
 def test_messages_are_paced_independently():
-    p = DraftPacer(0.040)
+    p = DraftPacer(0.040, tick=0)
     d1, d2 = ev.Draft(), ev.Draft()
     assert p.offer(0.0, _delta(d1, "a", "m1")).now
     p.push("m1", 0.0)
@@ -85,9 +88,39 @@ def test_messages_are_paced_independently():
 
 
 def test_the_interval_can_change():
-    p = DraftPacer(0.040)
+    p = DraftPacer(0.040, tick=0)
     d = ev.Draft()
     p.offer(0.0, _delta(d, "a"))
     p.push("m1", 0.0)
     p.interval = 3600.0
     assert abs(p.offer(1.0, _delta(d, "b")).at - 3600.0) < 1e-9
+
+
+def test_a_message_alone_is_pushed_exactly_when_due():
+    p = DraftPacer(0.040, tick=0.005)
+    d = ev.Draft()
+    assert p.offer(10.0, _delta(d, "a")) == Pace(now=True)
+    p.push("m1", 10.0)
+    pace = p.offer(10.012, _delta(d, "b"))
+    assert abs(pace.at - 10.040) < 1e-9  # one interval after the last push
+    p.push("m1", 10.040)
+    assert p.offer(10.0813, _delta(d, "c")) == Pace(now=True)  # past due: at once
+
+
+def test_while_messages_stream_together_their_pushes_go_on_the_clock():
+    p = DraftPacer(0.040, tick=0.005)
+    d1, d2 = ev.Draft(), ev.Draft()
+    assert p.offer(0.0013, _delta(d1, "a", "m1")) == Pace(now=True)  # a first draft: at once, always
+    p.push("m1", 0.0013)
+    assert p.offer(0.0042, _delta(d2, "a", "m2")) == Pace(now=True)
+    p.push("m2", 0.0042)
+    at1 = p.offer(0.010, _delta(d1, "b", "m1")).at  # due at 0.0413: the tick after
+    at2 = p.offer(0.011, _delta(d2, "b", "m2")).at  # due at 0.0442: the same tick
+    assert at1 == at2 and abs(at1 - 0.045) < 1e-9  # one turn, one write per connection
+    p.push("m1", at1)
+    p.push("m2", at2)
+    pace = p.offer(0.1002, _delta(d1, "c", "m1"))  # past due: the next tick, not at once
+    assert pace.now is False and abs(pace.at - 0.105) < 1e-9
+    p.end("m2")
+    p.push("m1", 0.105)
+    assert p.offer(0.1500, _delta(d1, "d", "m1")) == Pace(now=True)  # alone again: exactly when due
