@@ -88,6 +88,7 @@ class NodeLog:
     def __init__(self, node: Server):
         self.errors = 0
         self.first: Optional[str] = None
+        self.warnings: list[str] = []
         self._thread = threading.Thread(target=self._read, args=(node.proc.stderr,), daemon=True)
         self._thread.start()
 
@@ -98,6 +99,8 @@ class NodeLog:
                 self.errors += 1
                 if self.first is None:
                     self.first = line
+            if " WARNING " in line or " ERROR " in line:
+                self.warnings.append(line)
 
 
 def _cpu(watches: list[ProcWatch]) -> float:
@@ -204,6 +207,8 @@ async def load_once(args_list: list[tuple], engines: Optional[Engines], runs: in
         "exact": all(r["exact"] for _, r in results),
         "log_errors": sum(log.errors for log in logs),
         "first_error": next((log.first for log in logs if log.first), None),
+        "bad": [f"{proto}: {b}" for proto, r in results for b in r.get("bad", [])],
+        "warnings": [f"node {i}: {line}" for i, log in enumerate(logs) for line in log.warnings[:20]],
     }
     for proto in PROTOS:
         mine = [x for q, r in results if q == proto for x in r["lat_us"]]
@@ -284,6 +289,11 @@ def _print(results: dict[str, list[dict]], args: argparse.Namespace) -> None:
         if errors:  # the figures of a configuration whose nodes logged errors are not the figures of a sound one
             first = next(r["first_error"] for r in rows if r["first_error"])
             print(f"\nNOTE: {name}: the nodes logged {errors} error line(s); the first: {first[:300]}")
+        for r in rows:  # which client missed which final text, and what the nodes warned of meanwhile
+            if not r["exact"]:
+                print(f"\nNOTE: {name}: not exact:")
+                for line in r["bad"][:20] + r["warnings"]:
+                    print(f"  {line[:300]}")
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -294,6 +304,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--rate", type=float, default=50.0)
     p.add_argument("--rounds", type=int, default=1, help="rounds over every configuration (medians are printed)")
     p.add_argument("--bus-seconds", type=float, default=10.0, help="length of the bus-alone measurement")
+    p.add_argument("--only", default="", help="measure only these configurations, e.g. '3 nodes' or "
+                   "'embedded,2 nodes' (the others print n/a)")
     p.add_argument("--quick", action="store_true", help="a smoke run (10 runs of /bench 50 50, 1 s of bus)")
     args = p.parse_args(argv)
     if args.quick:
@@ -326,6 +338,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     try:
         for _ in range(args.rounds):  # A B C A B C: drift hits every configuration
             for name in results:
+                if args.only and name.split(",")[0] not in args.only.split(","):
+                    continue
                 if name == "embedded":
                     node_args: list[tuple] = [()]
                 elif name.startswith("PostgreSQL"):

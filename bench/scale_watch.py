@@ -19,6 +19,8 @@ import time
 import aiohttp
 import orjson
 
+from .team_client import _bad
+
 TEXT = aiohttp.WSMsgType.TEXT
 
 
@@ -76,6 +78,8 @@ async def run(cfg: dict) -> dict:
     finals = out.pop("finals")
     out["finals"] = len(finals)
     out["exact"] = len(finals) == len(cfg["sessions"]) and all(v == expected for v in finals.values())
+    out["bad"] = _bad(finals, expected, len(cfg["sessions"]))
+    out["bad"] += [f"{sid}: no final text" for sid in cfg["sessions"] if sid not in finals]
     return out
 
 

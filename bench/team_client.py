@@ -111,7 +111,16 @@ async def run(cfg: dict) -> dict:
     out["lat_us"] = lat
     out["finals"] = len(finals)
     out["exact"] = len(finals) == runs and all(v == expected for v in finals.values())
+    out["bad"] = _bad(finals, expected, runs)
     return out
+
+
+def _bad(finals: dict, expected: str, wanted: int) -> list[str]:
+    """What was inexact, one line each (a final text that differs, or how many are missing)."""
+    bad = [f"{key}: {len(v or '')} chars, ends {(v or '')[-24:]!r}" for key, v in finals.items() if v != expected]
+    if len(finals) != wanted:
+        bad.append(f"{len(finals)} final text(s) of {wanted}")
+    return bad
 
 
 def main() -> None:

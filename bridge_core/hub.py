@@ -33,6 +33,7 @@ latest wins). A client whose outbox overflows is disconnected through
 from __future__ import annotations
 
 import asyncio
+import bisect
 import collections
 import logging
 import weakref
@@ -43,7 +44,6 @@ log = logging.getLogger("agent_bridge.hub")
 Subscriber = Callable[[int, Any], None]
 
 BATCH_FRAMES = 256
-GRACE = 4  # how many times max_items an outbox may hold while the durability barrier holds it
 BATCH_BYTES = 64 * 1024  # one transport write; a larger one is one long send syscall that stalls the loop
 
 
@@ -240,7 +240,7 @@ class Outbox:
         self.closed = False
         self.overflowed = False
         # frames held back by the durability barrier (Store.synced) are the server's delay, not the
-        # client's: until the queue drains below max_items again, it may hold GRACE times as many
+        # client's: max_items counts only the frames the barrier let go (_released); max_bytes bounds all
         self._grace = False
         durable = getattr(send, "durable_store", None)
         self._store = durable() if durable is not None else None  # see frontend.ws_text_sender
@@ -268,9 +268,7 @@ class Outbox:
                 slot.ticket = ticket
                 return True
         n = len(self._q)
-        if (n >= self.max_items and not (n < self.max_items * GRACE and self._held())) or (
-            self._bytes + size > self.max_bytes
-        ):
+        if (n >= self.max_items and self._released() >= self.max_items) or self._bytes + size > self.max_bytes:
             self.overflowed = True
             self.close()
             if self._on_overflow is not None:
@@ -330,6 +328,15 @@ class Outbox:
             slot.ticket = self._store.submitted if self._store is not None else 0
         if not self.closed and self._q and self._q[0] is slot:
             self._flush_soon()  # the flush that waited for this reply
+
+    def _released(self) -> int:
+        """How many queued frames the durability barrier let go: those the client is late for.
+
+        Tickets grow along the queue (a keyed replacement moves one up: at worst it counts as held)."""
+        store = self._store
+        if store is None:
+            return len(self._q)
+        return bisect.bisect_right(self._q, store.processed, key=lambda slot: slot.ticket)
 
     def _held(self) -> bool:
         """Is (or was, until the queue drains) this queue held by the durability barrier?"""

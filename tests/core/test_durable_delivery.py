@@ -61,7 +61,7 @@ class _FakeStore:
 
 
 async def test_outbox_holds_frames_for_their_writes_with_grace():
-    from bridge_core.hub import GRACE, Outbox
+    from bridge_core.hub import Outbox
 
     store = _FakeStore()
     sent = []
@@ -73,17 +73,22 @@ async def test_outbox_holds_frames_for_their_writes_with_grace():
         def durable_store(self):
             return store
 
-    box = Outbox(Sender(), max_items=10)
+    box = Outbox(Sender(), max_items=10, max_bytes=1000)
     writer = asyncio.ensure_future(box.run())
     box.put(b"before")  # no write pending: leaves at once
     await until(lambda: sent == [b"before"], what="the first frame")
     store.submitted += 1  # a write is queued; frames after it wait
-    for i in range(10 * GRACE - 1):
-        assert box.put(b"f%d" % i)  # the barrier's wait is the server's, not a slow client: grace
+    for i in range(100):  # ten times max_items (1000 bytes): the barrier's wait is the server's, not a slow client's
+        assert box.put(b"f%08d+" % i)
     await turns()  # the writer had every chance to send: still held
     assert sent == [b"before"] and not box.overflowed
     store.released.set()
-    await until(lambda: len(sent) == 10 * GRACE, what="the held frames")
+    await until(lambda: len(sent) == 101, what="the held frames")
     assert not box.overflowed
+    store.submitted += 1
+    for i in range(200):  # held again: max_bytes still bounds what the server's delay makes it hold
+        if not box.put(b"g%08d+" % i):
+            break
+    assert box.overflowed and i == 100
     box.close()
     await asyncio.wait_for(writer, 1)
