@@ -133,8 +133,18 @@ class FrameWriter:
         w = self._w
         buf, total = _frame_bytes(frames)
         self._transport.write(buf)
-        n = w._output_size + total
-        w._output_size = 0 if n > w._limit else n  # as aiohttp's send_frame counts; a pause shows in ready()
+        _count(w, total)  # a pause shows in ready()
+
+
+def _count(writer: Any, total: int) -> bool:
+    """The writer's buffered count as aiohttp's ``send_frame`` keeps it: ``total`` bytes added; True
+    (and the count reset) once past its limit, when a paused transport must be waited for."""
+    n = writer._output_size + total
+    if n > writer._limit:
+        writer._output_size = 0
+        return True
+    writer._output_size = n
+    return False
 
 
 async def write_text_frames(ws: web.WebSocketResponse, frames: list) -> None:
@@ -151,9 +161,7 @@ async def write_text_frames(ws: web.WebSocketResponse, frames: list) -> None:
         raise ConnectionResetError("Cannot write to closing transport")
     buf, total = _frame_bytes(frames)
     transport.write(buf)
-    writer._output_size += total
-    if writer._output_size > writer._limit:
-        writer._output_size = 0
+    if _count(writer, total):
         protocol = writer.protocol
         if getattr(protocol, "_paused", False):
             await protocol._drain_helper()
