@@ -97,7 +97,7 @@ async def test_an_idle_connection_gets_the_frame_at_the_next_turn_in_one_write()
         before = len(srv.writes)
         assert srv.box.put(b'{"n":1}')
         assert len(srv.writes) == before  # put never writes: the flush is scheduled
-        await asyncio.sleep(0)  # one turn of the loop: the flush ran (not a hop through the writer task)
+        await turns(1)  # one turn of the loop: the flush ran (not a hop through the writer task)
         assert len(srv.box) == 0 and srv.box.sent_frames == 1 and len(srv.writes) == before + 1
         msg = await ws.receive(timeout=5)
         assert msg.type == aiohttp.WSMsgType.TEXT and msg.data == '{"n":1}'
@@ -117,12 +117,12 @@ async def test_frames_put_in_the_same_turn_leave_together_in_one_write():
         for f in frames:
             srv.box.put(f)
         assert srv.box.sent_frames == 0 and len(srv.box) == 5
-        await asyncio.sleep(0)
+        await turns(1)
         assert srv.box.sent_frames == 5 and len(srv.writes) == before + 1  # one write for the five
         got = [(await ws.receive(timeout=5)).data.encode() for _ in frames]
         assert got == frames  # nothing lost, nothing reordered
         assert srv.box.put(b'{"n":"again"}')  # idle again: the next turn again
-        await asyncio.sleep(0)
+        await turns(1)
         assert len(srv.writes) == before + 2
         assert (await ws.receive(timeout=5)).data == '{"n":"again"}'
     finally:
@@ -195,7 +195,7 @@ async def test_an_idle_connection_still_waits_for_the_commit_of_what_came_before
         store.commit()
         assert (await ws.receive(timeout=5)).data == '{"n":"held"}'
         assert srv.box.put(b'{"n":"free"}')  # nothing pending: the next turn
-        await asyncio.sleep(0)
+        await turns(1)
         assert srv.box.sent_frames == 2
         assert (await ws.receive(timeout=5)).data == '{"n":"free"}'
     finally:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 import threading
 
 from bridge_core import events as ev
 from bridge_core.commands import Origin, SendMessage
+
+from tests.waiting import turns, until
 
 from .helpers import pair, resume, wait_for
 
@@ -223,7 +224,8 @@ async def test_a_device_is_not_dropped_for_frames_waiting_on_the_store(loomi):
     gate = threading.Event()
     loomi.bridge.store.submit(lambda conn: gate.wait(30))  # the store's commits stall behind this write
     notify(loomi, 400)
-    await asyncio.sleep(0)  # the loop turns with every frame held
+    held = fe.registry.devices[creds["device_id"]].conn.outbox
+    await until(lambda: len(held) > fe.outbox_items, what="more frames held for the commit than the outbox holds")
     gate.set()
     got = [await c.recv() for _ in range(400)]
     assert [f["payload"]["text"] for f in got] == [f"n{i}" for i in range(400)]
@@ -244,7 +246,7 @@ async def test_a_slow_device_is_disconnected_and_recovers_by_replay(loomi):
             loomi.bridge.publish(ev.Notification(conversation_id=None, message_id=f"m{i}", text=f"n{i}"))
         sent += 100
         await loomi.bridge.store.aflush()
-        await asyncio.sleep(0)
+        await turns(1)  # the commit's flush runs
     c.ws._response.connection.transport.resume_reading()
     frames, close = await c.closed()
     errors = [f for f in frames if f["type"] == "error"]

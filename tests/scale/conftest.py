@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.engines import Postgres, Redis, pg_missing, redis_missing
+from tests.hardening.proc import BridgeProcess
 
 
 @pytest.fixture(scope="module")
@@ -38,3 +39,25 @@ def postgres():
 def engines(postgres, redis_url):
     """(store URL, bus URL): a fresh database and a flushed Redis, for the nodes of one test."""
     return postgres.new_database(), redis_url
+
+
+@pytest.fixture
+def serve_nodes(engines, tmp_path):
+    """``serve_nodes(*names, adapters=..., config=None)``: `agent-bridge serve` nodes of one bridge
+    on this test's store and bus, started one after the other (stopped at the end of the test)."""
+    store, bus = engines
+    started: list[BridgeProcess] = []
+
+    def start(*names: str, adapters: str, config: dict | None = None) -> list[BridgeProcess]:
+        out = []
+        for name in names:
+            proc = BridgeProcess(str(tmp_path / name), adapters=adapters, config=config,
+                                 extra_args=["--store", store, "--bus", bus, "--node-id", name])  # fmt: skip
+            started.append(proc)
+            proc.start()
+            out.append(proc)
+        return out
+
+    yield start
+    for proc in started:
+        proc.stop()

@@ -19,24 +19,9 @@ SLOW_WORDS = [" ".join(f"w{i}" for i in range(1, k + 1)) for k in range(1, 11)] 
 
 
 @pytest.fixture
-def nodes(engines, tmp_path):
+def nodes(serve_nodes):
     """``nodes("n1", "n2", "n3")``: that many nodes of one bridge, started one after the other."""
-    store, bus = engines
-    started: list[BridgeProcess] = []
-
-    def start(*names: str) -> list[BridgeProcess]:
-        out = []
-        for name in names:
-            proc = BridgeProcess(str(tmp_path / name), adapters="pheby,lvmh",
-                                 extra_args=["--store", store, "--bus", bus, "--node-id", name])  # fmt: skip
-            started.append(proc)
-            proc.start()
-            out.append(proc)
-        return out
-
-    yield start
-    for proc in started:
-        proc.stop()
+    return lambda *names: serve_nodes(*names, adapters="pheby,lvmh")
 
 
 def _url(proc: BridgeProcess) -> str:

@@ -16,23 +16,8 @@ from tests.waiting import until
 
 
 @pytest.fixture
-def nodes(engines, tmp_path):
-    store, bus = engines
-    started: list[BridgeProcess] = []
-
-    def start(*names: str) -> list[BridgeProcess]:
-        out = []
-        for name in names:
-            proc = BridgeProcess(str(tmp_path / name), adapters="loomi,lvmh",
-                                 extra_args=["--store", store, "--bus", bus, "--node-id", name])  # fmt: skip
-            started.append(proc)
-            proc.start()
-            out.append(proc)
-        return out
-
-    yield start
-    for proc in started:
-        proc.stop()
+def nodes(serve_nodes):
+    return lambda *names: serve_nodes(*names, adapters="loomi,lvmh")
 
 
 def _ws(proc: BridgeProcess) -> str:

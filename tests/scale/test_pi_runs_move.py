@@ -20,24 +20,8 @@ CONTRACT = 15.0  # CONTRACT.md "Several nodes": a dead node's runs are closed wi
 
 
 @pytest.fixture
-def nodes(engines, tmp_path):
-    store, bus = engines
-    started: list[BridgeProcess] = []
-
-    def start(*names: str) -> list[BridgeProcess]:
-        out = []
-        for name in names:
-            proc = BridgeProcess(str(tmp_path / name), adapters="pheby,lvmh",
-                                 config={"lvmh": {"plugin_return_seconds": RETURN}},
-                                 extra_args=["--store", store, "--bus", bus, "--node-id", name])  # fmt: skip
-            started.append(proc)
-            proc.start()
-            out.append(proc)
-        return out
-
-    yield start
-    for proc in started:
-        proc.stop()
+def nodes(serve_nodes):
+    return lambda *names: serve_nodes(*names, adapters="pheby,lvmh", config={"lvmh": {"plugin_return_seconds": RETURN}})
 
 
 @pytest.fixture

@@ -30,18 +30,9 @@ CONTRACT = 15.0  # s: the others notice a dead node and close its runs (CONTRACT
 
 
 @pytest.fixture
-def nodes(engines, tmp_path):
+def nodes(serve_nodes):
     """Three nodes of one bridge with every front end, started one after the other."""
-    store, bus = engines
-    procs = [BridgeProcess(str(tmp_path / name), extra_args=["--store", store, "--bus", bus, "--node-id", name])
-             for name in ("n1", "n2", "n3")]  # fmt: skip
-    try:
-        for p in procs:
-            p.start()
-        yield procs
-    finally:
-        for p in procs:
-            p.stop()
+    return serve_nodes("n1", "n2", "n3", adapters="pheby,loomi,lvmh")
 
 
 def _pheby(p: BridgeProcess) -> str:
