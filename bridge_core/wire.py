@@ -18,27 +18,45 @@ from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError
 from .errors import BadRequest, InvalidJson
 
 
+def _json_kind(value: Any) -> str:
+    """The JSON name of a decoded value's type, for error messages a client reads
+    (``null``, not Python's ``NoneType``)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, (list, tuple)):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return "a value of another kind"
+
+
 def _strict_str(value: Any, _t: type) -> str:
     if not isinstance(value, str):
-        raise TypeError(f"expected a string, got {type(value).__name__}")
+        raise TypeError(f"expected a string, got {_json_kind(value)}")
     return value
 
 
 def _strict_int(value: Any, _t: type) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"expected an integer, got {type(value).__name__}")
+        raise TypeError(f"expected an integer, got {_json_kind(value)}")
     return value
 
 
 def _strict_float(value: Any, _t: type) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"expected a number, got {type(value).__name__}")
+        raise TypeError(f"expected a number, got {_json_kind(value)}")
     return float(value)
 
 
 def _strict_bool(value: Any, _t: type) -> bool:
     if not isinstance(value, bool):
-        raise TypeError(f"expected a boolean, got {type(value).__name__}")
+        raise TypeError(f"expected a boolean, got {_json_kind(value)}")
     return value
 
 

@@ -54,7 +54,11 @@ async def test_request_id_echoed_on_errors(pheby):
                              "error": {"code": "unknown_type", "message": "Unknown message type 'teleport'"}}
     err = await c.request({"type": "chat.send", "conversation_id": 5, "text": "x", "request_id": "r2"})
     assert strip_ts(err) == {"type": "error", "request_id": "r2",
-                             "error": {"code": "bad_request", "message": "bad request: conversation_id: expected a string, got int"}}
+                             "error": {"code": "bad_request", "message": "bad request: conversation_id: expected a string, got a number"}}
+    # JSON's own names, never Python's: null is "null", not "NoneType"
+    err = await c.request({"type": "conversation.open", "conversation_id": None, "request_id": "r3"})
+    assert strip_ts(err) == {"type": "error", "request_id": "r3",
+                             "error": {"code": "bad_request", "message": "bad request: conversation_id: expected a string, got null"}}
     await c.close()
 
 
