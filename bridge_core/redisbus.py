@@ -4,8 +4,12 @@ Through redis-py's asyncio client. Events go to one stream, ``<prefix>:events``;
 Lua script gives each one the next cluster-wide number (``INCR <prefix>:n``) and appends it
 in the same atomic step, so stream order and numbers agree on every node. Each node reads
 the stream from where it joined and hands every entry, its own included, to ``deliver`` in
-stream order (the pattern of Centrifugo's Redis broker). Publishing never awaits: entries
-queue and one writer task sends what is queued as one pipeline. Commands go to the target
+stream order (the pattern of Centrifugo's Redis broker). Publishing never awaits: events
+queue and one writer task sends what one loop turn queued as **one stream entry** (``b``, a
+JSON array of ``["e", event]`` and ``["r", relay]`` items) with the number of its first event
+(``n``); its events take consecutive numbers. One entry, one script call and one parse per
+batch instead of per event: a Redis round trip per delta was most of a node's CPU at a team's
+load (docs/scale-out.md "Performance"). Commands go to the target
 node's inbox stream, ``<prefix>:inbox:<node>``. Liveness: each node keeps a key
 ``<prefix>:node:<id>`` alive with a TTL (``NODE_TTL``), refreshed every ``HEARTBEAT_EVERY``.
 
@@ -45,20 +49,24 @@ from .tasks import TaskSet
 log = logging.getLogger("agent_bridge.bus")
 
 MAXLEN = 200_000  # entries the events stream keeps (approximately): the window a node may lag or be away
-BATCH = 512  # entries per pipeline / per read
+BATCH = 512  # items per pipeline / entries per read
+LINGER = 0.002  # seconds the writer gathers events before it sends them (one entry, one script call)
 
-# ARGV: node, payload, maxlen, seen, floor + 1. A number at or below ``seen`` means the counter
-# went back (Redis lost it): it restarts above the reservation, and the answer is negative to say so.
+# ARGV: node, batch, events in it (k), maxlen, seen, floor + 1. Its events take the k numbers up to
+# INCRBY's answer. A first number at or below ``seen`` means the counter went back (Redis lost it):
+# numbering restarts above the reservation, and the answer is negative to say so.
 _APPEND = """
-local n = redis.call('INCR', KEYS[2])
-local lost = n <= tonumber(ARGV[4])
+local k = tonumber(ARGV[3])
+local last = redis.call('INCRBY', KEYS[2], k)
+local first = last - k + 1
+local lost = k > 0 and first <= tonumber(ARGV[5])
 if lost then
-  redis.call('SET', KEYS[2], ARGV[5])
-  n = tonumber(ARGV[5])
+  first = tonumber(ARGV[6])
+  redis.call('SET', KEYS[2], first + k - 1)
 end
-redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], '*', 'n', n, 'node', ARGV[1], 'e', ARGV[2])
-if lost then return -n end
-return n
+redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[4], '*', 'n', first, 'node', ARGV[1], 'b', ARGV[2])
+if lost then return -first end
+return first
 """
 # At start. ARGV: seen, floor. A missing counter, or one below what is known given, is raised to floor.
 _RAISE = """
@@ -91,7 +99,6 @@ class RedisBus:
         self.counter_key = f"{prefix}:n"
         self.inbox_key = f"{prefix}:inbox:{node_id}"
         self._r: Optional[aioredis.Redis] = None
-        self._script: Any = None
         self._out: list[tuple[str, bytes]] = []  # ("e", payload) or (inbox key, payload)
         self._wake = asyncio.Event()
         self._deliver: Optional[Deliver] = None
@@ -100,7 +107,9 @@ class RedisBus:
         self.last_inbox_id = "$"
         self.tasks = TaskSet("bus")
         self._stopping = False
-        self.published = 0
+        self.published = 0  # items sent (events, relays, commands)
+        self.queued = 0  # items queued to send, ever
+        self._sent = asyncio.Event()  # set after each batch sent (flush waits on it)
         self.delivered = 0
         self.seen = 0  # the highest cluster-wide number known given (set from the store before start)
         self.floor = 0  # the reservation above every number given (the store's; cluster.py renews it)
@@ -118,7 +127,6 @@ class RedisBus:
         self._r = aioredis.from_url(self.url, socket_connect_timeout=10, health_check_interval=30)
         try:
             await self._r.ping()
-            self._script = self._r.register_script(_APPEND)
             self._beat = self._r.register_script(_BEAT)
             await self._raise_counter()
             self.last_event_id = await self._end_id(self.events_key, self.join_back)
@@ -168,44 +176,71 @@ class RedisBus:
     # --- out -----------------------------------------------------------------------------
 
     def publish(self, data: Any) -> None:
-        self._out.append(("e", orjson.dumps(data)))
+        self._out.append(("e", b'["e",' + orjson.dumps(data) + b"]"))
+        self.queued += 1
         self._wake.set()
 
     def relay(self, data: Any) -> None:
-        self._out.append(("r", orjson.dumps(data)))
+        self._out.append(("r", b'["r",' + orjson.dumps(data) + b"]"))
+        self.queued += 1
         self._wake.set()
 
     def send(self, node: str, data: Any) -> None:
         self._out.append((f"{self.prefix}:inbox:{node}", orjson.dumps({"from": self.node_id, "c": data})))
+        self.queued += 1
         self._wake.set()
 
+    def _pipeline(self, batch: list[tuple[str, bytes]]) -> Any:
+        """One pipeline for ``batch`` in its order: each run of events and relays becomes one
+        stream entry; a command to an inbox goes between them where it was sent."""
+        pipe = self._r.pipeline(transaction=False)
+        items: list[bytes] = []
+        events = 0
+
+        def entry() -> None:
+            nonlocal items, events
+            if items:
+                pipe.eval(_APPEND, 2, self.events_key, self.counter_key, self.node_id,
+                          b"[" + b",".join(items) + b"]", events, MAXLEN, self.seen, self.floor + 1)  # fmt: skip
+                items, events = [], 0
+
+        for kind, payload in batch:
+            if kind == "e" or kind == "r":
+                items.append(payload)
+                events += kind == "e"
+            else:
+                entry()
+                pipe.xadd(kind, {"c": payload}, maxlen=10_000, approximate=True)
+        entry()
+        return pipe
+
     async def _writer(self) -> None:
+        loop = asyncio.get_running_loop()
+        last = 0.0
         while True:
             await self._wake.wait()
+            # At most one send per LINGER: an event after a quiet spell goes at once (one loop turn
+            # to gather its siblings), while under load what comes in the meantime goes in the same
+            # entry, as Centrifugo's Redis broker batches its publishes: a few ms of latency for a
+            # fraction of the CPU (docs/scale-out.md "Performance").
+            wait = last + LINGER - loop.time()
+            await asyncio.sleep(wait if wait > 0 else 0)
+            last = loop.time()
             self._wake.clear()
-            while self._out:
-                batch, self._out = self._out[:BATCH], self._out[BATCH:]
-                while True:
-                    try:
-                        pipe = self._r.pipeline(transaction=False)
-                        args_tail = [MAXLEN, self.seen, self.floor + 1]
-                        for kind, payload in batch:
-                            if kind == "e":
-                                await self._script(keys=[self.events_key, self.counter_key],
-                                                   args=[self.node_id, payload, *args_tail], client=pipe)  # fmt: skip
-                            elif kind == "r":
-                                pipe.xadd(self.events_key, {"node": self.node_id, "r": payload},
-                                          maxlen=MAXLEN, approximate=True)  # fmt: skip
-                            else:
-                                pipe.xadd(kind, {"c": payload}, maxlen=10_000, approximate=True)
-                        results = await pipe.execute()
-                        self.published += len(batch)
-                        if any(type(r) is int and r < 0 for r in results):
-                            self.note_lost("its counter went back")
-                        break
-                    except (RedisError, OSError) as exc:  # Redis away: keep the batch, try again
-                        log.warning("bus: publishing failed (%s); retrying", exc)
-                        await asyncio.sleep(0.5)
+            batch, self._out = self._out[:BATCH], self._out[BATCH:]
+            if self._out:
+                self._wake.set()  # more than one batch queued: the next goes after this one
+            while batch:
+                try:
+                    results = await self._pipeline(batch).execute()
+                    self.published += len(batch)
+                    self._sent.set()
+                    if any(type(r) is int and r < 0 for r in results):
+                        self.note_lost("its counter went back")
+                    break
+                except (RedisError, OSError) as exc:  # Redis away: keep the batch, try again
+                    log.warning("bus: publishing failed (%s); retrying", exc)
+                    await asyncio.sleep(0.5)
 
     # --- in ------------------------------------------------------------------------------
 
@@ -233,32 +268,34 @@ class RedisBus:
                         self._command_one(fields)
 
     def _deliver_one(self, fields: dict) -> None:
-        if b"r" in fields:
-            self._relay_one(fields)
-            return
+        """One stream entry: a batch of events (consecutive numbers from ``n``) and relays."""
         try:
             n = int(fields[b"n"])
             node = fields[b"node"].decode()
-            data = orjson.loads(fields[b"e"])
+            items = orjson.loads(fields[b"b"])
         except (KeyError, ValueError, orjson.JSONDecodeError):
             log.warning("bus: dropping an unreadable event entry")
             return
-        self.delivered += 1
-        if n > self.seen:
-            self.seen = n
-        if self._deliver is not None:
+        for item in items:
             try:
-                self._deliver(n, node, data)
-            except Exception:  # one bad event never stops the reader
-                log.exception("bus: delivering event %d failed", n)
+                kind, data = item
+            except (TypeError, ValueError):
+                log.warning("bus: dropping an unreadable item of entry %d", n)
+                continue
+            if kind == "r":
+                self._relay_one(node, data)
+                continue
+            self.delivered += 1
+            if n > self.seen:
+                self.seen = n
+            if self._deliver is not None:
+                try:
+                    self._deliver(n, node, data)
+                except Exception:  # one bad event never stops the reader
+                    log.exception("bus: delivering event %d failed", n)
+            n += 1
 
-    def _relay_one(self, fields: dict) -> None:
-        try:
-            node = fields[b"node"].decode()
-            data = orjson.loads(fields[b"r"])
-        except (KeyError, ValueError, orjson.JSONDecodeError):
-            log.warning("bus: dropping an unreadable relay entry")
-            return
+    def _relay_one(self, node: str, data: Any) -> None:
         if node == self.node_id or self.on_relay is None:
             return
         try:
@@ -307,11 +344,14 @@ class RedisBus:
 
     async def flush(self, timeout: float = 10.0) -> None:
         """Wait until everything published so far has been sent (tests, shutdown)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while self._out and loop.time() < deadline:
-            self._wake.set()
-            await asyncio.sleep(0.005)
+        target = self.queued
+        try:
+            async with asyncio.timeout(timeout):
+                while self.published < target and self._r is not None:
+                    self._sent.clear()
+                    await self._sent.wait()
+        except TimeoutError:
+            log.warning("bus: %d queued items not sent within %g s", target - self.published, timeout)
 
     async def stop(self) -> None:
         """A clean stop: what is queued is sent, the heartbeat key goes (others see this node gone at once)."""

@@ -185,3 +185,37 @@ async def test_relays_reach_every_other_node_in_stream_order_without_a_number(re
     finally:
         for x in (a, b):
             await x.bus.stop()
+
+
+async def test_a_burst_goes_as_one_entry_its_events_numbered_one_by_one(redis_server, redis_url):
+    import redis.asyncio as aioredis
+
+    a = await Node(redis_bus(redis_url, "a")).start()
+    b = await Node(redis_bus(redis_url, "b")).start()
+    relays: list = []
+    b.bus.on_relay = lambda node, data: relays.append((data, len(b.events)))
+    r = aioredis.from_url(redis_url)
+    try:
+        for i in range(200):  # one loop turn
+            a.bus.publish({"i": i})
+            if i == 99:
+                a.bus.relay({"r": 1})
+        await until(lambda: len(b.events) == 200, what="the burst on b")
+        assert [d["i"] for _, _, d in b.events] == list(range(200))
+        assert [n for n, _, _ in b.events] == list(range(1, 201))
+        assert relays == [({"r": 1}, 100)]  # in its place among the events
+        assert await r.xlen(a.bus.events_key) == 1  # one stream entry, one script call
+        for bus in (a.bus, b.bus):
+            bus.floor = 9000
+        redis_server.flush()  # the counter went: a batch after it is numbered above the reservation
+        for i in range(3):
+            b.bus.publish({"j": i})
+        await until(lambda: len(a.events) == 203, what="the batch after the loss")
+        assert [n for n, _, _ in a.events[200:]] == [9001, 9002, 9003]
+        b.bus.publish({"j": 3})
+        await until(lambda: len(a.events) == 204, what="the next event")
+        assert a.events[-1][0] == 9004
+    finally:
+        await r.aclose()
+        for x in (a, b):
+            await x.bus.stop()
