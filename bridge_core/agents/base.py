@@ -407,24 +407,25 @@ class StoredSettings:
         self.providers = providers
         self.default_model = default_model
         self.default_provider = default_provider
-        # what was read or written, when this process is the store's only writer of these keys (SQLite):
-        # every run start reads three of them, and a read on the loop waited up to 21 ms for the GIL
-        # behind a busy writer thread (README, "Team load"). A shared store (several nodes) is read each time.
-        self._cache: dict[str, Any] = {}
+        # Every agent.* setting, read once, when this process is the store's only writer of them (SQLite):
+        # every run start reads three (one per conversation among them), and a read on the loop waited up
+        # to 21 ms for the GIL behind a busy writer thread (README, "Team load"). A shared store (several
+        # nodes) is read each time.
+        self._cache: Optional[dict[str, Any]] = None
 
     def _get(self, key: str) -> Any:
-        if key in self._cache:
-            return self._cache[key]
-        raw = self.bridge.store.get_setting(key)
-        value = json.loads(raw) if raw is not None else None
-        if not self.bridge.store.shared:
-            self._cache[key] = value
-        return value
+        store = self.bridge.store
+        if store.shared:
+            raw = store.get_setting(key)
+            return json.loads(raw) if raw is not None else None
+        if self._cache is None:
+            rows = store.query("SELECT key, value FROM settings WHERE key LIKE 'agent.%'")
+            self._cache = {k: json.loads(v) for k, v in rows}
+        return self._cache.get(key)
 
     async def _set(self, key: str, value: Any) -> None:
-        self._cache.pop(key, None)
         await self.bridge.store.set_setting(key, json.dumps(value))
-        if not self.bridge.store.shared:
+        if self._cache is not None:
             self._cache[key] = value
 
     def _scoped(self, name: str, conversation_id: Optional[str]) -> tuple[Any, str]:

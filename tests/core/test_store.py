@@ -204,3 +204,40 @@ def _in_database_file(path: str, sql: str):
         return None
     finally:
         conn.close()
+
+
+async def test_agent_settings_are_read_from_sqlite_once_and_kept_across_a_restart(tmp_path):
+    """The demo agent's settings are read from SQLite once, then from memory (a run start reads three, and a
+    read on the loop waited behind a busy writer); what was set is what a restarted bridge reads."""
+    from bridge_core import commands as cmd
+    from bridge_core.agents.demo import DemoAgent
+    from bridge_core.bridge import Bridge
+
+    origin = cmd.Origin(surface="pheby")
+    agent = DemoAgent()
+    b = Bridge(str(tmp_path / "d"), agent)
+    await b.start()
+    try:
+        first = await b.execute(cmd.SendMessage(text="hello"), origin)
+        await until(lambda: b.conversation(first.conversation_id).run is None, what="the first turn's end")
+        await b.execute(cmd.SetYolo(enabled=True, conversation_id=first.conversation_id), origin)
+        await b.execute(cmd.SetReasoning(effort="high"), origin)
+        reads: list = []
+        real = b.store.query
+        b.store.query = lambda sql, params=(): reads.append(sql) or real(sql, params)
+        second = await b.execute(cmd.SendMessage(text="again"), origin)  # a new conversation: no read
+        await until(lambda: b.conversation(second.conversation_id).run is None, what="the second turn's end")
+        assert not [sql for sql in reads if "settings" in sql]
+        assert agent.settings.yolo(first.conversation_id).enabled
+        assert not agent.settings.yolo(second.conversation_id).enabled
+    finally:
+        await b.stop()
+    agent = DemoAgent()
+    b = Bridge(str(tmp_path / "d"), agent)
+    await b.start()
+    try:
+        assert agent.settings.yolo(first.conversation_id).enabled
+        assert agent.settings.reasoning(None).effort == "high"
+        assert agent.settings.reasoning(first.conversation_id).effort == "high"
+    finally:
+        await b.stop()
