@@ -133,7 +133,9 @@ async def test_pheby_concurrent_connections_each_complete_a_run(bridge_factory):
     for ws in socks:
         ws.abort()
     SUMMARY.events(n)
-    assert all(done) and dropped == 0, (sum(done), dropped)
+    # on a failure, say whether the server was still up and what it last logged (WARNING and above)
+    assert all(done) and dropped == 0, (sum(done), dropped, "server alive" if srv.alive else "server died",
+                                        srv.stderr()[-1500:])  # fmt: skip
 
 
 async def test_loomi_concurrent_connections_each_complete_a_run(bridge_factory):
