@@ -240,7 +240,8 @@ class Outbox:
         self.closed = False
         self.overflowed = False
         # frames held back by the durability barrier (Store.synced) are the server's delay, not the
-        # client's: max_items counts only the frames the barrier let go (_released); max_bytes bounds all
+        # client's: max_items counts only the frames the client is late for (_late): those the barrier let go
+        # while its peer does not take what is written; max_bytes bounds all
         self._grace = False
         durable = getattr(send, "durable_store", None)
         self._store = durable() if durable is not None else None  # see frontend.ws_text_sender
@@ -268,7 +269,7 @@ class Outbox:
                 slot.ticket = ticket
                 return True
         n = len(self._q)
-        if (n >= self.max_items and self._released() >= self.max_items) or self._bytes + size > self.max_bytes:
+        if (n >= self.max_items and self._late() >= self.max_items) or self._bytes + size > self.max_bytes:
             self.overflowed = True
             self.close()
             if self._on_overflow is not None:
@@ -328,6 +329,16 @@ class Outbox:
             slot.ticket = self._store.submitted if self._store is not None else 0
         if not self.closed and self._q and self._q[0] is slot:
             self._flush_soon()  # the flush that waited for this reply
+
+    def _late(self) -> int:
+        """How many queued frames the client is late for: none while its peer takes what is written
+        (the queue is then the server's own, and the next flush writes it; the store's writer thread
+        may have committed thousands of frames a busy loop has not flushed yet), else those the
+        durability barrier let go."""
+        sync = self._sync
+        if sync is not None and sync.ready():
+            return 0
+        return self._released()
 
     def _released(self) -> int:
         """How many queued frames the durability barrier let go: those the client is late for.

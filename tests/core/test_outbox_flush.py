@@ -354,3 +354,31 @@ async def test_a_leader_whose_peer_falls_behind_hands_the_barrier_over():
         await _until(lambda: store.waiting == [2])  # b leads now
     finally:
         await tasks.close()
+
+
+async def test_frames_a_commit_released_before_the_loop_flushed_them_do_not_make_a_slow_consumer():
+    """The store's writer thread commits (``processed`` moves) before the loop wakes to flush: a busy loop
+    may then put more frames into a queue of thousands the commit just let go. The peer takes what is
+    written, so the client is not late and keeps its connection; a peer that stops taking is."""
+    store = _HeldStore()
+    out: list = []
+    sender = _PausableSender(store, out)
+    box = Outbox(sender, max_items=50)
+    tasks = TaskSet("test")
+    try:
+        tasks.spawn(box.run())
+        store.submitted += 1  # one write pending: every frame below is held
+        for i in range(120):
+            assert box.put(b"f%d" % i)
+        store.processed = store.submitted  # committed in the writer thread; the loop has not woken yet
+        assert box.put(b"one more") and not box.overflowed  # the peer keeps up: the server's own backlog
+        store.commit()
+        await _until(lambda: sum(map(len, out)) == 121)
+        assert [f for batch in out for f in batch][-1] == b"one more"
+        sender.paused = True  # now the peer stops taking what is written
+        for i in range(60):
+            if not box.put(b"g%d" % i):
+                break
+        assert box.overflowed  # a slow consumer still is one
+    finally:
+        await tasks.close()
