@@ -137,7 +137,8 @@ class FrameWriter:
 
 
 def _count(writer: Any, total: int) -> bool:
-    """The writer's buffered count as aiohttp's ``send_frame`` keeps it: ``total`` bytes added; True
+    """The writer's buffered count as aiohttp's ``send_frame`` keeps it (``total`` counts 10 header bytes a
+    frame, the most a header takes, so the count is never below aiohttp's): ``total`` bytes added; True
     (and the count reset) once past its limit, when a paused transport must be waited for."""
     n = writer._output_size + total
     if n > writer._limit:

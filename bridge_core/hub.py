@@ -334,16 +334,11 @@ class Outbox:
         """How many queued frames the client is late for: none while its peer takes what is written
         (the queue is then the server's own, and the next flush writes it; the store's writer thread
         may have committed thousands of frames a busy loop has not flushed yet), else those the
-        durability barrier let go."""
+        durability barrier let go (tickets grow along the queue; a keyed replacement moves one up:
+        at worst it counts as held)."""
         sync = self._sync
         if sync is not None and sync.ready():
             return 0
-        return self._released()
-
-    def _released(self) -> int:
-        """How many queued frames the durability barrier let go: those the client is late for.
-
-        Tickets grow along the queue (a keyed replacement moves one up: at worst it counts as held)."""
         store = self._store
         if store is None:
             return len(self._q)
