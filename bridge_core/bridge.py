@@ -451,14 +451,15 @@ class Bridge:
         if last is not None and now - last < DRAFT_SAVE_INTERVAL:
             return
         self._draft_saved[e.run_id] = now
-        self._write_message(e.conversation_id, e.message_id, "assistant", e.text, e.ts)
+        # a snapshot that may lag what was sent by design: the frames after it do not wait for it
+        self._write_message(e.conversation_id, e.message_id, "assistant", e.text, e.ts, barrier=False)
 
-    def _write_message(self, cid: str, mid: str, role: str, text: str, ts: float) -> None:
+    def _write_message(self, cid: str, mid: str, role: str, text: str, ts: float, barrier: bool = True) -> None:
         self.store.execute_later(
             "INSERT OR REPLACE INTO messages(conversation_id, message_id, role, text, ts) VALUES(?,?,?,?,?)",
-            (cid, mid, role, text, ts),
+            (cid, mid, role, text, ts), barrier=barrier,
         )
-        self.store.execute_later("UPDATE conversations SET last_active=? WHERE id=?", (ts, cid))
+        self.store.execute_later("UPDATE conversations SET last_active=? WHERE id=?", (ts, cid), barrier=barrier)
 
     # --- lookups ----------------------------------------------------------------
 

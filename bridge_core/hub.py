@@ -94,7 +94,7 @@ class _Slot:
         self.data = data
         self.key = key
         self.size = size
-        self.ticket = ticket  # the store's write count when queued: it leaves once those committed
+        self.ticket = ticket  # the store's ticket when queued: it leaves once the writes up to it committed
 
 
 class _Soon:
@@ -259,7 +259,7 @@ class Outbox:
             return False
         size = len(data)
         store = self._store
-        ticket = store.submitted if store is not None else 0
+        ticket = store.ticket if store is not None else 0
         if key is not None:
             slot = self._keyed.get(key)
             if slot is not None:
@@ -326,7 +326,7 @@ class Outbox:
         if data is not None and not self.closed:
             slot.size = len(data)
             self._bytes += slot.size
-            slot.ticket = self._store.submitted if self._store is not None else 0
+            slot.ticket = self._store.ticket if self._store is not None else 0
         if not self.closed and self._q and self._q[0] is slot:
             self._flush_soon()  # the flush that waited for this reply
 

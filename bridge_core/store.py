@@ -105,6 +105,7 @@ class BaseStore:
         "ON CONFLICT(key) DO UPDATE SET value=excluded.value"
     )
     shared = False  # several nodes can use this store at once (the bus needs one: docs/scale-out.md)
+    local_dir: Optional[str] = None  # a directory of this machine beside the store (SQLite's), for journals
     begin_sql = "BEGIN"
     errors: tuple[type[BaseException], ...] = (sqlite3.Error,)
 
@@ -116,9 +117,13 @@ class BaseStore:
         self._rconn: Optional[sqlite3.Connection] = None
         self.failed: Optional[BaseException] = None  # the last storage error (disk full, read-only), until probe() works
         self.commits = 0
-        # durability barrier: writes queued so far, and how many of them have committed (or failed)
+        # durability barrier: writes queued so far, and how many of them have committed (or failed);
+        # ticket: the number of the last write a frame queued now must wait for. A write made durable
+        # before it is queued (Loomi's replay rows, appended to their journal first: docs/loomi.md,
+        # "Seq across restarts") does not raise it
         self.submitted = 0
         self.processed = 0
+        self.ticket = 0
         self._sync_lock = threading.Lock()
         self._sync_waiters: list[tuple[int, asyncio.AbstractEventLoop, asyncio.Future]] = []
 
@@ -210,21 +215,26 @@ class BaseStore:
 
     # --- writes ------------------------------------------------------------
 
-    def submit(self, fn: WriteFn) -> concurrent.futures.Future:
+    def submit(self, fn: WriteFn, *, barrier: bool = True) -> concurrent.futures.Future:
+        """Queue ``fn``; ``barrier=False`` for a write whose data is durable already (frames
+        queued after it do not wait for it: ``ticket``)."""
         fut: concurrent.futures.Future = concurrent.futures.Future()
         if self._thread is None:
             fut.set_exception(Unavailable("store is closed"))
             return fut
         with self._sync_lock:  # queue order and count agree, whatever thread submits
             self.submitted += 1
+            if barrier:
+                self.ticket = self.submitted
             self._q.put((fn, fut))
         return fut
 
     async def synced(self, upto: Optional[int] = None) -> None:
         """Wait until the writes queued so far (or the first ``upto``) have committed or failed.
 
-        Front ends await this before a frame leaves (``frontend.ws_text_sender``),
-        so whatever a client has received is on disk: a crash never takes back an
+        Front ends await this before a frame leaves (``frontend.ws_text_sender``; the
+        Outbox waits for ``ticket``, the last write queued with the barrier), so
+        whatever a client has received is on disk: a crash never takes back an
         event someone already saw. It costs the commit latency (a batch, no fsync
         in WAL mode), never a write per frame.
         """
@@ -255,13 +265,13 @@ class BaseStore:
     async def write(self, fn: WriteFn) -> Any:
         return await asyncio.wrap_future(self.submit(fn))
 
-    def write_later(self, fn: WriteFn) -> None:
+    def write_later(self, fn: WriteFn, *, barrier: bool = True) -> None:
         """Fire and forget: queued, committed with the next batch, failures logged."""
-        fut = self.submit(fn)
+        fut = self.submit(fn, barrier=barrier)
         fut.add_done_callback(_log_failure)
 
-    def execute_later(self, sql: str, params: Iterable[Any] = ()) -> None:
-        self.write_later(_Stmt(sql, tuple(params)))
+    def execute_later(self, sql: str, params: Iterable[Any] = (), *, barrier: bool = True) -> None:
+        self.write_later(_Stmt(sql, tuple(params)), barrier=barrier)
 
     def _writer(self) -> None:
         conn = self._wconn
@@ -443,6 +453,7 @@ class Store(BaseStore):
 
     def __init__(self, path: str):
         super().__init__(path)
+        self.local_dir = os.path.dirname(os.path.abspath(path))
         self._ckpt_thread: Optional[threading.Thread] = None
         self._ckpt_wake = threading.Event()  # set by the writer after a commit: there is WAL to copy
         self._ckpt_stop = threading.Event()

@@ -20,15 +20,20 @@ ever waiting for the disk:
   superseded segments are pruned now and then, keeping the newest
   ``window + 1`` events (the one before a device's window gives its floor).
 
-Both are queued *before* the frame that carries the seq, and a frame leaves
-only once the writes queued before it committed (the store's durability
-barrier, ``Store.synced``): whatever a device received, the database knows
-(its seq is reserved, its event is kept), so a ``kill -9`` never makes a
-seq repeat or a sent event vanish from the replay.
+Both are made durable *before* the frame that carries the seq is queued: the
+reservation is a store write, and a frame leaves only once the writes queued
+before it committed (the store's durability barrier, ``Store.synced``); the
+rows are appended to the journal (journal.py) on the loop, and reach the
+database in batches a few times a second, behind no frame. Whatever a device
+received, the database or the journal knows (its seq is reserved, its event
+is kept), so a ``kill -9`` never makes a seq repeat or a sent event vanish
+from the replay. Without a journal (it could not be written) the rows are a
+store write of their own, behind the barrier.
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import hashlib
 import logging
@@ -47,6 +52,7 @@ from bridge_core.store import Store
 
 from . import codec
 from .idempotency import RequestCache
+from .journal import Journal
 from .replay import SeqLog, restored
 
 log = logging.getLogger("agent_bridge.loomi.devices")
@@ -56,6 +62,8 @@ IDEMPOTENCY_KEEP = 256
 MAX_PENDING_TOKENS = 100
 MAX_TTL = 86400.0
 PRUNE_EVERY = 64  # events between two prunes of old events and superseded segments
+ROWS_EVERY = 0.1  # seconds between two batches of journaled replay rows to the store
+ROWS_MAX = 4096  # events in a batch that goes to the store at once
 
 MIGRATIONS = [
     """
@@ -251,14 +259,29 @@ class Registry:
         self.window = window
         self.devices: dict[str, Device] = {}
         self._tokens: dict[str, float] = {}  # token hash -> expires_at
-        self._batch: Optional[_RowBatch] = None  # the replay rows' open write
+        self._batch: Optional[_RowBatch] = None  # the replay rows' open write (without a journal)
+        self._jbatch: Optional[_RowBatch] = None  # the journaled rows not yet handed to the store
         self.event_no = 0  # the number of the last event stored
         self._pruned_at = 0
+        # the replay rows' journal (an embedded store's directory only), and the timer of its next batch
+        self.journal: Optional[Journal] = None
+        self._rows_timer: Optional[asyncio.TimerHandle] = None
+        self._rows_failed = False  # a journaled batch did not commit: its rows stay in the journal until a start
 
     # --- lifecycle ------------------------------------------------------------
 
     async def prepare(self) -> None:
         await self.store.amigrate("loomi", MIGRATIONS)  # never blocks the loop on the writer thread
+        if self.store.local_dir and not self.store.shared:
+            journal = Journal(self.store.local_dir)
+            events, segments = journal.recover()  # what a crash left before it reached the database
+            if events or segments:
+                b = _RowBatch()
+                b.add(events, segments, None)
+                await self.store.write(b)
+                log.info("replay rows of %d events recovered from the journal", len(events))
+            if journal.open():
+                self.journal = journal
         now = time.time()
         events = [(n, bytes(b)) for n, b in self.store.query("SELECT n, body FROM loomi_events ORDER BY n")]
         self.event_no = self._pruned_at = events[-1][0] if events else 0
@@ -297,11 +320,24 @@ class Registry:
         await self.store.write(write)
 
     async def persist_exact(self) -> None:
-        """Clean shutdown: store each device's exact seq (nothing above it was given out)."""
+        """Clean shutdown: store each device's exact seq (nothing above it was given out), and the
+        journaled rows (the journal is then empty)."""
+        fut = self._submit_rows()
         rows = [(d.seq, d.device_id) for d in self.devices.values()]
         if rows:
             await self.store.write(lambda c: c.executemany(
                 "UPDATE loomi_devices SET seq_reserved=? WHERE device_id=?", rows))
+        if fut is not None:
+            await asyncio.wrap_future(fut)
+        if self.journal is not None and not self._rows_failed:
+            self.journal.remove()
+            self.journal = None
+
+    async def flush_rows(self) -> None:
+        """Commit the journaled replay rows now (tests that read the tables, shutdown)."""
+        fut = self._submit_rows()
+        if fut is not None:
+            await asyncio.wrap_future(fut)
 
     # --- seq and the window ----------------------------------------------------------
 
@@ -352,11 +388,57 @@ class Registry:
         return out
 
     def _store_rows(self, events: list[tuple], segments: list[tuple], prune: Optional[int]) -> None:
+        journal = self.journal
+        if journal is not None and journal.append(events, segments):
+            # durable now: the batch is the loop's until _submit_rows hands it to the store, behind no frame
+            b = self._jbatch
+            if b is None:
+                b = self._jbatch = _RowBatch()
+                try:
+                    self._rows_timer = asyncio.get_running_loop().call_later(ROWS_EVERY, self._submit_rows)
+                except RuntimeError:  # no loop runs (a synchronous caller): at once
+                    b.add(events, segments, prune)
+                    self._submit_rows()
+                    return
+            b.events += events  # the loop's own batch: no lock (_RowBatch.add is for one the writer may take)
+            if segments:
+                b.segments += segments
+            if prune is not None:
+                b.prune = prune
+            if len(b.events) >= ROWS_MAX:
+                self._submit_rows()
+            return
+        if self._jbatch is not None:  # no room in the journal: what it took goes to the store first
+            self._submit_rows()
         b = self._batch
         if b is None or not b.add(events, segments, prune):
             b = self._batch = _RowBatch()
             self.store.write_later(b)
             b.add(events, segments, prune)
+
+    def _submit_rows(self) -> Any:
+        """Hand the journaled rows' batch to the store (its future; None without one)."""
+        if self._rows_timer is not None:
+            self._rows_timer.cancel()
+            self._rows_timer = None
+        b = self._jbatch
+        journal = self.journal
+        if b is None or journal is None:
+            return None
+        self._jbatch = None
+        rotated = journal.rotate()  # every row of the old file is in this batch or an earlier one
+        fut = self.store.submit(b, barrier=False)
+        fut.add_done_callback(lambda f: self._rows_done(f, journal, rotated))
+        return fut
+
+    def _rows_done(self, fut: Any, journal: Journal, rotated: bool) -> None:
+        """In the store's writer thread: a journaled batch committed (the old file may go) or failed."""
+        exc = fut.exception()
+        if exc is not None:
+            self._rows_failed = True
+            log.error("replay rows not stored (%s): kept in the journal until the next start", exc)
+        elif rotated and not self._rows_failed:
+            journal.drop_old()
 
     def resume(self, d: Device, last_seq: Optional[int]):
         """``replay.Resume`` for a hello with ``last_seq``; reserves seqs when it moved the numbering."""
@@ -456,6 +538,8 @@ class Registry:
     async def revoke(self, device_id: str) -> Optional[Device]:
         d = self.devices.pop(device_id, None)
         if d is not None:
+            self._submit_rows()  # its journaled rows first: the delete comes after them
+
             def write(c: sqlite3.Connection) -> None:
                 c.execute("DELETE FROM loomi_devices WHERE device_id=?", (device_id,))
                 c.execute("DELETE FROM loomi_segments WHERE device_id=?", (device_id,))

@@ -55,6 +55,10 @@ class _FakeStore:
         self.processed = 0
         self.released = asyncio.Event()
 
+    @property
+    def ticket(self):  # every write these tests queue holds the frames after it
+        return self.submitted
+
     async def synced(self, upto=None):
         await self.released.wait()
         self.processed = self.submitted

@@ -172,6 +172,10 @@ class _HeldStore:
         self.processed = 0
         self._changed = asyncio.Event()
 
+    @property
+    def ticket(self):  # every write these tests queue holds the frames after it
+        return self.submitted
+
     async def synced(self, upto=None):
         target = self.submitted if upto is None else upto
         while self.processed < target:
@@ -297,6 +301,10 @@ class _StepStore:
         self.processed = 0
         self.waiting: list[int] = []
         self._changed = asyncio.Event()
+
+    @property
+    def ticket(self):  # every write these tests queue holds the frames after it
+        return self.submitted
 
     async def synced(self, upto=None):
         target = self.submitted if upto is None else upto

@@ -116,3 +116,21 @@ async def test_restart_closes_interrupted_run_with_its_pending_decision(tmp_path
         await b2.stop()
         for t in list(b.tasks._tasks):
             t.cancel()
+
+
+async def test_a_draft_save_holds_no_frame(bridge):
+    """A streaming draft is saved at most every DRAFT_SAVE_INTERVAL, a snapshot that may lag what was
+    sent by design: the frames after it do not wait for its commit (Store.ticket stays)."""
+    res = await bridge.execute(cmd.SendMessage(text="go"), PHEBY)
+    await bridge.store.aflush()
+    store = bridge.store
+    ticket, submitted = store.ticket, store.submitted
+    draft = ev.Draft()
+    draft.append("more text")
+    bridge._draft_saved.clear()
+    bridge._save_draft(ev.TextDelta(conversation_id=res.conversation_id, run_id=res.run_id,
+                                    message_id=draft_message_id(res.run_id), delta="more text", draft=draft))
+    assert store.submitted == submitted + 2 and store.ticket == ticket
+    await store.aflush()
+    assert store.query("SELECT text FROM messages WHERE message_id=?", (draft_message_id(res.run_id),)) == [
+        ("more text",)]

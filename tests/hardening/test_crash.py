@@ -222,3 +222,48 @@ async def test_kill9_right_after_a_device_received_a_message(bridge_factory):
     SUMMARY.events(checked, lost)
     assert lost == 0
     assert integrity(srv.db_path()) == "ok"
+
+
+async def test_kill9_with_the_replay_rows_only_in_the_journal(bridge_factory):
+    """A device's replay rows reach the database in batches; until then they are in the journal
+    (docs/loomi.md, "Seq across restarts"). A crash before a batch committed must lose none of them:
+    here the rows are taken out of the tables after the kill (the state a crash a moment after the
+    frames left leaves), so every frame replayed after the restart comes from the journal."""
+    import os
+
+    srv = bridge_factory("crash-journal")
+    device, loomi = await LoomiClient.pair(srv.ports["loomi"])
+    await loomi.send("session.send", {"text": "/bench 200", "request_id": "b1"})
+    await loomi.until(lambda f: f["type"] == "run.completed", timeout=30)
+    srv.kill9()
+    await loomi.close()
+    from loomi_adapter.journal import decode
+
+    journal = os.path.join(srv.data_dir, "loomi-journal")
+    with open(journal, "rb") as f:
+        assert len(decode(f.read())[0]) >= 200  # the run's events are in it
+    conn = sqlite3.connect(srv.db_path())
+    try:
+        conn.execute("DELETE FROM loomi_events")
+        conn.execute("DELETE FROM loomi_segments")
+        conn.commit()
+    finally:
+        conn.close()
+    received = [f for f in loomi.frames[1:] if "seq" in f and f["type"] != "ping"]
+    deltas = [f for f in received if f["type"] == "run.delta"]
+    assert len(deltas) == 200
+    since = deltas[0]["seq"] - 1
+    srv.start()
+    loomi2 = await LoomiClient.connect(srv.ports["loomi"], device, last_seq=since)
+    assert not loomi2.hello_ok["payload"].get("truncated")
+    last = received[-1]["seq"]
+    await loomi2.until(lambda f: f.get("seq") == last, timeout=10)
+    replayed = {f["seq"]: {k: v for k, v in f.items() if k != "replayed"}  # the replay's own marker
+                for f in loomi2.frames[1:] if f.get("seq", 0) <= last}
+    expected = {f["seq"]: f for f in received if f["seq"] > since and f["type"] not in ("ack", "error", "pong")}
+    diff = [(expected[s], replayed.get(s)) for s in expected if replayed.get(s) != expected[s]]
+    assert expected and not diff, repr(diff[:1])
+    await loomi2.close()
+    assert srv.stop() == 0
+    assert not os.path.exists(journal)  # a clean shutdown commits what it held and removes it
+    assert integrity(srv.db_path()) == "ok"

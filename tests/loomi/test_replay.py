@@ -194,6 +194,7 @@ async def test_seq_and_window_are_stored_in_batches_not_a_commit_per_event(loomi
     assert store.commits - commits < 100  # the writer takes whatever is queued into one commit
     frames = [await c.recv() for _ in range(1000)]
     assert [f["seq"] for f in frames] == list(range(1, 1001))
+    await loomi.frontends["loomi"].registry.flush_rows()  # the journaled rows reach the tables in batches
     # each event once (whatever the number of devices), the window and its floor's row, and rows not yet pruned
     (n, low, high), = store.query("SELECT COUNT(*), MIN(n), MAX(n) FROM loomi_events")
     assert high == 1000 and 512 < n <= 512 + 1 + 64 and low == 1000 - n + 1
@@ -298,10 +299,24 @@ async def test_a_device_from_before_the_stored_window_is_truncated_once(service_
 async def test_revoking_a_device_deletes_its_stored_segments(loomi):
     c, creds = await pair(loomi)
     notify(loomi, 5)
-    await loomi.bridge.store.aflush()
+    registry = loomi.frontends["loomi"].registry
+    await registry.flush_rows()
     assert loomi.bridge.store.query("SELECT COUNT(*) FROM loomi_segments")[0][0] == 1
     await loomi.frontends["loomi"].revoke(creds["device_id"])
     assert loomi.bridge.store.query("SELECT COUNT(*) FROM loomi_segments")[0][0] == 0
+    await c.close()
+
+
+async def test_rows_journaled_before_a_revoke_do_not_bring_its_segments_back(loomi):
+    c, creds = await pair(loomi)
+    registry = loomi.frontends["loomi"].registry
+    notify(loomi, 5)  # journaled; the batch to the tables is still the loop's when the device is revoked
+    assert registry._jbatch is not None
+    await loomi.frontends["loomi"].revoke(creds["device_id"])
+    await registry.flush_rows()
+    await loomi.bridge.store.aflush()
+    assert loomi.bridge.store.query("SELECT COUNT(*) FROM loomi_segments")[0][0] == 0
+    assert loomi.bridge.store.query("SELECT COUNT(*) FROM loomi_events")[0][0] == 5
     await c.close()
 
 

@@ -1,0 +1,84 @@
+"""The replay rows' journal (loomi_adapter/journal.py; docs/loomi.md, "Seq across restarts")."""
+
+from __future__ import annotations
+
+import os
+
+from loomi_adapter import journal as jmod
+from loomi_adapter.journal import Journal, decode, encode
+
+
+def _rows(i: int):
+    return [(i, b'"type":"run.delta","n":%d}' % i)], ([("dev-a", i, 3)] if i % 5 == 0 else [])
+
+
+def test_records_read_back_as_written_and_a_cut_or_garbled_tail_ends_the_reading():
+    data = b"".join(encode(*_rows(i)) for i in range(1, 11))
+    events, segments, used = decode(data)
+    assert events == [e for i in range(1, 11) for e in _rows(i)[0]]
+    assert segments == [("dev-a", 5, 3), ("dev-a", 10, 3)]
+    assert used == len(data)
+    last = encode(*_rows(11))
+    assert decode(data + last[:-3])[0] == events  # cut short: the whole records before it count
+    garbled = bytearray(data + last)
+    garbled[-2] ^= 0xFF
+    assert decode(bytes(garbled))[0] == events
+    assert decode(data + b"\0" * 64)[2] == len(data)  # the zeros after the last record: the end
+
+
+def test_the_journal_keeps_rows_across_a_crash_and_rotates_when_half_full(tmp_path, monkeypatch):
+    j = Journal(str(tmp_path), size=4096)
+    assert j.open()
+    assert os.path.getsize(j.path) == 4096  # allocated up front: a full disk fails here, not in a write
+    i = 0
+    while j.pos < 2048:
+        i += 1
+        assert j.append(*_rows(i))
+    # a crash now: a new process reads what the mapping held, without a close
+    assert [n for n, _ in Journal(str(tmp_path)).recover()[0]] == list(range(1, i + 1))
+    assert j.rotate() and j.old_pending and j.pos == 0
+    assert not j.rotate()  # not before the old file's batch committed
+    j.append(*_rows(i + 1))
+    assert [n for n, _ in Journal(str(tmp_path)).recover()[0]] == list(range(1, i + 2))  # the old file first
+    j.drop_old()
+    assert not os.path.exists(j.old_path)
+    assert [n for n, _ in Journal(str(tmp_path)).recover()[0]] == [i + 1]
+    big = [(i + 2, b"x" * 5000)]
+    assert not j.append(big, [])  # no room: the caller commits it before its frame leaves
+    assert j.append(*_rows(i + 3))
+    j.remove()
+    assert not os.path.exists(j.path) and Journal(str(tmp_path)).recover() == ([], [])
+
+
+def test_a_journal_that_cannot_be_allocated_is_not_used(tmp_path, monkeypatch):
+    def full(fd, offset, length):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(jmod.os, "posix_fallocate", full)
+    j = Journal(str(tmp_path))
+    assert not j.open() and j.broken
+    assert not j.append(*_rows(1))
+    assert not os.path.exists(j.path)
+
+
+async def test_frames_do_not_wait_for_the_journaled_rows_but_for_every_other_write(loomi):
+    """The rows are durable in the journal when the frame is queued; a write that is not (a
+    reservation, a message) still holds the frames queued after it until it committed."""
+    from tests.loomi.test_replay import notify, pair
+
+    c, creds = await pair(loomi)
+    store = loomi.bridge.store
+    registry = loomi.frontends["loomi"].registry
+    await store.aflush()
+    ticket, submitted = store.ticket, store.submitted
+    notify(loomi, 3)
+    assert registry._jbatch is not None and len(registry._jbatch.events) == 3
+    assert store.ticket == ticket  # nothing a frame must wait for was queued
+    frames = [await c.recv() for _ in range(3)]
+    assert [f["payload"]["text"] for f in frames] == ["n0", "n1", "n2"]
+    assert store.submitted == submitted  # the rows reached no store write yet: the frames did not wait for them
+    await registry.flush_rows()
+    assert store.query("SELECT COUNT(*) FROM loomi_events")[0][0] == 3
+    store.execute_later("UPDATE settings SET value=value WHERE key='x'")  # an ordinary write: the barrier rises
+    assert store.ticket == store.submitted
+    await c.close()
