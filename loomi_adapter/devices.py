@@ -329,8 +329,11 @@ class Registry:
                 "UPDATE loomi_devices SET seq_reserved=? WHERE device_id=?", rows))
         if fut is not None:
             await asyncio.wrap_future(fut)
-        if self.journal is not None and not self._rows_failed:
-            self.journal.remove()
+        if self.journal is not None:
+            if self._rows_failed:  # its rows are for the next start
+                self.journal.close()
+            else:
+                self.journal.remove()
             self.journal = None
 
     async def flush_rows(self) -> None:
@@ -426,19 +429,19 @@ class Registry:
         if b is None or journal is None:
             return None
         self._jbatch = None
-        rotated = journal.rotate()  # every row of the old file is in this batch or an earlier one
+        full = journal.rotate()  # every row of a full file is in this batch or an earlier one
         fut = self.store.submit(b, barrier=False)
-        fut.add_done_callback(lambda f: self._rows_done(f, journal, rotated))
+        fut.add_done_callback(lambda f: self._rows_done(f, full))
         return fut
 
-    def _rows_done(self, fut: Any, journal: Journal, rotated: bool) -> None:
-        """In the store's writer thread: a journaled batch committed (the old file may go) or failed."""
+    def _rows_done(self, fut: Any, full: Optional[str]) -> None:
+        """In the store's writer thread: a journaled batch committed (a full file may go) or failed."""
         exc = fut.exception()
         if exc is not None:
             self._rows_failed = True
             log.error("replay rows not stored (%s): kept in the journal until the next start", exc)
-        elif rotated and not self._rows_failed:
-            journal.drop_old()
+        elif full is not None and not self._rows_failed:
+            Journal.drop(full)
 
     def resume(self, d: Device, last_seq: Optional[int]):
         """``replay.Resume`` for a hello with ``last_seq``; reserves seqs when it moved the numbering."""

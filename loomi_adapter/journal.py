@@ -12,14 +12,16 @@ behind no frame (``Store.submit(barrier=False)``). The file's blocks are
 allocated when it is created (``posix_fallocate``), so a full disk is an
 error there, never a fault in a later write.
 
-Two files in the data directory: ``loomi-journal`` takes the records; once
-past half its ``FILE_BYTES`` it becomes ``loomi-journal.old`` at a batch's
-submission, and that file is deleted once the batch (which holds, with the
-batches before it, every row of the old file) has committed. At start, the
-registry applies both files' rows to SQLite (they are idempotent:
-``INSERT OR REPLACE`` by key) before it reads the window, then deletes them.
-A record the file has no room for (the old file still waits, or a huge
-event) is committed before its frame leaves instead, as without a journal.
+Numbered files in the data directory, ``loomi-journal.<k>``: one takes the
+records; once it is half full, the next one (prepared ahead in a thread of
+its own: created, allocated and every page written once, so no write on the
+loop faults a page in) takes over at a batch's submission, and the full one
+is deleted once that batch (which holds, with the batches before it, every
+row of the file) has committed. At start, the registry applies every file's
+rows to SQLite, oldest first (they are idempotent: ``INSERT OR REPLACE`` by
+key), before it reads the window, then deletes them. A record the file has
+no room for (the next file is not ready, or a huge event) is committed
+before its frame leaves instead, as without a journal.
 
 A record: ``crc32 (4 bytes) | length (4) | payload``, the payload written
 before the header (a crash in between leaves a zero header: the end); the
@@ -31,10 +33,13 @@ file's reading.
 
 from __future__ import annotations
 
+import concurrent.futures
+import glob
 import logging
 import mmap
 import os
 import struct
+import threading
 import zlib
 from typing import Optional
 
@@ -111,27 +116,38 @@ def decode(data: bytes) -> tuple[list[tuple[int, bytes]], list[tuple[str, int, i
 
 
 class Journal:
-    """The two files in ``directory``; ``append`` and ``rotate`` on the loop thread, ``drop_old`` from any."""
+    """The files in ``directory``; ``append`` and ``rotate`` on the loop thread, ``drop`` from any thread."""
 
     def __init__(self, directory: str, size: int = FILE_BYTES):
-        self.path = os.path.join(directory, NAME)
-        self.old_path = self.path + ".old"
+        self.prefix = os.path.join(directory, NAME)
         self.file_bytes = size
         self._map: Optional[mmap.mmap] = None
+        self.number = 0  # the file taking records
+        self.path = ""
         self.pos = 0  # where the next record goes
-        self.old_pending = False  # the old file waits for its batch to commit
         self.broken = False  # the journal could not be set up: every row is committed before its frame
+        self._spare: Optional[concurrent.futures.Future] = None  # the next file, being prepared
+        self._spare_thread: Optional[threading.Thread] = None
+
+    def _name(self, number: int) -> str:
+        return f"{self.prefix}.{number}"
+
+    def files(self) -> list[tuple[int, str]]:
+        """The journal's files, oldest first."""
+        out = []
+        for path in glob.glob(glob.escape(self.prefix) + ".*"):
+            tail = path[len(self.prefix) + 1:]
+            if tail.isdigit():
+                out.append((int(tail), path))
+        return sorted(out)
 
     def recover(self) -> tuple[list[tuple[int, bytes]], list[tuple[str, int, int]]]:
-        """The rows both files hold (the old file's first), for the store before the window is read."""
+        """The rows every file holds (the oldest first), for the store before the window is read."""
         events: list[tuple[int, bytes]] = []
         segments: list[tuple[str, int, int]] = []
-        for path in (self.old_path, self.path):
-            try:
-                with open(path, "rb") as f:
-                    data = f.read()
-            except FileNotFoundError:
-                continue
+        for _, path in self.files():
+            with open(path, "rb") as f:
+                data = f.read()
             e, s, used = decode(data)
             if any(data[used:used + _HEAD.size]):
                 log.warning("%s: what follows the last whole record (%d bytes in) is ignored: cut short by a "
@@ -144,26 +160,32 @@ class Journal:
         """Start empty (after ``recover``'s rows were committed); False if the file cannot be set up."""
         self.remove()
         try:
-            self._map = self._create(self.path)
+            self._map = _create(self._name(1), self.file_bytes)
         except OSError as exc:
-            log.error("loomi journal %s: %s; replay rows are committed before their frames", self.path, exc)
+            log.error("loomi journal %s: %s; replay rows are committed before their frames", self._name(1), exc)
             self.broken = True
             return False
+        self.number = 1
+        self.path = self._name(1)
         self.pos = 0
         self.broken = False
+        self._prepare_next()
         return True
 
-    def _create(self, path: str) -> mmap.mmap:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
+    def _prepare_next(self) -> None:
+        """Create, allocate and fault in the next file in a thread (a file's pages cost the disk's time)."""
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        path, size = self._name(self.number + 1), self.file_bytes
+
+        def make() -> None:
             try:
-                os.posix_fallocate(fd, 0, self.file_bytes)  # blocks now: a full disk never faults a write later
-            except OSError:
-                os.unlink(path)
-                raise
-            return mmap.mmap(fd, self.file_bytes, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        finally:
-            os.close(fd)
+                fut.set_result(_create(path, size))
+            except BaseException as exc:  # noqa: BLE001 - the loop sees it at the next rotation
+                fut.set_exception(exc)
+
+        self._spare = fut
+        self._spare_thread = threading.Thread(target=make, name="agent-bridge-loomi-journal", daemon=True)
+        self._spare_thread.start()
 
     def append(self, events: list[tuple[int, bytes]], segments: list[tuple[str, int, int]]) -> bool:
         """Copy one record into the file; False if it has no room (then the caller commits before sending)."""
@@ -181,41 +203,65 @@ class Journal:
         self.pos = end
         return True
 
-    def rotate(self) -> bool:
-        """At a batch's submission: start a new file if this one is half full and the old one is gone.
-        True if it rotated (drop the old file once that batch has committed)."""
-        if self._map is None or self.pos < self.file_bytes // 2 or self.old_pending:
-            return False
+    def rotate(self) -> Optional[str]:
+        """At a batch's submission: move to the next file if this one is half full and the next is ready.
+        The full file's path (delete it with ``drop`` once that batch has committed), or None."""
+        spare = self._spare
+        if self._map is None or self.pos < self.file_bytes // 2 or spare is None or not spare.done():
+            return None
+        self._spare = None
         try:
-            os.replace(self.path, self.old_path)
-            new = self._create(self.path)
-        except OSError as exc:  # the records go on into this file (the old one, if the rename was done)
-            log.warning("loomi journal not rotated: %s", exc)
-            return False
+            new = spare.result()
+        except OSError as exc:  # a full disk: the records go on into this file while it has room, then to the store
+            log.warning("loomi journal: next file not created: %s", exc)
+            self._prepare_next()
+            return None
+        old, self.path = self.path, self._name(self.number + 1)
         self._map.close()
         self._map = new
+        self.number += 1
         self.pos = 0
-        self.old_pending = True
-        return True
+        self._prepare_next()
+        return old
 
-    def drop_old(self) -> None:
+    @staticmethod
+    def drop(path: str) -> None:
         try:
-            os.unlink(self.old_path)
+            os.unlink(path)
         except FileNotFoundError:
             pass
-        self.old_pending = False
 
     def close(self) -> None:
         if self._map is not None:
             self._map.close()
             self._map = None
+        if self._spare_thread is not None:
+            self._spare_thread.join()
+            self._spare_thread = None
+        spare, self._spare = self._spare, None
+        if spare is not None and spare.exception() is None:
+            spare.result().close()
 
     def remove(self) -> None:
-        """Delete both files (their rows are committed)."""
+        """Delete every file (their rows are committed)."""
         self.close()
-        for path in (self.old_path, self.path):
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
-        self.old_pending = False
+        for _, path in self.files():
+            self.drop(path)
+
+
+def _create(path: str, size: int) -> mmap.mmap:
+    """A file of ``size`` bytes, its blocks allocated (a full disk fails here, never a write later) and
+    every page written once (a write to it faults no page in while the kernel keeps it dirty), mapped."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        try:
+            os.posix_fallocate(fd, 0, size)
+        except OSError:
+            os.unlink(path)
+            raise
+        m = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    finally:
+        os.close(fd)
+    for i in range(0, size, mmap.PAGESIZE):
+        m[i] = 0
+    return m

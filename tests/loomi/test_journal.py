@@ -26,28 +26,31 @@ def test_records_read_back_as_written_and_a_cut_or_garbled_tail_ends_the_reading
     assert decode(data + b"\0" * 64)[2] == len(data)  # the zeros after the last record: the end
 
 
-def test_the_journal_keeps_rows_across_a_crash_and_rotates_when_half_full(tmp_path, monkeypatch):
+def test_the_journal_keeps_rows_across_a_crash_and_moves_on_when_half_full(tmp_path):
     j = Journal(str(tmp_path), size=4096)
     assert j.open()
-    assert os.path.getsize(j.path) == 4096  # allocated up front: a full disk fails here, not in a write
+    first = j.path
+    assert os.path.getsize(first) == 4096  # allocated up front: a full disk fails here, not in a write
     i = 0
     while j.pos < 2048:
         i += 1
         assert j.append(*_rows(i))
     # a crash now: a new process reads what the mapping held, without a close
     assert [n for n, _ in Journal(str(tmp_path)).recover()[0]] == list(range(1, i + 1))
-    assert j.rotate() and j.old_pending and j.pos == 0
-    assert not j.rotate()  # not before the old file's batch committed
-    j.append(*_rows(i + 1))
-    assert [n for n, _ in Journal(str(tmp_path)).recover()[0]] == list(range(1, i + 2))  # the old file first
-    j.drop_old()
-    assert not os.path.exists(j.old_path)
+    j._spare_thread.join()  # the next file is prepared in a thread
+    full = j.rotate()
+    assert full == first and j.pos == 0 and j.path != first
+    assert j.append(*_rows(i + 1))
+    assert [n for n, _ in Journal(str(tmp_path)).recover()[0]] == list(range(1, i + 2))  # the oldest file first
+    Journal.drop(full)  # its batch committed
+    assert not os.path.exists(first)
     assert [n for n, _ in Journal(str(tmp_path)).recover()[0]] == [i + 1]
+    assert j.rotate() is None  # not half full
     big = [(i + 2, b"x" * 5000)]
     assert not j.append(big, [])  # no room: the caller commits it before its frame leaves
     assert j.append(*_rows(i + 3))
     j.remove()
-    assert not os.path.exists(j.path) and Journal(str(tmp_path)).recover() == ([], [])
+    assert j.files() == [] and Journal(str(tmp_path)).recover() == ([], [])
 
 
 def test_a_journal_that_cannot_be_allocated_is_not_used(tmp_path, monkeypatch):
@@ -58,7 +61,7 @@ def test_a_journal_that_cannot_be_allocated_is_not_used(tmp_path, monkeypatch):
     j = Journal(str(tmp_path))
     assert not j.open() and j.broken
     assert not j.append(*_rows(1))
-    assert not os.path.exists(j.path)
+    assert j.files() == []
 
 
 async def test_frames_do_not_wait_for_the_journaled_rows_but_for_every_other_write(loomi):
