@@ -46,7 +46,7 @@ from typing import Optional
 log = logging.getLogger("agent_bridge.loomi.journal")
 
 NAME = "loomi-journal"
-FILE_BYTES = 1024 * 1024
+FILE_BYTES = 4 * 1024 * 1024
 
 _HEAD = struct.Struct("<II")  # crc32, payload length
 _COUNTS = struct.Struct("<II")  # events, segments

@@ -85,4 +85,3 @@ async def test_frames_do_not_wait_for_the_journaled_rows_but_for_every_other_wri
     store.execute_later("UPDATE settings SET value=value WHERE key='x'")  # an ordinary write: the barrier rises
     assert store.ticket == store.submitted
     await c.close()
-
