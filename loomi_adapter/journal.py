@@ -13,9 +13,9 @@ allocated when it is created (``posix_fallocate``), so a full disk is an
 error there, never a fault in a later write.
 
 Numbered files in the data directory, ``loomi-journal.<k>``: one takes the
-records; once it is half full, the next one (prepared from a quarter full
-on, in a thread of its own: created, allocated and every page written once,
-so no write on the loop faults a page in) takes over at a batch's submission, and the full one
+records; once it is half full, the next one (prepared ahead in a thread of
+its own: created, allocated and every page written once, so no write on the
+loop faults a page in) takes over at a batch's submission, and the full one
 is deleted once that batch (which holds, with the batches before it, every
 row of the file) has committed. At start, the registry applies every file's
 rows to SQLite, oldest first (they are idempotent: ``INSERT OR REPLACE`` by
@@ -169,6 +169,7 @@ class Journal:
         self.path = self._name(1)
         self.pos = 0
         self.broken = False
+        self._prepare_next()
         return True
 
     def _prepare_next(self) -> None:
@@ -205,25 +206,22 @@ class Journal:
     def rotate(self) -> Optional[str]:
         """At a batch's submission: move to the next file if this one is half full and the next is ready.
         The full file's path (delete it with ``drop`` once that batch has committed), or None."""
-        if self._map is None or self.pos < self.file_bytes // 4:
-            return None
         spare = self._spare
-        if spare is None:  # a quarter full: the next file is prepared now (not at start, where its pages
-            self._prepare_next()  # would compete with the first run for the CPU), ready long before half
-            return None
-        if self.pos < self.file_bytes // 2 or not spare.done():
+        if self._map is None or self.pos < self.file_bytes // 2 or spare is None or not spare.done():
             return None
         self._spare = None
         try:
             new = spare.result()
         except OSError as exc:  # a full disk: the records go on into this file while it has room, then to the store
             log.warning("loomi journal: next file not created: %s", exc)
-            return None  # tried again at the next batch
+            self._prepare_next()
+            return None
         old, self.path = self.path, self._name(self.number + 1)
         self._map.close()
         self._map = new
         self.number += 1
         self.pos = 0
+        self._prepare_next()
         return old
 
     @staticmethod
