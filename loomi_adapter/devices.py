@@ -178,15 +178,20 @@ class _RowBatch:
         self.lock = threading.Lock()
 
     def add(self, events: list[tuple], segments: list[tuple], prune: Optional[int]) -> bool:
+        """More rows, unless the writer thread took the batch (False: they go into a new one)."""
         with self.lock:
             if self.taken:
                 return False
-            self.events.extend(events)
-            if segments:
-                self.segments.extend(segments)
-            if prune is not None:
-                self.prune = prune
+            self.extend(events, segments, prune)
             return True
+
+    def extend(self, events: list[tuple], segments: list[tuple], prune: Optional[int]) -> None:
+        """More rows, no lock: for a batch no other thread sees yet (the journaled one, until submitted)."""
+        self.events.extend(events)
+        if segments:
+            self.segments.extend(segments)
+        if prune is not None:
+            self.prune = prune
 
     def __call__(self, c: sqlite3.Connection) -> None:
         with self.lock:
@@ -277,7 +282,7 @@ class Registry:
             events, segments = journal.recover()  # what a crash left before it reached the database
             if events or segments:
                 b = _RowBatch()
-                b.add(events, segments, None)
+                b.extend(events, segments, None)
                 await self.store.write(b)
                 log.info("replay rows of %d events recovered from the journal", len(events))
             if journal.open():
@@ -322,13 +327,11 @@ class Registry:
     async def persist_exact(self) -> None:
         """Clean shutdown: store each device's exact seq (nothing above it was given out), and the
         journaled rows (the journal is then empty)."""
-        fut = self._submit_rows()
+        await self.flush_rows()
         rows = [(d.seq, d.device_id) for d in self.devices.values()]
         if rows:
             await self.store.write(lambda c: c.executemany(
                 "UPDATE loomi_devices SET seq_reserved=? WHERE device_id=?", rows))
-        if fut is not None:
-            await asyncio.wrap_future(fut)
         if self.journal is not None:
             if self._rows_failed:  # its rows are for the next start
                 self.journal.close()
@@ -395,19 +398,10 @@ class Registry:
         if journal is not None and journal.append(events, segments):
             # durable now: the batch is the loop's until _submit_rows hands it to the store, behind no frame
             b = self._jbatch
-            if b is None:
+            if b is None:  # record() runs on the loop (the hub's fan-out)
                 b = self._jbatch = _RowBatch()
-                try:
-                    self._rows_timer = asyncio.get_running_loop().call_later(ROWS_EVERY, self._submit_rows)
-                except RuntimeError:  # no loop runs (a synchronous caller): at once
-                    b.add(events, segments, prune)
-                    self._submit_rows()
-                    return
-            b.events += events  # the loop's own batch: no lock (_RowBatch.add is for one the writer may take)
-            if segments:
-                b.segments += segments
-            if prune is not None:
-                b.prune = prune
+                self._rows_timer = asyncio.get_running_loop().call_later(ROWS_EVERY, self._submit_rows)
+            b.extend(events, segments, prune)
             if len(b.events) >= ROWS_MAX:
                 self._submit_rows()
             return

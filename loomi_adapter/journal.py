@@ -34,6 +34,7 @@ file's reading.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import glob
 import logging
 import mmap
@@ -73,10 +74,15 @@ def payload_of(events: list[tuple[int, bytes]], segments: list[tuple[str, int, i
     return b"".join(parts)
 
 
+def head_of(payload: bytes) -> bytes:
+    """A record's header: its payload's crc32 and length."""
+    return _HEAD.pack(zlib.crc32(payload), len(payload))
+
+
 def encode(events: list[tuple[int, bytes]], segments: list[tuple[str, int, int]]) -> bytes:
     """One whole record."""
     payload = payload_of(events, segments)
-    return _HEAD.pack(zlib.crc32(payload), len(payload)) + payload
+    return head_of(payload) + payload
 
 
 def decode(data: bytes) -> tuple[list[tuple[int, bytes]], list[tuple[str, int, int]], int]:
@@ -194,12 +200,12 @@ class Journal:
             return False
         payload = payload_of(events, segments)
         pos = self.pos
-        start = pos + 8
+        start = pos + _HEAD.size
         end = start + len(payload)
-        if end + 8 > self.file_bytes:  # room for the zero header that ends the file's reading, too
+        if end + _HEAD.size > self.file_bytes:  # room for the zero header that ends the file's reading, too
             return False
         m[start:end] = payload  # the payload first, then its header: a crash in between leaves a zero header
-        m[pos:start] = _HEAD.pack(zlib.crc32(payload), len(payload))
+        m[pos:start] = head_of(payload)
         self.pos = end
         return True
 
@@ -226,10 +232,8 @@ class Journal:
 
     @staticmethod
     def drop(path: str) -> None:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
-        except FileNotFoundError:
-            pass
 
     def close(self) -> None:
         if self._map is not None:

@@ -8,6 +8,8 @@ from typing import Any, Callable, Optional
 import aiohttp
 import orjson
 
+from bridge_core import events as ev
+
 TIMEOUT = 10.0
 
 
@@ -146,3 +148,9 @@ async def wait_for(pred: Callable[[], bool], timeout: float = TIMEOUT) -> None:
         if loop.time() > end:
             raise TimeoutError("condition not reached")
         await asyncio.sleep(0.01)
+
+
+def notify(svc, n: int, text: str = "n") -> None:
+    """n notifications published synchronously (a fake agent source)."""
+    for i in range(n):
+        svc.bridge.publish(ev.Notification(conversation_id=None, message_id=f"m{i}", text=f"{text}{i}"))

@@ -7,6 +7,8 @@ import os
 from loomi_adapter import journal as jmod
 from loomi_adapter.journal import Journal, decode, encode
 
+from .helpers import notify, pair
+
 
 def _rows(i: int):
     return [(i, b'"type":"run.delta","n":%d}' % i)], ([("dev-a", i, 3)] if i % 5 == 0 else [])
@@ -67,8 +69,6 @@ def test_a_journal_that_cannot_be_allocated_is_not_used(tmp_path, monkeypatch):
 async def test_frames_do_not_wait_for_the_journaled_rows_but_for_every_other_write(loomi):
     """The rows are durable in the journal when the frame is queued; a write that is not (a
     reservation, a message) still holds the frames queued after it until it committed."""
-    from tests.loomi.test_replay import notify, pair
-
     c, creds = await pair(loomi)
     store = loomi.bridge.store
     registry = loomi.frontends["loomi"].registry

@@ -10,15 +10,9 @@ from bridge_core.commands import Origin, SendMessage
 
 from tests.waiting import turns, until
 
-from .helpers import pair, resume, wait_for
+from .helpers import notify, pair, resume, wait_for
 
 CLI = Origin(surface="cli", decided_by="local")
-
-
-def notify(svc, n: int, text: str = "n") -> None:
-    """n notifications published synchronously (a fake agent source)."""
-    for i in range(n):
-        svc.bridge.publish(ev.Notification(conversation_id=None, message_id=f"m{i}", text=f"{text}{i}"))
 
 
 async def run_to_end(svc, text: str, conversation_id=None):
