@@ -453,6 +453,9 @@ class LoomiFrontEnd(FrontEnd):
                 await self._handle(conn, req)
             except Exception as exc:  # never let one request end the socket
                 self._error(conn, exc, getattr(req, "request_id", None))
+            # a queue of requests read in one go (a burst of new tasks) would run back to back without the
+            # loop turning: every other connection's frames wait for all of them (docs/architecture.md)
+            await asyncio.sleep(0)
 
     async def _handle(self, conn: Connection, req: Any) -> None:
         d = conn.device

@@ -263,6 +263,7 @@ class PhebyFrontEnd(FrontEnd):
                 break
             if step.command is not None:
                 await self._execute(conn, step.command, origin)
+                await asyncio.sleep(0)  # one request per turn of the loop (docs/architecture.md)
             if conn.session.rate_limited:
                 self.stats["rate_limited"] += conn.session.rate_limited
                 conn.session.rate_limited = 0
