@@ -23,6 +23,7 @@ from . import commands as cmd
 from . import events as ev
 from .agents.base import AgentSource
 from .attachments import AttachmentStore
+from .drafts import DraftSaver
 from .errors import (
     AlreadyResolved,
     ApprovalNotFound,
@@ -48,7 +49,6 @@ RESOLVED_MEMORY = 4096
 INTERRUPTED = "interrupted by a restart"
 CLEANUP_INTERVAL = 3600.0
 PENDING_KEY = "pending-decision:"  # settings rows of decisions not yet resolved (for a restart to resolve)
-DRAFT_SAVE_INTERVAL = 1.0  # seconds between saves of a streaming draft (what a crash can lose)
 RUN_END_REASON = {"cancelled": "cancelled", "failed": "failed", "completed": "completed"}
 _STAMPED = frozenset({ev.UserMessageSent, ev.RunStarted, ev.RunFinished})  # events stamped with their origin
 
@@ -100,7 +100,7 @@ class Bridge:
         self._entering: dict[str, cmd.Origin] = {}
         self._run_origin: dict[str, cmd.Origin] = {}
         self._cancel_origin: dict[str, cmd.Origin] = {}
-        self._draft_saved: dict[str, float] = {}  # run_id -> when its draft was last saved
+        self.drafts = DraftSaver(self.store, self.conversations.__contains__)  # streaming drafts, saved now and then
         self.interrupted_runs: list[tuple[str, str]] = []
         self.started = False
         # commands a core extension answers (bridge_core/push: push.register and friends), by type;
@@ -145,6 +145,7 @@ class Bridge:
         if self.cluster is not None:
             await self.cluster.stop()  # what the sources published last goes out first
         await self.tasks.close()
+        self.drafts.close()
         self.store.close()
         self.started = False
 
@@ -189,7 +190,7 @@ class Bridge:
             if conv is not None and conv.run is None:
                 run = conv.run = ActiveRun(run_id=run_id, message_id=draft_message_id(run_id), started_at=started or now)
                 saved = next((m for m in conv.messages if m.message_id == run.message_id), None)
-                if saved is not None:  # its saved draft (_save_draft): the text its completion keeps
+                if saved is not None:  # its saved draft (drafts.py): the text its completion keeps
                     conv.messages.remove(saved)
                     run.draft = ev.Draft(saved.text)
         for key, value in self.store.query("SELECT key, value FROM settings WHERE key LIKE ?", (PENDING_KEY + "%",)):
@@ -384,7 +385,7 @@ class Bridge:
         s = self.store
         if t is ev.TextDelta:
             if e.kind == "text":
-                self._save_draft(e)
+                self.drafts.changed(e)
             return
         if t is ev.ConversationCreated:
             conv = self.conversations.get(e.conversation_id)
@@ -408,6 +409,7 @@ class Bridge:
         elif t is ev.UserMessageSent:
             self._write_message(e.conversation_id, e.message_id, "user", e.text, e.ts)
         elif t is ev.MessageCompleted:
+            self.drafts.done(e.message_id)
             self._write_message(e.conversation_id, e.message_id, "assistant", e.text, e.ts)
         elif t is ev.Notification:
             if e.conversation_id is not None:
@@ -418,7 +420,6 @@ class Bridge:
                 (e.run_id, e.conversation_id, "running", e.ts),
             )
         elif t is ev.RunFinished:
-            self._draft_saved.pop(e.run_id, None)
             s.execute_later(
                 "UPDATE runs SET status=?, finished_at=?, error=? WHERE run_id=?", (e.status, e.ts, e.error, e.run_id)
             )
@@ -437,29 +438,12 @@ class Bridge:
             did = e.approval_id if t is ev.ApprovalResolved else e.clarify_id
             s.execute_later("DELETE FROM settings WHERE key=?", (PENDING_KEY + did,))
 
-    def _save_draft(self, e: ev.TextDelta) -> None:
-        """Keep a streaming run's draft at most every DRAFT_SAVE_INTERVAL (never per delta).
-
-        A crash then loses at most that much of what was said: at the next start
-        the interrupted message is completed with the saved draft (close_run).
-        The draft's row is the message's own row, which its completion replaces.
-        """
-        if e.conversation_id not in self.conversations:
-            return
-        now = time.monotonic()
-        last = self._draft_saved.get(e.run_id)
-        if last is not None and now - last < DRAFT_SAVE_INTERVAL:
-            return
-        self._draft_saved[e.run_id] = now
-        # a snapshot that may lag what was sent by design: the frames after it do not wait for it
-        self._write_message(e.conversation_id, e.message_id, "assistant", e.text, e.ts, barrier=False)
-
-    def _write_message(self, cid: str, mid: str, role: str, text: str, ts: float, barrier: bool = True) -> None:
+    def _write_message(self, cid: str, mid: str, role: str, text: str, ts: float) -> None:
         self.store.execute_later(
             "INSERT OR REPLACE INTO messages(conversation_id, message_id, role, text, ts) VALUES(?,?,?,?,?)",
-            (cid, mid, role, text, ts), barrier=barrier,
+            (cid, mid, role, text, ts),
         )
-        self.store.execute_later("UPDATE conversations SET last_active=? WHERE id=?", (ts, cid), barrier=barrier)
+        self.store.execute_later("UPDATE conversations SET last_active=? WHERE id=?", (ts, cid))
 
     # --- lookups ----------------------------------------------------------------
 

@@ -62,7 +62,7 @@ IDEMPOTENCY_KEEP = 256
 MAX_PENDING_TOKENS = 100
 MAX_TTL = 86400.0
 PRUNE_EVERY = 64  # events between two prunes of old events and superseded segments
-ROWS_EVERY = 0.1  # seconds between two batches of journaled replay rows to the store
+ROWS_EVERY = 1.0  # seconds between two batches of journaled replay rows to the store (each a commit)
 ROWS_MAX = 4096  # events in a batch that goes to the store at once
 
 MIGRATIONS = [

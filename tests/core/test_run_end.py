@@ -119,18 +119,43 @@ async def test_restart_closes_interrupted_run_with_its_pending_decision(tmp_path
 
 
 async def test_a_draft_save_holds_no_frame(bridge):
-    """A streaming draft is saved at most every DRAFT_SAVE_INTERVAL, a snapshot that may lag what was
-    sent by design: the frames after it do not wait for its commit (Store.ticket stays)."""
+    """Streaming drafts are saved together at most every DRAFT_SAVE_INTERVAL, a snapshot that may lag what
+    was sent by design: the frames after it do not wait for its commit (Store.ticket stays)."""
     res = await bridge.execute(cmd.SendMessage(text="go"), PHEBY)
     await bridge.store.aflush()
     store = bridge.store
+    bridge.drafts.save()  # what the run streamed so far
+    await store.aflush()
     ticket, submitted = store.ticket, store.submitted
     draft = ev.Draft()
     draft.append("more text")
-    bridge._draft_saved.clear()
-    bridge._save_draft(ev.TextDelta(conversation_id=res.conversation_id, run_id=res.run_id,
-                                    message_id=draft_message_id(res.run_id), delta="more text", draft=draft))
-    assert store.submitted == submitted + 2 and store.ticket == ticket
+    mid = draft_message_id(res.run_id)
+    bridge.drafts.changed(ev.TextDelta(conversation_id=res.conversation_id, run_id=res.run_id,
+                                       message_id=mid, delta="more text", draft=draft))
+    assert store.submitted == submitted  # a delta only marks its draft as changed
+    bridge.drafts.save()  # what the timer does
+    assert store.submitted == submitted + 1 and store.ticket == ticket
     await store.aflush()
-    assert store.query("SELECT text FROM messages WHERE message_id=?", (draft_message_id(res.run_id),)) == [
-        ("more text",)]
+    assert store.query("SELECT text FROM messages WHERE message_id=?", (mid,)) == [("more text",)]
+
+
+async def test_drafts_of_every_streaming_run_are_saved_in_one_write(bridge):
+    """Many runs streaming at once cost one write per interval, not one per run; a completed message's
+    draft is not saved over its final text; the timer saves what changed without being asked."""
+    convs = [(await bridge.execute(cmd.SendMessage(text="go"), PHEBY)) for _ in range(3)]
+    await bridge.store.aflush()
+    bridge.drafts.save()
+    await bridge.store.aflush()
+    submitted = bridge.store.submitted
+    for i, res in enumerate(convs):
+        draft = ev.Draft()
+        draft.append(f"draft {i}")
+        bridge.drafts.changed(ev.TextDelta(conversation_id=res.conversation_id, run_id=res.run_id,
+                                           message_id=draft_message_id(res.run_id), delta="x", draft=draft))
+    bridge.drafts.done(draft_message_id(convs[0].run_id))  # completed meanwhile: its own row is final
+    await until(lambda: bridge.store.submitted == submitted + 1, timeout=10)  # the timer, one write
+    await bridge.store.aflush()
+    rows = dict(bridge.store.query("SELECT message_id, text FROM messages WHERE role='assistant'"))
+    assert rows.get(draft_message_id(convs[1].run_id)) == "draft 1"
+    assert rows.get(draft_message_id(convs[2].run_id)) == "draft 2"
+    assert rows.get(draft_message_id(convs[0].run_id)) != "draft 0"
