@@ -108,6 +108,10 @@ class BaseStore:
     local_dir: Optional[str] = None  # a directory of this machine beside the store (SQLite's), for journals
     begin_sql = "BEGIN"
     errors: tuple[type[BaseException], ...] = (sqlite3.Error,)
+    # a statement that fails is undone alone and leaves the transaction usable (SQLite: a constraint
+    # error aborts the statement, not the transaction), so a lone queued statement needs no savepoint
+    # of its own; PostgreSQL aborts the whole transaction, so there every op gets one
+    statement_atomic = False
 
     def __init__(self, path: str):
         self.path = path
@@ -336,6 +340,18 @@ class BaseStore:
                             except Exception:
                                 conn.execute("ROLLBACK TO grp")
                                 conn.execute("RELEASE grp")
+                    if type(fn) is _Stmt and self.statement_atomic:
+                        # two statements (and two hand-offs of the GIL from a busy loop) fewer than a savepoint
+                        try:
+                            results.append((fut, conn.execute(fn.sql, fn.params), None))
+                        except Exception as exc:
+                            if not conn.in_transaction:  # the engine rolled the transaction back (a full disk)
+                                raise
+                            results.append((fut, None, exc))
+                            if self.is_storage_error(exc):
+                                storage_error = exc
+                        i += 1
+                        continue
                     conn.execute("SAVEPOINT op")
                     try:
                         res = fn(conn)
@@ -450,6 +466,7 @@ class Store(BaseStore):
     """
 
     begin_sql = "BEGIN IMMEDIATE"
+    statement_atomic = True
 
     def __init__(self, path: str):
         super().__init__(path)

@@ -135,6 +135,27 @@ def test_runs_of_one_statement_are_batched_and_a_bad_row_is_isolated(tmp_path):
         s.close()
 
 
+def test_a_lone_failing_statement_is_undone_alone_without_a_savepoint(tmp_path):
+    """Queued statements of different SQL in one batch run without a savepoint each (SQLite undoes a
+    failed statement alone): the bad one fails, its neighbours commit."""
+    s = Store(str(tmp_path / "b.db")).open()
+    try:
+        s.migrate("t", ["CREATE TABLE t(k INTEGER PRIMARY KEY, v TEXT NOT NULL)", "CREATE TABLE u(k INTEGER)"])
+        gate = __import__("threading").Event()
+        s.submit(lambda c: gate.wait(5))  # hold the writer so the statements below form one batch
+        s.execute_later("INSERT INTO t(k, v) VALUES(?, ?)", (1, "a"))
+        s.execute_later("INSERT INTO u(k) VALUES(?)", (1,))
+        s.execute_later("INSERT INTO t(k, v) VALUES(?, ?)", (1, "dup"))  # a constraint error
+        s.execute_later("UPDATE t SET v=? WHERE k=?", ("b", 1))
+        last = s.submit(lambda c: c.execute("SELECT v FROM t").fetchall())
+        gate.set()
+        assert last.result(10) == [("b",)]
+        assert s.query("SELECT k FROM u") == [(1,)]
+        assert s.commits >= 1
+    finally:
+        s.close()
+
+
 async def test_a_single_failing_write_is_rolled_back_and_the_next_commits(tmp_path):
     """A commit of one write runs it without a savepoint; if it fails, nothing of it stays."""
     s = Store(str(tmp_path / "b.db")).open()
