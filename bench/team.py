@@ -1,7 +1,9 @@
 """The team load: R concurrent paced runs x K clients, bridge and baseline alternated on fresh servers.
 
 Every run is ``/bench n rate`` (an LLM's pace: ``rate`` deltas per second) in
-a conversation of its own, and every client sees every run. The clients are
+a conversation of its own, and every client sees every run. The runs start
+spread over one pacing interval (``START_SPREAD``), so that their deltas fall
+due at independent moments, as a team's do. The clients are
 processes of their own (``bench.team_client``). Per configuration and
 server: p50/p99/max delivery latency (receipt minus the frame's server
 timestamp), server CPU per run-second (all threads, schedstat), peak RSS,
@@ -25,6 +27,11 @@ from .load import _pct, pair_loomi_devices
 from .proc import BENCH_SECRET, ROOT, Server
 
 DRAFT_INTERVAL_MS = 40.0
+# the runs start spread evenly over this many pacing intervals (1 / rate), at the same offsets for the
+# bridge and the baseline. Runs started in one instant keep their paced deltas due at the same moments
+# for their whole length, so a server that started them closer together (in one turn of its loop) had
+# fewer wake-ups and larger batched writes for it: an alignment no team's runs have.
+START_SPREAD = 1.0
 
 
 def _steal_ms() -> float:
@@ -51,7 +58,8 @@ async def team_once(proto: str, kind: str, runs: int, clients: int, n: int, rate
         for i in range(clients):
             mine = runs // clients + (1 if i < runs % clients else 0)
             cfg = {"proto": proto, "port": port, "runs": runs, "mine": mine, "n": n, "rate": rate,
-                   "secret": BENCH_SECRET, "device": devices[i], "index": i}
+                   "secret": BENCH_SECRET, "device": devices[i], "index": i, "clients": clients,
+                   "spread": START_SPREAD / rate}
             procs.append(await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "bench.team_client", json.dumps(cfg), cwd=ROOT, env=env,
                 stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=1 << 28))

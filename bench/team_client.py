@@ -71,15 +71,26 @@ async def run(cfg: dict) -> dict:
             return {}
         done = 0
         text = f"/bench {n} {rate:g}"
-        if proto == "pheby":
-            for i, cid in enumerate(convs):
-                await ws.send_str(orjson.dumps({"type": "chat.send", "conversation_id": cid, "text": text,
-                                                "request_id": f"r{i}"}).decode())
-        else:
-            for i in range(mine):
-                await ws.send_str(orjson.dumps({"v": 1, "type": "session.send", "payload": {
-                    "text": text, "request_id": f"r{cfg['index']}-{i}"}}).decode())
         t_go = time.time()
+        spread = cfg.get("spread", 0.0)
+        t0 = loop.time()
+
+        async def send_all() -> None:
+            # the team's runs start spread evenly over ``spread`` seconds, the same offsets for every server
+            # (bench.team: started in one instant, their paced deltas would fall due in the same turn of the
+            # loop for good, an alignment no team has); this task sends while the loop below reads
+            for i in range(mine):
+                if spread:
+                    g = i * cfg.get("clients", 1) + cfg["index"]  # the run's place in the whole team
+                    await asyncio.sleep(max(0.0, t0 + spread * g / runs - loop.time()))
+                if proto == "pheby":
+                    await ws.send_str(orjson.dumps({"type": "chat.send", "conversation_id": convs[i], "text": text,
+                                                    "request_id": f"r{i}"}).decode())
+                else:
+                    await ws.send_str(orjson.dumps({"v": 1, "type": "session.send", "payload": {
+                        "text": text, "request_id": f"r{cfg['index']}-{i}"}}).decode())
+
+        sender = asyncio.ensure_future(send_all())
         append = lat.append
         async for msg in ws:
             if msg.type != TEXT:
@@ -107,6 +118,7 @@ async def run(cfg: dict) -> dict:
             if done >= runs:
                 break
         out["elapsed_s"] = time.time() - t_go
+        await sender
         await ws.close()
     out["lat_us"] = lat
     out["finals"] = len(finals)
