@@ -237,7 +237,7 @@ class Bridge:
         ``_load`` marked them failed in the runs table and put each back as its
         conversation's active run; here each one gets a ``RunFinished`` failed,
         so ``close_run`` completes its message (with the draft last saved
-        before the crash, ``_save_draft``) and resolves its pending decisions
+        before the crash, ``drafts.DraftSaver``) and resolves its pending decisions
         (decided_by ``restart``) on every front end, then a diagnostic notice
         says why.
         """
