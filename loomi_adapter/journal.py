@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import errno
 import glob
 import logging
 import mmap
@@ -48,6 +49,7 @@ log = logging.getLogger("agent_bridge.loomi.journal")
 
 NAME = "loomi-journal"
 FILE_BYTES = 4 * 1024 * 1024
+KEEP_FREE = 4  # a file is made only if that leaves this many times its size free (_check_room)
 
 _HEAD = struct.Struct("<II")  # crc32, payload length
 _COUNTS = struct.Struct("<II")  # events, segments
@@ -134,6 +136,7 @@ class Journal:
         self.broken = False  # the journal could not be set up: every row is committed before its frame
         self._spare: Optional[concurrent.futures.Future] = None  # the next file, being prepared
         self._spare_thread: Optional[threading.Thread] = None
+        self._spare_failed = False
 
     def _name(self, number: int) -> str:
         return f"{self.prefix}.{number}"
@@ -219,7 +222,8 @@ class Journal:
         try:
             new = spare.result()
         except OSError as exc:  # a full disk: the records go on into this file while it has room, then to the store
-            log.warning("loomi journal: next file not created: %s", exc)
+            (log.debug if self._spare_failed else log.warning)("loomi journal: next file not created: %s", exc)
+            self._spare_failed = True  # said once: a disk that stays full would repeat it every batch
             self._prepare_next()
             return None
         old, self.path = self.path, self._name(self.number + 1)
@@ -253,9 +257,24 @@ class Journal:
             self.drop(path)
 
 
+def _check_room(directory: str, size: int) -> None:
+    """OSError(ENOSPC) if a file of ``size`` bytes would leave the file system less than ``KEEP_FREE`` times
+    that free: the database beside it comes first (on a small disk the rows are committed before their
+    frames, as without a journal)."""
+    try:
+        st = os.statvfs(directory)
+    except OSError:
+        return  # not known here: fallocate still refuses a full disk
+    free = st.f_bavail * st.f_frsize
+    if free - size < KEEP_FREE * size:
+        raise OSError(errno.ENOSPC, f"{free // 1024} KiB free: a journal file of {size // 1024} KiB would leave "
+                                    f"less than {KEEP_FREE * size // 1024} KiB for the database")
+
+
 def _create(path: str, size: int) -> mmap.mmap:
     """A file of ``size`` bytes, its blocks allocated (a full disk fails here, never a write later) and
     every page written once (a write to it faults no page in while the kernel keeps it dirty), mapped."""
+    _check_room(os.path.dirname(path) or ".", size)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         try:

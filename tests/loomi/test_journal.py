@@ -66,6 +66,25 @@ def test_a_journal_that_cannot_be_allocated_is_not_used(tmp_path, monkeypatch):
     assert j.files() == []
 
 
+def test_a_journal_that_would_crowd_the_database_out_is_not_made(tmp_path, monkeypatch):
+    """On a small file system (an 8 MiB data directory: tests/hardening/test_storage.py) two journal
+    files would take the room the database needs: the rows are then committed before their frames."""
+    real = os.statvfs(str(tmp_path))
+
+    class Small:
+        f_frsize = real.f_frsize
+        f_bavail = (8 * 1024 * 1024) // real.f_frsize
+
+    monkeypatch.setattr(jmod.os, "statvfs", lambda path: Small)
+    j = Journal(str(tmp_path))
+    assert not j.open() and j.broken
+    assert j.files() == []
+    small = Journal(str(tmp_path), size=4096)  # a file that leaves four times its size free is made
+    assert small.open()
+    small._spare_thread.join()
+    small.remove()
+
+
 async def test_frames_do_not_wait_for_the_journaled_rows_but_for_every_other_write(loomi):
     """The rows are durable in the journal when the frame is queued; a write that is not (a
     reservation, a message) still holds the frames queued after it until it committed."""
