@@ -23,7 +23,7 @@ from . import commands as cmd
 from . import events as ev
 from .agents.base import AgentSource
 from .attachments import AttachmentStore
-from .drafts import DraftSaver
+from .drafts import LAST_ACTIVE_SQL, MESSAGE_SQL, DraftSaver
 from .errors import (
     AlreadyResolved,
     ApprovalNotFound,
@@ -439,11 +439,8 @@ class Bridge:
             s.execute_later("DELETE FROM settings WHERE key=?", (PENDING_KEY + did,))
 
     def _write_message(self, cid: str, mid: str, role: str, text: str, ts: float) -> None:
-        self.store.execute_later(
-            "INSERT OR REPLACE INTO messages(conversation_id, message_id, role, text, ts) VALUES(?,?,?,?,?)",
-            (cid, mid, role, text, ts),
-        )
-        self.store.execute_later("UPDATE conversations SET last_active=? WHERE id=?", (ts, cid))
+        self.store.execute_later(MESSAGE_SQL, (cid, mid, role, text, ts))
+        self.store.execute_later(LAST_ACTIVE_SQL, (ts, cid))
 
     # --- lookups ----------------------------------------------------------------
 

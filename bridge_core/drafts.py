@@ -7,7 +7,7 @@ saved draft (``Bridge.close_run``). The draft's row is the message's own row,
 which its completion replaces (docs/architecture.md, "One event, agent to
 sockets").
 
-A message's first words are saved at once (at the loop's next turn: a
+A message's first words (its first delta) are saved at once (at the loop's next turn: a
 crash right after them keeps them). After that a delta only marks its
 message as changed (a dict store: this runs per delta), and one timer saves
 every changed draft, as it is by then, in one write, whatever number of runs
@@ -22,9 +22,10 @@ from typing import Any, Callable, Optional
 
 DRAFT_SAVE_INTERVAL = 1.0  # seconds between saves of a streaming draft (what a crash can lose)
 
-_SAVED_MAX = 10_000
-_MESSAGE_SQL = "INSERT OR REPLACE INTO messages(conversation_id, message_id, role, text, ts) VALUES(?,?,?,?,?)"
-_ACTIVE_SQL = "UPDATE conversations SET last_active=? WHERE id=?"
+# a message's row (a draft's, a completion's: the completion replaces the draft) and its conversation's
+# last activity: Bridge._write_message writes the same two
+MESSAGE_SQL = "INSERT OR REPLACE INTO messages(conversation_id, message_id, role, text, ts) VALUES(?,?,?,?,?)"
+LAST_ACTIVE_SQL = "UPDATE conversations SET last_active=? WHERE id=?"
 
 
 class DraftSaver:
@@ -33,15 +34,13 @@ class DraftSaver:
         self.exists = exists  # is the conversation still there (a deleted one gets no row back)
         self.interval = interval
         self._changed: dict[str, Any] = {}  # message id -> its newest TextDelta (its draft grows in place)
-        self._saved: set[str] = set()  # streaming messages whose draft was saved once
         self._timer: Optional[asyncio.TimerHandle] = None
         self._soon = False  # the timer is for the loop's next turn (a message's first words)
 
     def changed(self, e: Any) -> None:
         """A text delta of a streaming message (the hot path)."""
-        mid = e.message_id
-        self._changed[mid] = e
-        if mid in self._saved:
+        self._changed[e.message_id] = e
+        if e.draft.length > len(e.delta):  # not its first words
             if self._timer is None:
                 self._timer = asyncio.get_running_loop().call_later(self.interval, self.save)
         elif not self._soon:  # its first words: saved at the next turn, with whatever else changed
@@ -53,7 +52,6 @@ class DraftSaver:
     def done(self, message_id: str) -> None:
         """The message completed (its own row replaces the draft's): no draft of it is saved after that."""
         self._changed.pop(message_id, None)
-        self._saved.discard(message_id)
 
     def save(self) -> None:
         """Write every changed draft now, in one write (the timer; ``close``)."""
@@ -62,9 +60,6 @@ class DraftSaver:
             self._timer = None
         self._soon = False
         changed, self._changed = self._changed, {}
-        if len(self._saved) > _SAVED_MAX:  # messages that ended without a completion: forget them
-            self._saved.clear()
-        self._saved.update(changed)
         rows = [(e.conversation_id, e.message_id, "assistant", e.text, e.ts)
                 for e in changed.values() if self.exists(e.conversation_id)]
         if not rows:
@@ -72,8 +67,8 @@ class DraftSaver:
         active = [(ts, cid) for cid, _, _, _, ts in rows]
 
         def write(c: Any) -> None:
-            c.executemany(_MESSAGE_SQL, rows)
-            c.executemany(_ACTIVE_SQL, active)
+            c.executemany(MESSAGE_SQL, rows)
+            c.executemany(LAST_ACTIVE_SQL, active)
 
         self.store.write_later(write, barrier=False)
 

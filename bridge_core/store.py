@@ -340,26 +340,22 @@ class BaseStore:
                             except Exception:
                                 conn.execute("ROLLBACK TO grp")
                                 conn.execute("RELEASE grp")
-                    if type(fn) is _Stmt and self.statement_atomic:
-                        # two statements (and two hand-offs of the GIL from a busy loop) fewer than a savepoint
-                        try:
-                            results.append((fut, conn.execute(fn.sql, fn.params), None))
-                        except Exception as exc:
-                            if not conn.in_transaction:  # the engine rolled the transaction back (a full disk)
-                                raise
-                            results.append((fut, None, exc))
-                            if self.is_storage_error(exc):
-                                storage_error = exc
-                        i += 1
-                        continue
-                    conn.execute("SAVEPOINT op")
+                    # a lone statement on an engine that undoes a failed statement alone needs no savepoint:
+                    # two statements (and two hand-offs of the GIL from a busy loop) fewer
+                    savepoint = not (self.statement_atomic and type(fn) is _Stmt)
+                    if savepoint:
+                        conn.execute("SAVEPOINT op")
                     try:
                         res = fn(conn)
-                        conn.execute("RELEASE op")
+                        if savepoint:
+                            conn.execute("RELEASE op")
                         results.append((fut, res, None))
                     except Exception as exc:  # one bad op does not sink the batch
-                        conn.execute("ROLLBACK TO op")
-                        conn.execute("RELEASE op")
+                        if savepoint:
+                            conn.execute("ROLLBACK TO op")
+                            conn.execute("RELEASE op")
+                        elif not conn.in_transaction:  # the engine rolled the transaction back (a full disk)
+                            raise
                         results.append((fut, None, exc))
                         if self.is_storage_error(exc):
                             storage_error = exc
