@@ -529,13 +529,29 @@ class Store(BaseStore):
         os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
         _owner_only(self.path)
         self._wconn = self._connect()
-        self._wconn.execute("PRAGMA journal_mode=WAL")
+        self._wal_mode(self._wconn)
         self._wconn.execute("PRAGMA wal_autocheckpoint=0")  # the checkpointer thread does it (class docstring)
         self._wconn.execute(
             "CREATE TABLE IF NOT EXISTS schema_version(component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
         )
         self._wconn.commit()
         self._rconn = self._connect()
+
+    @staticmethod
+    def _wal_mode(conn: sqlite3.Connection, timeout: float = 30.0) -> None:
+        """Switch the file to WAL. SQLite answers "database is locked" at once, without waiting
+        out the busy timeout, when another process opens a new file at the same moment (the
+        switch needs the file to itself): try again, a little later each time, for ``timeout``."""
+        deadline, pause = time.monotonic() + timeout, 0.001
+        while True:
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() + pause > deadline:
+                    raise
+            time.sleep(pause)  # only while the store opens, before anything is served
+            pause = min(pause * 2, 0.05)
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
