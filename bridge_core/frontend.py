@@ -21,7 +21,7 @@ from aiohttp import WSMsgType, web
 from . import aiohttp_compat
 from .config import ConfigError
 from .errors import BridgeError
-from .security import PROXY_RULE, REFUSED_JSON, AuthLimiter, ProxyRule, peer_host  # noqa: F401 (peer_host: re-exported)
+from .security import LISTEN_QUEUE, PROXY_RULE, REFUSED_JSON, AuthLimiter, ProxyRule, accept_batch_for, peer_host  # noqa: F401 (peer_host: re-exported)
 from .tasks import TaskSet
 
 if TYPE_CHECKING:
@@ -350,8 +350,12 @@ class FrontEnd:
         loop = asyncio.get_running_loop()
         try:
             self._listener = await loop.create_server(
-                self.limiter.guard(self.runner.server), host, port, ssl=ssl_context, backlog=4096
+                self.limiter.guard(self.runner.server), host, port, ssl=ssl_context, backlog=accept_batch_for()
             )
+            # asyncio's backlog is also the kernel's queue: lengthen that one alone (security.accept_batch_for)
+            for sock in self._listener.sockets or []:
+                with sock.dup() as raw:
+                    raw.listen(LISTEN_QUEUE)
         except OSError as exc:
             await self.runner.cleanup()
             self.runner = None

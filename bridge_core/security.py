@@ -556,6 +556,26 @@ def unauth_total_for(frontends: int = 3) -> int:
     return max(16, soft // (frontends + 1))
 
 
+LISTEN_QUEUE = 4096  # connections the kernel holds for a listener before it drops new ones
+
+
+def accept_batch_for(frontends: int = 3) -> int:
+    """How many connections one listener accepts per event-loop turn.
+
+    asyncio accepts up to its ``backlog`` argument in one turn, and a connection
+    refused at once (``_Guarded``) still holds its descriptor for a few turns until
+    the transport closes. So a flood that waited in the kernel's queue (the bridge
+    was busy) must not be taken in one go: a turn's batch is a small share of the
+    descriptor limit (with three front ends and three turns in flight, under a
+    seventh of it), never over ``LISTEN_QUEUE``. The kernel's own queue stays
+    ``LISTEN_QUEUE`` long (``Frontend.start``), so nothing waiting is dropped.
+    """
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        soft = 1 << 20
+    return max(4, min(LISTEN_QUEUE, soft // (frontends * 3 * 7)))
+
+
 def raise_nofile_limit(want: Optional[int] = None) -> int:
     """Raise this process's soft RLIMIT_NOFILE to its hard limit (or towards ``want``); the new soft limit.
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import resource
+import signal
 
 import orjson
 
@@ -198,8 +199,14 @@ async def test_a_descriptor_flood_is_capped_per_address(bridges, tmp_path):
     ports = srv.ports
     socks = []
     try:
-        for _ in range(300):  # idle unauthenticated sockets on the Pheby port from one address
-            socks.append(await asyncio.open_connection("127.0.0.1", ports["pheby"], local_addr=("127.0.0.90", 0)))
+        # the flood lands while the bridge is busy (stopped here, so every connection waits in the
+        # listen queue at once, as on a loaded machine): it must not accept more than its descriptors hold
+        srv.proc.send_signal(signal.SIGSTOP)
+        try:
+            for _ in range(300):  # idle unauthenticated sockets on the Pheby port from one address
+                socks.append(await asyncio.open_connection("127.0.0.1", ports["pheby"], local_addr=("127.0.0.90", 0)))
+        finally:
+            srv.proc.send_signal(signal.SIGCONT)
         # the first bytes each socket gets: a 429 for the refused, nothing (yet) for the admitted
         reads = [asyncio.ensure_future(reader.read(64)) for reader, _ in socks]
 
