@@ -215,10 +215,54 @@ def print_header(n: int, rate: float, rounds: int) -> None:
     print(f"{'proto':<6}{'R':>4}{'K':>4}")
 
 
+def fit_line(points: list[tuple[float, float]]) -> tuple[float, float]:
+    """Least squares ``y = a + b * x`` through ``points`` (at least two distinct x): (a, b)."""
+    n = len(points)
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    b = sum((x - mx) * (y - my) for x, y in points) / sxx
+    return my - b * mx, b
+
+
+def cpu_split(rows: list[dict], rate: float) -> list[dict]:
+    """Where the event loop's CPU goes, per protocol and R measured at two K or more: the loop's CPU per
+    run-second fitted as ``a + b * K`` over every round, so ``a`` is what an event costs whoever
+    watches (the agent, the core, encoding, the loop's wake-ups) and ``b`` what one more client costs
+    (its frame's queueing and send). In microseconds per event and per client frame (``rate`` events
+    per run-second), for the bridge and the baseline."""
+    out = []
+    groups: dict[tuple, list[dict]] = {}
+    for row in rows:
+        groups.setdefault((row["proto"], row["runs"]), []).append(row)
+    for (proto, runs), group in groups.items():
+        if len({row["clients"] for row in group}) < 2:
+            continue
+        fit = {}
+        for kind in ("bridge", "baseline"):
+            a, b = fit_line([(row["clients"], x["cpu_loop_ms_per_run_s"]) for row in group for x in row[kind]])
+            fit[kind] = (a * 1000 / rate, b * 1000 / rate)
+        out.append({"proto": proto, "runs": runs, "clients": sorted(row["clients"] for row in group), **fit})
+    return out
+
+
+def print_cpu_split(rows: list[dict], rate: float) -> None:
+    split = cpu_split(rows, rate)
+    if not split:
+        return
+    print("  where the loop's CPU goes (least squares over K): per event whoever watches, per client frame; "
+          "bridge / baseline, us")
+    for s in split:
+        (ea, fa), (eb, fb) = s["bridge"], s["baseline"]
+        print(f"  {s['proto']:<6}R={s['runs']:<4} K={','.join(map(str, s['clients']))}: per event "
+              f"{ea:.1f} / {eb:.1f} ({_fmt(ea / eb)}x), per client frame {fa:.1f} / {fb:.1f} ({_fmt(fa / fb)}x)")
+
+
 def run_team(quick: bool, rounds: int, protos: Optional[list[str]] = None, verbose: bool = False,
              runs: Optional[list[int]] = None, clients: Optional[list[int]] = None) -> bool:
     n, rate = (100, 50.0) if quick else (500, 50.0)
     print_header(n, rate, rounds)
     rows = asyncio.run(team_table(protos or ["pheby", "loomi"], runs or [10, 50, 100], clients or [3, 10],
                                   n, rate, rounds, verbose))
+    print_cpu_split(rows, rate)
     return all(verdict(r)[0] for r in rows)
