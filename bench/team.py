@@ -215,16 +215,6 @@ def print_header(n: int, rate: float, rounds: int) -> None:
     print(f"{'proto':<6}{'R':>4}{'K':>4}")
 
 
-def fit_line(points: list[tuple[float, float]]) -> tuple[float, float]:
-    """Least squares ``y = a + b * x`` through ``points`` (at least two distinct x): (a, b)."""
-    n = len(points)
-    mx = sum(x for x, _ in points) / n
-    my = sum(y for _, y in points) / n
-    sxx = sum((x - mx) ** 2 for x, _ in points)
-    b = sum((x - mx) * (y - my) for x, y in points) / sxx
-    return my - b * mx, b
-
-
 def cpu_split(rows: list[dict], rate: float) -> list[dict]:
     """Where the event loop's CPU goes, per protocol and R measured at two K or more: the loop's CPU per
     run-second fitted as ``a + b * K`` over every round, so ``a`` is what an event costs whoever
@@ -240,7 +230,8 @@ def cpu_split(rows: list[dict], rate: float) -> list[dict]:
             continue
         fit = {}
         for kind in ("bridge", "baseline"):
-            a, b = fit_line([(row["clients"], x["cpu_loop_ms_per_run_s"]) for row in group for x in row[kind]])
+            points = [(row["clients"], x["cpu_loop_ms_per_run_s"]) for row in group for x in row[kind]]
+            b, a = statistics.linear_regression([k for k, _ in points], [y for _, y in points])
             fit[kind] = (a * 1000 / rate, b * 1000 / rate)
         out.append({"proto": proto, "runs": runs, "clients": sorted(row["clients"] for row in group), **fit})
     return out

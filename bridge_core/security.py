@@ -547,13 +547,16 @@ class HelloLockout:
 # --- process limits ---------------------------------------------------------------------------------
 
 
+def _descriptor_limit() -> int:
+    """This process's soft RLIMIT_NOFILE (an unlimited one counted as 2**20)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return 1 << 20 if soft == resource.RLIM_INFINITY else soft
+
+
 def unauth_total_for(frontends: int = 3) -> int:
     """How many unauthenticated connections one front end may hold in all: a quarter of the
     descriptor limit each (so three front ends leave room for the authenticated and the files)."""
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY:
-        soft = 1 << 20
-    return max(16, soft // (frontends + 1))
+    return max(16, _descriptor_limit() // (frontends + 1))
 
 
 LISTEN_QUEUE = 4096  # connections the kernel holds for a listener before it drops new ones
@@ -568,12 +571,9 @@ def accept_batch_for(frontends: int = 3) -> int:
     was busy) must not be taken in one go: a turn's batch is a small share of the
     descriptor limit (with three front ends and three turns in flight, under a
     seventh of it), never over ``LISTEN_QUEUE``. The kernel's own queue stays
-    ``LISTEN_QUEUE`` long (``Frontend.start``), so nothing waiting is dropped.
+    ``LISTEN_QUEUE`` long (``FrontEnd.start``), so nothing waiting is dropped.
     """
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY:
-        soft = 1 << 20
-    return max(4, min(LISTEN_QUEUE, soft // (frontends * 3 * 7)))
+    return max(4, min(LISTEN_QUEUE, _descriptor_limit() // (frontends * 3 * 7)))
 
 
 def raise_nofile_limit(want: Optional[int] = None) -> int:
