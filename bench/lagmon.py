@@ -231,7 +231,23 @@ class _Policy(asyncio.DefaultEventLoopPolicy):
 
 def install(path: str) -> LagMonitor:
     mon = LagMonitor(path)
-    asyncio.set_event_loop_policy(_Policy(mon))
+    policy = _Policy(mon)
+    asyncio.set_event_loop_policy(policy)  # the baseline's asyncio.run
+    try:  # the bridge's own loop (agent-bridge serve makes it with bridge_core.looping, not the policy)
+        from bridge_core import looping
+    except ImportError:
+        looping = None
+    if looping is not None:
+        make = looping.new_event_loop
+
+        def new_event_loop():
+            loop = make()
+            if not policy.installed:
+                policy.installed = True
+                loop.call_soon(mon.start, loop)
+            return loop
+
+        looping.new_event_loop = new_event_loop
     atexit.register(mon.write)
     return mon
 

@@ -80,6 +80,13 @@ def batch_ready(ws: web.WebSocketResponse) -> bool:
 
 def _frame_bytes(frames: list) -> tuple[bytes, int]:
     """``frames`` as unmasked text frames in one buffer, and the count aiohttp's flow control adds."""
+    if len(frames) == 1:  # the common flush at a run's pace: one short frame, nothing to join
+        data = frames[0]
+        n = len(data)
+        if n < 126:
+            return _LEN1(0x81, n) + data, n + 10
+        if n < 65536:
+            return _LEN2(0x81, 126, n) + data, n + 10
     parts = []
     total = 0
     for data in frames:

@@ -12,10 +12,12 @@ whatever is put until that flush runs leaves with it, in one transport
 write per connection (at most ``BATCH_FRAMES`` frames and about
 ``BATCH_BYTES``; more go out in further writes of the same flush):
 
-- a frame that does not wait for the store is flushed at the loop's next
-  turn (``_Soon``: one callback for every connection with frames), so an
-  event's fan-out, a burst of replies or the drafts due at one tick cost
-  each connection one write;
+- a frame that does not wait for the store is flushed at the end of the
+  loop's turn, once the turn's callbacks are done and before the loop waits
+  for I/O (``_Soon``: one callback for every connection with frames, run by
+  ``looping.TurnSelector``; on a loop without it, a host's own, at the next
+  turn), so an event's fan-out, a burst of replies or the drafts due at one
+  tick cost each connection one write, and no turn of the loop is added;
 - a frame behind the durability barrier (the store's writes queued before
   it have not committed) is flushed when they have: the connections held by
   one store wait for its commits together (``_Barrier``: one waiter, one
@@ -38,6 +40,8 @@ import collections
 import logging
 import weakref
 from typing import Any, Awaitable, Callable, Hashable, Optional
+
+from .looping import end_of_turn
 
 log = logging.getLogger("agent_bridge.hub")
 
@@ -98,30 +102,46 @@ class _Slot:
 
 
 class _Soon:
-    """The outboxes to flush at the loop's next turn: one callback for all of them.
+    """The outboxes to flush at the end of the loop's turn: one callback for all of them.
 
     Everything put during one turn of the loop (an event's fan-out, a burst
     of replies, the drafts due at one tick) leaves in one write per
-    connection, one turn later.
+    connection when the turn's callbacks are done (``looping.TurnSelector``),
+    or, on a loop without that hook, at the next turn (``call_soon``).
     """
 
-    __slots__ = ("loop", "boxes", "handle", "__weakref__")
+    __slots__ = ("loop", "boxes", "due", "at_end", "__weakref__")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.boxes: list["Outbox"] = []
-        self.handle: Optional[asyncio.Handle] = None
+        self.due = False  # a flush is scheduled
+        selector = end_of_turn(loop)
+        self.at_end = selector.at_end if selector is not None else None
 
     def add(self, box: "Outbox") -> None:
         self.boxes.append(box)
-        if self.handle is None:
-            self.handle = self.loop.call_soon(self.run)
+        if not self.due:
+            self.schedule()
+
+    def schedule(self) -> None:
+        self.due = True
+        if self.at_end is not None:
+            self.at_end(self.run)
+        else:
+            self.loop.call_soon(self.run)
 
     def run(self) -> None:
-        self.handle = None
+        self.due = False
         boxes, self.boxes = self.boxes, []
         for box in boxes:
-            box._drive_safely()
+            try:  # Outbox._drive_safely, inlined: this runs per connection per turn
+                box._drive()
+            except ConnectionError:
+                box.close()
+            except Exception:
+                log.exception("outbox flush failed")
+                box.close()
 
 
 class _Barrier:
@@ -230,10 +250,13 @@ class Outbox:
         self._on_overflow = on_overflow
         self._sync = getattr(send, "sync", None)  # synchronous batched writes while the peer keeps up
         self._many = getattr(send, "many", None)
-        # a flush is coming (queued for the next turn, held by the barrier, waiting for a reserved reply,
+        # a flush is coming (queued for the end of the turn, held by the barrier, waiting for a reserved reply,
         # or handed to the writer task); without one the queue is empty and a put schedules one
         self._pending = False
-        self._soon: Optional[_Soon] = None
+        try:
+            self._soon: Optional[_Soon] = _soon_for(asyncio.get_running_loop())
+        except RuntimeError:  # made before a loop runs: looked up at its first flush
+            self._soon = None
         self._go = asyncio.Event()  # the writer task has a step to take (_task)
         self._task = 0  # its step: _SEND (write and wait for the peer), _LEAD (the barrier), _ALONE (own wait)
         self._alone = 0  # the ticket an _ALONE wait is for
@@ -289,7 +312,13 @@ class Outbox:
                 self._grace = True
                 self._barrier.hold(self, ticket)  # type: ignore[union-attr]
             else:
-                self._flush_soon()
+                soon = self._soon
+                if soon is None:
+                    self._flush_soon()
+                else:  # _Soon.add, inlined: this runs per connection per event
+                    soon.boxes.append(self)
+                    if not soon.due:
+                        soon.schedule()
         return True
 
     def _flush_soon(self) -> None:

@@ -13,6 +13,7 @@ import signal
 import sys
 from typing import Any
 
+from bridge_core import looping
 from bridge_core.config import Config, build_config
 
 from .app import Service, check_bind, describe, make_agent
@@ -102,7 +103,9 @@ def run_serve(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     setup_logging(cfg.log_level)
     check_bind(cfg)
-    return asyncio.run(serve_async(cfg))
+    # the bridge's own loop: outboxes flush at the end of each turn, with no turn added (bridge_core/looping.py)
+    with asyncio.Runner(loop_factory=looping.new_event_loop) as runner:
+        return runner.run(serve_async(cfg))
 
 
 __all__: list[Any] = ["run_serve", "Service", "serve_async", "config_from_args"]

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 
 import pytest
 
+from bridge_core import looping
 from bridge_core.config import build_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -15,6 +17,9 @@ if ROOT not in sys.path:
 
 from tests.peers import pytest_runtest_makereport  # noqa: E402,F401  (peer-missing skips fail under CI)
 from tests.selection import pytest_collection_modifyitems, pytest_terminal_summary  # noqa: E402,F401  (slow suite opt-in)
+
+# the tests' loops are the one `agent-bridge serve` runs on (outboxes flush at the end of each turn)
+asyncio.set_event_loop_policy(looping.Policy())
 
 PHEBY_SECRET = "test-pheby-secret-0123456789"
 LVMH_TOKEN = "test-lvmh-token-0123456789"

@@ -1,13 +1,14 @@
-"""When an Outbox writes (bridge_core/hub.py): at the loop's next turn, everything put until then together.
+"""When an Outbox writes (bridge_core/hub.py): at the end of the loop's turn, everything put in it together.
 
 Over a real loopback WebSocket with the front ends' own sender
-(``frontend.ws_text_sender``): an idle connection gets a frame one turn of
-the loop after the ``put``, from the flush itself (not through the writer
-task); frames put in the same turn leave in one write; frames queued while
-the peer is behind go out together once it reads, each write bounded in
-size; nothing is lost or reordered; the durability barrier holds a frame
-until the writes queued before it committed, and the connections it holds
-are released together from one wake per commit.
+(``frontend.ws_text_sender``): an idle connection gets a frame at the end
+of the loop's turn of the ``put`` (the hook: tests/core/test_looping.py),
+from the flush itself (not through the writer task); frames put in the
+same turn leave in one write; frames queued while the peer is behind go
+out together once it reads, each write bounded in size; nothing is lost
+or reordered; the durability barrier holds a frame until the writes queued
+before it committed, and the connections it holds are released together
+from one wake per commit.
 """
 
 from __future__ import annotations
@@ -97,7 +98,7 @@ async def test_an_idle_connection_gets_the_frame_at_the_next_turn_in_one_write()
         before = len(srv.writes)
         assert srv.box.put(b'{"n":1}')
         assert len(srv.writes) == before  # put never writes: the flush is scheduled
-        await turns(1)  # one turn of the loop: the flush ran (not a hop through the writer task)
+        await turns(1)  # the turn ended: the flush ran (not a hop through the writer task)
         assert len(srv.box) == 0 and srv.box.sent_frames == 1 and len(srv.writes) == before + 1
         msg = await ws.receive(timeout=5)
         assert msg.type == aiohttp.WSMsgType.TEXT and msg.data == '{"n":1}'
@@ -121,7 +122,7 @@ async def test_frames_put_in_the_same_turn_leave_together_in_one_write():
         assert srv.box.sent_frames == 5 and len(srv.writes) == before + 1  # one write for the five
         got = [(await ws.receive(timeout=5)).data.encode() for _ in frames]
         assert got == frames  # nothing lost, nothing reordered
-        assert srv.box.put(b'{"n":"again"}')  # idle again: the next turn again
+        assert srv.box.put(b'{"n":"again"}')  # idle again: the end of the turn again
         await turns(1)
         assert len(srv.writes) == before + 2
         assert (await ws.receive(timeout=5)).data == '{"n":"again"}'
@@ -198,7 +199,7 @@ async def test_an_idle_connection_still_waits_for_the_commit_of_what_came_before
         assert srv.box.sent_frames == 0 and len(srv.box) == 1
         store.commit()
         assert (await ws.receive(timeout=5)).data == '{"n":"held"}'
-        assert srv.box.put(b'{"n":"free"}')  # nothing pending: the next turn
+        assert srv.box.put(b'{"n":"free"}')  # nothing pending: the end of the turn
         await turns(1)
         assert srv.box.sent_frames == 2
         assert (await ws.receive(timeout=5)).data == '{"n":"free"}'
