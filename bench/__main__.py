@@ -18,7 +18,7 @@ import time
 
 import aiohttp
 
-from . import extra, team
+from . import event_cost, extra, team
 from .load import loomi_run, pair_loomi_devices, pheby_run
 from .proc import BENCH_SECRET, Server
 
@@ -146,7 +146,7 @@ def main(argv=None) -> int:
     p.add_argument("--clients", default="1,10,100")
     p.add_argument("-n", type=int, default=2000, help="deltas per /bench run for the Loomi table")
     p.add_argument("--quick", action="store_true", help="one round, smaller runs (a smoke check, not a measurement)")
-    p.add_argument("--only", default="", help="comma list: loomi,pheby,extra,team")
+    p.add_argument("--only", default="", help="comma list: loomi,pheby,extra,core,team")
     p.add_argument("--team-runs", default="10,50,100", help="R for the team load")
     p.add_argument("--team-clients", default="3,10", help="K for the team load")
     p.add_argument("--team-protos", default="pheby,loomi")
@@ -167,6 +167,8 @@ def main(argv=None) -> int:
         ok &= asyncio.run(pheby_coalescing(10, 2000 if args.quick else 20000, args.rounds))
     if not only or "extra" in only:
         ok &= asyncio.run(extra.run_all(args.quick, args.rounds))
+    if not only or "core" in only:
+        ok &= event_cost.run(args.quick, args.rounds)
     if not only or "team" in only:
         ok &= team.run_team(args.quick, args.team_rounds or args.rounds, args.team_protos.split(","), args.verbose,
                             [int(x) for x in args.team_runs.split(",")],

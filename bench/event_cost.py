@@ -1,0 +1,111 @@
+"""The core's own cost per event, in one process, without sockets: the team load's per-event part, low-noise.
+
+The team load (``bench/team.py``) measures the server as a whole, with its
+clients on the same two cores: its CPU ratios swing by 5-10% between runs,
+more than most single changes to the core move them. This measure isolates
+what the core does for one streamed delta, from the agent's ``ctx.delta``
+to the frames kept for replay: the ``TextDelta``, ``Bridge.publish`` (the
+conversation's state, the draft saver, the push notifier), and Loomi's
+``on_event`` (the render, each paired device's seq splice and replay
+window, the journal record). Devices are paired but not connected, so no
+frame is put into an outbox: what a connection's write costs is the team
+load's per-client slope. The store's writer thread inserts the journaled
+replay rows (every ``ROWS_MAX`` events here, every second at a run's pace)
+while the loop measures, sharing the GIL: its work per event is in the figure.
+
+Every configuration runs in a fresh interpreter (``python -m bench.event_cost
+DEVICES N``, which prints one JSON line); the figure is the best of several
+repetitions, the closest to the work itself on a shared machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPS = 7
+
+
+async def _measure(devices: int, n: int) -> dict:
+    from bridge_core import events as ev
+    from bridge_core.agents.base import RunContext
+    from bridge_core.agents.demo import DemoAgent
+    from bridge_core.config import build_config
+    from cli.serve import Service
+    from loomi_adapter import codec
+
+    tmp = tempfile.mkdtemp(prefix="bench-event-cost-")
+    try:
+        cfg = build_config({"data_dir": tmp, "adapters": "loomi", "loomi_port": 0, "host": "127.0.0.1"}, {})
+        svc = Service(cfg, DemoAgent())
+        await svc.start()
+        try:
+            registry = svc.frontends["loomi"].registry
+            for i in range(devices):
+                await registry.pair(codec.DeviceInfo(name=f"bench-{i}"))
+            bridge = svc.bridge
+            conv = bridge.create_conversation("bench")
+            ctx = RunContext(bridge, bridge.default_source, conv.conversation_id, os.urandom(16).hex())
+            bridge.publish(ev.RunStarted(conversation_id=conv.conversation_id, run_id=ctx.run_id,
+                                         message_id=ctx.message_id))
+            delta = ctx.delta
+            per_event = []
+            for _ in range(REPS):
+                t0 = time.perf_counter()
+                for _ in range(n):
+                    delta("tok ")
+                per_event.append((time.perf_counter() - t0) / n * 1e6)
+                await asyncio.sleep(0)  # the loop's own work between repetitions (timers, the store's callbacks)
+            ctx.complete()
+            return {"devices": devices, "n": n, "best_us": min(per_event), "median_us": statistics.median(per_event)}
+        finally:
+            await svc.stop()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def measure(devices: int, n: int) -> dict:
+    """One configuration in a fresh interpreter, on the bridge's own loop."""
+    out = subprocess.run([sys.executable, "-m", "bench.event_cost", str(devices), str(n)], cwd=ROOT,
+                         env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True, timeout=300)
+    if out.returncode != 0:
+        raise RuntimeError(f"bench.event_cost failed: {out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def run(quick: bool, rounds: int) -> bool:
+    n = 2000 if quick else 20000
+    print(f"\nThe core's cost per streamed delta, in process, no sockets (best of {REPS} x {n} deltas; "
+          f"median of {rounds} interpreter(s)): agent -> publish -> state -> Loomi replay per paired device")
+    rows = []
+    for devices in (0, 1, 3, 10):
+        best = [measure(devices, n)["best_us"] for _ in range(rounds)]
+        rows.append((devices, statistics.median(best), min(best), max(best)))
+    for devices, med, lo, hi in rows:
+        print(f"  {devices:>3} paired device(s): {med:6.2f} us/event [{lo:.2f}..{hi:.2f}]")
+    by = {d: med for d, med, _, _ in rows}
+    per_device = (by[10] - by[1]) / 9
+    print(f"  split: the core alone {by[0]:.2f} us (no device: Loomi renders nothing); Loomi's render and "
+          f"journal record {by[1] - by[0] - per_device:.2f} us; each paired device's seq splice and replay "
+          f"window {per_device:.2f} us")
+    return True
+
+
+def main() -> None:
+    from bridge_core import looping
+
+    devices, n = int(sys.argv[1]), int(sys.argv[2])
+    with asyncio.Runner(loop_factory=looping.new_event_loop) as runner:
+        print(json.dumps(runner.run(_measure(devices, n))))
+
+
+if __name__ == "__main__":
+    main()
