@@ -24,7 +24,8 @@ Both are made durable *before* the frame that carries the seq is queued: the
 reservation is a store write, and a frame leaves only once the writes queued
 before it committed (the store's durability barrier, ``Store.synced``); the
 rows are appended to the journal (journal.py) on the loop, and reach the
-database in batches a few times a second, behind no frame. Whatever a device
+database when a journal file is half full (only the newest window's rows),
+behind no frame. Whatever a device
 received, the database or the journal knows (its seq is reserved, its event
 is kept), so a ``kill -9`` never makes a seq repeat or a sent event vanish
 from the replay. Without a journal (it could not be written) the rows are a
@@ -62,8 +63,6 @@ IDEMPOTENCY_KEEP = 256
 MAX_PENDING_TOKENS = 100
 MAX_TTL = 86400.0
 PRUNE_EVERY = 64  # events between two prunes of old events and superseded segments
-ROWS_EVERY = 1.0  # seconds between two batches of journaled replay rows to the store (each a commit)
-ROWS_MAX = 4096  # events in a batch that goes to the store at once
 
 MIGRATIONS = [
     """
@@ -170,8 +169,9 @@ class _RowBatch:
 
     __slots__ = ("events", "segments", "prune", "taken", "lock")
 
-    def __init__(self) -> None:
-        self.events: list[tuple] = []
+    def __init__(self, keep: Optional[int] = None) -> None:
+        # keep: only the newest ``keep`` events' rows (the journaled batch: older ones are pruned anyway)
+        self.events: Any = collections.deque(maxlen=keep) if keep else []
         self.segments: list[tuple] = []
         self.prune: Optional[int] = None
         self.taken = False
@@ -196,7 +196,7 @@ class _RowBatch:
     def __call__(self, c: sqlite3.Connection) -> None:
         with self.lock:
             self.taken = True
-        events = self.events
+        events = list(self.events)
         i = 0
         for k in _event_chunks(len(events)):
             c.execute(_EVENTS_SQL[k], [v for row in events[i:i + k] for v in row])
@@ -268,9 +268,8 @@ class Registry:
         self._jbatch: Optional[_RowBatch] = None  # the journaled rows not yet handed to the store
         self.event_no = 0  # the number of the last event stored
         self._pruned_at = 0
-        # the replay rows' journal (an embedded store's directory only), and the timer of its next batch
+        # the replay rows' journal (an embedded store's directory only)
         self.journal: Optional[Journal] = None
-        self._rows_timer: Optional[asyncio.TimerHandle] = None
         self._rows_failed = False  # a journaled batch did not commit: its rows stay in the journal until a start
 
     # --- lifecycle ------------------------------------------------------------
@@ -396,13 +395,14 @@ class Registry:
     def _store_rows(self, events: list[tuple], segments: list[tuple], prune: Optional[int]) -> None:
         journal = self.journal
         if journal is not None and journal.append(events, segments):
-            # durable now: the batch is the loop's until _submit_rows hands it to the store, behind no frame
+            # durable now: the batch is the loop's until _submit_rows hands it to the store, behind no frame,
+            # when the journal moves to its next file (or at shutdown). Only the newest window + 1 events' rows
+            # are kept for it: what a restart reads back (the older ones' frames are out of every window)
             b = self._jbatch
             if b is None:  # record() runs on the loop (the hub's fan-out)
-                b = self._jbatch = _RowBatch()
-                self._rows_timer = asyncio.get_running_loop().call_later(ROWS_EVERY, self._submit_rows)
+                b = self._jbatch = _RowBatch(keep=self.window + 1)
             b.extend(events, segments, prune)
-            if len(b.events) >= ROWS_MAX:
+            if journal.due():
                 self._submit_rows()
             return
         if self._jbatch is not None:  # no room in the journal: what it took goes to the store first
@@ -415,15 +415,12 @@ class Registry:
 
     def _submit_rows(self) -> Any:
         """Hand the journaled rows' batch to the store (its future; None without one)."""
-        if self._rows_timer is not None:
-            self._rows_timer.cancel()
-            self._rows_timer = None
         b = self._jbatch
         journal = self.journal
         if b is None or journal is None:
             return None
         self._jbatch = None
-        full = journal.rotate()  # every row of a full file is in this batch or an earlier one
+        full = journal.rotate()  # every row of a full file still in a window is in this batch or an earlier one
         fut = self.store.submit(b, barrier=False)
         fut.add_done_callback(lambda f: self._rows_done(f, full))
         return fut

@@ -7,17 +7,19 @@ store's writer thread and a wake of the event loop per event at an LLM's
 pace. Instead each event's rows are copied into this file's shared mapping
 on the loop: no system call, and durable against a crash of the process
 from then on (the pages are the kernel's), as a commit is with SQLite's
-``synchronous=NORMAL``. They reach SQLite in batches a few times a second,
-behind no frame (``Store.submit(barrier=False)``). The file's blocks are
+``synchronous=NORMAL``. They reach SQLite when the file is half full and
+the next one takes over (and at shutdown), in one batch behind no frame
+(``Store.submit(barrier=False)``), and only the newest window + 1 events'
+rows of it: what a restart reads back (``Registry._store_rows``). The file's blocks are
 allocated when it is created (``posix_fallocate``), so a full disk is an
 error there, never a fault in a later write.
 
 Numbered files in the data directory, ``loomi-journal.<k>``: one takes the
 records; once it is half full, the next one (prepared ahead in a thread of
 its own: created, allocated and every page written once, so no write on the
-loop faults a page in) takes over at a batch's submission, and the full one
+loop faults a page in) takes over at the batch's submission, and the full one
 is deleted once that batch (which holds, with the batches before it, every
-row of the file) has committed. At start, the registry applies every file's
+row of the file still inside a replay window) has committed. At start, the registry applies every file's
 rows to SQLite, oldest first (they are idempotent: ``INSERT OR REPLACE`` by
 key), before it reads the window, then deletes them. A record the file has
 no room for (the next file is not ready, or a huge event) is committed
@@ -42,12 +44,14 @@ import mmap
 import os
 import struct
 import threading
+import time
 import zlib
 from typing import Optional
 
 log = logging.getLogger("agent_bridge.loomi.journal")
 
 NAME = "loomi-journal"
+RETRY_EVERY = 1.0  # seconds between two attempts at creating the next file after one failed
 FILE_BYTES = 4 * 1024 * 1024
 KEEP_FREE = 4  # a file is made only if that leaves this many times its size free (_check_room)
 
@@ -137,6 +141,7 @@ class Journal:
         self._spare: Optional[concurrent.futures.Future] = None  # the next file, being prepared
         self._spare_thread: Optional[threading.Thread] = None
         self._spare_failed = False
+        self._retry_at = 0.0  # a next file that could not be created is tried again from then (monotonic)
 
     def _name(self, number: int) -> str:
         return f"{self.prefix}.{number}"
@@ -212,18 +217,29 @@ class Journal:
         self.pos = end
         return True
 
+    def due(self) -> bool:
+        """Is this file half full with the next one ready (``rotate`` would move)? Per record: cheap until half."""
+        if self.pos < self.file_bytes // 2 or self._map is None:
+            return False
+        spare = self._spare
+        if spare is None or not spare.done():
+            return False
+        # one whose creation failed (a full disk) is tried again at most every RETRY_EVERY, not at every record
+        return spare.exception() is None or time.monotonic() >= self._retry_at
+
     def rotate(self) -> Optional[str]:
         """At a batch's submission: move to the next file if this one is half full and the next is ready.
         The full file's path (delete it with ``drop`` once that batch has committed), or None."""
-        spare = self._spare
-        if self._map is None or self.pos < self.file_bytes // 2 or spare is None or not spare.done():
+        if not self.due():
             return None
+        spare = self._spare
         self._spare = None
         try:
             new = spare.result()
         except OSError as exc:  # a full disk: the records go on into this file while it has room, then to the store
             (log.debug if self._spare_failed else log.warning)("loomi journal: next file not created: %s", exc)
             self._spare_failed = True  # said once: a disk that stays full would repeat it every batch
+            self._retry_at = time.monotonic() + RETRY_EVERY
             self._prepare_next()
             return None
         old, self.path = self.path, self._name(self.number + 1)

@@ -7,6 +7,8 @@ import os
 from loomi_adapter import journal as jmod
 from loomi_adapter.journal import Journal, decode, encode
 
+from tests.waiting import until
+
 from .helpers import notify, pair
 
 
@@ -103,4 +105,40 @@ async def test_frames_do_not_wait_for_the_journaled_rows_but_for_every_other_wri
     assert store.query("SELECT COUNT(*) FROM loomi_events")[0][0] == 3
     store.execute_later("UPDATE settings SET value=value WHERE key='x'")  # an ordinary write: the barrier rises
     assert store.ticket == store.submitted
+    await c.close()
+
+
+async def test_the_store_gets_the_windows_rows_only_when_the_journal_moves_to_its_next_file(loomi):
+    """Journaled rows are durable already: they reach the database only when a file is half full and the
+    next one takes over (or at shutdown), and only the newest window + 1 events' rows, the ones a restart
+    reads back (older frames are out of every window); then the full file goes."""
+    c, creds = await pair(loomi)
+    store = loomi.bridge.store
+    registry = loomi.frontends["loomi"].registry
+    await registry.flush_rows()
+    registry.window = 8  # a small window (the rows kept for the database; the device's own is unchanged)
+    registry.journal.remove()
+    j = registry.journal = Journal(store.local_dir, size=16384)
+    assert j.open()
+    j._spare_thread.join()  # the next file is ready: the journal moves on once this one is half full
+    first = j.path
+
+    def stored() -> set:
+        return {n for (n,) in store.query("SELECT n FROM loomi_events")}
+
+    before = stored()
+    published = 0
+    while j.number == 1:
+        assert j.pos < 8192 + 1024  # it moves on at half full, not later
+        notify(loomi, 1, text=f"e{published}-")
+        published += 1
+        if j.number == 1:
+            await store.aflush()
+            assert stored() == before  # in the journal only: no store write per event, nor per second
+    assert published > 9
+    last = registry.event_no
+    await until(lambda: not os.path.exists(first), what="the full file deleted once its rows committed")
+    assert stored() - before == set(range(last - 8, last + 1))  # the window's rows, not the older ones
+    for _ in range(published):  # every frame reached the device meanwhile
+        await c.recv()
     await c.close()
