@@ -122,26 +122,17 @@ class _Soon:
     def add(self, box: "Outbox") -> None:
         self.boxes.append(box)
         if not self.due:
-            self.schedule()
-
-    def schedule(self) -> None:
-        self.due = True
-        if self.at_end is not None:
-            self.at_end(self.run)
-        else:
-            self.loop.call_soon(self.run)
+            self.due = True
+            if self.at_end is not None:
+                self.at_end(self.run)
+            else:
+                self.loop.call_soon(self.run)
 
     def run(self) -> None:
         self.due = False
         boxes, self.boxes = self.boxes, []
         for box in boxes:
-            try:  # Outbox._drive_safely, inlined: this runs per connection per turn
-                box._drive()
-            except ConnectionError:
-                box.close()
-            except Exception:
-                log.exception("outbox flush failed")
-                box.close()
+            box._drive_safely()
 
 
 class _Barrier:
@@ -253,10 +244,7 @@ class Outbox:
         # a flush is coming (queued for the end of the turn, held by the barrier, waiting for a reserved reply,
         # or handed to the writer task); without one the queue is empty and a put schedules one
         self._pending = False
-        try:
-            self._soon: Optional[_Soon] = _soon_for(asyncio.get_running_loop())
-        except RuntimeError:  # made before a loop runs: looked up at its first flush
-            self._soon = None
+        self._soon: Optional[_Soon] = None
         self._go = asyncio.Event()  # the writer task has a step to take (_task)
         self._task = 0  # its step: _SEND (write and wait for the peer), _LEAD (the barrier), _ALONE (own wait)
         self._alone = 0  # the ticket an _ALONE wait is for
@@ -312,13 +300,7 @@ class Outbox:
                 self._grace = True
                 self._barrier.hold(self, ticket)  # type: ignore[union-attr]
             else:
-                soon = self._soon
-                if soon is None:
-                    self._flush_soon()
-                else:  # _Soon.add, inlined: this runs per connection per event
-                    soon.boxes.append(self)
-                    if not soon.due:
-                        soon.schedule()
+                self._flush_soon()
         return True
 
     def _flush_soon(self) -> None:
