@@ -18,23 +18,8 @@ import types
 
 from bridge_core import looping
 from bridge_core.hub import Outbox
-
-
-class _Sender:
-    """A sender with the synchronous path only (each write recorded), no store."""
-
-    def __init__(self, writes: list):
-        self.writes = writes
-        self.sync = self
-
-    def ready(self):
-        return True
-
-    def write(self, frames):
-        self.writes.append(list(frames))
-
-    async def __call__(self, data):
-        raise AssertionError("written through the writer task")
+from tests.core.test_outbox_flush import SyncSender
+from tests.waiting import turns
 
 
 async def test_the_suite_runs_on_the_bridges_loop():
@@ -116,7 +101,7 @@ async def test_a_failing_hook_is_logged_and_the_others_still_run(caplog):
 async def test_frames_put_in_a_turn_leave_at_its_end_in_one_write():
     loop = asyncio.get_running_loop()
     writes: list = []
-    box = Outbox(_Sender(writes))
+    box = Outbox(SyncSender(None, writes))
     seen_next_turn = loop.create_future()
     for i in range(3):
         assert box.put(b"frame %d" % i)
@@ -135,11 +120,11 @@ def test_on_a_hosts_own_loop_frames_leave_at_the_next_turn():
 
         async def scenario():
             writes: list = []
-            box = Outbox(_Sender(writes))
+            box = Outbox(SyncSender(None, writes))
             box.put(b"a")
             box.put(b"b")
             assert writes == []
-            await asyncio.sleep(0)  # one turn: the flush scheduled with call_soon ran before this step
+            await turns(1)  # one turn: the flush scheduled with call_soon ran before this step
             return writes
 
         assert loop.run_until_complete(scenario()) == [[b"a", b"b"]]

@@ -210,8 +210,9 @@ async def test_an_idle_connection_still_waits_for_the_commit_of_what_came_before
         await srv.stop()
 
 
-class _SyncSender:
-    """A sender with the synchronous path only: a write through the writer task would fail the test."""
+class SyncSender:
+    """A sender with the synchronous path only: a write through the writer task would fail the test
+    (tests/core/test_looping.py uses it too, with no store)."""
 
     def __init__(self, store, out):
         self.store = store
@@ -245,7 +246,7 @@ async def test_connections_held_by_one_commit_are_written_from_one_wake(tmp_path
     gate = threading.Event()
     sent: list[list] = [[] for _ in range(10)]
     tasks = TaskSet("test")
-    boxes = [Outbox(_SyncSender(store, out)) for out in sent]
+    boxes = [Outbox(SyncSender(store, out)) for out in sent]
     try:
         for b in boxes:
             tasks.spawn(b.run())
@@ -273,8 +274,8 @@ async def test_a_connection_needing_an_earlier_commit_does_not_wait_for_a_later_
     a_out: list = []
     b_out: list = []
     tasks = TaskSet("test")
-    a = Outbox(_SyncSender(store, a_out))
-    b = Outbox(_SyncSender(store, b_out))
+    a = Outbox(SyncSender(store, a_out))
+    b = Outbox(SyncSender(store, b_out))
     try:
         tasks.spawn(a.run())
         tasks.spawn(b.run())
@@ -322,7 +323,7 @@ class _StepStore:
         self._changed.set()
 
 
-class _PausableSender(_SyncSender):
+class _PausableSender(SyncSender):
     """A synchronous sender whose peer can fall behind (then only the writer task's ``many`` writes)."""
 
     def __init__(self, store, out):
@@ -346,7 +347,7 @@ async def test_a_leader_whose_peer_falls_behind_hands_the_barrier_over():
     tasks = TaskSet("test")
     a_sender = _PausableSender(store, a_out)
     a = Outbox(a_sender)
-    b = Outbox(_SyncSender(store, b_out))
+    b = Outbox(SyncSender(store, b_out))
     try:
         tasks.spawn(a.run())
         tasks.spawn(b.run())
