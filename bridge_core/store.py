@@ -115,7 +115,7 @@ class BaseStore:
 
     def __init__(self, path: str):
         self.path = path
-        self._q: "queue.Queue[Any]" = queue.Queue()
+        self._q: "queue.SimpleQueue[Any]" = queue.SimpleQueue()  # C-level put: a write costs the loop no lock dance
         self._thread: Optional[threading.Thread] = None
         self._wconn: Optional[sqlite3.Connection] = None
         self._rconn: Optional[sqlite3.Connection] = None
@@ -226,12 +226,15 @@ class BaseStore:
         if self._thread is None:
             fut.set_exception(Unavailable("store is closed"))
             return fut
+        self._enqueue(fn, fut, barrier)
+        return fut
+
+    def _enqueue(self, fn: WriteFn, fut: Optional[concurrent.futures.Future], barrier: bool) -> None:
         with self._sync_lock:  # queue order and count agree, whatever thread submits
             self.submitted += 1
             if barrier:
                 self.ticket = self.submitted
             self._q.put((fn, fut))
-        return fut
 
     async def synced(self, upto: Optional[int] = None) -> None:
         """Wait until the writes queued so far (or the first ``upto``) have committed or failed.
@@ -270,9 +273,12 @@ class BaseStore:
         return await asyncio.wrap_future(self.submit(fn))
 
     def write_later(self, fn: WriteFn, *, barrier: bool = True) -> None:
-        """Fire and forget: queued, committed with the next batch, failures logged."""
-        fut = self.submit(fn, barrier=barrier)
-        fut.add_done_callback(_log_failure)
+        """Fire and forget: queued, committed with the next batch, failures logged (by the writer: no
+        future to make, lock and call back for a write nobody awaits; a run's start queues four)."""
+        if self._thread is None:
+            log.error("store write failed: %s", Unavailable("store is closed"))
+            return
+        self._enqueue(fn, None, barrier)
 
     def execute_later(self, sql: str, params: Iterable[Any] = (), *, barrier: bool = True) -> None:
         self.write_later(_Stmt(sql, tuple(params)), barrier=barrier)
@@ -302,7 +308,7 @@ class BaseStore:
                     stop = True
                     break
                 batch.append(nxt)
-            results: list[tuple[concurrent.futures.Future, Any, Optional[BaseException]]] = []
+            results: list[tuple[Optional[concurrent.futures.Future], Any, Optional[BaseException]]] = []
             storage_error: Optional[BaseException] = None
             try:
                 conn.execute(self.begin_sql)
@@ -375,7 +381,10 @@ class BaseStore:
                 err = Unavailable(f"database write failed: {exc}")
                 results = [(fut, None, err) for _, fut in batch]
             for fut, res, exc in results:
-                if exc is None:
+                if fut is None:  # write_later's
+                    if exc is not None:
+                        log.error("store write failed: %s", exc)
+                elif exc is None:
                     fut.set_result(res)
                 else:
                     fut.set_exception(exc)
@@ -629,12 +638,6 @@ class _Stmt:
 def _wake(fut: asyncio.Future) -> None:
     if not fut.done():
         fut.set_result(None)
-
-
-def _log_failure(fut: concurrent.futures.Future) -> None:
-    exc = fut.exception()
-    if exc is not None:
-        log.error("store write failed: %s", exc)
 
 
 def _split_sql(script: str) -> list[str]:

@@ -56,6 +56,40 @@ async def test_closed_store_refuses_writes(tmp_path):
         await s.write(lambda c: None)
 
 
+def test_write_later_counts_for_the_barrier_and_its_failures_are_logged_by_the_writer(tmp_path, caplog):
+    """A fire-and-forget write has no future (nobody awaits it): it still takes the next ticket when it is
+    a barrier write, ``synced`` waits for it, and a failing one is logged with its error, its batch
+    committing the rest."""
+    s = Store(str(tmp_path / "b.db")).open()
+    try:
+        s.migrate("t", ["CREATE TABLE t(k INTEGER PRIMARY KEY)"])
+        gate = __import__("threading").Event()
+        s.submit(lambda c: gate.wait(5))  # hold the writer: the writes below share one batch
+        before = s.ticket
+        s.execute_later("INSERT INTO t(k) VALUES(?)", (1,))
+        assert s.ticket == before + 1 == s.submitted
+        s.execute_later("INSERT INTO t(k) VALUES(?)", (1,))  # a duplicate key
+        s.write_later(lambda c: c.execute("INSERT INTO t(k) VALUES(2)"), barrier=False)
+        assert s.ticket == before + 2 and s.submitted == before + 3  # barrier=False: frames do not wait for it
+        gate.set()
+        s.flush()
+        assert s.processed >= before + 3
+        assert s.query("SELECT k FROM t ORDER BY k") == [(1,), (2,)]
+        failures = [r for r in caplog.records if r.getMessage().startswith("store write failed")]
+        assert len(failures) == 1 and "UNIQUE" in failures[0].getMessage(), [r.getMessage() for r in failures]
+    finally:
+        s.close()
+
+
+def test_write_later_on_a_closed_store_is_logged_not_queued(tmp_path, caplog):
+    s = Store(str(tmp_path / "b.db")).open()
+    s.close()
+    submitted = s.submitted
+    s.execute_later("SELECT 1")
+    assert s.submitted == submitted
+    assert any("store write failed" in r.getMessage() and "closed" in r.getMessage() for r in caplog.records)
+
+
 async def test_settings(tmp_path):
     s = Store(str(tmp_path / "b.db")).open()
     await s.set_setting("k", "v")
