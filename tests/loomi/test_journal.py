@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 
 from loomi_adapter import journal as jmod
@@ -30,6 +31,11 @@ def test_records_read_back_as_written_and_a_cut_or_garbled_tail_ends_the_reading
     assert decode(data + b"\0" * 64)[2] == len(data)  # the zeros after the last record: the end
 
 
+def _mapped(path: str) -> bool:
+    with open("/proc/self/maps") as f:
+        return any(line.rstrip().endswith(path) for line in f)
+
+
 def test_the_journal_keeps_rows_across_a_crash_and_moves_on_when_half_full(tmp_path):
     j = Journal(str(tmp_path), size=4096)
     assert j.open()
@@ -41,9 +47,11 @@ def test_the_journal_keeps_rows_across_a_crash_and_moves_on_when_half_full(tmp_p
         assert j.append(*_rows(i))
     # a crash now: a new process reads what the mapping held, without a close
     assert [n for n, _ in Journal(str(tmp_path)).recover()[0]] == list(range(1, i + 1))
-    j._spare_thread.join()  # the next file is prepared in a thread
+    concurrent.futures.wait([j._spare])  # the next file is prepared in a thread
     full = j.rotate()
     assert full == first and j.pos == 0 and j.path != first
+    concurrent.futures.wait([j._spare])  # the journal's thread unmapped the full file, then made the next
+    assert not _mapped(first) and _mapped(j.path)
     assert j.append(*_rows(i + 1))
     assert [n for n, _ in Journal(str(tmp_path)).recover()[0]] == list(range(1, i + 2))  # the oldest file first
     Journal.drop(full)  # its batch committed
@@ -83,7 +91,7 @@ def test_a_journal_that_would_crowd_the_database_out_is_not_made(tmp_path, monke
     assert j.files() == []
     small = Journal(str(tmp_path), size=4096)  # a file that leaves four times its size free is made
     assert small.open()
-    small._spare_thread.join()
+    concurrent.futures.wait([small._spare])
     small.remove()
 
 
@@ -120,7 +128,7 @@ async def test_the_store_gets_the_windows_rows_only_when_the_journal_moves_to_it
     registry.journal.remove()
     j = registry.journal = Journal(store.local_dir, size=16384)
     assert j.open()
-    j._spare_thread.join()  # the next file is ready: the journal moves on once this one is half full
+    concurrent.futures.wait([j._spare])  # the next file is ready: the journal moves on once this one is half full
     first = j.path
 
     def stored() -> set:
