@@ -7,7 +7,8 @@ stdin, sends ``/bench n rate`` for each of its runs, and reads every frame
 until it has seen every run of the team finish (each client sees every
 run). It prints one JSON line: the delivery latency of every delta
 (receipt time minus the frame's server timestamp, in microseconds), the
-final texts checked against the expected one, frames and bytes.
+largest of them while the runs start and after, the final texts checked
+against the expected one, frames and bytes.
 
 A process per client, so that the clients' own parsing does not sit in
 one interpreter and show up as the server's latency.
@@ -92,6 +93,16 @@ async def run(cfg: dict) -> dict:
 
         sender = asyncio.ensure_future(send_all())
         append = lat.append
+        start_until = t_go + cfg.get("start_window", 0.0)
+        out["max_start_us"] = out["max_after_us"] = 0
+
+        def record(us: int, now: float) -> None:
+            # the largest apart for the deltas received while the runs start (bench.team: START_WINDOW)
+            append(us)
+            key = "max_start_us" if now < start_until else "max_after_us"
+            if us > out[key]:
+                out[key] = us
+
         async for msg in ws:
             if msg.type != TEXT:
                 break
@@ -102,14 +113,14 @@ async def run(cfg: dict) -> dict:
             t = f.get("type")
             if proto == "pheby":
                 if t == "message.delta":
-                    append(int((now - _iso(f["ts"])) * 1e6))
+                    record(int((now - _iso(f["ts"])) * 1e6), now)
                 elif t == "message.complete" and f.get("kind") != "notice":
                     finals[f["message_id"]] = f["text"]
                 elif t == "run.finished":
                     done += 1
             else:
                 if t == "run.delta":
-                    append(int((now - f["ts"]) * 1e6))
+                    record(int((now - f["ts"]) * 1e6), now)
                 elif t == "run.completed":
                     finals[f.get("run_id") or f["payload"]["run_id"]] = f["payload"].get("text")
                     done += 1
