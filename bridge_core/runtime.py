@@ -9,7 +9,11 @@ not have (measured with ``python -m bench --only team -v``, see README
   waits for the interpreter's switch interval (5 ms by default), several
   times per commit, and every frame behind the durability barrier waits for
   that commit. A short interval bounds each hand-off (``SWITCH_INTERVAL``);
-  it costs nothing while only one thread runs.
+  it costs nothing while only one thread runs. At 0.5 ms a run's first
+  frames still waited about 20 ms for their commit while the loop streamed
+  an unpaced ``/bench 2000`` (a commit is some twenty hand-offs); at 0.1 ms,
+  3 ms, with the CPU per frame unchanged within the noise (README
+  "Performance", a team's start).
 - full garbage collections over everything imported and built at start
   (tens of thousands of objects that never die). ``gc.freeze`` after start
   moves them out of the collector's view, so a collection scans only what
@@ -25,7 +29,7 @@ from __future__ import annotations
 import gc
 import sys
 
-SWITCH_INTERVAL = 0.0005  # seconds; CPython's default is 0.005
+SWITCH_INTERVAL = 0.0001  # seconds; CPython's default is 0.005
 
 
 _frozen = False
