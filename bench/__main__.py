@@ -90,6 +90,7 @@ def print_loomi(rows: list[dict], n: int) -> bool:
         for fig, label in (
             ("events_per_s_per_client", "run.delta events/s/client"),
             ("frames_per_s", "frames/s (all clients)"),
+            ("first_delta_ms", "first delta ms after send"),
             ("lat_p50_ms", "latency p50 ms (paced)"),
             ("lat_p99_ms", "latency p99 ms (paced)"),
             ("cpu_us_per_frame", "server CPU us/frame"),

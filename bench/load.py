@@ -154,7 +154,10 @@ async def loomi_run(port: int, devices: list, n: int, watch: Optional[ProcWatch]
             r.cancel()
         for ws, _ in socks:
             await ws.close()
-    return _summarise(stats, elapsed, cpu, n, expected="tok " * n)
+    res = _summarise(stats, elapsed, cpu, n, expected="tok " * n)
+    # how long the first client waited, from its session.send, for the run's first delta
+    res["first_delta_ms"] = (stats[0].first - t0) * 1000 if stats[0].events else float("nan")
+    return res
 
 
 async def pheby_run(port: int, secret: str, clients: int, n: int, watch: Optional[ProcWatch], timeout: float = 300.0) -> dict:
