@@ -48,6 +48,7 @@ async def _measure(devices: int, n: int) -> dict:
     from bridge_core.agents.base import RunContext
     from bridge_core.agents.demo import DemoAgent
     from bridge_core.config import build_config
+    from bridge_core.ids import new_id
     from cli.serve import Service
     from loomi_adapter import codec
 
@@ -62,7 +63,7 @@ async def _measure(devices: int, n: int) -> dict:
                 await registry.pair(codec.DeviceInfo(name=f"bench-{i}"))
             bridge = svc.bridge
             conv = bridge.create_conversation("bench")
-            ctx = RunContext(bridge, bridge.default_source, conv.conversation_id, os.urandom(16).hex())
+            ctx = RunContext(bridge, bridge.default_source, conv.conversation_id, new_id())
             bridge.publish(ev.RunStarted(conversation_id=conv.conversation_id, run_id=ctx.run_id,
                                          message_id=ctx.message_id))
             delta = ctx.delta

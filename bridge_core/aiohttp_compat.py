@@ -78,25 +78,26 @@ def batch_ready(ws: web.WebSocketResponse) -> bool:
     )
 
 
+def _text_head(n: int) -> bytes:
+    """An unmasked, final text frame's header for an ``n``-byte payload (RFC 6455 5.2)."""
+    if n < 126:
+        return _LEN1(0x81, n)
+    if n < 65536:
+        return _LEN2(0x81, 126, n)
+    return _LEN3(0x81, 127, n)
+
+
 def _frame_bytes(frames: list) -> tuple[bytes, int]:
     """``frames`` as unmasked text frames in one buffer, and the count aiohttp's flow control adds."""
-    if len(frames) == 1:  # the common flush at a run's pace: one short frame, nothing to join
+    if len(frames) == 1:  # the common flush at a run's pace: one frame, nothing to join
         data = frames[0]
         n = len(data)
-        if n < 126:
-            return _LEN1(0x81, n) + data, n + 10
-        if n < 65536:
-            return _LEN2(0x81, 126, n) + data, n + 10
+        return _text_head(n) + data, n + 10
     parts = []
     total = 0
     for data in frames:
         n = len(data)
-        if n < 126:
-            parts.append(_LEN1(0x81, n))
-        elif n < 65536:
-            parts.append(_LEN2(0x81, 126, n))
-        else:
-            parts.append(_LEN3(0x81, 127, n))
+        parts.append(_text_head(n))
         parts.append(data)
         total += n + 10
     return b"".join(parts), total
