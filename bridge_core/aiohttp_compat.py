@@ -29,6 +29,7 @@ from aiohttp import web
 _LEN1 = struct.Struct("!BB").pack
 _LEN2 = struct.Struct("!BBH").pack
 _LEN3 = struct.Struct("!BBQ").pack
+HEAD_MAX = 10  # a frame's header counts this many bytes in aiohttp's flow control (the most one takes: _count)
 
 # what the batched writer reads or writes on aiohttp's objects
 WRITER_ATTRS = ("transport", "protocol", "_closing", "_output_size", "_limit")
@@ -89,17 +90,17 @@ def _text_head(n: int) -> bytes:
 
 def _frame_bytes(frames: list) -> tuple[bytes, int]:
     """``frames`` as unmasked text frames in one buffer, and the count aiohttp's flow control adds."""
-    if len(frames) == 1:  # the common flush at a run's pace: one frame, nothing to join
+    if len(frames) == 1:  # one frame, nothing to join
         data = frames[0]
         n = len(data)
-        return _text_head(n) + data, n + 10
+        return _text_head(n) + data, n + HEAD_MAX
     parts = []
     total = 0
     for data in frames:
         n = len(data)
         parts.append(_text_head(n))
         parts.append(data)
-        total += n + 10
+        total += n + HEAD_MAX
     return b"".join(parts), total
 
 
@@ -135,6 +136,15 @@ class FrameWriter:
         if w._closing or w.transport is not self._transport or self._transport.is_closing():
             return False
         return not getattr(self._protocol, "_paused", True)
+
+    def write_one(self, data: bytes) -> bool:
+        """``ready()`` and then ``write([data])``, for the flush of one frame; False (nothing written) when not ready."""
+        if not self.ready():
+            return False
+        n = len(data)
+        self._transport.write(_text_head(n) + data)
+        _count(self._w, n + HEAD_MAX)
+        return True
 
     def write(self, frames: list) -> None:
         """Only after ``ready()``: ``frames`` (bytes, UTF-8 JSON) as unmasked text frames, one transport write."""

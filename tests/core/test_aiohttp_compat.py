@@ -128,6 +128,9 @@ async def test_batched_writes_keep_aiohttps_buffered_count():
         before = w._output_size
         fw.write([frame, frame])
         seen["ours"] = w._output_size - before
+        before = w._output_size
+        seen["one_written"] = fw.write_one(frame)  # the one-frame flush: the same frame, the same count
+        seen["one"] = w._output_size - before
         big = b'{"s":"' + b"y" * (w._limit // 4) + b'"}'
         await write_text_frames(ws, [big] * 5)  # past the limit: the count starts again
         seen["after_limit"] = w._output_size
@@ -137,8 +140,10 @@ async def test_batched_writes_keep_aiohttps_buffered_count():
         await ws.close()
         return ws
 
-    got = await _frames_from(handler, 8, done)
-    assert [m.type for m in got] == [aiohttp.WSMsgType.TEXT] * 8
+    got = await _frames_from(handler, 9, done)
+    assert [m.type for m in got] == [aiohttp.WSMsgType.TEXT] * 9
+    assert [m.data for m in got[:4]] == ['{"s":"' + "x" * 100 + '"}'] * 4
     assert 2 * seen["theirs"] <= seen["ours"] <= 2 * (seen["theirs"] + 8)
+    assert seen["one_written"] is True and seen["theirs"] <= seen["one"] <= seen["theirs"] + 8
     assert seen["after_limit"] == 0 < seen["limit"]
     assert seen["ready"] is True

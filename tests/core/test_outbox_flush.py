@@ -225,6 +225,12 @@ class SyncSender:
     def write(self, frames):
         self.out.append(list(frames))
 
+    def write_one(self, data):
+        if not self.ready():
+            return False
+        self.out.append([data])
+        return True
+
     async def __call__(self, data):
         raise AssertionError("written through the writer task")
 
