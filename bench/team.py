@@ -102,12 +102,14 @@ async def team_once(proto: str, kind: str, runs: int, clients: int, n: int, rate
     lag = srv.lag_report() or {}
     srv.cleanup()
     lat = sorted(x for r in results for x in r["lat_us"])
+    lat_after = sorted(x for r in results for x in r["lat_after_us"])
     return {
         "p50_ms": _pct(lat, 50) / 1000,
         "p99_ms": _pct(lat, 99) / 1000,
         "max_ms": (lat[-1] / 1000) if lat else float("nan"),
         "max_start_ms": max(r["max_start_us"] for r in results) / 1000,
         "max_after_ms": max(r["max_after_us"] for r in results) / 1000,
+        "p99_after_ms": _pct(lat_after, 99) / 1000,
         # per run-second of the run's nominal length (n / rate): a server that falls behind stretches its
         # runs, and dividing by the time it took would flatter it
         "cpu_ms_per_run_s": cpu * 1000 / (runs * n / rate),
@@ -196,9 +198,10 @@ def _print_row(row: dict, verbose: bool) -> None:
           f"rss {rss[0]:.0f}/{rss[1]:.0f}MB  lag max {_fmt(lag[0])}/{_fmt(lag[1])}  "
           f"{'ok' if ok else 'MISS ' + miss}", flush=True)
     if verbose:
-        start, after = both("max_start_ms"), both("max_after_ms")
+        start, after, p99_after = both("max_start_ms"), both("max_after_ms"), both("p99_after_ms")
         print(f"    max latency while the runs start (the first {START_WINDOW * 1000:.0f} ms) {_fmt(start[0])}/"
-              f"{_fmt(start[1])} ms, after {_fmt(after[0])}/{_fmt(after[1])} ms")
+              f"{_fmt(start[1])} ms, after {_fmt(after[0])}/{_fmt(after[1])} ms; p99 after "
+              f"{_fmt(p99_after[0])}/{_fmt(p99_after[1])} ms ({_fmt(p99_after[0] / p99_after[1])}x)")
         for kind, res in (("bridge", b), ("baseline", a)):
             for x in res:
                 print(f"    {kind}: stalls {x['stalls']} (with gc {x['stalls_with_gc']}), gc max ms "

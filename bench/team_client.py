@@ -96,10 +96,16 @@ async def run(cfg: dict) -> dict:
         start_until = t_go + cfg.get("start_window", 0.0)
         out["max_start_us"] = out["max_after_us"] = 0
 
+        after: list[int] = []  # the latencies of the deltas received once the runs have started
+
         def record(us: int, now: float) -> None:
             # the largest apart for the deltas received while the runs start (bench.team: START_WINDOW)
             append(us)
-            key = "max_start_us" if now < start_until else "max_after_us"
+            if now < start_until:
+                key = "max_start_us"
+            else:
+                key = "max_after_us"
+                after.append(us)
             if us > out[key]:
                 out[key] = us
 
@@ -132,6 +138,7 @@ async def run(cfg: dict) -> dict:
         await sender
         await ws.close()
     out["lat_us"] = lat
+    out["lat_after_us"] = after
     out["finals"] = len(finals)
     out["exact"] = len(finals) == runs and all(v == expected for v in finals.values())
     out["bad"] = _bad(finals, expected, runs)
