@@ -203,9 +203,11 @@ class ClusterRegistry(Registry):
     def _queue(self, frames: list, spans: list, sql: Optional[list] = None) -> None:
         b = self._batch
         if b is None or not b.add(frames, spans, sql):
+            # filled before it is queued: the writer thread may take a queued batch at once (then an add
+            # is refused), and these rows would be lost
             b = self._batch = _Batch()
-            self.store.write_later(b)
             b.add(frames, spans, sql)
+            self.store.write_later(b)
 
     def next_seq(self, d: Device) -> int:
         """A reply's or a ping's seq, recorded before the frame leaves: a span starting one above it

@@ -410,8 +410,8 @@ class Registry:
         b = self._batch
         if b is None or not b.add(events, segments, prune):
             b = self._batch = _RowBatch()
+            b.extend(events, segments, prune)  # before it is queued: the writer may take it at once (cluster.py)
             self.store.write_later(b)
-            b.add(events, segments, prune)
 
     def _submit_rows(self) -> Any:
         """Hand the journaled rows' batch to the store (its future; None without one)."""
