@@ -88,12 +88,16 @@ def _text_head(n: int) -> bytes:
     return _LEN3(0x81, 127, n)
 
 
+def _one_frame(data: bytes) -> tuple[bytes, int]:
+    """One unmasked text frame, and the count aiohttp's flow control adds for it."""
+    n = len(data)
+    return _text_head(n) + data, n + HEAD_MAX
+
+
 def _frame_bytes(frames: list) -> tuple[bytes, int]:
     """``frames`` as unmasked text frames in one buffer, and the count aiohttp's flow control adds."""
     if len(frames) == 1:  # one frame, nothing to join
-        data = frames[0]
-        n = len(data)
-        return _text_head(n) + data, n + HEAD_MAX
+        return _one_frame(frames[0])
     parts = []
     total = 0
     for data in frames:
@@ -141,9 +145,9 @@ class FrameWriter:
         """``ready()`` and then ``write([data])``, for the flush of one frame; False (nothing written) when not ready."""
         if not self.ready():
             return False
-        n = len(data)
-        self._transport.write(_text_head(n) + data)
-        _count(self._w, n + HEAD_MAX)
+        buf, total = _one_frame(data)
+        self._transport.write(buf)
+        _count(self._w, total)
         return True
 
     def write(self, frames: list) -> None:

@@ -300,11 +300,7 @@ class Outbox:
                 self._grace = True
                 self._barrier.hold(self, ticket)  # type: ignore[union-attr]
             else:
-                soon = self._soon
-                if soon is not None:
-                    soon.add(self)
-                else:
-                    self._flush_soon()
+                self._flush_soon()
         return True
 
     def _flush_soon(self) -> None:
@@ -392,22 +388,6 @@ class Outbox:
         q = self._q
         store = self._store
         sync = self._sync
-        if len(q) == 1 and sync is not None and not self.closed:
-            # the common flush at a run's pace: one unkeyed frame, nothing held, the peer keeping up
-            # (what the loop below does for it, without building a batch)
-            head = q[0]
-            data = head.data
-            if (type(data) is bytes and head.key is None and (store is None or head.ticket <= store.processed)
-                    and sync.write_one(data)):
-                q.popleft()
-                self._bytes -= head.size
-                if self._grace and self.max_items > 1:
-                    self._grace = False
-                self.writes += 1
-                self.sent_frames += 1
-                self.sent_bytes += head.size
-                self._pending = False
-                return
         while q and not self.closed:
             head = q[0]
             if head.data is _RESERVED:
@@ -419,16 +399,27 @@ class Outbox:
                 return
             if self._grace and len(q) < self.max_items:
                 self._grace = False
+            if (len(q) == 1 and head.key is None and type(head.data) is bytes and sync is not None
+                    and sync.write_one(head.data)):
+                # the common flush at a run's pace: one frame, written as it is (no batch built)
+                q.popleft()
+                self._bytes -= head.size
+                self._sent(1, head.size)
+                continue
             if sync is None or not sync.ready():
                 self._go_send()  # the writer task writes and waits for the peer (flow control)
                 return
             batch, size = self._take()
             if batch:
                 sync.write(batch)
-                self.writes += 1
-                self.sent_frames += len(batch)
-                self.sent_bytes += size
+                self._sent(len(batch), size)
         self._pending = False
+
+    def _sent(self, frames: int, size: int) -> None:
+        """One write of ``frames`` frames, ``size`` bytes, done."""
+        self.writes += 1
+        self.sent_frames += frames
+        self.sent_bytes += size
 
     def _take(self, most: int = BATCH_FRAMES) -> tuple[list, int]:
         """The frames at the head that may leave now, at most ``most`` and about BATCH_BYTES."""
@@ -520,9 +511,7 @@ class Outbox:
                     if batch:
                         await self._send(batch[0])
                 if batch:
-                    self.writes += 1
-                    self.sent_frames += len(batch)
-                    self.sent_bytes += size
+                    self._sent(len(batch), size)
                 self._drive()
 
     async def wait_room(self, limit: int, timeout: float = 60.0) -> None:
