@@ -41,3 +41,12 @@ class SeqReservation:
             return None
         self.set(seq + self.block)
         return self.reserved
+
+    def watch(self, seq: int) -> None:
+        """Make ``limit`` (the caller's one comparison per seq) ``seq`` until ``unwatch``: a caller that
+        recorded the next reservation without waiting for it checks, at the first seq above the one
+        recorded before, whether it is durable yet."""
+        self.limit = min(self.limit, seq)
+
+    def unwatch(self) -> None:
+        self.limit = self.reserved - self.margin

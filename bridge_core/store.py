@@ -236,6 +236,13 @@ class BaseStore:
                 self.ticket = self.submitted
             self._q.put((fn, fut))
 
+    def hold_from(self, number: int) -> None:
+        """Frames queued from now on wait for write ``number`` too (one queued earlier with
+        ``barrier=False``, found to be needed by them: Loomi's next seq block)."""
+        with self._sync_lock:
+            if number > self.ticket:
+                self.ticket = number
+
     async def synced(self, upto: Optional[int] = None) -> None:
         """Wait until the writes queued so far (or the first ``upto``) have committed or failed.
 

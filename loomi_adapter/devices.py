@@ -20,9 +20,10 @@ ever waiting for the disk:
   superseded segments are pruned now and then, keeping the newest
   ``window + 1`` events (the one before a device's window gives its floor).
 
-Both are made durable *before* the frame that carries the seq is queued: the
-reservation is a store write, and a frame leaves only once the writes queued
-before it committed (the store's durability barrier, ``Store.synced``); the
+Both are made durable *before* the frame that carries the seq leaves: the
+reservation is a store write queued half a block ahead, behind no frame, and
+the first frame above the block recorded before it leaves only once it
+committed (the store's durability barrier, ``Store.synced``: ``_reserve``); the
 rows are appended to the journal (journal.py) on the loop, and reach the
 database when a journal file is half full (only the newest window's rows),
 behind no frame. Whatever a device
@@ -229,6 +230,8 @@ class Device:
         self.log = log_ if log_ is not None else SeqLog()
         # the highest seq reservation queued (the barrier makes it durable in time); the shared rule
         self.seqs = SeqReservation(block, reserved)
+        # the next block's write queued behind no frame, and the reservation recorded before it (_reserve)
+        self.reserving: Optional[tuple[int, int]] = None
         self.offset: Optional[int] = None  # seq - event number of its last stored segment
         # several nodes (cluster.py): the epoch this node numbers it in, the last event numbered for it
         # elsewhere (skipped here), and its row as last read
@@ -449,14 +452,29 @@ class Registry:
         return None
 
     def _reserve(self, d: Device) -> None:
-        """Queue the next block. Never waits: every frame carrying these seqs is queued after this
-        write, and the durability barrier lets it leave only once the write committed."""
-        target = d.seqs.need(d.seq)
+        """Queue the next block, half a block ahead, behind no frame; never waits. The frames up to the
+        block recorded before need not wait for it; at the first seq above that one, if its write has
+        not committed yet, every frame queued from then on waits for it (the durability barrier)."""
+        seqs = d.seqs
+        store = self.store
+        pending = d.reserving
+        if pending is not None and d.seq > pending[1]:
+            d.reserving = None
+            seqs.unwatch()
+            if store.processed < pending[0]:
+                store.hold_from(pending[0])
+        covered = seqs.reserved  # recorded: committed, or every frame above the block before it waits for it
+        target = seqs.need(d.seq)
         if target is None:
             return
-        did = d.device_id
-        self.store.execute_later(
-            "UPDATE loomi_devices SET seq_reserved=MAX(seq_reserved, ?) WHERE device_id=?", (target, did))
+        store.execute_later("UPDATE loomi_devices SET seq_reserved=MAX(seq_reserved, ?) WHERE device_id=?",
+                            (target, d.device_id), barrier=False)
+        number = store.submitted  # this write's (or a later one's, if another thread queued meanwhile)
+        if d.seq > covered:  # the numbering moved past the recorded block at once (a resume): wait now
+            store.hold_from(number)
+        else:
+            d.reserving = (number, covered)
+            seqs.watch(covered)
 
 # --- pairing tokens -----------------------------------------------------------
 

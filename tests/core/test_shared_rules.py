@@ -151,6 +151,18 @@ def test_handed_out_seqs_never_pass_what_is_recorded():
         assert seq <= recorded
 
 
+def test_a_watched_seq_brings_the_caller_back_before_the_margin_and_unwatch_restores_it():
+    r = SeqReservation(100, reserved=100)
+    before = r.reserved
+    assert r.need(51) == 151  # recorded ahead, not durable yet: the caller watches the block before it
+    r.watch(before)
+    assert r.limit == 100 and r.need(100) is None
+    r.unwatch()
+    assert r.limit == 101 and r.need(101) is None  # unwatched: back at the margin, nothing new to record
+    r.watch(500)
+    assert r.limit == 101  # a watch never moves the limit up
+
+
 # --- one download rule over the three front ends -------------------------------------------------------
 
 

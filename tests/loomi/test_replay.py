@@ -210,6 +210,35 @@ async def test_long_bursts_reserve_blocks_and_stay_monotonic(loomi):
     await c.close()
 
 
+async def test_the_next_block_is_reserved_ahead_and_holds_only_the_frames_above_the_last_one(loomi):
+    """docs/loomi.md, "Seq across restarts": the next block's write is queued half a block ahead and holds
+    no frame whose seq the block recorded before covers; the first frame above it waits for its commit."""
+    fe = loomi.frontends["loomi"]
+    store = loomi.bridge.store
+    fe.registry.block = 16
+    c, creds = await pair(loomi)
+    d = fe.registry.devices[creds["device_id"]]
+    await store.aflush()
+    (reserved,) = store.query_one("SELECT seq_reserved FROM loomi_devices WHERE device_id=?", (d.device_id,))
+    assert reserved == d.seqs.reserved and reserved - d.seq > 8  # a committed block, more than half of it ahead
+    gate = threading.Event()
+    store.submit(lambda conn: gate.wait(30), barrier=False)  # the store's commits stall behind this write
+    start = d.seq
+    n = reserved - start + 4  # four frames above the recorded block
+    notify(loomi, n)
+    assert d.seqs.reserved > reserved  # the next block was asked for, half a block before it was needed
+    got = [await c.recv() for _ in range(reserved - start)]  # everything the recorded block covers leaves
+    assert [f["seq"] for f in got] == list(range(start + 1, reserved + 1))
+    held = d.conn.outbox
+    assert len(held) == 4 and store.processed < store.ticket  # the frames above it wait for the next block
+    gate.set()
+    rest = [await c.recv() for _ in range(4)]
+    assert [f["seq"] for f in rest] == list(range(reserved + 1, reserved + 5))
+    (now,) = store.query_one("SELECT seq_reserved FROM loomi_devices WHERE device_id=?", (d.device_id,))
+    assert now >= reserved + 4  # committed before they left
+    await c.close()
+
+
 async def test_a_device_is_not_dropped_for_frames_waiting_on_the_store(loomi):
     # far more frames than the outbox holds wait for a commit the store has not made: the wait is the
     # server's, not the device's (it reads everything), so it is not disconnected as slow
