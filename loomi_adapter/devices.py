@@ -228,7 +228,8 @@ class Device:
         self.paired_at = paired_at
         self.last_seen = last_seen
         self.log = log_ if log_ is not None else SeqLog()
-        # the highest seq reservation queued (the barrier makes it durable in time); the shared rule
+        # the highest seq reservation queued (durable before a frame above the block recorded before it
+        # leaves: Registry._reserve); the shared rule
         self.seqs = SeqReservation(block, reserved)
         # the next block's write queued behind no frame, and the reservation recorded before it (_reserve)
         self.reserving: Optional[tuple[int, int]] = None
