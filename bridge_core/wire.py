@@ -9,8 +9,10 @@ errors become ``BadRequest`` with the offending field named.
 from __future__ import annotations
 
 import datetime as _dt
-from typing import Any, Optional
+import typing
+from typing import Any, Iterable, Optional
 
+import attrs
 import cattrs
 import orjson
 from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError
@@ -67,6 +69,36 @@ def strict_converter() -> cattrs.Converter:
     conv.register_structure_hook(float, _strict_float)
     conv.register_structure_hook(bool, _strict_bool)
     return conv
+
+
+def prepare_hooks(conv: cattrs.Converter, classes: Iterable[type]) -> None:
+    """Make ``conv``'s structure function of each of ``classes`` now, at a front end's start, and of
+    every attrs class their fields hold (an ``Optional`` one is parsed by its own function, made at its
+    first value otherwise).
+
+    cattrs writes and compiles the function of a class at its first use, 0.5-1 ms
+    each: without this, the first ``session.send`` or ``hello`` a fresh server
+    received waited for it (docs/architecture.md, "One command, socket to agent").
+    """
+    todo = list(classes)
+    done: set = set()
+    while todo:
+        cls = todo.pop()
+        if cls in done:
+            continue
+        done.add(cls)
+        conv.get_structure_hook(cls)
+        if isinstance(cls, type) and attrs.has(cls):
+            for field in attrs.fields(attrs.resolve_types(cls)):
+                todo.extend(t for t in _types_in(field.type) if isinstance(t, type) and attrs.has(t))
+
+
+def _types_in(tp: Any) -> list:
+    """``tp`` and every type its arguments name (``Optional[X]``: X, ``list[tuple[Y]]``: Y ...)."""
+    out = [tp]
+    for arg in typing.get_args(tp):
+        out += _types_in(arg)
+    return out
 
 
 def _describe(exc: BaseException) -> str:

@@ -22,7 +22,7 @@ from bridge_core.attachments import attachment_fields
 from bridge_core.errors import BadRequest, InvalidJson, UnknownType, VersionMismatch
 from bridge_core.push import RegisterPush, UnregisterPush
 from bridge_core.redact import fingerprint
-from bridge_core.wire import strict_converter
+from bridge_core.wire import prepare_hooks, strict_converter
 
 PROTOCOL_VERSION = 1
 REPLAY_WINDOW = 512
@@ -452,6 +452,11 @@ def make_converter() -> cattrs.Converter:
 
 
 CONVERTER = make_converter()
+
+
+def prepare() -> None:
+    """At the front end's start: every request type's structure function made (wire.prepare_hooks)."""
+    prepare_hooks(CONVERTER, REQUEST_TYPES.values())
 
 
 @attrs.frozen

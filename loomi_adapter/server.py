@@ -144,6 +144,7 @@ class LoomiFrontEnd(FrontEnd):
     # --- lifecycle ---------------------------------------------------------------
 
     async def prepare(self) -> None:
+        codec.prepare()
         cluster = getattr(self.bridge, "cluster", None)
         if cluster is not None:  # several nodes: numbering by the node a device is connected to (cluster.py)
             self.registry = ClusterRegistry(self.bridge.store, cluster.node_id)

@@ -20,7 +20,7 @@ from bridge_core.errors import BadRequest, BridgeError, InvalidJson, TooLarge, U
 from bridge_core.push import Registered, RegisterPush, UnregisterPush
 from bridge_core.state import ConversationState
 from bridge_core.attachments import attachment_fields
-from bridge_core.wire import iso, strict_converter, structure
+from bridge_core.wire import iso, prepare_hooks, strict_converter, structure
 
 PROTOCOL_VERSION = 1
 MAX_TEXT = 64_000
@@ -263,6 +263,11 @@ def request_id_of(frame: Any) -> Optional[str]:
         if isinstance(rid, str):
             return rid[:200]
     return None
+
+
+def prepare() -> None:
+    """At the front end's start: every request type's structure function made (wire.prepare_hooks)."""
+    prepare_hooks(_conv, (wire_cls for wire_cls, _ in _DECODERS.values()))
 
 
 def decode_request(frame: dict) -> Any:

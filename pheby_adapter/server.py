@@ -87,6 +87,9 @@ class PhebyFrontEnd(FrontEnd):
         self._next_id = 0
         self.stats = {"connections": 0, "slow_disconnects": 0, "rate_limited": 0, "auth_failures": 0}
 
+    async def prepare(self) -> None:
+        codec.prepare()
+
     @property
     def draft_interval(self) -> float:
         return self.pacer.interval
