@@ -543,9 +543,11 @@ class Registry:
             d.os = info.os or d.os
             d.app_version = info.app_version or d.app_version
             d.name = info.name or d.name or info.model
+        # bookkeeping for `loomi devices`, shown in no frame: behind no frame either (hello.ok and the replay
+        # that follows it do not wait for its commit)
         self.store.execute_later(
             "UPDATE loomi_devices SET last_seen=?, name=?, model=?, os=?, app_version=? WHERE device_id=?",
-            (d.last_seen, d.name, d.model, d.os, d.app_version, d.device_id),
+            (d.last_seen, d.name, d.model, d.os, d.app_version, d.device_id), barrier=False,
         )
 
     async def revoke(self, device_id: str) -> Optional[Device]:

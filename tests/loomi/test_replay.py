@@ -239,6 +239,33 @@ async def test_the_next_block_is_reserved_ahead_and_holds_only_the_frames_above_
     await c.close()
 
 
+async def test_a_reconnect_is_answered_and_replayed_while_the_store_is_busy(loomi):
+    """The device's last-seen time and info (for `loomi devices`, in no frame) are written behind no frame:
+    hello.ok and the replay after it leave without waiting for that write's commit."""
+    c, creds = await pair(loomi)
+    notify(loomi, 3)
+    got = [await c.recv() for _ in range(3)]
+    await c.close()
+    store = loomi.bridge.store
+    await store.aflush()
+    (before,) = store.query_one("SELECT last_seen FROM loomi_devices WHERE device_id=?", (creds["device_id"],))
+    gate = threading.Event()
+    store.submit(lambda conn: gate.wait(30), barrier=False)  # the store's commits stall behind this write
+    try:
+        c2, ok = await resume(loomi, creds, last_seq=got[0]["seq"])
+        assert ok["type"] == "hello.ok"
+        replay = [await c2.recv() for _ in range(2)]
+        assert [(f["seq"], f["payload"]["text"]) for f in replay] == [(g["seq"], g["payload"]["text"]) for g in got[1:]]
+        (still,) = store.query_one("SELECT last_seen FROM loomi_devices WHERE device_id=?", (creds["device_id"],))
+        assert still == before  # its write is queued behind the stalled one
+    finally:
+        gate.set()
+    await store.aflush()
+    (after,) = store.query_one("SELECT last_seen FROM loomi_devices WHERE device_id=?", (creds["device_id"],))
+    assert after > before
+    await c2.close()
+
+
 async def test_a_device_is_not_dropped_for_frames_waiting_on_the_store(loomi):
     # far more frames than the outbox holds wait for a commit the store has not made: the wait is the
     # server's, not the device's (it reads everything), so it is not disconnected as slow
