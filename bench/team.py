@@ -9,7 +9,9 @@ server: p50/p99/max delivery latency (receipt minus the frame's server
 timestamp), server CPU per run-second (all threads, schedstat), peak RSS,
 every client's exact final text of every run, and the event-loop lag
 inside the server (``bench.lagmon``: max lag, stalls, what they coincided
-with). The figures are ratios to the baseline in the same invocation.
+with), and the machine's own freezes in the window (``bench.canary``: a
+process with no work that woke late). The figures are ratios to the
+baseline in the same invocation.
 """
 
 from __future__ import annotations
@@ -19,10 +21,12 @@ import json
 import os
 import statistics
 import sys
+import time
 from typing import Optional
 
 import aiohttp
 
+from .canary import Canary
 from .load import _pct, pair_loomi_devices
 from .proc import BENCH_SECRET, ROOT, Server
 
@@ -52,6 +56,8 @@ async def team_once(proto: str, kind: str, runs: int, clients: int, n: int, rate
                     server_args: tuple = ()) -> dict:
     srv = Server(kind, adapters=proto, lag=True, args=server_args if kind == "bridge" else ())
     procs = []
+    canary = Canary()  # the machine's own freezes in the window (bench/canary.py)
+    w0 = w1 = 0.0
     try:
         port = srv.ports[proto]
         devices: list = [None] * clients
@@ -77,6 +83,7 @@ async def team_once(proto: str, kind: str, runs: int, clients: int, n: int, rate
         steal0 = _steal_ms()
         loop = asyncio.get_running_loop()
         t0 = loop.time()
+        w0 = time.monotonic()
         for p in procs:
             p.stdin.write(b"go\n")
         for p in procs:
@@ -86,6 +93,7 @@ async def team_once(proto: str, kind: str, runs: int, clients: int, n: int, rate
             line = await asyncio.wait_for(p.stdout.readline(), 120 + 2 * n / rate)
             results.append(json.loads(line))
         elapsed = loop.time() - t0
+        w1 = time.monotonic()
         cpu = srv.watch.cpu() - cpu0
         split1 = srv.watch.cpu_split()
         steal = _steal_ms() - steal0
@@ -99,6 +107,7 @@ async def team_once(proto: str, kind: str, runs: int, clients: int, n: int, rate
                 p.kill()
                 await p.wait()
         srv.stop(keep=True)
+        freezes = canary.stop(w0, w1)
     lag = srv.lag_report() or {}
     srv.cleanup()
     lat = sorted(x for r in results for x in r["lat_us"])
@@ -129,6 +138,9 @@ async def team_once(proto: str, kind: str, runs: int, clients: int, n: int, rate
         "stall_kinds": lag.get("stall_kinds", {}),
         "steal_ms": steal,
         "stall_ms": lag.get("stall_ms", {}),
+        # the canary's late wake-ups in the window: the machine's freezes, which delay either server alike
+        "freezes": len(freezes),
+        "freeze_max_ms": max(((b - a) * 1000 for a, b in freezes), default=0.0),
     }
 
 
@@ -213,6 +225,9 @@ def _print_row(row: dict, verbose: bool) -> None:
                         f"{k} {n} ({x['stall_ms'].get(k, 0):.0f} ms)" for k, n in x["stall_kinds"].items())
                         + f"; the hypervisor took {x['steal_ms']:.0f} ms of CPU from the machine meanwhile"
                         " (a stolen CPU shows as 'blocked')")
+                if x.get("freezes"):
+                    print(f"      the machine held a process with no work {x['freezes']} time(s) meanwhile, up to "
+                          f"{x['freeze_max_ms']:.0f} ms (bench/canary.py): a delay of that order is the machine's")
                 for where, count in x["stall_stacks"][:4]:
                     print(f"      {count:>3}x {where}")
 
