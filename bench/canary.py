@@ -23,6 +23,8 @@ import sys
 import tempfile
 import time
 
+from .proc import ROOT
+
 TICK = 0.001
 FREEZE = 0.008  # late by this much or more beyond the tick: above a busy 2-core machine's scheduling delays
 
@@ -32,32 +34,34 @@ def late_wakeups(wakes: list[float], tick: float = TICK, freeze: float = FREEZE)
     return [(a, b) for a, b in zip(wakes, wakes[1:]) if b - a >= tick + freeze]
 
 
-def main(path: str) -> None:
+def main(path: str, freeze: float = FREEZE) -> None:
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
     late: list[tuple[float, float]] = []
     last = time.monotonic()
     print("ready", flush=True)
-    while not stop:
+    while True:  # at least one tick after "ready", whenever SIGTERM comes
         time.sleep(TICK)
         now = time.monotonic()
-        late += late_wakeups([last, now])
+        late += late_wakeups([last, now], freeze=freeze)
         last = now
+        if stop:
+            break
     with open(path + ".tmp", "w") as f:
         json.dump(late, f)
     os.replace(path + ".tmp", path)
 
 
 class Canary:
-    """A canary process, running when this returns; ``stop()`` returns the freezes within a window."""
+    """A canary process, running when this returns; ``stop()`` returns the freezes within a window.
+    ``freeze``: how late a wake-up must come to count (the tests count every one with ``-TICK``)."""
 
-    def __init__(self) -> None:
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    def __init__(self, freeze: float = FREEZE) -> None:
         fd, self.path = tempfile.mkstemp(prefix="bench-canary-", suffix=".json")
         os.close(fd)
         os.unlink(self.path)
-        self.proc = subprocess.Popen([sys.executable, "-m", "bench.canary", self.path], cwd=root,
-                                     env=dict(os.environ, PYTHONPATH=root), stdout=subprocess.PIPE)
+        self.proc = subprocess.Popen([sys.executable, "-m", "bench.canary", self.path, repr(freeze)], cwd=ROOT,
+                                     env=dict(os.environ, PYTHONPATH=ROOT), stdout=subprocess.PIPE)
         assert self.proc.stdout is not None
         self.proc.stdout.readline()  # "ready": it is asleep, counting
 
@@ -75,4 +79,4 @@ class Canary:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], float(sys.argv[2]) if len(sys.argv) > 2 else FREEZE)
