@@ -21,8 +21,17 @@ team's start a hundred of these fall within one pacing interval, and the
 frames already streaming wait behind them.
 
 Every configuration runs in a fresh interpreter (``python -m bench.event_cost
-DEVICES N``, which prints one JSON line); the figure is the best of several
+DEVICES N [COLD]``, which prints one JSON line); the figure is the best of several
 repetitions, the closest to the work itself on a shared machine.
+
+The same delta is also measured cold: one at a time, each after a read of a
+buffer as large as the last-level cache (``Evictor``), so that it finds
+neither its code nor its objects cached, nor their pages in the TLB. That is
+the state a team load's deltas meet: between two events of paced runs the
+clients and the other processes run on the same two cores. Hot, the loop
+runs a delta's code thousands of times in a row and the figure is the
+least the work can cost; cold is what it costs the server at a run's pace
+(README "Performance", "What a delta costs cold").
 """
 
 from __future__ import annotations
@@ -40,9 +49,44 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPS = 7
 STARTS = 100  # run starts per repetition (each in a conversation of its own, left streaming slowly)
+COLD = 1000  # deltas measured cold, one at a time (the median is the figure)
+LLC_DEFAULT = 32 * 1024 * 1024
 
 
-async def _measure(devices: int, n: int) -> dict:
+def llc_bytes(base: str = "/sys/devices/system/cpu/cpu0/cache") -> int:
+    """The size of the CPU's last-level cache (the largest in sysfs), LLC_DEFAULT when it is not known."""
+    best = 0
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return LLC_DEFAULT
+    for name in names:
+        try:
+            with open(os.path.join(base, name, "size")) as f:
+                text = f.read().strip().upper()
+        except OSError:
+            continue
+        mult = {"K": 1024, "M": 1024 * 1024, "G": 1024 ** 3}.get(text[-1:], 1)
+        try:
+            size = int(text.rstrip("KMG")) * mult
+        except ValueError:
+            continue
+        best = max(best, size)
+    return best or LLC_DEFAULT
+
+
+class Evictor:
+    """Reads a buffer as large as the last-level cache: what the next step touches is cached no more."""
+
+    def __init__(self, size: int = 0) -> None:
+        # written once (not zero pages the kernel would map to one page): every cache line is real memory
+        self.buf = bytearray(b"\x01") * (size or llc_bytes())
+
+    def __call__(self) -> None:
+        self.buf.find(b"\x02")  # one pass over every byte (there is no such byte)
+
+
+async def _measure(devices: int, n: int, cold_n: int = COLD) -> dict:
     from bridge_core import commands as cmd
     from bridge_core import events as ev
     from bridge_core.agents.base import RunContext
@@ -74,6 +118,15 @@ async def _measure(devices: int, n: int) -> dict:
                     delta("tok ")
                 per_event.append((time.perf_counter() - t0) / n * 1e6)
                 await asyncio.sleep(0)  # the loop's own work between repetitions (timers, the store's callbacks)
+            evict = Evictor()
+            cold = []
+            for i in range(cold_n):
+                evict()
+                t0 = time.perf_counter()
+                delta("tok ")
+                cold.append((time.perf_counter() - t0) * 1e6)
+                if i % 50 == 49:
+                    await asyncio.sleep(0)
             ctx.complete()
             per_start = []
             origin = cmd.Origin(surface="loomi", connection="bench")
@@ -84,16 +137,16 @@ async def _measure(devices: int, n: int) -> dict:
                 per_start.append((time.perf_counter() - t0) / STARTS * 1e6)
                 await asyncio.sleep(0)
             return {"devices": devices, "n": n, "best_us": min(per_event), "median_us": statistics.median(per_event),
-                    "start_best_us": min(per_start)}
+                    "start_best_us": min(per_start), "cold_median_us": statistics.median(cold) if cold else None}
         finally:
             await svc.stop()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def measure(devices: int, n: int) -> dict:
+def measure(devices: int, n: int, cold_n: int = COLD) -> dict:
     """One configuration in a fresh interpreter, on the bridge's own loop."""
-    out = subprocess.run([sys.executable, "-m", "bench.event_cost", str(devices), str(n)], cwd=ROOT,
+    out = subprocess.run([sys.executable, "-m", "bench.event_cost", str(devices), str(n), str(cold_n)], cwd=ROOT,
                          env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True, timeout=300)
     if out.returncode != 0:
         raise RuntimeError(f"bench.event_cost failed: {out.stderr[-2000:]}")
@@ -102,23 +155,27 @@ def measure(devices: int, n: int) -> dict:
 
 def run(quick: bool, rounds: int) -> bool:
     n = 2000 if quick else 20000
+    cold_n = 200 if quick else COLD
     print(f"\nThe core's cost per streamed delta, in process, no sockets (best of {REPS} x {n} deltas; "
           f"median of {rounds} interpreter(s)): agent -> publish -> state -> Loomi replay per paired device; and a run's "
-          f"start (a new conversation's /bench, best of {REPS} x {STARTS})")
+          f"start (a new conversation's /bench, best of {REPS} x {STARTS}); cold: the median of {cold_n} deltas, each "
+          f"after the {llc_bytes() >> 20} MiB last-level cache was evicted (as between two events of paced runs)")
     rows = []
     for devices in (0, 1, 3, 10):
-        got = [measure(devices, n) for _ in range(rounds)]
+        got = [measure(devices, n, cold_n) for _ in range(rounds)]
         best = [g["best_us"] for g in got]
         rows.append((devices, statistics.median(best), min(best), max(best),
-                     statistics.median(g["start_best_us"] for g in got)))
-    for devices, med, lo, hi, start in rows:
-        print(f"  {devices:>3} paired device(s): {med:6.2f} us/event [{lo:.2f}..{hi:.2f}]; a run's start "
-              f"{start:6.1f} us")
-    by = {d: med for d, med, _, _, _ in rows}
-    per_device = (by[10] - by[1]) / 9
-    print(f"  split: the core alone {by[0]:.2f} us (no device: Loomi renders nothing); Loomi's render and "
-          f"journal record {by[1] - by[0] - per_device:.2f} us; each paired device's seq splice and replay "
-          f"window {per_device:.2f} us")
+                     statistics.median(g["start_best_us"] for g in got),
+                     statistics.median(g["cold_median_us"] for g in got)))
+    for devices, med, lo, hi, start, cold in rows:
+        print(f"  {devices:>3} paired device(s): {med:6.2f} us/event [{lo:.2f}..{hi:.2f}], cold {cold:6.2f} us; "
+              f"a run's start {start:6.1f} us")
+    for label, col in (("hot", 1), ("cold", 5)):
+        by = {r[0]: r[col] for r in rows}
+        per_device = (by[10] - by[1]) / 9
+        print(f"  split, {label}: the core alone {by[0]:.2f} us (no device: Loomi renders nothing); Loomi's render and "
+              f"journal record {by[1] - by[0] - per_device:.2f} us; each paired device's seq splice and replay "
+              f"window {per_device:.2f} us")
     return True
 
 
@@ -126,8 +183,9 @@ def main() -> None:
     from bridge_core import looping
 
     devices, n = int(sys.argv[1]), int(sys.argv[2])
+    cold_n = int(sys.argv[3]) if len(sys.argv) > 3 else COLD
     with asyncio.Runner(loop_factory=looping.new_event_loop) as runner:
-        print(json.dumps(runner.run(_measure(devices, n))))
+        print(json.dumps(runner.run(_measure(devices, n, cold_n))))
 
 
 if __name__ == "__main__":
