@@ -32,6 +32,7 @@ TARGETS = {  # (figure, C) -> (op, bound) on the bridge/baseline ratio
 }
 LAT_TARGET_MS = {1: 5.0, 10: 5.0, 100: 20.0}  # absolute p99 while the client keeps up
 PACED_SECONDS = 2.0
+BYTES_BOUND = 1.5  # Pheby bytes per client / final text for an unpaced /bench 20000 at 10 clients
 
 
 def paced_rate(clients: int) -> float:
@@ -135,10 +136,13 @@ async def pheby_coalescing(clients: int, n: int, rounds: int) -> bool:
     print(f"  every client exact final text + run.finished: {exact}")
     print(f"  last draft after the agent's last delta: median {_fmt(statistics.median(after))} ms "
           f"[{_fmt(min(after))}..{_fmt(max(after))}]  target <= 50 ms {'ok' if max(after) <= 50 else 'MISS'}")
+    # the bytes guarantee of cumulative drafts (pheby_adapter/pacing.py): what a phone receives for a long answer
+    # that arrives fast is little more than the final text
     print(f"  bytes per client / final text: median {_fmt(statistics.median(ratio))} "
-          f"[{_fmt(min(ratio))}..{_fmt(max(ratio))}]  target < 50 {'ok' if max(ratio) < 50 else 'MISS'}")
+          f"[{_fmt(min(ratio))}..{_fmt(max(ratio))}]  target <= {BYTES_BOUND} "
+          f"{'ok' if max(ratio) <= BYTES_BOUND else 'MISS'}")
     print(f"  drafts per client: {statistics.median([r['frames_per_s'] * r['elapsed_s'] / clients for r in results]):.0f} frames")
-    return exact and max(after) <= 50 and max(ratio) < 50
+    return exact and max(after) <= 50 and max(ratio) <= BYTES_BOUND
 
 
 def main(argv=None) -> int:

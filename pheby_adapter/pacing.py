@@ -5,13 +5,20 @@ every one is O(n^2) bytes; a client only ever replaces the bubble, so it gets
 the first draft at once and then the newest text at most once per
 ``interval`` (40 ms by default). With ``full_chars`` set the interval adapts
 to the draft's size: a draft of ``L`` characters may follow the previous
-push after ``interval * L / full_chars`` (never sooner than ``min_interval``,
-never later than ``interval``), so a short answer streams at the agent's
-pace while a long one costs no more than before: the bytes per second a
-message's drafts may take are bounded by ``full_chars / interval`` until the
-draft is ``full_chars`` long, and are what they were from then on. A slow client's unsent draft is replaced in
-place (the front end queues it under a per-message key in the Outbox), and
-later drafts are encoded when they are sent, once per draft length.
+push after ``interval * L / full_chars``, never sooner than ``min_interval``
+and never later than ``max_interval`` (the interval itself unless set
+longer). A short answer streams at the agent's pace, and the characters
+per second a message's drafts take stay under ``full_chars / interval``
+(51,200 at the front end's defaults) until the wait reaches
+``max_interval`` (200 ms there: drafts of 10,240 characters and more), then
+one draft per ``max_interval``. Without that growth a long answer arriving
+fast (an unpaced ``/bench 20000``, 80,000 characters in some 60 ms) got a
+draft of most of its text every 40 ms before its ``message.complete``:
+nearly twice the text's bytes per client; with it, the text grows faster
+than the waits, and the final text is most of what is sent. A slow client's
+unsent draft is replaced in place (the front end queues it under a
+per-message key in the Outbox), and later drafts are encoded when they are
+sent, once per draft length.
 
 While several messages stream at once, their later pushes go on the ticks
 of one clock (``tick``, 5 ms: the first tick at or after a push is due), so
@@ -74,11 +81,14 @@ class DraftFrame:
 class DraftPacer:
     """The newest draft per message, when each was last pushed, and which have a push due."""
 
-    __slots__ = ("interval", "min_interval", "full_chars", "tick", "drafts", "_sent", "_due", "_cache")
+    __slots__ = ("interval", "min_interval", "max_interval", "full_chars", "tick", "drafts", "_sent", "_due",
+                 "_cache")
 
-    def __init__(self, interval: float, *, min_interval: float = 0.0, full_chars: int = 0, tick: float = TICK):
+    def __init__(self, interval: float, *, min_interval: float = 0.0, max_interval: float = 0.0, full_chars: int = 0,
+                 tick: float = TICK):
         self.interval = interval
         self.min_interval = min_interval
+        self.max_interval = max_interval  # the longest wait for a long draft; never below the interval
         self.full_chars = full_chars  # 0: a fixed interval
         self.tick = tick  # 0: each push exactly when due
         self.drafts: dict[str, ev.TextDelta] = {}  # the messages streaming now: their newest draft
@@ -107,9 +117,11 @@ class DraftPacer:
     def interval_for(self, length: int) -> float:
         """The least time between two pushes of a message whose newest draft is ``length`` characters."""
         full = self.full_chars
-        if not full or length >= full:
+        if not full:
             return self.interval
-        return max(min(self.min_interval, self.interval), self.interval * length / full)
+        shortest = min(self.min_interval, self.interval)
+        longest = max(self.max_interval, self.interval)
+        return min(max(shortest, self.interval * length / full), longest)
 
     def push(self, message_id: str, now: float) -> Optional[tuple[Any, Hashable]]:
         """The push of ``message_id`` at ``now``: (frame, outbox key) to queue to every client, or None.

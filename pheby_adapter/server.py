@@ -79,9 +79,11 @@ class PhebyFrontEnd(FrontEnd):
         # slowed per address by self.limiter (FrontEnd), which never refuses the right secret
         self.lockout = HelloLockout(codec.LOCKOUT_FAILS, codec.LOCKOUT_WINDOW)
         self.conns: dict[str, Connection] = {}
-        # short drafts sooner, down to draft_min_interval_ms, long ones (draft_full_chars and more) at the interval
+        # the wait after a push grows with the draft: draft_interval_ms at draft_full_chars, down to
+        # draft_min_interval_ms for short drafts, up to draft_max_interval_ms for long ones (pacing.py)
         self.pacer = DraftPacer(float(opts.get("draft_interval_ms", 40)) / 1000.0,
                                 min_interval=float(opts.get("draft_min_interval_ms", 10)) / 1000.0,
+                                max_interval=float(opts.get("draft_max_interval_ms", 200)) / 1000.0,
                                 full_chars=int(opts.get("draft_full_chars", 2048)))
         self._draft_timers: dict[str, asyncio.TimerHandle] = {}  # the pacer's due pushes
         self._next_id = 0

@@ -2,9 +2,10 @@
 
 The rules: the first draft of a message at once; then at most one push per
 ``interval_for(length)``: ``interval * length / full_chars``, never below
-``min_interval``, never above ``interval`` (a draft of ``full_chars`` or
-more waits the full interval, as with a fixed one); the newest draft
-replaces an unsent one (the push that is due sends the newest).
+``min_interval``, never above ``max_interval`` (the interval itself when not
+set longer: a draft of ``full_chars`` or more then waits the full interval,
+as with a fixed one); the newest draft replaces an unsent one (the push that
+is due sends the newest).
 """
 
 from __future__ import annotations
@@ -24,6 +25,11 @@ def _delta(draft: ev.Draft, piece: str, mid: str = "m1") -> ev.TextDelta:
 
 def _pacer(tick: float = 0.0) -> DraftPacer:
     return DraftPacer(0.040, min_interval=0.010, full_chars=2048, tick=tick)
+
+
+def _front_end_pacer(tick: float = 0.0) -> DraftPacer:
+    """The Pheby front end's defaults (pheby_adapter/server.py): long drafts wait up to 200 ms."""
+    return DraftPacer(0.040, min_interval=0.010, max_interval=0.200, full_chars=2048, tick=tick)
 
 
 def test_the_interval_grows_with_the_draft_up_to_the_full_interval():
@@ -57,8 +63,9 @@ def test_a_lower_interval_never_raises_the_floor_above_it():
     assert p.interval_for(1) == 0.004  # the floor is capped by the interval itself
 
 
-def _stream(p: DraftPacer, chars: int, every: float) -> list[int]:
-    """One character every ``every`` seconds; the pushes as the front end makes them (a timer at ``at``)."""
+def _stream(p: DraftPacer, chars: int, every: float, stop_at_end: bool = False) -> list[int]:
+    """One character every ``every`` seconds; the pushes as the front end makes them (a timer at ``at``).
+    ``stop_at_end``: the message completes with its last character (``end``: a push still due is not made)."""
     d = ev.Draft()
     timer = None
     pushed: list[int] = []
@@ -75,7 +82,9 @@ def _stream(p: DraftPacer, chars: int, every: float) -> list[int]:
             pushed.append(d.length)
         elif pace.at is not None:
             timer = pace.at
-    if timer is not None:  # the push still due after the last delta
+    if stop_at_end:
+        p.end("m1")
+    elif timer is not None:  # the push still due after the last delta
         p.push("m1", timer)
         pushed.append(d.length)
     return pushed
@@ -94,3 +103,34 @@ def test_a_short_message_at_an_agents_pace_goes_out_delta_by_delta():
     for tick in (0.0, 0.005):
         pushed = _stream(_pacer(tick), 400, 0.020)  # 50 characters a second, 400 characters
         assert pushed == list(range(1, 401))  # every draft under 800 characters waits less than 20 ms
+
+
+def test_past_the_full_size_the_interval_goes_on_growing_up_to_the_longest_wait():
+    p = _front_end_pacer()
+    assert p.interval_for(2048) == 0.040  # the full size: the interval, as before
+    assert abs(p.interval_for(4096) - 0.080) < 1e-12  # twice the full size: twice the interval
+    assert p.interval_for(10_240) == 0.200 and p.interval_for(1_000_000) == 0.200  # never longer than max_interval
+    assert p.interval_for(1) == 0.010  # short drafts as before
+    shorter = DraftPacer(0.040, min_interval=0.010, max_interval=0.010, full_chars=2048, tick=0)
+    assert shorter.interval_for(100_000) == 0.040  # a max_interval below the interval is the interval
+
+
+def test_a_long_fast_answer_costs_little_more_than_its_final_text():
+    """80,000 characters arriving in 67 ms (an unpaced ``/bench 20000``, measured at 1.2 million characters a
+    second on the project's 2-core machine) and three times slower: the drafts before ``message.complete``
+    stay under half the final text, where a wait capped at 40 ms sends most of the text again first."""
+    chars = 80_000
+    for per_second in (1_200_000, 400_000):
+        drafts = sum(_stream(_front_end_pacer(), chars, 1 / per_second, stop_at_end=True))
+        capped = sum(_stream(_pacer(), chars, 1 / per_second, stop_at_end=True))
+        assert drafts <= 0.5 * chars, (per_second, drafts)
+        assert capped > 0.5 * chars, (per_second, capped)  # what the cap at the interval cost
+
+
+def test_a_long_answer_at_an_agents_pace_gets_a_draft_per_longest_wait_once_long():
+    pushed = _stream(_front_end_pacer(), 20_000, 0.001, stop_at_end=True)  # 1,000 characters a second for 20 s
+    times = [n * 0.001 for n in pushed]  # a push of n characters happened when the n-th arrived
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    long_gaps = [g for g, n in zip(gaps, pushed) if n >= 10_240]  # after drafts of 10,240 characters and more
+    assert long_gaps and all(abs(g - 0.200) < 0.0015 for g in long_gaps)  # every 200 ms, no sooner, no later
+    assert all(g <= 0.2015 for g in gaps)  # and never a longer wait than that
