@@ -7,15 +7,20 @@ the first draft at once and then the newest text at most once per
 to the draft's size: a draft of ``L`` characters may follow the previous
 push after ``interval * L / full_chars``, never sooner than ``min_interval``
 and never later than ``max_interval`` (the interval itself unless set
-longer). A short answer streams at the agent's pace, and the characters
-per second a message's drafts take stay under ``full_chars / interval``
-(51,200 at the front end's defaults) until the wait reaches
-``max_interval`` (200 ms there: drafts of 10,240 characters and more), then
-one draft per ``max_interval``. Without that growth a long answer arriving
-fast (an unpaced ``/bench 20000``, 80,000 characters in some 60 ms) got a
-draft of most of its text every 40 ms before its ``message.complete``:
-nearly twice the text's bytes per client; with it, the text grows faster
-than the waits, and the final text is most of what is sent. A slow client's
+longer). ``L`` is the draft that goes out: a push falls due for the draft
+offered then, and when it comes the newest draft may be much longer (an
+answer arriving fast); if that one's own wait ends more than ``SLACK``
+later, the push waits for it (``recheck``), and so on, never past
+``max_interval`` after the previous push. A short answer streams at the
+agent's pace (its drafts grow little while a push is due), and the
+characters per second a message's drafts take stay under ``full_chars /
+interval`` (51,200 at the front end's defaults) until the wait reaches
+``max_interval`` (1 s there: drafts of 51,200 characters and more), then one
+draft per ``max_interval``. Without that a long answer arriving fast (an
+unpaced ``/bench 20000``, 80,000 characters in some 60 ms) got a draft of
+most of its text every 40 ms before its ``message.complete``: nearly twice
+the text's bytes per client; with it, the text outgrows each wait and the
+final text is what is sent. A slow client's
 unsent draft is replaced in place (the front end queues it under a
 per-message key in the Outbox), and later drafts are encoded when they are
 sent, once per draft length.
@@ -47,6 +52,7 @@ from bridge_core.wire import dumps
 from . import codec
 
 TICK = 0.005  # seconds: the clock of pushes while several messages stream (module docstring)
+SLACK = 0.005  # seconds: a due push sends the newest draft if that draft's own wait ends within this
 
 
 @attrs.frozen
@@ -112,6 +118,21 @@ class DraftPacer:
         elif due <= now:
             return PUSH_NOW
         self._due.add(mid)
+        return Pace(at=due)
+
+    def recheck(self, message_id: str, now: float) -> Pace:
+        """A push of ``message_id`` fell due at ``now``: make it (``now``), or, if the newest draft's own wait
+        (``interval_for`` its length, since the previous push) ends more than ``SLACK`` later, at that time."""
+        e = self.drafts.get(message_id)
+        sent = self._sent.get(message_id)
+        if e is None or sent is None:
+            return PUSH_NOW  # nothing to send (push answers None), or the first draft: at once
+        due = sent + self.interval_for(e.draft.length)
+        if due - now <= SLACK:
+            return PUSH_NOW
+        tick = self.tick
+        if tick > 0 and len(self.drafts) > 1:
+            due = math.ceil(due / tick - 1e-6) * tick
         return Pace(at=due)
 
     def interval_for(self, length: int) -> float:

@@ -83,7 +83,7 @@ class PhebyFrontEnd(FrontEnd):
         # draft_min_interval_ms for short drafts, up to draft_max_interval_ms for long ones (pacing.py)
         self.pacer = DraftPacer(float(opts.get("draft_interval_ms", 40)) / 1000.0,
                                 min_interval=float(opts.get("draft_min_interval_ms", 10)) / 1000.0,
-                                max_interval=float(opts.get("draft_max_interval_ms", 200)) / 1000.0,
+                                max_interval=float(opts.get("draft_max_interval_ms", 1000)) / 1000.0,
                                 full_chars=int(opts.get("draft_full_chars", 2048)))
         self._draft_timers: dict[str, asyncio.TimerHandle] = {}  # the pacer's due pushes
         self._next_id = 0
@@ -150,7 +150,13 @@ class PhebyFrontEnd(FrontEnd):
     def _push_draft(self, mid: str) -> None:
         """Queue the pacer's push of ``mid`` to every client (pacing.DraftPacer: what and when)."""
         self._draft_timers.pop(mid, None)
-        push = self.pacer.push(mid, asyncio.get_running_loop().time())
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        later = self.pacer.recheck(mid, now).at  # the newest draft is longer than the one the push was due for
+        if later is not None:
+            self._draft_timers[mid] = loop.call_at(later, self._push_draft, mid)
+            return
+        push = self.pacer.push(mid, now)
         if push is None:
             return
         frame, key = push
