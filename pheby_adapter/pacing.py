@@ -20,10 +20,9 @@ draft per ``max_interval``. Without that a long answer arriving fast (an
 unpaced ``/bench 20000``, 80,000 characters in some 60 ms) got a draft of
 most of its text every 40 ms before its ``message.complete``: nearly twice
 the text's bytes per client; with it, the text outgrows each wait and the
-final text is what is sent. A slow client's
-unsent draft is replaced in place (the front end queues it under a
-per-message key in the Outbox), and later drafts are encoded when they are
-sent, once per draft length.
+final text is what is sent. A slow client's unsent draft is replaced in
+place (the front end queues it under a per-message key in the Outbox), and
+later drafts are encoded when they are sent, once per draft length.
 
 While several messages stream at once, their later pushes go on the ticks
 of one clock (``tick``, 5 ms: the first tick at or after a push is due), so
