@@ -301,7 +301,9 @@ async def test_approval_timeout_resolves_as_timeout_everywhere(bridge_factory):
 
 
 async def test_slow_consumers_are_dropped_and_recover(bridge_factory):
-    srv = bridge_factory("slow", config={"pheby": {"outbox_items": 256}})
+    # Pheby's drafts of the long stream below at most every 40 ms, whatever their length: the flood that fills a
+    # stalled socket (by default a long draft waits up to 1 s, so the same stream sends far fewer bytes)
+    srv = bridge_factory("slow", config={"pheby": {"outbox_items": 256, "draft_max_interval_ms": 40}})
     ports = srv.ports
     async with aiohttp.ClientSession() as http:
         devices = await pair_loomi_devices(http, ports["loomi"], 2)
