@@ -46,7 +46,8 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from .proc import ROOT
+
 REPS = 7
 STARTS = 100  # run starts per repetition (each in a conversation of its own, left streaming slowly)
 COLD = 1000  # deltas measured cold, one at a time (the median is the figure)

@@ -52,6 +52,12 @@ from . import codec
 
 TICK = 0.005  # seconds: the clock of pushes while several messages stream (module docstring)
 SLACK = 0.005  # seconds: a due push sends the newest draft if that draft's own wait ends within this
+# the Pheby front end's defaults ([pheby] draft_interval_ms, draft_min_interval_ms, draft_max_interval_ms,
+# draft_full_chars)
+INTERVAL = 0.040
+MIN_INTERVAL = 0.010
+MAX_INTERVAL = 1.0
+FULL_CHARS = 2048
 
 
 @attrs.frozen
@@ -111,9 +117,8 @@ class DraftPacer:
         if sent is None:
             return PUSH_NOW  # the first draft of a message at once
         due = max(sent + self.interval_for(event.draft.length), now)
-        tick = self.tick
-        if tick > 0 and len(self.drafts) > 1:  # others stream too: on the clock, to share their turn
-            due = math.ceil(due / tick - 1e-6) * tick
+        if self._clocked():
+            due = self._on_clock(due)
         elif due <= now:
             return PUSH_NOW
         self._due.add(mid)
@@ -129,10 +134,16 @@ class DraftPacer:
         due = sent + self.interval_for(e.draft.length)
         if due - now <= SLACK:
             return PUSH_NOW
+        return Pace(at=self._on_clock(due) if self._clocked() else due)
+
+    def _clocked(self) -> bool:
+        """Do pushes go on the clock's ticks now (several messages stream: they share their turn)?"""
+        return self.tick > 0 and len(self.drafts) > 1
+
+    def _on_clock(self, due: float) -> float:
+        """The first tick at or after ``due``."""
         tick = self.tick
-        if tick > 0 and len(self.drafts) > 1:
-            due = math.ceil(due / tick - 1e-6) * tick
-        return Pace(at=due)
+        return math.ceil(due / tick - 1e-6) * tick
 
     def interval_for(self, length: int) -> float:
         """The least time between two pushes of a message whose newest draft is ``length`` characters."""

@@ -18,7 +18,7 @@ from bridge_core.security import HelloLockout, bearer_token, client_address, sam
 from bridge_core.hub import Outbox
 from bridge_core.wire import dumps
 
-from . import codec
+from . import codec, pacing
 from .errors import to_pheby_error
 from .pacing import DraftPacer
 from .session import CLOSE_POLICY, CLOSE_TOO_BIG, CLOSE_TRY_AGAIN, PhebySession
@@ -81,10 +81,12 @@ class PhebyFrontEnd(FrontEnd):
         self.conns: dict[str, Connection] = {}
         # the wait after a push grows with the draft: draft_interval_ms at draft_full_chars, down to
         # draft_min_interval_ms for short drafts, up to draft_max_interval_ms for long ones (pacing.py)
-        self.pacer = DraftPacer(float(opts.get("draft_interval_ms", 40)) / 1000.0,
-                                min_interval=float(opts.get("draft_min_interval_ms", 10)) / 1000.0,
-                                max_interval=float(opts.get("draft_max_interval_ms", 1000)) / 1000.0,
-                                full_chars=int(opts.get("draft_full_chars", 2048)))
+        self.pacer = DraftPacer(
+            float(opts.get("draft_interval_ms", pacing.INTERVAL * 1000)) / 1000.0,
+            min_interval=float(opts.get("draft_min_interval_ms", pacing.MIN_INTERVAL * 1000)) / 1000.0,
+            max_interval=float(opts.get("draft_max_interval_ms", pacing.MAX_INTERVAL * 1000)) / 1000.0,
+            full_chars=int(opts.get("draft_full_chars", pacing.FULL_CHARS)),
+        )
         self._draft_timers: dict[str, asyncio.TimerHandle] = {}  # the pacer's due pushes
         self._next_id = 0
         self.stats = {"connections": 0, "slow_disconnects": 0, "rate_limited": 0, "auth_failures": 0}

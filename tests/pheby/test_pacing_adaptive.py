@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 
 from bridge_core import events as ev
+from pheby_adapter import pacing
 from pheby_adapter.pacing import SLACK, DraftPacer, Pace
 
 TS = 1_700_000_000.0
@@ -30,7 +31,8 @@ def _pacer(tick: float = 0.0) -> DraftPacer:
 
 def _front_end_pacer(tick: float = 0.0) -> DraftPacer:
     """The Pheby front end's defaults (pheby_adapter/server.py): long drafts wait up to 1 s."""
-    return DraftPacer(0.040, min_interval=0.010, max_interval=1.0, full_chars=2048, tick=tick)
+    return DraftPacer(pacing.INTERVAL, min_interval=pacing.MIN_INTERVAL, max_interval=pacing.MAX_INTERVAL,
+                      full_chars=pacing.FULL_CHARS, tick=tick)
 
 
 def test_the_interval_grows_with_the_draft_up_to_the_full_interval():
