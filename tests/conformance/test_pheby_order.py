@@ -118,3 +118,25 @@ async def test_chat_send_answers_run_accepted_first(server):
         assert again["type"] == "error" and again["error"]["code"] == "run_active", again
     finally:
         await a.close()
+
+
+async def test_a_long_answer_arriving_fast_ends_as_its_whole_text(server):
+    """The spec: drafts are cumulative (replace the bubble), the completion's text supersedes them. However
+    few drafts a long, fast answer gets (the pacing is the server's), each is a prefix of the final text,
+    and ``message.complete`` carries all of it (CONTRACT: ``/bench n`` appends ``tok `` n times)."""
+    a = await connected(server)
+    try:
+        cid = await a.create("Long")
+        await settle(a)
+        start = len(a.conn_frames)
+        accepted = await a.chat(cid, "/bench 20000")
+        assert accepted["type"] == "run.accepted"
+        await a.wait_until(lambda: accepted["run_id"] in a.view(cid).finished)
+        got = a.conn_frames[start:]
+        drafts = [f["text"] for f in got if f["type"] == "message.delta"]
+        (final,) = [f["text"] for f in got if f["type"] == "message.complete"]
+        assert final == "tok " * 20000
+        assert drafts and all(later.startswith(earlier) for earlier, later in zip(drafts, drafts[1:] + [final]))
+        assert a.view(cid).transcript()[-1][1] == final
+    finally:
+        await a.close()

@@ -351,3 +351,20 @@ async def test_drafts_are_paced_newest_wins(pheby):
     complete = [f for f in frames if f["type"] == "message.complete"][0]
     assert complete["text"] == "tok " * 5000 and complete["text"].startswith(drafts[0]["text"])
     await c.close()
+
+
+async def test_a_due_draft_push_waits_for_the_wait_of_the_longer_draft_it_would_send(pheby):
+    """An answer arriving fast: the push due for its second draft (8 characters) finds a far longer one, whose
+    own wait outlasts the answer (pheby_adapter/pacing.py, ``recheck``): the client gets the first draft, then the
+    final text, nothing in between. A wait of 40 ms per 64 characters makes that hold for any answer arriving
+    faster than 1,600 characters a second; the push without the recheck sent the long draft 5 ms in."""
+    pacer = pheby.frontends["pheby"].pacer
+    pacer.full_chars = 64  # 8 characters: due after 5 ms; thousands: seconds
+    pacer.max_interval = 3600.0
+    c = await PhebyClient.connect(pheby.ports["pheby"])
+    cid = await c.create()
+    await c.send({"type": "chat.send", "conversation_id": cid, "text": "/bench 20000"})
+    frames = await c.collect_until("run.finished")
+    run = [f for f in frames if f["type"] in ("message.delta", "message.complete")]
+    assert [(f["type"], f["text"]) for f in run] == [("message.delta", "tok "), ("message.complete", "tok " * 20000)]
+    await c.close()
