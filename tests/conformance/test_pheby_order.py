@@ -29,6 +29,23 @@ def without_ts(frames: list[dict]) -> list[dict]:
     return [{k: v for k, v in f.items() if k != "ts"} for f in frames]
 
 
+async def run_to_end(app: PhebyApp, name: str, text: str) -> tuple[str, dict, int]:
+    """A new conversation, ``text`` sent in it and its run finished: the conversation, the request's
+    answer (``run.accepted``) and where this connection's frames of the request begin."""
+    cid = await app.create(name)
+    await settle(app)
+    start = len(app.conn_frames)
+    accepted = await app.chat(cid, text)
+    assert accepted["type"] == "run.accepted", accepted
+    await app.wait_until(lambda: accepted["run_id"] in app.view(cid).finished)
+    return cid, accepted, start
+
+
+def cumulative(drafts: list[str], final: str) -> bool:
+    """Each draft the text so far (it replaces the bubble), and the final text extends the last one."""
+    return all(later.startswith(earlier) for earlier, later in zip(drafts, drafts[1:] + [final]))
+
+
 async def test_replies_come_before_their_broadcasts(server):
     a = await connected(server)
     b = await connected(server)
@@ -93,17 +110,13 @@ async def test_delete_is_one_frame_for_each_client(server):
 async def test_chat_send_answers_run_accepted_first(server):
     a = await connected(server)
     try:
-        cid = await a.create("Chat")
-        await settle(a)
-        start = len(a.conn_frames)
-        accepted = await a.chat(cid, "hello there")
-        assert accepted["type"] == "run.accepted" and accepted["conversation_id"] == cid
+        cid, accepted, start = await run_to_end(a, "Chat", "hello there")
+        assert accepted["conversation_id"] == cid
         assert a.conn_frames[start] is accepted  # the first frame after the request is its answer
-        await a.wait_until(lambda: accepted["run_id"] in a.view(cid).finished)
         drafts = [f["text"] for f in a.conn_frames[start:] if f["type"] == "message.delta"]
         final = a.view(cid).transcript()[-1][1]
         # cumulative drafts: each one the text so far (replace the bubble), the final supersedes them
-        assert all(later.startswith(earlier) for earlier, later in zip(drafts + [final], drafts[1:] + [final]))
+        assert cumulative(drafts, final)
         frames = [f for f in a.conn_frames[start:] if f["type"] != "message.delta"]
         mid = frames[1]["message_id"]
         assert without_ts(frames) == [
@@ -126,17 +139,12 @@ async def test_a_long_answer_arriving_fast_ends_as_its_whole_text(server):
     and ``message.complete`` carries all of it (CONTRACT: ``/bench n`` appends ``tok `` n times)."""
     a = await connected(server)
     try:
-        cid = await a.create("Long")
-        await settle(a)
-        start = len(a.conn_frames)
-        accepted = await a.chat(cid, "/bench 20000")
-        assert accepted["type"] == "run.accepted"
-        await a.wait_until(lambda: accepted["run_id"] in a.view(cid).finished)
+        cid, accepted, start = await run_to_end(a, "Long", "/bench 20000")
         got = a.conn_frames[start:]
         drafts = [f["text"] for f in got if f["type"] == "message.delta"]
         (final,) = [f["text"] for f in got if f["type"] == "message.complete"]
         assert final == "tok " * 20000
-        assert drafts and all(later.startswith(earlier) for earlier, later in zip(drafts, drafts[1:] + [final]))
+        assert drafts and cumulative(drafts, final)
         assert a.view(cid).transcript()[-1][1] == final
     finally:
         await a.close()
