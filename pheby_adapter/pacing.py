@@ -41,7 +41,7 @@ queue. The clock, the timers and the sockets stay in the front end.
 from __future__ import annotations
 
 import math
-from typing import Any, Hashable, Optional
+from typing import Any, Hashable, Mapping, Optional
 
 import attrs
 
@@ -52,8 +52,8 @@ from . import codec
 
 TICK = 0.005  # seconds: the clock of pushes while several messages stream (module docstring)
 SLACK = 0.005  # seconds: a due push sends the newest draft if that draft's own wait ends within this
-# the Pheby front end's defaults ([pheby] draft_interval_ms, draft_min_interval_ms, draft_max_interval_ms,
-# draft_full_chars)
+# the Pheby front end's defaults (from_options: [pheby] draft_interval_ms, draft_min_interval_ms,
+# draft_max_interval_ms, draft_full_chars)
 INTERVAL = 0.040
 MIN_INTERVAL = 0.010
 MAX_INTERVAL = 1.0
@@ -192,3 +192,17 @@ class DraftPacer:
         data = dumps(codec.delta_frame(e))
         self._cache[message_id] = (e.draft.length, data)
         return data
+
+
+def from_options(opts: Mapping[str, Any], tick: float = TICK) -> DraftPacer:
+    """The Pheby front end's pacer from its ``[pheby]`` options (``draft_interval_ms``,
+    ``draft_min_interval_ms``, ``draft_max_interval_ms``, ``draft_full_chars``), the defaults above where unset:
+    the wait after a push grows with the draft, the interval at ``full_chars``, down to the minimum for short
+    drafts and up to the maximum for long ones."""
+    return DraftPacer(
+        float(opts.get("draft_interval_ms", INTERVAL * 1000)) / 1000.0,
+        min_interval=float(opts.get("draft_min_interval_ms", MIN_INTERVAL * 1000)) / 1000.0,
+        max_interval=float(opts.get("draft_max_interval_ms", MAX_INTERVAL * 1000)) / 1000.0,
+        full_chars=int(opts.get("draft_full_chars", FULL_CHARS)),
+        tick=tick,
+    )

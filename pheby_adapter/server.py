@@ -20,7 +20,6 @@ from bridge_core.wire import dumps
 
 from . import codec, pacing
 from .errors import to_pheby_error
-from .pacing import DraftPacer
 from .session import CLOSE_POLICY, CLOSE_TOO_BIG, CLOSE_TRY_AGAIN, PhebySession
 
 log = logging.getLogger("agent_bridge.pheby")
@@ -79,14 +78,7 @@ class PhebyFrontEnd(FrontEnd):
         # slowed per address by self.limiter (FrontEnd), which never refuses the right secret
         self.lockout = HelloLockout(codec.LOCKOUT_FAILS, codec.LOCKOUT_WINDOW)
         self.conns: dict[str, Connection] = {}
-        # the wait after a push grows with the draft: draft_interval_ms at draft_full_chars, down to
-        # draft_min_interval_ms for short drafts, up to draft_max_interval_ms for long ones (pacing.py)
-        self.pacer = DraftPacer(
-            float(opts.get("draft_interval_ms", pacing.INTERVAL * 1000)) / 1000.0,
-            min_interval=float(opts.get("draft_min_interval_ms", pacing.MIN_INTERVAL * 1000)) / 1000.0,
-            max_interval=float(opts.get("draft_max_interval_ms", pacing.MAX_INTERVAL * 1000)) / 1000.0,
-            full_chars=int(opts.get("draft_full_chars", pacing.FULL_CHARS)),
-        )
+        self.pacer = pacing.from_options(opts)  # when drafts go out (pacing.py)
         self._draft_timers: dict[str, asyncio.TimerHandle] = {}  # the pacer's due pushes
         self._next_id = 0
         self.stats = {"connections": 0, "slow_disconnects": 0, "rate_limited": 0, "auth_failures": 0}

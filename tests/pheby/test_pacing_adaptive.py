@@ -30,9 +30,8 @@ def _pacer(tick: float = 0.0) -> DraftPacer:
 
 
 def _front_end_pacer(tick: float = 0.0) -> DraftPacer:
-    """The Pheby front end's defaults (pheby_adapter/server.py): long drafts wait up to 1 s."""
-    return DraftPacer(pacing.INTERVAL, min_interval=pacing.MIN_INTERVAL, max_interval=pacing.MAX_INTERVAL,
-                      full_chars=pacing.FULL_CHARS, tick=tick)
+    """The Pheby front end's pacer at its defaults (no [pheby] options): long drafts wait up to 1 s."""
+    return pacing.from_options({}, tick=tick)
 
 
 def test_the_interval_grows_with_the_draft_up_to_the_full_interval():
