@@ -336,11 +336,38 @@ class Doctor:
 # --- which server, which URLs ---------------------------------------------------------------------------
 
 
+def listening_ports() -> Optional[set[int]]:
+    """The TCP ports something listens on here, from /proc/net/tcp and tcp6 (no packet sent);
+    None where there is no /proc."""
+    ports: set[int] = set()
+    try:
+        for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+            with open(name, "r", encoding="ascii") as f:
+                for line in f.readlines()[1:]:
+                    fields = line.split()
+                    if len(fields) > 3 and fields[3] == "0A":  # TCP_LISTEN
+                        ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    except (OSError, ValueError, IndexError):
+        return None
+    return ports
+
+
+def answers(hosts: list[str], port: int) -> bool:
+    """Whether ``port`` accepts a TCP connection on one of ``hosts`` (closed at once, nothing sent)."""
+    for host in dict.fromkeys(h for h in hosts if h):
+        try:
+            socket.create_connection((host, port), timeout=2.0).close()
+            return True
+        except OSError:
+            continue
+    return False
+
+
 def server_absent(cfg: Config) -> Optional[str]:
     """Why no server runs on ``cfg``'s data directory, or None when one does. The one place doctor
     decides it: the server wrote ``run/ports.json`` and ``run/endpoints.json`` (and removes them on
-    a clean stop), and one of those ports still accepts a TCP connection (closed at once, nothing
-    sent) on loopback or the address it bound (a killed server leaves the files behind)."""
+    a clean stop), and one of those ports is still listening (a killed server leaves the files
+    behind): seen in /proc, else by a bare TCP connection on loopback or its bound address."""
     try:
         with open(os.path.join(cfg.run_dir, "ports.json"), "r", encoding="utf-8") as f:
             ports = json.load(f)
@@ -349,16 +376,15 @@ def server_absent(cfg: Config) -> Optional[str]:
     info = read_endpoints(cfg.run_dir)
     if not info or not isinstance(ports, dict):
         return "no run/endpoints.json"
-    public = info.get("public") or ()
-    hosts = ["127.0.0.1", "::1"] + [urlsplit(u).hostname or "" for n, u in info["urls"].items() if n not in public]
-    for port in (p for p in ports.values() if isinstance(p, int) and 0 < p < 65536):
-        for host in dict.fromkeys(h for h in hosts if h):
-            try:
-                socket.create_connection((host, port), timeout=2.0).close()
-                return None
-            except OSError:
-                continue
-    return "run/ports.json is left from a server that no longer answers on its ports"
+    ours = [p for p in ports.values() if isinstance(p, int) and 0 < p < 65536]
+    listening = listening_ports()
+    if listening is not None:
+        alive = any(p in listening for p in ours)
+    else:
+        public = info.get("public") or ()
+        hosts = ["127.0.0.1", "::1"] + [urlsplit(u).hostname or "" for n, u in info["urls"].items() if n not in public]
+        alive = any(answers(hosts, p) for p in ours)
+    return None if alive else "run/ports.json is left from a server that no longer listens on its ports"
 
 
 def gather_urls(cfg: Config) -> tuple[dict[str, str], str, tuple]:

@@ -127,9 +127,30 @@ async def test_no_server_running_probes_nothing(tmp_path):
         assert os.path.exists(b.portfile)
         rc, checks, err = await doctor(b.data_dir)
         assert rc == 1 and [c["name"] for c in checks] == ["server"], checks
-        assert "no longer answers on its ports" in checks[0]["detail"]
+        assert "no longer listens on its ports" in checks[0]["detail"]
     finally:
         listener.server.close()
+
+
+async def test_without_proc_a_listening_port_is_told_by_a_bare_connection(tmp_path, monkeypatch):
+    """Where there is no /proc, whether the server still listens is a TCP connection that sends nothing."""
+    from bridge_core.config import build_config
+    from cli import doctor as doctor_module
+
+    listener = Listener()
+    port = await listener.start()
+    cfg = build_config({"data_dir": str(tmp_path / "d")}, {}, with_secrets=False)
+    os.makedirs(cfg.run_dir)
+    with open(os.path.join(cfg.run_dir, "ports.json"), "w") as f:
+        json.dump({"pheby": port}, f)
+    with open(os.path.join(cfg.run_dir, "endpoints.json"), "w") as f:
+        json.dump({"urls": {"pheby": f"ws://127.0.0.1:{port}/ws"}, "public": []}, f)
+    monkeypatch.setattr(doctor_module, "listening_ports", lambda: None)
+    assert await asyncio.to_thread(doctor_module.server_absent, cfg) is None
+    assert await listener.offered_after(port) == 1
+    listener.server.close()
+    await listener.server.wait_closed()
+    assert "no longer listens" in await asyncio.to_thread(doctor_module.server_absent, cfg)
 
 
 def secrets_of(b: BridgeProcess) -> dict:
