@@ -47,7 +47,8 @@ async def test_a_run_moves_to_another_node_and_every_node_learns_it(service_fact
     assert await a.bridge.cluster.end_run(rid) is False  # a no longer ends it
     b.bridge.interrupt(cid, rid, "done here")  # b ends it, once
     await until(lambda: all(s.bridge.conversations[cid].run is None for s in (a, b, c)), what="the end everywhere")
-    assert _row(b, rid) == ("b", "done")
+    # the end reaches the nodes' state through the bus before b's store has committed its row: wait for the row
+    await until(lambda: _row(b, rid) == ("b", "done"), what="the run's row marked done by b")
 
 
 async def test_a_move_and_its_node_ending_the_run_race_and_one_wins(service_factory, engines, tmp_path):
