@@ -3,12 +3,15 @@
 A second ``serve`` on a directory a live process holds exits at once, non-zero, with one line
 naming the directory and the holder's pid, having touched nothing of it: the first's Loomi
 journal, its ``run/`` files, its admin key, its ports. A holder killed with -9 holds nothing.
+The offline ``loomi devices``/``revoke`` hold the directory for their database work (a serve
+started meanwhile fails the same way) and never work behind a live server that does not answer.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import sqlite3
 import subprocess
 import sys
 
@@ -107,6 +110,47 @@ async def test_a_holder_killed_with_9_holds_nothing(bridges):
     await _a_run_completes(srv.ports["pheby"])
     assert srv.stop() == 0
     assert datadir.holder(srv.data_dir) is None  # a clean stop lets go as well
+
+
+async def test_offline_revoke_holds_the_directory_and_a_serve_meanwhile_fails_cleanly(bridges):
+    from bridge_core import datadir
+
+    srv = bridges("offline")
+    device_id, credential = await pair_device(srv, "to revoke")
+    assert srv.stop() == 0
+    db = sqlite3.connect(srv.db_path(), isolation_level=None)
+    db.execute("BEGIN IMMEDIATE")  # SQLite's write lock, here: the revoke waits inside its database work
+    revoke = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "cli", "loomi", "revoke", device_id, "--data-dir", srv.data_dir, cwd=ROOT, env=srv.env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    try:
+        found = await until(lambda: datadir.holder(srv.data_dir), T, "the offline revoke holding the directory")
+        assert found == (revoke.pid, "loomi revoke")
+        meanwhile = _run(srv.command()[3:], srv.env)
+        assert meanwhile.returncode == 2, meanwhile.stderr
+        assert _one_line(meanwhile.stderr) == (f"agent-bridge: the data directory {srv.data_dir} is in use by pid "
+                                               f"{revoke.pid} (loomi revoke): one process per data directory")
+        assert revoke.returncode is None  # still at its work: the serve failed, it did not wait
+    finally:
+        db.execute("ROLLBACK")
+        db.close()
+    out, err = await asyncio.wait_for(revoke.communicate(), T)
+    assert revoke.returncode == 0 and out.decode().strip() == f"revoked device {device_id}", err
+    assert datadir.holder(srv.data_dir) is None
+    srv.start()  # the next serve takes the directory; the device stays revoked
+    first, close = await loomi_hello(srv.ports["loomi"], {"device_id": device_id, "credential": credential})
+    assert first["type"] == "error" and first["payload"]["code"] == "unauthorized", (first, close)
+
+
+async def test_offline_commands_never_work_behind_a_live_server(bridges):
+    """A serve without a Loomi front end holds the directory: devices and revoke say so and touch nothing."""
+    srv = bridges("pheby-only", adapters="pheby")
+    for args in (("devices",), ("devices", "--json"), ("revoke", "dev-1")):
+        rc, out, err = await cli("loomi", *args, "--data-dir", srv.data_dir, env=srv.env)
+        assert rc == 1 and out == "", (args, out, err)
+        line = _one_line(err)
+        assert f"in use by pid {srv.proc.pid} (agent-bridge serve)" in line and "no Loomi front end" in line, line
+    assert srv.alive and srv.stop() == 0
 
 
 def test_the_lock_is_exclusive_names_its_holder_and_trusts_no_record(tmp_path):
