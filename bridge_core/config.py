@@ -241,10 +241,17 @@ def load_node_id(data_dir: str, given: Optional[str]) -> str:
     return value
 
 
+def resolve_data_dir(args: dict, environ: Optional[dict] = None) -> str:
+    """The data directory ``build_config`` will use (``--data-dir``, ``AGENT_BRIDGE_DATA``, the default),
+    absolute; known before anything in it is read (a host locks it first: bridge_core/datadir.py)."""
+    env = os.environ if environ is None else environ
+    return os.path.abspath(os.path.expanduser(args.get("data_dir") or env.get("AGENT_BRIDGE_DATA") or default_data_dir()))
+
+
 def build_config(args: dict, environ: Optional[dict] = None, *, with_secrets: bool = True) -> Config:
     """Merge flags (``args``: None means not given), environment and TOML into a Config."""
     env = os.environ if environ is None else environ
-    data_dir = os.path.abspath(os.path.expanduser(args.get("data_dir") or env.get("AGENT_BRIDGE_DATA") or default_data_dir()))
+    data_dir = resolve_data_dir(args, env)
     config_path = args.get("config") or env.get("AGENT_BRIDGE_CONFIG")
     toml: dict = {}
     if config_path:

@@ -13,16 +13,17 @@ import signal
 import sys
 from typing import Any
 
-from bridge_core import looping
-from bridge_core.config import Config, build_config
+from bridge_core import datadir, looping
+from bridge_core.config import Config, build_config, resolve_data_dir
 
 from .app import Service, check_bind, describe, make_agent
 
 log = logging.getLogger("agent_bridge")
 
 
-def config_from_args(args: argparse.Namespace) -> Config:
-    flags = {
+def serve_flags(args: argparse.Namespace) -> dict:
+    """``serve``'s flags as ``build_config`` takes them (None: not given)."""
+    return {
         "config": args.config,
         "data_dir": args.data_dir,
         "agent": getattr(args, "agent", None),
@@ -44,7 +45,10 @@ def config_from_args(args: argparse.Namespace) -> Config:
         "bus": getattr(args, "bus", None),
         "node_id": getattr(args, "node_id", None),
     }
-    return build_config(flags)
+
+
+def config_from_args(args: argparse.Namespace) -> Config:
+    return build_config(serve_flags(args))
 
 
 class MalformedRequestFilter(logging.Filter):
@@ -100,12 +104,16 @@ async def serve_async(cfg: Config) -> int:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    cfg = config_from_args(args)
-    setup_logging(cfg.log_level)
-    check_bind(cfg)
-    # the bridge's own loop: outboxes flush at the end of each turn, with no turn added (bridge_core/looping.py)
-    with asyncio.Runner(loop_factory=looping.new_event_loop) as runner:
-        return runner.run(serve_async(cfg))
+    flags = serve_flags(args)
+    # one process per data directory, taken before anything in it is read or written (its config,
+    # secrets, journal, run/): a second serve exits here naming the holder (bridge_core/datadir.py)
+    with datadir.hold(resolve_data_dir(flags), "agent-bridge serve"):
+        cfg = build_config(flags)
+        setup_logging(cfg.log_level)
+        check_bind(cfg)
+        # the bridge's own loop: outboxes flush at the end of each turn, with no turn added (bridge_core/looping.py)
+        with asyncio.Runner(loop_factory=looping.new_event_loop) as runner:
+            return runner.run(serve_async(cfg))
 
 
-__all__: list[Any] = ["run_serve", "Service", "serve_async", "config_from_args"]
+__all__: list[Any] = ["run_serve", "Service", "serve_async", "config_from_args", "serve_flags"]

@@ -4,7 +4,12 @@ The commands find the server's Loomi port in ``<data-dir>/run/ports.json`` and
 call its loopback-only endpoints with the admin key the server wrote to
 ``<data-dir>/run/admin.key`` (so only the owner of the data directory can pair,
 list or revoke: docs/security.md). ``devices`` and ``revoke`` fall back to the
-database when no server is running (``revoke`` then has no socket to close).
+database when no server is running (``revoke`` then has no socket to close),
+holding the data directory's lock for that work (``bridge_core/datadir.py``): a
+``serve`` started meanwhile exits at once naming this command's pid (run it
+again: the command takes milliseconds), and a server that holds the directory
+but does not answer (starting, or without a Loomi front end) is never worked
+around behind its back.
 """
 
 from __future__ import annotations
@@ -17,16 +22,17 @@ import sys
 import hashlib
 import http.client
 import ssl
-from typing import Any, Optional
+from typing import Any, Callable, Optional, TypeVar
 
 from bridge_core.config import build_config, undialable_reason
-from bridge_core import qr
+from bridge_core import datadir, qr
 from bridge_core.redact import fingerprint
 from bridge_core.security import admin_key_path, is_loopback, read_admin_key
 
 from . import devices as devices_mod
 
 TIMEOUT = 10.0
+T = TypeVar("T")
 
 
 class NotRunning(Exception):
@@ -157,6 +163,19 @@ def _call(data_dir: str, method: str, path: str, body: Optional[dict] = None) ->
         conn.close()
 
 
+def _offline(data_dir: str, role: str, why: NotRunning, work: Callable[[str], T]) -> T:
+    """``work(data_dir)`` on the database when no server answered (``why``), under the data
+    directory's lock; ``ServerError`` when a live process holds it (nothing read or written)."""
+    try:
+        owned = datadir.hold(data_dir, role, create=False)
+    except FileNotFoundError:  # no data directory: no database either, nothing to guard
+        return work(data_dir)
+    except datadir.DataDirBusy as exc:
+        raise ServerError(f"{exc.message}; it does not answer here ({why})")
+    with owned:
+        return work(data_dir)
+
+
 def _error_text(body: Any) -> str:
     if isinstance(body, dict) and isinstance(body.get("error"), dict):
         return str(body["error"].get("message", "error"))
@@ -232,8 +251,12 @@ def cmd_devices(args: argparse.Namespace) -> int:
     except ServerError as exc:
         print(f"agent-bridge: {exc}", file=sys.stderr)
         return 1
-    except NotRunning:
-        items = devices_mod.offline_list(data_dir)
+    except NotRunning as why:
+        try:
+            items = _offline(data_dir, "loomi devices", why, devices_mod.offline_list)
+        except ServerError as exc:
+            print(f"agent-bridge: {exc}", file=sys.stderr)
+            return 1
         note = "agent-bridge is not running: devices read from the database, none online"
     keys = ("device_id", "name", "model", "os", "app_version", "paired_at", "last_seen", "online")
     items = [{k: d.get(k) for k in keys} for d in items]
@@ -271,8 +294,12 @@ def cmd_revoke(args: argparse.Namespace) -> int:
     except ServerError as exc:
         print(f"agent-bridge: {exc}", file=sys.stderr)
         return 1
-    except NotRunning:
-        revoked = devices_mod.offline_revoke(data_dir, device_id)
+    except NotRunning as why:
+        try:
+            revoked = _offline(data_dir, "loomi revoke", why, lambda d: devices_mod.offline_revoke(d, device_id))
+        except ServerError as exc:
+            print(f"agent-bridge: {exc}", file=sys.stderr)
+            return 1
     if not revoked:
         print(f"agent-bridge: no paired device {device_id}", file=sys.stderr)
         return 1

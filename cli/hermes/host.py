@@ -14,7 +14,8 @@ import asyncio
 import logging
 from typing import Any, Optional
 
-from bridge_core.config import Config, ConfigError, build_config
+from bridge_core import datadir
+from bridge_core.config import Config, ConfigError, build_config, resolve_data_dir
 
 from ..app import Service, check_bind, describe, is_available
 from .compat import HermesApi
@@ -54,6 +55,7 @@ class BridgeHost:
         self._attached: set[Any] = set()
         self._lock: Optional[asyncio.Lock] = None
         self._start_error: Optional[Exception] = None
+        self.owned: Optional[datadir.DirLock] = None  # the data directory, while the service runs
 
     @property
     def ready(self) -> bool:
@@ -78,18 +80,22 @@ class BridgeHost:
                     raise
 
     async def _start(self) -> None:
-        cfg = load_config()
-        cfg.adapters = tuple(a for a in cfg.adapters if a in self.platforms) or self.platforms
-        check_bind(cfg)
-        service = Service(cfg, self.source)
-        try:  # Service.start writes this run's admin key, which `hermes loomi ...` reads (docs/security.md)
-            ports = await service.start()
-        except ConfigError:
+        # the data directory is this process's before anything in it is read (bridge_core/datadir.py):
+        # a serve or another gateway holding it fails the start here, untouched
+        owned = datadir.hold(resolve_data_dir({}), "hermes gateway")
+        try:
+            cfg = load_config()
+            cfg.adapters = tuple(a for a in cfg.adapters if a in self.platforms) or self.platforms
+            check_bind(cfg)
+            service = Service(cfg, self.source)
+            try:  # Service.start writes this run's admin key, which `hermes loomi ...` reads (docs/security.md)
+                ports = await service.start()
+            except OSError as exc:
+                raise ConfigError(f"cannot start: {exc}")
+        except BaseException:
+            owned.release()
             raise
-        except OSError as exc:
-            raise ConfigError(f"cannot start: {exc}")
-        self.service = service
-        self.cfg = cfg
+        self.service, self.cfg, self.owned = service, cfg, owned
         for line in describe(cfg, ports):
             log.info("%s", line)
 
@@ -106,6 +112,10 @@ class BridgeHost:
                     await service.stop()
                 except Exception:
                     log.exception("stopping agent-bridge failed")
+                finally:
+                    if self.owned is not None:
+                        self.owned.release()  # stopped: the directory is free for a serve
+                        self.owned = None
 
 
 _HOST: Optional[BridgeHost] = None

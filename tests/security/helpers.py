@@ -7,6 +7,9 @@ Import the ``bridges`` fixture into a test module (``from .helpers import bridge
 from __future__ import annotations
 
 import asyncio
+import glob
+import hashlib
+import os
 import sys
 import time
 from typing import Awaitable, Callable, Optional
@@ -22,7 +25,7 @@ from tests.hardening.wsraw import HandshakeRefused, RawWS
 
 __all__ = ["BridgeProcess", "LimitedBridge", "LVMH_TOKEN", "PHEBY_SECRET", "ROOT", "RawWS", "HandshakeRefused",
            "bridges", "http_from", "fire", "answered_within", "rate_bound", "cli", "until", "loomi_hello",
-           "pheby_hello", "pair_device"]
+           "pheby_hello", "pair_device", "data_dir_state"]
 
 
 class LimitedBridge(BridgeProcess):
@@ -130,3 +133,19 @@ async def pair_device(srv: BridgeProcess, name: str, source: Optional[str] = Non
     first, _ = await loomi_hello(srv.ports["loomi"], {"token": token, "device_info": {"model": name}}, source)
     assert first is not None and first["type"] == "hello.ok", first
     return first["payload"]["device_id"], first["payload"]["credential"]
+
+
+# --- one process per data directory ---------------------------------------------------------------------
+
+
+def data_dir_state(data_dir: str) -> dict:
+    """What a second process on ``data_dir`` must leave as it is: the Loomi journal files (by inode: none
+    deleted or replaced) and ``run/`` files (by their content's hash, never the admin key itself; None: gone)."""
+    state: dict = {os.path.basename(p): os.stat(p).st_ino for p in glob.glob(os.path.join(data_dir, "loomi-journal.*"))}
+    for name in ("ports.json", "admin.key", "endpoints.json"):
+        try:
+            with open(os.path.join(data_dir, "run", name), "rb") as f:
+                state[name] = hashlib.sha256(f.read()).hexdigest()
+        except FileNotFoundError:
+            state[name] = None
+    return state
