@@ -130,6 +130,14 @@ def test_every_peer_marker_is_in_the_table_with_every_test_carrying_it():
             assert any(rel == key or rel.startswith(key + "/") for key in MARKED[marker]), (rel, marker)
 
 
+def test_install_peers_default_is_every_peer():
+    text = (ROOT / "scripts" / "install-peers").read_text()
+    default = re.search(r"AGENT_BRIDGE_PEERS:-([a-z ]+)\}", text).group(1).split()
+    assert default == list(ALL)
+    for peer in ALL:
+        assert (ROOT / "scripts" / f"install-{peer}.sh").exists(), peer
+
+
 def test_it_runs_without_pytest_before_the_test_venv_exists():
     """scripts/test runs ``python3 -m tests.needs ARGS``: -S keeps site-packages (and so pytest) away."""
     done = subprocess.run([sys.executable, "-S", "-m", "tests.needs", "-q", "tests/scale"], cwd=ROOT,
