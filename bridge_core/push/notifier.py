@@ -257,7 +257,7 @@ class Notifier:
     async def _register(self, c: RegisterPush, origin: cmd.Origin) -> Registered:
         if not self.cfg.web_push:
             raise Unavailable("Web Push is switched off on this bridge ([push] web_push)")
-        check_subscription(c.endpoint, c.p256dh, c.auth)
+        check_subscription(c.endpoint, c.p256dh, c.auth, allow_insecure=self.cfg.allow_insecure_endpoints)
         subs = self.deliveries.subscriptions
         if len(subs) >= MAX_SUBSCRIPTIONS and all(s.endpoint != c.endpoint for s in subs.values()):
             raise TooLarge(f"At most {MAX_SUBSCRIPTIONS} push subscriptions")
