@@ -4,7 +4,8 @@ The commands find the server's Loomi port in ``<data-dir>/run/ports.json`` and
 call its loopback-only endpoints with the admin key the server wrote to
 ``<data-dir>/run/admin.key`` (so only the owner of the data directory can pair,
 list or revoke: docs/security.md). ``devices`` and ``revoke`` fall back to the
-database when no server is running (``revoke`` then has no socket to close).
+database when no server is running (``revoke`` then has no socket to close; it removes the
+device's push subscriptions and decision tokens with it: revocation.py).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from bridge_core.redact import fingerprint
 from bridge_core.security import admin_key_path, is_loopback, read_admin_key
 
 from . import devices as devices_mod
+from .revocation import offline_revoke
 
 TIMEOUT = 10.0
 
@@ -272,7 +274,7 @@ def cmd_revoke(args: argparse.Namespace) -> int:
         print(f"agent-bridge: {exc}", file=sys.stderr)
         return 1
     except NotRunning:
-        revoked = devices_mod.offline_revoke(data_dir, device_id)
+        revoked = offline_revoke(data_dir, device_id)  # what push gave it goes too
     if not revoked:
         print(f"agent-bridge: no paired device {device_id}", file=sys.stderr)
         return 1

@@ -12,6 +12,9 @@ with exponential backoff (longer when ``Retry-After`` asks, never sooner than 1 
 last try: ``channels.retry_delay``), drops a Web Push subscription that answers 404 or 410,
 and drops a message any other refusal says will never go. An endpoint's failures are logged
 at most once a minute (``LOG_EVERY``), with how many went unsaid.
+
+Everything a subscription was given goes with it (``remove_subscription``, ``drop_owner_rows``):
+its queued messages and the decision tokens issued to it.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import collections
 import json
 import logging
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import aiohttp
 import attrs
@@ -64,10 +67,38 @@ MIGRATIONS = [
         expires_at INTEGER NOT NULL
     );
     """,
+    # 2: each decision token belongs to the endpoint it was sent to (target) and that endpoint's owner (a
+    # revoke voids what that owner was sent, docs/push.md). Tokens from before were shared by every endpoint,
+    # so nobody's could be voided alone: they go (the decision can still be answered in any client)
+    """
+    ALTER TABLE push_tokens ADD COLUMN owner TEXT NOT NULL DEFAULT '';
+    ALTER TABLE push_tokens ADD COLUMN target TEXT NOT NULL DEFAULT '';
+    DELETE FROM push_tokens;
+    CREATE INDEX push_tokens_owner ON push_tokens(owner);
+    CREATE INDEX push_tokens_decision ON push_tokens(decision_id);
+    CREATE INDEX push_subscriptions_owner ON push_subscriptions(owner);
+    """,
 ]
 
 SEND_TIMEOUT = 15.0
 LOG_EVERY = 60.0  # s: an endpoint's failures are logged at most this often
+
+# what an owner was given, in the store (every node's, whichever node it registered on): what was queued
+# for its subscriptions, the subscriptions, the decision tokens sent to them. Statements on a DB-API
+# connection, so the running bridge (a store write) and the offline revoke (loomi_adapter) run the same ones
+OWNER_ROWS_SQL = (
+    "DELETE FROM push_queue WHERE target IN (SELECT 'webpush:' || id FROM push_subscriptions WHERE owner=?)",
+    "DELETE FROM push_subscriptions WHERE owner=?",
+)
+OWNER_TOKENS_SQL = "DELETE FROM push_tokens WHERE owner=?"
+
+
+def drop_owner_rows(c: Any, owner: str, tokens: bool = True) -> None:
+    """Delete everything ``owner`` was given on connection ``c`` (``tokens=False``: a schema from before
+    tokens had an owner, whose migration deletes them all)."""
+    for sql in OWNER_ROWS_SQL + ((OWNER_TOKENS_SQL,) if tokens else ()):
+        c.execute(sql, (owner,))
+
 
 @attrs.define
 class Subscription:
@@ -103,6 +134,11 @@ class Target:
     not_before: float = 0.0  # monotonic: no try before (a queue reloaded at start waits the retry floor)
     logged_at: Optional[float] = None  # monotonic: the last failure logged
     unlogged: int = 0  # failures since, not logged
+
+    @property
+    def owner(self) -> str:
+        """Who the endpoint is: a subscription's owner, else the configured channel (``ntfy``, ``webhook``)."""
+        return self.sub.owner if self.sub is not None else self.key
 
 
 class Deliveries:
@@ -199,14 +235,16 @@ class Deliveries:
             if t.worker is not None and t.worker is not asyncio.current_task():
                 t.worker.cancel()
         self.store.execute_later("DELETE FROM push_queue WHERE target=?", (key,))
+        self.store.execute_later("DELETE FROM push_tokens WHERE target=?", (key,))  # its notifications' answers
         self.store.execute_later("DELETE FROM push_subscriptions WHERE id=?", (subscription_id,))
         log.info("push: subscription %s removed (%s)", subscription_id, why)
         return True
 
     # --- queueing -----------------------------------------------------------------------------
 
-    def enqueue(self, msg: dict, conversation_name: str) -> int:
-        """Queue ``msg`` for every endpoint that takes its kind; returns how many."""
+    def enqueue(self, msg: dict, conversation_name: str, tailor: Optional[Callable[[Target], dict]] = None) -> int:
+        """Queue ``msg`` for every endpoint that takes its kind (``tailor(target)``: that endpoint's own
+        copy, an approval's with its own decision tokens); returns how many."""
         n = 0
         for t in list(self.targets.values()):
             topic = topic_of(msg["conversation_id"])
@@ -217,7 +255,8 @@ class Deliveries:
                 if queued is not None and queued is not t.sending and queued.msg.get("decision_id") == msg.get("decision_id"):
                     self._done(t, queued, None)  # its push never left: nothing to take back
                     continue
-            item = Item(id=new_id(), topic=topic, msg=msg, name=conversation_name, created_at=time.time())
+            item = Item(id=new_id(), topic=topic, msg=msg if tailor is None else tailor(t), name=conversation_name,
+                        created_at=time.time())
             self._put(t, item)
             self._kick(t)
             n += 1
