@@ -45,13 +45,15 @@ class PushConfig:
     webhook_url: str = ""
     webhook_secret: str = attrs.field(default="", repr=False)
     queue_size: int = 64  # notifications kept per endpoint while it cannot be reached (oldest dropped)
-    retry_seconds: float = 1.0  # the first retry's delay; doubled each time, at most retry_max_seconds
+    retry_seconds: float = 1.0  # the first retry's delay (at least 1); doubled each time, at most retry_max_seconds
     retry_max_seconds: float = 300.0
     ttl_seconds: float = 86400.0  # a notification not delivered by then is dropped
     vapid_subject: str = "mailto:agent-bridge@localhost"
+    allow_insecure_endpoints: bool = False  # Web Push to http:// loopback addresses (tests), never by default
 
 
 PUSH_MIN_SECRET = 16
+PUSH_RETRY_FLOOR = 1.0  # s: a failing endpoint is never tried again sooner, whatever it says (Retry-After: 0)
 
 
 def parse_push(raw: Any) -> PushConfig:
@@ -86,6 +88,11 @@ def parse_push(raw: Any) -> PushConfig:
         raise ConfigError(f"push.webhook_url needs push.webhook_secret of at least {PUSH_MIN_SECRET} characters")
     if cfg.queue_size < 1:
         raise ConfigError("push.queue_size must be at least 1")
+    if cfg.retry_seconds < PUSH_RETRY_FLOOR:
+        raise ConfigError(f"push.retry_seconds must be at least {PUSH_RETRY_FLOOR:g} (a failing endpoint is never "
+                          "tried again sooner)")
+    if cfg.retry_max_seconds < cfg.retry_seconds:
+        raise ConfigError("push.retry_max_seconds must be at least push.retry_seconds")
     return cfg
 
 

@@ -9,7 +9,8 @@ holding the data directory's lock for that work (``bridge_core/datadir.py``): a
 ``serve`` started meanwhile exits at once naming this command's pid (run it
 again: the command takes milliseconds), and a server that holds the directory
 but does not answer (starting, or without a Loomi front end) is never worked
-around behind its back.
+around behind its back. An offline ``revoke`` removes the device's push subscriptions
+and decision tokens with it (revocation.py).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from bridge_core.redact import fingerprint
 from bridge_core.security import admin_key_path, is_loopback, read_admin_key
 
 from . import devices as devices_mod
+from .revocation import offline_revoke
 
 TIMEOUT = 10.0
 T = TypeVar("T")
@@ -296,7 +298,7 @@ def cmd_revoke(args: argparse.Namespace) -> int:
         return 1
     except NotRunning as why:
         try:
-            revoked = _offline(data_dir, "loomi revoke", why, lambda d: devices_mod.offline_revoke(d, device_id))
+            revoked = _offline(data_dir, "loomi revoke", why, lambda d: offline_revoke(d, device_id))
         except ServerError as exc:
             print(f"agent-bridge: {exc}", file=sys.stderr)
             return 1

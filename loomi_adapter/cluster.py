@@ -417,6 +417,10 @@ class ClusterRegistry(Registry):
             d = Device(device_id, "")
         return d
 
+    def device_ids(self) -> list[str]:
+        """Every device paired on any node: the store's."""
+        return [r[0] for r in self.store.query("SELECT device_id FROM loomi_devices")]
+
     def list(self) -> list[dict]:
         keys = ("device_id", "name", "model", "os", "app_version", "paired_at", "last_seen")
         rows = self.store.query(f"SELECT {', '.join(keys)} FROM loomi_devices ORDER BY paired_at")

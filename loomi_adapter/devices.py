@@ -565,6 +565,10 @@ class Registry:
     def list(self) -> list[dict]:
         return sorted((d.as_dict() for d in self.devices.values()), key=lambda x: x["paired_at"])
 
+    def device_ids(self) -> list[str]:
+        """Every paired device's id (push drops what it holds for any other: revocation.py)."""
+        return list(self.devices)
+
 
 def _frames_of(events: list[tuple[int, bytes]], segments: list[tuple[int, int]]) -> list[tuple[int, bytes]]:
     """A device's stored frames (seq, frame), rebuilt from the shared events and its segments."""
@@ -610,15 +614,3 @@ def offline_list(data_dir: str) -> list[dict]:
         conn.close()
     keys = ("device_id", "name", "model", "os", "app_version", "paired_at", "last_seen")
     return [dict(zip(keys, r), online=False) for r in rows]
-
-
-def offline_revoke(data_dir: str, device_id: str) -> bool:
-    conn = _offline_connect(data_dir)
-    if conn is None:
-        return False
-    try:
-        cur = conn.execute("DELETE FROM loomi_devices WHERE device_id=?", (device_id,))
-        # its replay rows go at the server's next start (the table may not exist yet)
-        return cur.rowcount > 0
-    finally:
-        conn.close()

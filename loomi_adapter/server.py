@@ -40,6 +40,7 @@ from . import codec
 from .cluster import ClusterRegistry
 from .devices import Device, Registry
 from .errors import Replaced, Revoked, close_code, error_payload
+from .revocation import Revocations
 from .session import PairHello, Session
 
 log = logging.getLogger("agent_bridge.loomi")
@@ -136,6 +137,7 @@ class LoomiFrontEnd(FrontEnd):
         self._served_public_ca = chains_to_public_ca(config.tls_cert) if config.tls else False
         self._final_text: collections.OrderedDict[str, str] = collections.OrderedDict()
         self._stopped = False
+        self.revocations = Revocations(self)
 
     def watching(self, conversation_id: str) -> bool:
         """Whether a device would see ``conversation_id`` now (push: docs/push.md); a connected device sees every task."""
@@ -150,6 +152,7 @@ class LoomiFrontEnd(FrontEnd):
             self.registry = ClusterRegistry(self.bridge.store, cluster.node_id)
             self.on_event = self._on_cluster_event  # type: ignore[method-assign]
         await self.registry.prepare()
+        await self.revocations.prepare()
 
     async def start(self, host: str, port: int, ssl_context: Optional[ssl.SSLContext] = None) -> int:
         port = await super().start(host, port, ssl_context)
@@ -661,15 +664,8 @@ class LoomiFrontEnd(FrontEnd):
         return _json({"revoked": d is not None, "device_id": device_id}, status=200 if d else 404)
 
     async def revoke(self, device_id: str) -> Optional[Device]:
-        """Forget a device and close its socket at once."""
-        d = await self.registry.revoke(device_id)
-        if d is not None:
-            log.info("loomi: device %s revoked", device_id)
-            if self.bridge.push is not None:  # its push subscriptions go with it (docs/push.md)
-                self.bridge.push.forget_owner(f"loomi:{device_id}")
-            if d.conn is not None:
-                self._kick(d.conn, Revoked())
-        return d
+        """Forget a device everywhere, with what push gave it, and close its sockets on every node (revocation.py)."""
+        return await self.revocations.revoke(device_id)
 
     async def handle_attachment(self, request: web.Request) -> web.StreamResponse:
         device_id, _, credential = (bearer_token(request) or "").partition(":")

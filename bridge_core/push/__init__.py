@@ -9,7 +9,9 @@
 See docs/push.md.
 """
 
+from .delivery import drop_owner_rows
 from .model import Registered, RegisterPush, UnregisterPush
-from .notifier import PUSH_ORIGIN, Notifier
+from .notifier import PUSH_ORIGIN, Notifier, device_owner
 
-__all__ = ["Notifier", "PUSH_ORIGIN", "Registered", "RegisterPush", "UnregisterPush"]
+__all__ = ["Notifier", "PUSH_ORIGIN", "Registered", "RegisterPush", "UnregisterPush", "device_owner",
+           "drop_owner_rows"]

@@ -5,7 +5,7 @@
   with ``TTL``, ``Urgency`` and the conversation's ``Topic``.
 - ntfy: ``POST ntfy_url`` with ``Title``, ``Click``, ``Actions`` and the optional bearer;
   the body is the conversation's name only, unless ``ntfy_full_text``.
-- A webhook: the message JSON with ``X-Agent-Bridge-Timestamp`` and
+- A webhook: the message JSON (plus its ``delivery_id``) with ``X-Agent-Bridge-Timestamp`` and
   ``X-Agent-Bridge-Signature: sha256=<hex HMAC-SHA256 of "<timestamp>.<body>">``.
 
 The VAPID key pair lives in ``<data-dir>/secrets/vapid_private.pem`` (0600), made on first start.
@@ -28,6 +28,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from py_vapid import Vapid02
 
+from ..config import PUSH_RETRY_FLOOR
 from .model import b64url, b64url_decode
 
 VAPID_FILE = "vapid_private.pem"
@@ -133,8 +134,10 @@ def webhook_signature(secret: str, timestamp: str, body: bytes) -> str:
     return "sha256=" + mac.hexdigest()
 
 
-def webhook_request(url: str, secret: str, msg: dict, now: Optional[float] = None) -> Request:
-    body = json.dumps(msg, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+def webhook_request(url: str, secret: str, msg: dict, delivery_id: str, now: Optional[float] = None) -> Request:
+    """The message with its ``delivery_id`` (the same on every retry of one delivery: a receiver drops a
+    replay by it), signed over the exact body."""
+    body = json.dumps({**msg, "delivery_id": delivery_id}, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
     ts = str(int(time.time() if now is None else now))
     return Request(url=url, headers={
         "Content-Type": "application/json",
@@ -169,6 +172,14 @@ def backoff(attempt: int, base: float, cap: float) -> float:
     return min(cap, base * (2 ** max(0, attempt - 1)))
 
 
-__all__ = ["Request", "backoff", "load_vapid", "ntfy_request", "outcome", "retry_after", "vapid_public_key",
-           "webhook_request", "webhook_signature", "webpush_request"]
+def retry_delay(failures: int, asked: Optional[float], base: float, cap: float) -> float:
+    """How long after a failed try (the ``failures``-th in a row) the next one waits: the exponential
+    backoff, longer when the service ``asked`` (``Retry-After``), at most ``cap``, and never under
+    ``PUSH_RETRY_FLOOR`` whatever the service says: ``Retry-After: 0`` never makes a loop."""
+    delay = max(backoff(failures, base, cap), asked or 0.0)
+    return max(PUSH_RETRY_FLOOR, min(delay, cap))
+
+
+__all__ = ["Request", "backoff", "load_vapid", "ntfy_request", "outcome", "retry_after", "retry_delay",
+           "vapid_public_key", "webhook_request", "webhook_signature", "webpush_request"]
 

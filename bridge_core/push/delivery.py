@@ -8,8 +8,13 @@ Web Push ``Topic`` does at the push service) and at most ``queue_size`` in all (
 oldest is dropped): an endpoint that never answers never grows memory or the store.
 
 The worker (a task in the notifier's ``TaskSet``) retries on 429, 5xx and network errors
-with exponential backoff (``Retry-After`` when given), drops a Web Push subscription that
-answers 404 or 410, and drops a message any other refusal says will never go.
+with exponential backoff (longer when ``Retry-After`` asks, never sooner than 1 s after the
+last try: ``channels.retry_delay``), drops a Web Push subscription that answers 404 or 410,
+and drops a message any other refusal says will never go. An endpoint's failures are logged
+at most once a minute (``LOG_EVERY``), with how many went unsaid.
+
+Everything a subscription was given goes with it (``remove_subscription``, ``drop_owner_rows``):
+its queued messages and the decision tokens issued to it.
 """
 
 from __future__ import annotations
@@ -19,16 +24,18 @@ import collections
 import json
 import logging
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import aiohttp
 import attrs
 
-from ..config import PushConfig
+from ..config import PUSH_RETRY_FLOOR, PushConfig
+from ..errors import BadRequest
 from ..ids import new_id
 from ..redact import fingerprint
 from ..tasks import TaskSet
 from . import channels
+from .model import check_endpoint
 from .model import topic as topic_of
 
 log = logging.getLogger("agent_bridge.push")
@@ -60,9 +67,37 @@ MIGRATIONS = [
         expires_at INTEGER NOT NULL
     );
     """,
+    # 2: each decision token belongs to the endpoint it was sent to (target) and that endpoint's owner (a
+    # revoke voids what that owner was sent, docs/push.md). Tokens from before were shared by every endpoint,
+    # so nobody's could be voided alone: they go (the decision can still be answered in any client)
+    """
+    ALTER TABLE push_tokens ADD COLUMN owner TEXT NOT NULL DEFAULT '';
+    ALTER TABLE push_tokens ADD COLUMN target TEXT NOT NULL DEFAULT '';
+    DELETE FROM push_tokens;
+    CREATE INDEX push_tokens_owner ON push_tokens(owner);
+    CREATE INDEX push_tokens_decision ON push_tokens(decision_id);
+    CREATE INDEX push_subscriptions_owner ON push_subscriptions(owner);
+    """,
 ]
 
 SEND_TIMEOUT = 15.0
+LOG_EVERY = 60.0  # s: an endpoint's failures are logged at most this often
+
+# what an owner was given, in the store (every node's, whichever node it registered on): what was queued
+# for its subscriptions, the subscriptions, the decision tokens sent to them. Statements on a DB-API
+# connection, so the running bridge (a store write) and the offline revoke (loomi_adapter) run the same ones
+OWNER_ROWS_SQL = (
+    "DELETE FROM push_queue WHERE target IN (SELECT 'webpush:' || id FROM push_subscriptions WHERE owner=?)",
+    "DELETE FROM push_subscriptions WHERE owner=?",
+)
+OWNER_TOKENS_SQL = "DELETE FROM push_tokens WHERE owner=?"
+
+
+def drop_owner_rows(c: Any, owner: str, tokens: bool = True) -> None:
+    """Delete everything ``owner`` was given on connection ``c`` (``tokens=False``: a schema from before
+    tokens had an owner, whose migration deletes them all)."""
+    for sql in OWNER_ROWS_SQL + ((OWNER_TOKENS_SQL,) if tokens else ()):
+        c.execute(sql, (owner,))
 
 
 @attrs.define
@@ -96,6 +131,14 @@ class Target:
     worker: Optional[asyncio.Task] = None
     sending: Optional[Item] = None  # the item on the wire now
     failures: int = 0  # failed attempts in a row: the backoff is the endpoint's, whatever message is at the head
+    not_before: float = 0.0  # monotonic: no try before (a queue reloaded at start waits the retry floor)
+    logged_at: Optional[float] = None  # monotonic: the last failure logged
+    unlogged: int = 0  # failures since, not logged
+
+    @property
+    def owner(self) -> str:
+        """Who the endpoint is: a subscription's owner, else the configured channel (``ntfy``, ``webhook``)."""
+        return self.sub.owner if self.sub is not None else self.key
 
 
 class Deliveries:
@@ -119,6 +162,11 @@ class Deliveries:
         for row in self.store.query("SELECT id, endpoint, p256dh, auth, owner, created_at FROM push_subscriptions"):
             sub = Subscription(*row)
             self.subscriptions[sub.id] = sub
+            try:  # kept under an older rule (a host matched as text) or allow_insecure_endpoints since turned off
+                check_endpoint(sub.endpoint, allow_insecure=self.cfg.allow_insecure_endpoints)
+            except BadRequest as exc:
+                self.remove_subscription(sub.id, f"its endpoint is refused now: {exc.message}")
+                continue
             if self.cfg.web_push:
                 self.targets[f"webpush:{sub.id}"] = Target(key=f"webpush:{sub.id}", kind="webpush", sub=sub)
         stale = []
@@ -143,8 +191,10 @@ class Deliveries:
 
     async def start(self) -> None:
         self.http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=SEND_TIMEOUT))
+        floor = time.monotonic() + PUSH_RETRY_FLOOR  # what was queued may have just been tried before a restart
         for t in self.targets.values():
             if t.queue:
+                t.not_before = floor
                 self._kick(t)
 
     async def close(self) -> None:
@@ -185,14 +235,16 @@ class Deliveries:
             if t.worker is not None and t.worker is not asyncio.current_task():
                 t.worker.cancel()
         self.store.execute_later("DELETE FROM push_queue WHERE target=?", (key,))
+        self.store.execute_later("DELETE FROM push_tokens WHERE target=?", (key,))  # its notifications' answers
         self.store.execute_later("DELETE FROM push_subscriptions WHERE id=?", (subscription_id,))
         log.info("push: subscription %s removed (%s)", subscription_id, why)
         return True
 
     # --- queueing -----------------------------------------------------------------------------
 
-    def enqueue(self, msg: dict, conversation_name: str) -> int:
-        """Queue ``msg`` for every endpoint that takes its kind; returns how many."""
+    def enqueue(self, msg: dict, conversation_name: str, tailor: Optional[Callable[[Target], dict]] = None) -> int:
+        """Queue ``msg`` for every endpoint that takes its kind (``tailor(target)``: that endpoint's own
+        copy, an approval's with its own decision tokens); returns how many."""
         n = 0
         for t in list(self.targets.values()):
             topic = topic_of(msg["conversation_id"])
@@ -203,7 +255,8 @@ class Deliveries:
                 if queued is not None and queued is not t.sending and queued.msg.get("decision_id") == msg.get("decision_id"):
                     self._done(t, queued, None)  # its push never left: nothing to take back
                     continue
-            item = Item(id=new_id(), topic=topic, msg=msg, name=conversation_name, created_at=time.time())
+            item = Item(id=new_id(), topic=topic, msg=msg if tailor is None else tailor(t), name=conversation_name,
+                        created_at=time.time())
             self._put(t, item)
             self._kick(t)
             n += 1
@@ -235,6 +288,9 @@ class Deliveries:
 
     async def _work(self, t: Target) -> None:
         cfg = self.cfg
+        wait = t.not_before - time.monotonic()
+        if wait > 0:
+            await asyncio.sleep(wait)
         while t.queue and self.targets.get(t.key) is t:
             item = next(iter(t.queue.values()))
             if time.time() - item.created_at > cfg.ttl_seconds:
@@ -243,7 +299,7 @@ class Deliveries:
             await self.store.synced()  # on disk before it leaves: a crash mid-send sends it again, never loses it
             t.sending = item
             try:
-                result, wait = await self._send(t, item)
+                result, asked = await self._send(t, item)
             finally:
                 t.sending = None
             if result != "retry":
@@ -262,10 +318,20 @@ class Deliveries:
             else:
                 t.failures += 1
                 self.stats["retries"] += 1
-                delay = wait if wait is not None else channels.backoff(t.failures, cfg.retry_seconds,
-                                                                       cfg.retry_max_seconds)  # fmt: skip
                 # a retry waits for its backoff (a newer message for the queue does not hurry it)
-                await asyncio.sleep(min(delay, cfg.retry_max_seconds))
+                delay = channels.retry_delay(t.failures, asked, cfg.retry_seconds, cfg.retry_max_seconds)
+                t.not_before = time.monotonic() + delay
+                await asyncio.sleep(delay)
+
+    def _failed(self, t: Target, what: str) -> None:
+        """A failure of ``t``: logged at most once per ``LOG_EVERY``, saying how many went unsaid since."""
+        now = time.monotonic()
+        if t.logged_at is not None and now - t.logged_at < LOG_EVERY:
+            t.unlogged += 1
+            return
+        more = f" ({t.unlogged} more failure(s) since the last report)" if t.unlogged else ""
+        log.warning("push: %s: %s%s; next report in %.0f s at the earliest", t.key, what, more, LOG_EVERY)
+        t.logged_at, t.unlogged = now, 0
 
     def _done(self, t: Target, item: Item, why: Optional[str]) -> None:
         if t.queue.get(item.topic) is item:
@@ -273,7 +339,7 @@ class Deliveries:
         self.store.execute_later("DELETE FROM push_queue WHERE id=?", (item.id,))
         if why is not None:
             self.stats["dropped"] += 1
-            log.warning("push: a %s notification for %s was dropped: %s", item.msg.get("kind"), t.key, why)
+            self._failed(t, f"a {item.msg.get('kind')} notification was dropped: {why}")
 
     def _request(self, t: Target, item: Item) -> channels.Request:
         cfg, msg = self.cfg, item.msg
@@ -287,7 +353,7 @@ class Deliveries:
         if t.kind == "ntfy":
             return channels.ntfy_request(cfg.ntfy_url, msg, item.name, token=cfg.ntfy_token,
                                          full_text=cfg.ntfy_full_text, actions=cfg.ntfy_actions)  # fmt: skip
-        return channels.webhook_request(cfg.webhook_url, cfg.webhook_secret, msg)
+        return channels.webhook_request(cfg.webhook_url, cfg.webhook_secret, msg, item.id)  # item.id: on every retry
 
     async def _send(self, t: Target, item: Item) -> tuple[str, Optional[float]]:
         if self.http is None:
@@ -301,9 +367,9 @@ class Deliveries:
             async with self.http.post(req.url, data=req.body, headers=req.headers, allow_redirects=False) as resp:
                 await resp.read()
                 result = channels.outcome(resp.status)
-                if result != "ok":
-                    log.info("push: %s answered %d", t.key, resp.status)
+                if result == "retry":
+                    self._failed(t, f"answered {resp.status}, retrying")
                 return result, channels.retry_after(resp.headers.get("Retry-After")) if result == "retry" else None
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-            log.info("push: %s unreachable (%s)", t.key, type(exc).__name__)
+            self._failed(t, f"unreachable ({type(exc).__name__}), retrying")
             return "retry", None

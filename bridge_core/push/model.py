@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import ipaddress
 from typing import Any, Literal, Optional
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 import attrs
+from yarl import URL
 
 from ..errors import BadRequest
 
@@ -70,23 +72,13 @@ def b64url(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
 
 
-def check_subscription(endpoint: str, p256dh: str, auth: str) -> tuple[bytes, bytes]:
+def check_subscription(endpoint: str, p256dh: str, auth: str, *, allow_insecure: bool = False) -> tuple[bytes, bytes]:
     """The subscription's keys as bytes; BadRequest saying what is wrong.
 
-    The endpoint is an ``https://`` URL (``http://`` only to a loopback host, for a local
-    distributor); ``p256dh`` an uncompressed P-256 point, ``auth`` 16 bytes, both base64url.
+    ``p256dh`` is an uncompressed P-256 point, ``auth`` 16 bytes, both base64url; the endpoint
+    as ``check_endpoint`` says.
     """
-    if not isinstance(endpoint, str) or len(endpoint) > MAX_ENDPOINT:
-        raise BadRequest(f"endpoint must be a URL of at most {MAX_ENDPOINT} characters")
-    try:
-        parts = urlsplit(endpoint)
-    except ValueError:
-        raise BadRequest("endpoint is not a URL")
-    host = (parts.hostname or "").lower()
-    if not host:
-        raise BadRequest("endpoint must be an https:// URL")
-    if parts.scheme != "https" and not (parts.scheme == "http" and _loopback(host)):
-        raise BadRequest("endpoint must be an https:// URL (http:// only to a loopback host)")
+    check_endpoint(endpoint, allow_insecure=allow_insecure)
     try:
         key = b64url_decode(p256dh)
         secret = b64url_decode(auth)
@@ -99,8 +91,34 @@ def check_subscription(endpoint: str, p256dh: str, auth: str) -> tuple[bytes, by
     return key, secret
 
 
-def _loopback(host: str) -> bool:
-    return host in ("localhost", "127.0.0.1", "::1") or host.startswith("127.")
+def check_endpoint(endpoint: str, *, allow_insecure: bool = False) -> None:
+    """A Web Push endpoint is an ``https://`` URL; plain ``http://`` only with ``allow_insecure``
+    (``[push] allow_insecure_endpoints``, for tests) and only to a loopback *address*: the host is
+    parsed as the HTTP client will parse it (yarl, aiohttp's) and read as an IP address, never
+    matched as text (``127.attacker.example`` is a name, not a loopback address). BadRequest otherwise."""
+    if not isinstance(endpoint, str) or len(endpoint) > MAX_ENDPOINT:
+        raise BadRequest(f"endpoint must be a URL of at most {MAX_ENDPOINT} characters")
+    try:
+        url = URL(endpoint)
+        host = url.raw_host or ""
+    except (ValueError, TypeError):
+        raise BadRequest("endpoint is not a URL")
+    if not url.is_absolute() or not host:
+        raise BadRequest("endpoint must be an https:// URL")
+    if url.scheme == "https":
+        return
+    if url.scheme == "http" and allow_insecure and loopback_address(host):
+        return
+    raise BadRequest("endpoint must be an https:// URL (http:// only to a loopback address, with "
+                     "[push] allow_insecure_endpoints)")
+
+
+def loopback_address(host: str) -> bool:
+    """``host`` is a loopback IP address (127.0.0.0/8, ``::1``): parsed, so no name ever is."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 # --- the message ------------------------------------------------------------------------------------

@@ -7,9 +7,12 @@ workers send them off the hot path. It answers the push commands (``RegisterPush
 decision token can do, resolve its approval with its choice through the core's normal
 command, with the origin ``push`` so every front end shows who decided.
 
-Decision tokens: 256 random bits (``secrets.token_urlsafe(32)``, as every generated secret), one per decision and
-choice, only their SHA-256 kept (memory and table ``push_tokens``); used once (both
-choices' tokens go), and gone when the decision resolves or its deadline passes.
+Decision tokens: 256 random bits (``secrets.token_urlsafe(32)``, as every generated secret), one per
+decision, choice and endpoint, only their SHA-256 kept, in table ``push_tokens`` with the endpoint
+(``target``) and its owner. The store is their only truth, so every node sees a token used or voided
+at once: a use takes the row in one store write (``_take``); used once (every token of the decision
+goes), gone when the decision resolves or its deadline passes, when its subscription goes, and when
+its owner is revoked (``forget_owner``: a revoked device's notifications answer nothing).
 """
 
 from __future__ import annotations
@@ -19,9 +22,7 @@ import hashlib
 import logging
 import secrets
 import time
-from typing import Any, Callable, Optional
-
-import attrs
+from typing import Any, Callable, Iterable, Optional
 
 from .. import commands as cmd
 from .. import events as ev
@@ -29,7 +30,7 @@ from ..config import PushConfig
 from ..errors import BridgeError, NotFound, TooLarge, Unavailable
 from ..tasks import TaskSet
 from . import channels
-from .delivery import MIGRATIONS, Deliveries
+from .delivery import MIGRATIONS, Deliveries, Target, drop_owner_rows
 from .model import (
     ACTION_CHOICES,
     MAX_SUBSCRIPTIONS,
@@ -53,10 +54,17 @@ _FED = frozenset({ev.ApprovalRequested, ev.ApprovalResolved, ev.ClarifyRequested
                   ev.RunStarted, ev.RunFinished, ev.Notification, ev.ConversationDeleted})  # fmt: skip
 
 
+DEVICE_OWNER = "loomi:"  # a Loomi device's subscriptions and tokens are owned by "loomi:<device id>"
+
+
+def device_owner(device_id: str) -> str:
+    return DEVICE_OWNER + device_id
+
+
 def owner_of(origin: cmd.Origin) -> str:
     """Who a subscription belongs to: a Loomi device (revoked with it), else the front end."""
     if origin.surface == "loomi" and origin.connection:
-        return f"loomi:{origin.connection}"
+        return device_owner(origin.connection)
     return origin.surface
 
 
@@ -64,12 +72,15 @@ def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8", "surrogateescape")).hexdigest()
 
 
-@attrs.define
-class Token:
-    decision_id: str
-    choice: str
-    conversation_id: str
-    expires_at: float
+def _take(c: Any, h: str) -> Optional[tuple]:
+    """In one store write: the token's (decision_id, choice, expires_at), and every token of its decision
+    gone with it (once, across nodes: a second use, here or elsewhere, finds nothing)."""
+    # one delete: of two uses racing (on two nodes), one gets the row
+    row = c.execute("DELETE FROM push_tokens WHERE token_hash=? RETURNING decision_id, choice, expires_at",
+                    (h,)).fetchone()  # fmt: skip
+    if row is not None:
+        c.execute("DELETE FROM push_tokens WHERE decision_id=?", (row[0],))
+    return None if row is None else tuple(row)
 
 
 class Notifier:
@@ -86,7 +97,6 @@ class Notifier:
         # where the web UI is reached (the lvmh front end sets it): message urls and action urls
         self.base_url: Callable[[], Optional[str]] = lambda: None
         self.timers: dict[str, asyncio.TimerHandle] = {}
-        self.tokens: dict[str, Token] = {}
         self._unsubscribe: Optional[Callable[[], None]] = None
         bridge.extensions[RegisterPush] = self._register
         bridge.extensions[UnregisterPush] = self._unregister
@@ -95,17 +105,10 @@ class Notifier:
     # --- lifecycle ------------------------------------------------------------------------------
 
     async def prepare(self) -> None:
-        """Once the store is open: the migration, the subscriptions, what was still queued, the tokens."""
+        """Once the store is open: the migration, the subscriptions, what was still queued; expired tokens go."""
         await self.bridge.store.amigrate("push", MIGRATIONS)
         self.deliveries.load()
-        now = time.time()
-        for h, did, choice, cid, expires in self.bridge.store.query(
-            "SELECT token_hash, decision_id, choice, conversation_id, expires_at FROM push_tokens"
-        ):
-            if expires > now:
-                self.tokens[h] = Token(decision_id=did, choice=choice, conversation_id=cid, expires_at=float(expires))
-            else:
-                self.bridge.store.execute_later("DELETE FROM push_tokens WHERE token_hash=?", (h,))
+        self.bridge.store.execute_later("DELETE FROM push_tokens WHERE expires_at <= ?", (int(time.time()),))
 
     async def start(self) -> None:
         self._unsubscribe = self.bridge.hub.subscribe(self.on_event)
@@ -174,19 +177,24 @@ class Notifier:
                                    self._url(a.conversation_id), title=a.title or None))  # fmt: skip
 
     def _push_decision(self, d: Any) -> None:
-        actions = None
+        msg = message(d.kind, d.conversation_id, self._name(d.conversation_id), d.text, self._url(d.conversation_id),
+                      decision_id=d.decision_id)  # fmt: skip
         base = self.base_url()
-        if d.kind == "approval" and base:
-            actions = [
-                {"action": choice, "title": title, "url": decide_url(base, self._issue(d, choice))}
-                for choice, title in ACTION_CHOICES.items()
-                if choice in d.choices
-            ]
-        self._send(message(d.kind, d.conversation_id, self._name(d.conversation_id), d.text,
-                           self._url(d.conversation_id), decision_id=d.decision_id, actions=actions))  # fmt: skip
+        choices = [(c, title) for c, title in ACTION_CHOICES.items() if c in d.choices] if d.kind == "approval" else []
+        if not (choices and base):
+            self._send(msg)
+            return
 
-    def _send(self, msg: dict) -> None:
-        n = self.deliveries.enqueue(msg, self._name(msg["conversation_id"]))
+        def with_actions(target: Target) -> dict:  # each endpoint its own tokens: a revoke voids only its owner's
+            if target.kind == "ntfy" and not self.cfg.ntfy_actions:
+                return msg  # never sent there: no token for it
+            return {**msg, "actions": [{"action": c, "title": title, "url": decide_url(base, self._issue(d, c, target))}
+                                       for c, title in choices]}  # fmt: skip
+
+        self._send(msg, with_actions)
+
+    def _send(self, msg: dict, tailor: Optional[Callable[[Target], dict]] = None) -> None:
+        n = self.deliveries.enqueue(msg, self._name(msg["conversation_id"]), tailor)
         log.info("push: %s for a conversation queued for %d endpoint(s)", msg["kind"], n)
 
     def _name(self, conversation_id: str) -> str:
@@ -205,46 +213,36 @@ class Notifier:
 
     # --- decision tokens ---------------------------------------------------------------------------
 
-    def _issue(self, d: Any, choice: str) -> str:
+    def _issue(self, d: Any, choice: str, target: Target) -> str:
         token = secrets.token_urlsafe(32)
         expires = d.deadline_ts if d.deadline_ts is not None else time.time() + self.cfg.ttl_seconds
-        h = token_hash(token)
-        self.tokens[h] = Token(decision_id=d.decision_id, choice=choice, conversation_id=d.conversation_id,
-                               expires_at=expires)  # fmt: skip
+        # in the store before the message leaves (the worker waits for it: delivery.py)
         self.bridge.store.execute_later(
-            "INSERT INTO push_tokens(token_hash, decision_id, choice, conversation_id, expires_at) VALUES(?, ?, ?, ?, ?)",
-            (h, d.decision_id, choice, d.conversation_id, int(expires) + 1),
+            "INSERT INTO push_tokens(token_hash, decision_id, choice, conversation_id, expires_at, owner, target) "
+            "VALUES(?, ?, ?, ?, ?, ?, ?)",
+            (token_hash(token), d.decision_id, choice, d.conversation_id, int(expires) + 1, target.owner, target.key),
         )
         return token
 
     def _drop_tokens(self, decision_id: str) -> None:
-        gone = [h for h, tok in self.tokens.items() if tok.decision_id == decision_id]
-        for h in gone:
-            del self.tokens[h]
-        if gone:
-            self.bridge.store.execute_later("DELETE FROM push_tokens WHERE decision_id=?", (decision_id,))
+        self.bridge.store.execute_later("DELETE FROM push_tokens WHERE decision_id=?", (decision_id,))
 
     async def decide(self, token: str) -> bool:
         """Resolve the token's approval with its choice; False (nothing changed) when the token is
-        unknown, used, expired, or its decision was resolved meanwhile."""
+        unknown, used, expired, voided (its subscription or its owner gone), or its decision was
+        resolved meanwhile. The store decides, whichever node issued it."""
         if not isinstance(token, str) or not 0 < len(token) <= MAX_TOKEN:
             return False
         h = token_hash(token)
-        tok = self.tokens.get(h)
-        if tok is None:  # issued by another node on the same store: it is in the table
-            row = self.bridge.store.query_one(
-                "SELECT decision_id, choice, conversation_id, expires_at FROM push_tokens WHERE token_hash=?", (h,)
-            )
-            if row is None:
-                return False
-            tok = Token(decision_id=row[0], choice=row[1], conversation_id=row[2], expires_at=float(row[3]))
-        self._drop_tokens(tok.decision_id)  # once, synchronously: a second use finds nothing
-        self.bridge.store.execute_later("DELETE FROM push_tokens WHERE decision_id=?", (tok.decision_id,))
-        if tok.expires_at <= time.time():
+        row = await self.bridge.store.write(lambda c: _take(c, h))
+        if row is None:
+            return False
+        decision_id, choice, expires_at = row
+        if expires_at <= time.time():
             return False
         try:
             await self.bridge.execute(
-                cmd.ResolveApproval(approval_id=tok.decision_id, choice=tok.choice, reason="answered from a notification"),
+                cmd.ResolveApproval(approval_id=decision_id, choice=choice, reason="answered from a notification"),
                 PUSH_ORIGIN,
             )
         except BridgeError as exc:
@@ -257,7 +255,7 @@ class Notifier:
     async def _register(self, c: RegisterPush, origin: cmd.Origin) -> Registered:
         if not self.cfg.web_push:
             raise Unavailable("Web Push is switched off on this bridge ([push] web_push)")
-        check_subscription(c.endpoint, c.p256dh, c.auth)
+        check_subscription(c.endpoint, c.p256dh, c.auth, allow_insecure=self.cfg.allow_insecure_endpoints)
         subs = self.deliveries.subscriptions
         if len(subs) >= MAX_SUBSCRIPTIONS and all(s.endpoint != c.endpoint for s in subs.values()):
             raise TooLarge(f"At most {MAX_SUBSCRIPTIONS} push subscriptions")
@@ -265,15 +263,42 @@ class Notifier:
         await self.bridge.store.synced()  # kept before it is confirmed
         return Registered(subscription_id=sid)
 
-    def forget_owner(self, owner: str) -> int:
-        """Drop every subscription ``owner`` registered (a revoked Loomi device's: ``loomi:<device id>``)."""
-        gone = [s.id for s in self.deliveries.subscriptions.values() if s.owner == owner]
-        for sid in gone:
-            self.deliveries.remove_subscription(sid, f"{owner} is gone")
-        return len(gone)
-
     async def _unregister(self, c: UnregisterPush, origin: cmd.Origin) -> Registered:
         if not self.deliveries.remove_subscription(c.subscription_id):
             raise NotFound("Push subscription not found")
         await self.bridge.store.synced()
         return Registered(subscription_id=c.subscription_id)
+
+    # --- owners gone (a revoked Loomi device: ``device_owner(device id)``) ----------------------------
+
+    async def forget_owner(self, owner: str) -> int:
+        """Everything ``owner`` was given, in the store (whichever node it registered on) before this
+        returns: its subscriptions, what was queued for them, every decision token sent to them (each
+        answers 410 from now on, on every node). Returns how many of its subscriptions this node held."""
+        n = self.forget_owner_here(owner)
+        await self.bridge.store.write(lambda c: drop_owner_rows(c, owner))
+        return n
+
+    def forget_owner_here(self, owner: str) -> int:
+        """``owner``'s subscriptions out of this node's memory (another node revoked it: the rows are gone)."""
+        gone = [s.id for s in self.deliveries.subscriptions.values() if s.owner == owner]
+        for sid in gone:
+            self.deliveries.remove_subscription(sid, f"{owner} is gone")
+        return len(gone)
+
+    async def drop_gone_devices(self, alive: Callable[[], Iterable[str]]) -> int:
+        """At start: forget every device owner whose id ``alive()`` no longer has (a device revoked while no
+        server ran, or by a version that left its subscriptions behind). ``alive`` is read after the owners,
+        so a device paired meanwhile (on another node) is never taken for a gone one."""
+        owners = {s.owner for s in self.deliveries.subscriptions.values()}
+        owners.update(r[0] for r in self.bridge.store.query("SELECT DISTINCT owner FROM push_tokens"))
+        devices = {o for o in owners if o.startswith(DEVICE_OWNER)}
+        if not devices:
+            return 0
+        living = {device_owner(d) for d in alive()}
+        gone = sorted(devices - living)
+        for owner in gone:
+            await self.forget_owner(owner)
+        if gone:
+            log.info("push: dropped the subscriptions and decision tokens of %d revoked device(s)", len(gone))
+        return len(gone)

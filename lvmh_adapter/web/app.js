@@ -11,7 +11,7 @@ import { SpawnDialog } from "./spawn.js";
 import { ConversationDialogs, isBridgeConversation } from "./conversations.js";
 import { sessionMatches, sessionTitle, shortPath } from "./labels.js";
 import { notifyPending, renderNotifyButton } from "./notify.js";
-import { notifyMe } from "./push.js";
+import { forgetPush, notifyMe } from "./push.js";
 import { THEME_KEY, TOKEN_KEY, applyTheme, cycleTheme, readStorage, writeStorage } from "./prefs.js";
 import { toast } from "./toast.js";
 
@@ -106,7 +106,8 @@ async function submitToken(e) {
   }
 }
 
-function signOut() {
+async function signOut() {
+  await forgetPush(api); // with the token still set: this browser's push subscription goes first
   writeStorage(TOKEN_KEY, "");
   app.token = "";
   showGate("");

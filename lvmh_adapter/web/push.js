@@ -1,5 +1,6 @@
 // "Notify me" with the page closed (docs/push.md): the click asks for permission (only then),
 // registers the service worker (/sw.js) and subscribes this browser to the bridge's Web Push.
+// "Sign out" takes that subscription back (forgetPush).
 
 import { askNotifications, notificationsOn } from "./notify.js";
 
@@ -40,5 +41,35 @@ export async function notifyMe(api, btn, toast) {
   } catch (err) {
     btn.dataset.push = "off";
     toast(`Notifications work while this page is open; push with the page closed is unavailable (${err.message || err}).`, "error");
+  }
+}
+
+/**
+ * Sign-out: this browser's subscription leaves the bridge (pushed nothing more, its notifications'
+ * answers void) and its push service (pushManager.unsubscribe). Its id is what registering the same
+ * endpoint again answers. Call it while the token is still set; it never throws.
+ */
+export async function forgetPush(api) {
+  if (!pushSupported()) return;
+  let sub = null;
+  try {
+    const reg = await navigator.serviceWorker.getRegistration("/");
+    sub = reg ? await reg.pushManager.getSubscription() : null;
+  } catch {
+    return;
+  }
+  if (!sub) return;
+  try {
+    const { endpoint, keys } = sub.toJSON();
+    const { id } = await api.request("POST", "/api/push/subscriptions", { endpoint, keys });
+    await api.request("DELETE", `/api/push/subscriptions/${encodeURIComponent(id)}`);
+  } catch {
+    // refused (the token changed) or unreachable: once unsubscribed below, its push service answers
+    // 404/410 to the bridge's next push, and the bridge drops the subscription then
+  }
+  try {
+    await sub.unsubscribe();
+  } catch {
+    // nothing more to do
   }
 }

@@ -45,7 +45,7 @@ async def test_the_service_worker_shows_a_push_and_its_click_opens_the_conversat
         pytest.skip(missing_peer("Chromium", reason))
     from playwright.async_api import async_playwright
 
-    config = write_push_config(str(tmp_path / "push.toml"), {"grace_seconds": 0})
+    config = write_push_config(str(tmp_path / "push.toml"), {"grace_seconds": 0, "allow_insecure_endpoints": True})
     svc = await service_factory(("pheby", "lvmh"), config=config)
     base = f"http://127.0.0.1:{svc.ports['lvmh']}"
     service = await PushService().start()

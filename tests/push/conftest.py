@@ -46,10 +46,12 @@ async def webhook():
 
 @pytest.fixture
 def push_bridge(service_factory, tmp_path):
-    """``await push_bridge(grace_seconds=..., ...)``: a Service whose config file has that ``[push]``."""
+    """``await push_bridge(grace_seconds=..., ...)``: a Service whose config file has that ``[push]``
+    (with ``allow_insecure_endpoints``: the loopback push services are plain http://, unless a test says)."""
     count = [0]
 
     async def start(adapters=("pheby", "loomi", "lvmh"), data_dir=None, approval_timeout=300.0, **push):
+        push.setdefault("allow_insecure_endpoints", True)
         count[0] += 1
         path = write_push_config(os.path.join(str(tmp_path), f"push{count[0]}.toml"), push)
         return await service_factory(adapters, data_dir=data_dir, config=path, approval_timeout=approval_timeout)

@@ -7,7 +7,8 @@
   private key and auth secret (``http_ece``). Each subscription's answer can be set (201,
   410, 503 ...).
 - ``Ntfy``: an ntfy-compatible topic endpoint that records each publish (headers, body).
-- ``Webhook``: a receiver that accepts a POST only with a valid HMAC-SHA256 signature.
+- ``Webhook``: a receiver that accepts a POST only with a valid HMAC-SHA256 signature; it can
+  be made to fail (``status``, ``retry_after``), and records when each signed attempt came.
 
 Nothing here imports the bridge.
 """
@@ -181,8 +182,11 @@ class Webhook(Loopback):
     def __init__(self, secret: str) -> None:
         super().__init__()
         self.secret = secret
-        self.received: list[dict] = []
-        self.refused: list[str] = []
+        self.received: list[dict] = []  # accepted messages
+        self.refused: list[str] = []  # bad signatures
+        self.attempts: list[tuple[float, dict]] = []  # (time.monotonic() at arrival, body) per signed request
+        self.status = 204  # what a signed request is answered (a failing receiver: 503 ...)
+        self.retry_after: Optional[str] = None  # its Retry-After header, if any
         self.app.router.add_post("/hook", self.handle)
 
     @property
@@ -197,5 +201,10 @@ class Webhook(Loopback):
         if not hmac.compare_digest(given, want) or abs(time.time() - int(ts or 0)) > 300:
             self.refused.append(given)
             return web.Response(status=401)
-        self.received.append(json.loads(body))
-        return web.Response(status=204)
+        msg = json.loads(body)
+        self.attempts.append((time.monotonic(), msg))
+        if self.status >= 300:
+            headers = {"Retry-After": self.retry_after} if self.retry_after else None
+            return web.Response(status=self.status, headers=headers)
+        self.received.append(msg)
+        return web.Response(status=self.status)

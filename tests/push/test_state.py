@@ -92,11 +92,18 @@ def test_subscription_checks():
     key = base64.urlsafe_b64encode(b"\x04" + b"k" * 64).decode().rstrip("=")
     auth = base64.urlsafe_b64encode(b"a" * 16).decode().rstrip("=")
     assert check_subscription("https://push.example.com/x", key, auth)
-    assert check_subscription("http://127.0.0.1:9/x", key, auth)
-    for endpoint, k, a in (("http://push.example.com/x", key, auth), ("https:///x", key, auth),
-                           ("https://p/x", "!!", auth), ("https://p/x", key, key)):  # fmt: skip
+    assert check_subscription("https://127.attacker.example/x", key, auth)  # https: any host
+    for loopback in ("http://127.0.0.1:9/x", "http://127.9.8.7/x", "http://[::1]:9/x"):
+        assert check_subscription(loopback, key, auth, allow_insecure=True)
+    insecure = ("http://127.0.0.1:9/x", "http://[::1]:9/x")  # refused without [push] allow_insecure_endpoints
+    # never a loopback address, whatever their text looks like
+    names = ("http://127.attacker.example/x", "http://127.0.0.1.nip.io/x", "http://localhost:9/x", "http://127.1/x",
+             "http://2130706433/x", "http://push.example.com/x", "http://10.0.0.1/x")
+    cases = [(e, key, auth, False) for e in insecure] + [(e, key, auth, True) for e in names]
+    cases += [("https:///x", key, auth, True), ("https://p/x", "!!", auth, True), ("https://p/x", key, key, True)]
+    for endpoint, k, a, insecure_ok in cases:
         try:
-            check_subscription(endpoint, k, a)
+            check_subscription(endpoint, k, a, allow_insecure=insecure_ok)
         except Exception as exc:
             assert getattr(exc, "code", None) == "bad_request"
         else:
