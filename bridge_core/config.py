@@ -107,6 +107,7 @@ class Config:
     approval_timeout: float = 300.0
     gitlab_url: str = "https://gitlab.com"
     docker_url: Optional[str] = None  # unix:///var/run/docker.sock or http://host:port
+    worker_quota_mb: float = 64.0  # [lvmh] worker_quota_mb: events a plugin session may store (0: no limit)
     log_level: str = "INFO"
     wrong_auth_rate: float = DEFAULT_WRONG_RATE  # [security] wrong_attempts_per_second
     unauth_per_address: int = DEFAULT_UNAUTH_PER_ADDRESS  # [security] unauthenticated_per_address
@@ -297,6 +298,9 @@ def build_config(args: dict, environ: Optional[dict] = None, *, with_secrets: bo
     unauth_cap = num("unauth_per_address", ("security", "unauthenticated_per_address"), DEFAULT_UNAUTH_PER_ADDRESS)
     if unauth_cap < 1 or unauth_cap != int(unauth_cap):
         raise ConfigError("security.unauthenticated_per_address must be a whole number of at least 1")
+    worker_quota = num("worker_quota_mb", ("lvmh", "worker_quota_mb"), 64.0)
+    if not worker_quota >= 0:
+        raise ConfigError("lvmh.worker_quota_mb must be a number of megabytes, 0 for no limit")
 
     cfg = Config(
         data_dir=data_dir,
@@ -314,6 +318,7 @@ def build_config(args: dict, environ: Optional[dict] = None, *, with_secrets: bo
         approval_timeout=num("approval_timeout", ("demo", "approval_timeout"), 300.0),
         gitlab_url=str(env.get("LVMH_GITLAB_URL") or pick("gitlab_url", "lvmh", "gitlab_url", default="https://gitlab.com")),
         docker_url=env.get("LVMH_DOCKER_URL") or pick("docker_url", "lvmh", "docker_url"),
+        worker_quota_mb=worker_quota,
         log_level=str(pick("log_level", "log_level", default="INFO")),
         wrong_auth_rate=wrong_rate,
         unauth_per_address=int(unauth_cap),
