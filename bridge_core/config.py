@@ -16,6 +16,7 @@ from typing import Any, Optional
 import attrs
 
 from .errors import BridgeError
+from .private import private_dir, write_private
 from .security import DEFAULT_UNAUTH_PER_ADDRESS, DEFAULT_WRONG_RATE, is_loopback, weak_secret_reason  # noqa: F401
 
 DEFAULT_PORTS = {"pheby": 8620, "loomi": 8621, "lvmh": 8686}
@@ -184,11 +185,9 @@ def load_secret(data_dir: str, name: str, env: Optional[str]) -> tuple[str, Opti
 
     Returns the secret and the path it was stored at (None when it came from the environment).
     """
+    sdir = private_dir(os.path.join(data_dir, "secrets"), files=True)  # an earlier secret written 0644 too
     if env:
         return env, None
-    sdir = os.path.join(data_dir, "secrets")
-    os.makedirs(sdir, mode=0o700, exist_ok=True)
-    os.chmod(sdir, 0o700)
     path = os.path.join(sdir, name)
     try:
         with open(path, "r", encoding="utf-8") as f:
@@ -198,10 +197,7 @@ def load_secret(data_dir: str, name: str, env: Optional[str]) -> tuple[str, Opti
     except FileNotFoundError:
         pass
     value = secrets.token_urlsafe(32)
-    fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(value + "\n")
-    os.replace(path + ".tmp", path)
+    write_private(path, value + "\n")
     return value, path
 
 
@@ -236,9 +232,7 @@ def load_node_id(data_dir: str, given: Optional[str]) -> str:
     except FileNotFoundError:
         pass
     value = "node-" + secrets.token_hex(4)
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        f.write(value + "\n")
-    os.replace(path + ".tmp", path)
+    write_private(path, value + "\n")
     return value
 
 
@@ -340,7 +334,7 @@ def build_config(args: dict, environ: Optional[dict] = None, *, with_secrets: bo
             if reason:
                 raise ConfigError(reason)
         try:
-            os.makedirs(data_dir, mode=0o700, exist_ok=True)
+            private_dir(data_dir)  # 0700 even when it existed with wider modes (bridge_core/private.py)
             cfg.pheby_secret, p1 = load_secret(data_dir, "pheby_secret", env.get("PHEBY_SECRET"))
             cfg.lvmh_token, p2 = load_secret(data_dir, "lvmh_token", env.get("LVMH_TOKEN"))
         except OSError as exc:
