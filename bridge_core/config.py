@@ -9,6 +9,7 @@ permissions; only their path is ever printed.
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import tomllib
 from typing import Any, Optional
@@ -203,6 +204,20 @@ def load_secret(data_dir: str, name: str, env: Optional[str]) -> tuple[str, Opti
 
 NODE_ID_FILE = "node_id"
 _NODE_ID_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
+
+
+# A URL's user:password@ (the password runs to the last "@" of the authority, as the PostgreSQL and
+# Redis clients read it), and every password=... pair: a URL's query (?password=, &sslpassword=) or
+# libpq's key=value form (password=x, password = 'a b'), quoted or not.
+_URL_PASSWORD = re.compile(r"(?<=://)([^:/?#\s]*):[^/?#\s]*@")
+_PASSWORD_PAIR = re.compile(r"(?i)((?:^|(?<=[\s?&;,(]))[\w.-]*password\s*=\s*)"  # the key, then its value:
+                            r"""('(?:[^'\\]|\\.)*'?|"(?:[^"\\]|\\.)*"?|[^\s&#;,)]*)""")  # quoted or up to a separator
+
+
+def mask_url(text: str) -> str:
+    """``text`` (a store or bus URL, or a message quoting one) with every password shown as ``***``:
+    ``user:***@``, ``password=***`` (docs/security.md, "Secrets"). The one rule for printing one."""
+    return _PASSWORD_PAIR.sub(r"\1***", _URL_PASSWORD.sub(r"\1:***@", text))
 
 
 def check_engines(store_url: Optional[str], bus_url: Optional[str]) -> None:

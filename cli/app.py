@@ -17,7 +17,7 @@ from typing import Optional
 
 from bridge_core.agents.base import AgentSource
 from bridge_core.bridge import Bridge
-from bridge_core.config import (ENDPOINTS_FILE, Config, ConfigError, bound_url, is_loopback, read_endpoints,
+from bridge_core.config import (ENDPOINTS_FILE, Config, ConfigError, bound_url, is_loopback, mask_url, read_endpoints,
                                 served_directly, undialable_reason)
 from bridge_core.frontend import FrontEnd, PortInUse, TLSReloader, cert_names, name_matches
 from bridge_core.push import Notifier
@@ -25,7 +25,7 @@ from bridge_core.runtime import tune_for_serving
 from bridge_core.errors import BridgeError, Unavailable
 from bridge_core.nodes import NodeHeartbeat
 from bridge_core.private import write_private
-from bridge_core.store import open_store, redact_url
+from bridge_core.store import open_store
 from bridge_core.security import raise_nofile_limit, remove_admin_key, write_admin_key
 
 log = logging.getLogger("agent_bridge")
@@ -275,8 +275,8 @@ def describe(cfg: Config, ports: dict[str, int], qr_fp: Optional[str] = None) ->
     for name, path in cfg.secret_paths.items():
         lines.append(f"  {name} stored in {path} (owner-only)")
     if cfg.store_url or cfg.bus_url:
-        lines.append(f"  node   {cfg.node_id}: store {redact_url(cfg.store_url or 'SQLite')}, "
-                     f"bus {redact_url(cfg.bus_url) if cfg.bus_url else 'in-process'}")
+        lines.append(f"  node   {cfg.node_id}: store {mask_url(cfg.store_url or 'SQLite')}, "
+                     f"bus {mask_url(cfg.bus_url) if cfg.bus_url else 'in-process'}")
     return lines
 
 
