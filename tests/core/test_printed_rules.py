@@ -1,11 +1,15 @@
-"""The rule for printing a store or bus URL (pure): ``mask_url`` (bridge_core/config.py) masks every
-password form. Its uses are tested over real processes in tests/security/test_printed_strings.py."""
+"""The two rules for what is printed (pure): ``mask_url`` (bridge_core/config.py) masks every password
+form of a store or bus URL, ``printable`` (bridge_core/terminal.py) strips what a terminal obeys.
+Their uses are tested over real processes in tests/security/test_printed_strings.py."""
 
 from __future__ import annotations
+
+import logging
 
 import pytest
 
 from bridge_core.config import mask_url
+from bridge_core.terminal import PrintableFormatter, printable
 
 
 @pytest.mark.parametrize("url, shown", [
@@ -34,3 +38,25 @@ def test_every_password_form_is_masked(url, shown):
 def test_a_url_without_a_password_is_unchanged(url):
     assert mask_url(url) == url
 
+
+def test_printable_strips_what_a_terminal_obeys_and_nothing_else():
+    assert printable("Pixel\x1b[2K\r\x1b]0;owned\x07 \u009b31m\u009d8;;x\u202eevil\x00\x7f") == "Pixel[2K ]0;owned 31m8;;xevil"
+    assert printable("two\nlines\tand\u2028more") == "two lines and more"
+    for normal in ("Émile’s phone 日本", "Pixel 8 Pro (2)", "naïve – “quoted” 🙂", ""):
+        assert printable(normal) == normal
+    assert printable(42) == "42"
+
+
+def test_the_log_formatter_keeps_a_line_one_line_and_a_traceback_readable():
+    fmt = PrintableFormatter("%(levelname)s %(message)s")
+    record = logging.LogRecord("t", logging.INFO, __file__, 1, "refused %s", ("/x\x1b[2K\nFAKE",), None)
+    assert fmt.format(record) == "INFO refused /x[2K FAKE"
+    try:
+        raise ValueError("bad\x1b]0;t\x07")
+    except ValueError:
+        import sys
+
+        record = logging.LogRecord("t", logging.ERROR, __file__, 1, "failed", (), sys.exc_info())
+    out = fmt.format(record)
+    assert out.startswith("ERROR failed\nTraceback") and "\x1b" not in out and "\x07" not in out
+    assert "ValueError: bad]0;t" in out
