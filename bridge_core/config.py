@@ -22,6 +22,7 @@ from .security import DEFAULT_UNAUTH_PER_ADDRESS, DEFAULT_WRONG_RATE, is_loopbac
 
 DEFAULT_PORTS = {"pheby": 8620, "loomi": 8621, "lvmh": 8686}
 ALL_ADAPTERS = ("pheby", "loomi", "lvmh")
+DEFAULT_WORKER_QUOTA_MB = 64.0  # [lvmh] worker_quota_mb (docs/security.md, "What a worker may store")
 
 
 class ConfigError(BridgeError):
@@ -109,7 +110,7 @@ class Config:
     approval_timeout: float = 300.0
     gitlab_url: str = "https://gitlab.com"
     docker_url: Optional[str] = None  # unix:///var/run/docker.sock or http://host:port
-    worker_quota_mb: float = 64.0  # [lvmh] worker_quota_mb: events a plugin session may store (0: no limit)
+    worker_quota_mb: float = DEFAULT_WORKER_QUOTA_MB  # [lvmh]: events a plugin session may store (0: no limit)
     log_level: str = "INFO"
     wrong_auth_rate: float = DEFAULT_WRONG_RATE  # [security] wrong_attempts_per_second
     unauth_per_address: int = DEFAULT_UNAUTH_PER_ADDRESS  # [security] unauthenticated_per_address
@@ -307,7 +308,7 @@ def build_config(args: dict, environ: Optional[dict] = None, *, with_secrets: bo
     unauth_cap = num("unauth_per_address", ("security", "unauthenticated_per_address"), DEFAULT_UNAUTH_PER_ADDRESS)
     if unauth_cap < 1 or unauth_cap != int(unauth_cap):
         raise ConfigError("security.unauthenticated_per_address must be a whole number of at least 1")
-    worker_quota = num("worker_quota_mb", ("lvmh", "worker_quota_mb"), 64.0)
+    worker_quota = num("worker_quota_mb", ("lvmh", "worker_quota_mb"), DEFAULT_WORKER_QUOTA_MB)
     if not worker_quota >= 0:
         raise ConfigError("lvmh.worker_quota_mb must be a number of megabytes, 0 for no limit")
 

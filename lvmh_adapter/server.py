@@ -47,7 +47,6 @@ HEARTBEAT = 30.0
 MAX_BODY = codec.MAX_BODY
 LIST_EVENTS = (ev.ConversationCreated, ev.ConversationRenamed, ev.ConversationUpdated)
 PLUGIN_RETURN = 60.0  # s a plugin has to come back before the daemon closes its open run (twice its backoff cap)
-DEFAULT_QUOTA_MB = 64.0
 
 
 class PluginConn:
@@ -98,7 +97,7 @@ class LvmhFrontEnd(FrontEnd):
         sec = config.section("lvmh") if hasattr(config, "section") else {}
         self.plugin_return = float(sec.get("plugin_return_seconds") or PLUGIN_RETURN)
         # what each plugin session may store ([lvmh] worker_quota_mb; docs/security.md "What a worker may store")
-        self.quota_mb = float(getattr(config, "worker_quota_mb", DEFAULT_QUOTA_MB))
+        self.quota_mb = float(config.worker_quota_mb)
         self.quota = int(self.quota_mb * 1024 * 1024)
         self.cluster: Any = None  # several nodes (docs/scale-out.md): set in prepare
         self.seq_base = 0  # several nodes: where bridge sessions' derived seqs start (registry.cluster_seq)

@@ -202,3 +202,10 @@ async def test_the_count_survives_a_restart(engine, tmp_path, request):
         for p in plugins:
             await p.close()
         srv.stop()
+
+
+def test_a_quota_that_is_not_a_size_is_refused_at_start(tmp_path):
+    srv = BridgeProcess(str(tmp_path), adapters="lvmh", config={"lvmh": {"worker_quota_mb": -1}})
+    assert srv.run_to_exit() == 2
+    assert srv.stderr().strip().splitlines() == [
+        "agent-bridge: lvmh.worker_quota_mb must be a number of megabytes, 0 for no limit"]
