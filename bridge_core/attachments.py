@@ -38,6 +38,7 @@ from aiohttp.abc import AbstractStreamWriter
 
 from .events import Attachment
 from .ids import is_hex32, new_id
+from .private import open_private, private_dir
 from .store import BaseStore
 
 log = logging.getLogger("agent_bridge.attachments")
@@ -171,7 +172,7 @@ class AttachmentStore:
         self.store = store
         self.retention_days = retention_days
         self.shared = store.shared  # the bytes in the store (every node serves them), not on this disk
-        os.makedirs(self.directory, mode=0o700, exist_ok=True)
+        private_dir(self.directory, files=True)  # 0700, its files 0600, whatever an earlier run left
 
     async def start(self) -> None:
         if self.shared:
@@ -220,7 +221,7 @@ class AttachmentStore:
                                                           for i in range(0, max(1, len(data)), CHUNK)))  # fmt: skip
             return await self._register(attachment_id, filename, size, conversation_id, message_id, mime_type)
         tmp = self._path(attachment_id) + ".part"
-        with open(tmp, "wb") as f:
+        with os.fdopen(open_private(tmp), "wb") as f:
             f.write(data)
         os.replace(tmp, self._path(attachment_id))
         return await self._register(attachment_id, filename, len(data), conversation_id, message_id, mime_type)
@@ -241,7 +242,8 @@ class AttachmentStore:
                 size = await self._put_chunks(attachment_id, _chunks_of(f))
             return await self._register(attachment_id, name, size, conversation_id, message_id, mime_type)
         tmp = self._path(attachment_id) + ".part"
-        shutil.copyfile(path, tmp)
+        with open(path, "rb") as src, os.fdopen(open_private(tmp), "wb") as dst:
+            shutil.copyfileobj(src, dst, CHUNK)
         os.replace(tmp, self._path(attachment_id))
         size = os.path.getsize(self._path(attachment_id))
         return await self._register(attachment_id, name, size, conversation_id, message_id, mime_type)

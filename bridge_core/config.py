@@ -9,6 +9,7 @@ permissions; only their path is ever printed.
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import tomllib
 from typing import Any, Optional
@@ -16,10 +17,12 @@ from typing import Any, Optional
 import attrs
 
 from .errors import BridgeError
+from .private import private_dir, write_private
 from .security import DEFAULT_UNAUTH_PER_ADDRESS, DEFAULT_WRONG_RATE, is_loopback, weak_secret_reason  # noqa: F401
 
 DEFAULT_PORTS = {"pheby": 8620, "loomi": 8621, "lvmh": 8686}
 ALL_ADAPTERS = ("pheby", "loomi", "lvmh")
+DEFAULT_WORKER_QUOTA_MB = 64.0  # [lvmh] worker_quota_mb (docs/security.md, "What a worker may store")
 
 
 class ConfigError(BridgeError):
@@ -114,6 +117,7 @@ class Config:
     approval_timeout: float = 300.0
     gitlab_url: str = "https://gitlab.com"
     docker_url: Optional[str] = None  # unix:///var/run/docker.sock or http://host:port
+    worker_quota_mb: float = DEFAULT_WORKER_QUOTA_MB  # [lvmh]: events a plugin session may store (0: no limit)
     log_level: str = "INFO"
     wrong_auth_rate: float = DEFAULT_WRONG_RATE  # [security] wrong_attempts_per_second
     unauth_per_address: int = DEFAULT_UNAUTH_PER_ADDRESS  # [security] unauthenticated_per_address
@@ -190,11 +194,9 @@ def load_secret(data_dir: str, name: str, env: Optional[str]) -> tuple[str, Opti
 
     Returns the secret and the path it was stored at (None when it came from the environment).
     """
+    sdir = private_dir(os.path.join(data_dir, "secrets"), files=True)  # an earlier secret written 0644 too
     if env:
         return env, None
-    sdir = os.path.join(data_dir, "secrets")
-    os.makedirs(sdir, mode=0o700, exist_ok=True)
-    os.chmod(sdir, 0o700)
     path = os.path.join(sdir, name)
     try:
         with open(path, "r", encoding="utf-8") as f:
@@ -204,15 +206,26 @@ def load_secret(data_dir: str, name: str, env: Optional[str]) -> tuple[str, Opti
     except FileNotFoundError:
         pass
     value = secrets.token_urlsafe(32)
-    fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(value + "\n")
-    os.replace(path + ".tmp", path)
+    write_private(path, value + "\n")
     return value, path
 
 
 NODE_ID_FILE = "node_id"
 _NODE_ID_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
+
+
+# A URL's user:password@ (the password runs to the last "@" of the authority, as the PostgreSQL and
+# Redis clients read it), and every password=... pair: a URL's query (?password=, &sslpassword=) or
+# libpq's key=value form (password=x, password = 'a b'), quoted or not.
+_URL_PASSWORD = re.compile(r"(?<=://)([^:/?#\s]*):[^/?#\s]*@")
+_PASSWORD_PAIR = re.compile(r"(?i)((?:^|(?<=[\s?&;,(]))[\w.-]*password\s*=\s*)"  # the key, then its value:
+                            r"""('(?:[^'\\]|\\.)*'?|"(?:[^"\\]|\\.)*"?|[^\s&#;,)]*)""")  # quoted or up to a separator
+
+
+def mask_url(text: str) -> str:
+    """``text`` (a store or bus URL, or a message quoting one) with every password shown as ``***``:
+    ``user:***@``, ``password=***`` (docs/security.md, "Secrets"). The one rule for printing one."""
+    return _PASSWORD_PAIR.sub(r"\1***", _URL_PASSWORD.sub(r"\1:***@", text))
 
 
 def check_engines(store_url: Optional[str], bus_url: Optional[str]) -> None:
@@ -242,9 +255,7 @@ def load_node_id(data_dir: str, given: Optional[str]) -> str:
     except FileNotFoundError:
         pass
     value = "node-" + secrets.token_hex(4)
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        f.write(value + "\n")
-    os.replace(path + ".tmp", path)
+    write_private(path, value + "\n")
     return value
 
 
@@ -311,6 +322,9 @@ def build_config(args: dict, environ: Optional[dict] = None, *, with_secrets: bo
     unauth_cap = num("unauth_per_address", ("security", "unauthenticated_per_address"), DEFAULT_UNAUTH_PER_ADDRESS)
     if unauth_cap < 1 or unauth_cap != int(unauth_cap):
         raise ConfigError("security.unauthenticated_per_address must be a whole number of at least 1")
+    worker_quota = num("worker_quota_mb", ("lvmh", "worker_quota_mb"), DEFAULT_WORKER_QUOTA_MB)
+    if not worker_quota >= 0:
+        raise ConfigError("lvmh.worker_quota_mb must be a number of megabytes, 0 for no limit")
 
     cfg = Config(
         data_dir=data_dir,
@@ -328,6 +342,7 @@ def build_config(args: dict, environ: Optional[dict] = None, *, with_secrets: bo
         approval_timeout=num("approval_timeout", ("demo", "approval_timeout"), 300.0),
         gitlab_url=str(env.get("LVMH_GITLAB_URL") or pick("gitlab_url", "lvmh", "gitlab_url", default="https://gitlab.com")),
         docker_url=env.get("LVMH_DOCKER_URL") or pick("docker_url", "lvmh", "docker_url"),
+        worker_quota_mb=worker_quota,
         log_level=str(pick("log_level", "log_level", default="INFO")),
         wrong_auth_rate=wrong_rate,
         unauth_per_address=int(unauth_cap),
@@ -349,7 +364,7 @@ def build_config(args: dict, environ: Optional[dict] = None, *, with_secrets: bo
             if reason:
                 raise ConfigError(reason)
         try:
-            os.makedirs(data_dir, mode=0o700, exist_ok=True)
+            private_dir(data_dir)  # 0700 even when it existed with wider modes (bridge_core/private.py)
             cfg.pheby_secret, p1 = load_secret(data_dir, "pheby_secret", env.get("PHEBY_SECRET"))
             cfg.lvmh_token, p2 = load_secret(data_dir, "lvmh_token", env.get("LVMH_TOKEN"))
         except OSError as exc:

@@ -20,7 +20,8 @@ from psycopg.adapt import Dumper
 
 from . import sqldialect
 from .errors import Unavailable
-from .store import BaseStore, redact_url
+from .config import mask_url
+from .store import BaseStore
 
 log = logging.getLogger("agent_bridge.store")
 
@@ -111,13 +112,13 @@ class PostgresStore(BaseStore):
         self._keys: dict = {}
 
     def describe(self) -> str:
-        return redact_url(self.url)
+        return mask_url(self.url)
 
     def _connect(self) -> PgConnection:
         try:
             raw = psycopg.connect(self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT)
         except psycopg.Error as exc:
-            reason = " ".join(str(exc).split()) or type(exc).__name__
+            reason = mask_url(" ".join(str(exc).split())) or type(exc).__name__  # libpq may quote the conninfo
             raise Unavailable(f"cannot reach the store {self.describe()}: {reason}")
         raw.adapters.register_dumper(bool, _BoolAsInt)
         return PgConnection(raw, self._keys)

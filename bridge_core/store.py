@@ -20,13 +20,14 @@ import concurrent.futures
 import logging
 import os
 import queue
-import re
 import sqlite3
 import threading
 import time
 from typing import Any, Callable, Iterable, Optional, Sequence
 
+from .config import mask_url
 from .errors import Unavailable
+from .private import open_private, private_dir
 
 log = logging.getLogger("agent_bridge.store")
 
@@ -542,7 +543,7 @@ class Store(BaseStore):
             conn.close()
 
     def _open_connections(self) -> None:
-        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+        private_dir(os.path.dirname(os.path.abspath(self.path)))
         _owner_only(self.path)
         self._wconn = self._connect()
         self._wal_mode(self._wconn)
@@ -602,21 +603,14 @@ def open_store(url: Optional[str], data_dir: str) -> BaseStore:
     raise ConfigError(f"unsupported store URL {url.split('://')[0]}://...: use postgresql://USER@HOST:PORT/DB")
 
 
-def redact_url(url: str) -> str:
-    """``url`` without its password, for messages and logs."""
-    return re.sub(r"//([^:/@]*):[^@/]*@", r"//\1:***@", url)
+redact_url = mask_url  # the one masking rule (bridge_core/config.py), under the name the bus also imports
 
 
 def _owner_only(path: str) -> None:
     """The database holds credential hashes and the GitLab token: mode 0600 whatever the umask or the
     data directory's mode (SQLite gives its -wal and -shm files the database file's mode)."""
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            if os.fstat(fd).st_mode & 0o077:
-                os.fchmod(fd, 0o600)
-        finally:
-            os.close(fd)
+        os.close(open_private(path, os.O_RDWR))
     except OSError:
         pass  # read-only or missing directory: sqlite3 reports it next
 

@@ -17,14 +17,15 @@ from typing import Optional
 
 from bridge_core.agents.base import AgentSource
 from bridge_core.bridge import Bridge
-from bridge_core.config import (ENDPOINTS_FILE, Config, ConfigError, bound_url, is_loopback, read_endpoints,
+from bridge_core.config import (ENDPOINTS_FILE, Config, ConfigError, bound_url, is_loopback, mask_url, read_endpoints,
                                 served_directly, undialable_reason)
 from bridge_core.frontend import FrontEnd, PortInUse, TLSReloader, cert_names, name_matches
 from bridge_core.push import Notifier
 from bridge_core.runtime import tune_for_serving
 from bridge_core.errors import BridgeError, Unavailable
 from bridge_core.nodes import NodeHeartbeat
-from bridge_core.store import open_store, redact_url
+from bridge_core.private import write_private
+from bridge_core.store import open_store
 from bridge_core.security import raise_nofile_limit, remove_admin_key, write_admin_key
 
 log = logging.getLogger("agent_bridge")
@@ -165,10 +166,7 @@ class Service:
             self.tls.on_change(lambda _fp: write_endpoints(cfg, self.ports, self.frontends))  # the QR's new fp
             self.tls.start()
         write_endpoints(cfg, self.ports, self.frontends)  # before ports.json: ready means both are there
-        tmp = os.path.join(cfg.run_dir, "ports.json.tmp")
-        with open(tmp, "w") as f:
-            json.dump(self.ports, f)
-        os.replace(tmp, os.path.join(cfg.run_dir, "ports.json"))
+        write_private(os.path.join(cfg.run_dir, "ports.json"), json.dumps(self.ports))
         return self.ports
 
     def reload_tls(self) -> bool:
@@ -259,10 +257,7 @@ def write_endpoints(cfg: Config, ports: dict[str, int], frontends: dict) -> None
     loomi = frontends.get("loomi")
     info = {"urls": endpoint_urls(cfg, ports), "public": sorted(cfg.public_urls), "ports": ports, "tls": cfg.tls,
             "loomi_fp": getattr(loomi, "fp", "") if loomi is not None else ""}
-    tmp = os.path.join(cfg.run_dir, ENDPOINTS_FILE + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(info, f)
-    os.replace(tmp, os.path.join(cfg.run_dir, ENDPOINTS_FILE))
+    write_private(os.path.join(cfg.run_dir, ENDPOINTS_FILE), json.dumps(info))
 
 
 def describe(cfg: Config, ports: dict[str, int], qr_fp: Optional[str] = None) -> list[str]:
@@ -280,8 +275,8 @@ def describe(cfg: Config, ports: dict[str, int], qr_fp: Optional[str] = None) ->
     for name, path in cfg.secret_paths.items():
         lines.append(f"  {name} stored in {path} (owner-only)")
     if cfg.store_url or cfg.bus_url:
-        lines.append(f"  node   {cfg.node_id}: store {redact_url(cfg.store_url or 'SQLite')}, "
-                     f"bus {redact_url(cfg.bus_url) if cfg.bus_url else 'in-process'}")
+        lines.append(f"  node   {cfg.node_id}: store {mask_url(cfg.store_url or 'SQLite')}, "
+                     f"bus {mask_url(cfg.bus_url) if cfg.bus_url else 'in-process'}")
     return lines
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from bridge_core import datadir, looping
 from bridge_core.config import Config, build_config, resolve_data_dir
+from bridge_core.terminal import PrintableFormatter
 
 from .app import Service, check_bind, describe, make_agent
 
@@ -71,11 +72,9 @@ class MalformedRequestFilter(logging.Filter):
 
 
 def setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    handler = logging.StreamHandler(sys.stderr)  # a string a client chose cannot drive the terminal (terminal.py)
+    handler.setFormatter(PrintableFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), handlers=[handler])
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     logging.getLogger("aiohttp.server").addFilter(MalformedRequestFilter())
 

@@ -29,6 +29,7 @@ from bridge_core.config import build_config, undialable_reason
 from bridge_core import datadir, qr
 from bridge_core.redact import fingerprint
 from bridge_core.security import admin_key_path, is_loopback, read_admin_key
+from bridge_core.terminal import printable
 
 from . import devices as devices_mod
 from .revocation import offline_revoke
@@ -272,7 +273,8 @@ def cmd_devices(args: argparse.Namespace) -> int:
         return 0
     rows = [("DEVICE ID", "NAME / MODEL", "PAIRED", "LAST SEEN", "ONLINE")]
     for d in items:
-        label = " / ".join(dict.fromkeys(x for x in (d["name"], d["model"]) if x)) or "-"
+        # the phone chose its name and model: never an escape sequence into the admin's terminal
+        label = printable(" / ".join(dict.fromkeys(str(x) for x in (d["name"], d["model"]) if x))) or "-"
         rows.append((d["device_id"], label, _when(d["paired_at"]), _when(d["last_seen"]),
                      "yes" if d["online"] else "no"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]

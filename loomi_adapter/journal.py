@@ -47,6 +47,8 @@ import time
 import zlib
 from typing import Optional
 
+from bridge_core.private import open_private
+
 log = logging.getLogger("agent_bridge.loomi.journal")
 
 NAME = "loomi-journal"
@@ -291,7 +293,7 @@ def _create(path: str, size: int) -> mmap.mmap:
     """A file of ``size`` bytes, its blocks allocated (a full disk fails here, never a write later) and
     every page written once (a write to it faults no page in while the kernel keeps it dirty), mapped."""
     _check_room(os.path.dirname(path) or ".", size)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = open_private(path, os.O_RDWR | os.O_TRUNC)  # event bodies: owner-only whatever the umask
     try:
         try:
             os.posix_fallocate(fd, 0, size)

@@ -34,6 +34,7 @@ from bridge_core.config import bound_url, served_directly
 from bridge_core.frontend import FrontEnd, cert_fingerprint, chains_to_public_ca, ws_text_sender
 from bridge_core.security import bearer_token, client_address, require_loopback_admin
 from bridge_core.hub import Outbox
+from bridge_core.private import write_private
 from bridge_core.redact import fingerprint
 
 from . import codec
@@ -177,11 +178,9 @@ class LoomiFrontEnd(FrontEnd):
     def _write_runtime_file(self) -> None:
         """How ``agent-bridge loomi ...`` reaches this server: its port, scheme and certificate pin."""
         os.makedirs(self.config.run_dir, mode=0o700, exist_ok=True)
-        tmp = self.runtime_file + ".tmp"
-        with open(tmp, "wb") as f:  # fp: the served certificate, which the CLI pins on 127.0.0.1
-            f.write(orjson.dumps({"port": self.port, "host": self.config.host, "tls": self.config.tls,
-                                  "fp": self._served_fp, "qr_fp": self.fp}))
-        os.replace(tmp, self.runtime_file)
+        # fp: the served certificate, which the CLI pins on 127.0.0.1
+        write_private(self.runtime_file, orjson.dumps({"port": self.port, "host": self.config.host,
+                                                       "tls": self.config.tls, "fp": self._served_fp, "qr_fp": self.fp}))
 
     async def stop(self) -> None:
         if not self._stopped:

@@ -33,6 +33,8 @@ from yarl import URL
 
 from bridge_core.security import same_secret
 
+from . import codec
+
 log = logging.getLogger("agent_bridge.lvmh.auth")
 
 WORKER_PREFIX = "lvmhw_"  # worker tokens are recognisable in a leak report, never confusable with the user's
@@ -56,6 +58,11 @@ class Principal:
 
     def may_hello(self, session_id: str) -> bool:
         return self.kind == "user" or session_id == self.session_id
+
+    @property
+    def max_frame(self) -> int:
+        """The largest ``/agent/ws`` frame it may send (a worker's is smaller; aiohttp closes 1009 above)."""
+        return codec.MAX_PLUGIN_FRAME if self.kind == "user" else codec.MAX_WORKER_FRAME
 
 
 USER = Principal("user")

@@ -19,6 +19,8 @@ import sys
 import urllib.parse
 from typing import Any, Optional
 
+from bridge_core.private import open_private, private_dir
+
 PLUGIN_FILE = "lvmh-agent.mjs"
 
 
@@ -123,10 +125,8 @@ def _open_in_browser(run_dir: str, link: str) -> None:
     import html
     import webbrowser
 
-    os.makedirs(run_dir, mode=0o700, exist_ok=True)
-    path = os.path.join(run_dir, "open.html")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
+    path = os.path.join(private_dir(run_dir), "open.html")
+    with os.fdopen(open_private(path), "w", encoding="utf-8") as f:
         f.write('<!doctype html><meta charset="utf-8"><meta name="referrer" content="no-referrer">'
                 f'<meta http-equiv="refresh" content="0;url={html.escape(link, quote=True)}">'
                 "<title>agent-bridge</title><p>Opening the web UI…</p>")

@@ -25,6 +25,9 @@ from bridge_core.errors import BadRequest, BridgeError, TooLarge
 
 PROTOCOL_VERSION = 1
 MAX_PLUGIN_FRAME = 4 * 1024 * 1024  # bytes; aiohttp closes the socket (1009) above this
+# a spawned worker's frames (docs/security.md, "What a worker may store"): one event each, the largest a
+# message_end whose tool calls carry a file the model wrote; a quarter of a user plugin's limit
+MAX_WORKER_FRAME = 1024 * 1024
 MAX_BROWSER_FRAME = 64 * 1024
 MAX_BODY = 1024 * 1024  # bytes of a REST body (413 above)
 MAX_PROMPT = 64_000  # characters, as the core's MAX_TEXT
@@ -133,6 +136,11 @@ def decode_plugin_frame(data: Union[str, bytes]) -> PluginFrame:
     else:
         raw = bytes(data).decode("utf-8")  # orjson accepted it, so it is valid UTF-8
     return PluginFrame(type=ftype, session_id=sid, seq=seq, ts=ts_ms, obj=obj, raw=raw)  # type: ignore[arg-type]
+
+
+def stored_size(raw: str) -> int:
+    """The bytes ``raw`` takes in the store (UTF-8): its length when ASCII (a flag CPython keeps, no scan)."""
+    return len(raw) if raw.isascii() else len(raw.encode("utf-8"))
 
 
 def _redact_tool_args(obj: dict) -> bool:

@@ -114,4 +114,11 @@ CLOSE_FORBIDDEN = 4003  # a worker credential's hello for another session
 CLOSE_REVOKED = 4004  # the worker credential was revoked (its container deleted)
 CLOSE_CONFLICT = 4009
 CLOSE_VERSION = 4010
+CLOSE_QUOTA = 4013  # the session stored its quota and the plugin sent another event (docs/security.md)
 CLOSE_SLOW = 4029
+
+# a plugin frame refused as fatal (lvmh_adapter/session.py Reject.fatal): how its socket is closed
+FATAL_CLOSE = {
+    "quota_exceeded": (CLOSE_QUOTA, b"storage quota exceeded"),
+}
+FATAL_CLOSE_DEFAULT = (CLOSE_VERSION, b"unsupported protocol version")

@@ -63,10 +63,19 @@ MIGRATIONS = [
     );
     CREATE INDEX lvmh_worker_tokens_session ON lvmh_worker_tokens(sessionId);
     """,
+    # 4: what a plugin session has stored, counted against [lvmh] worker_quota_mb (registry.py charge);
+    # sessions stored before it start from their events' length
+    """
+    ALTER TABLE sessions ADD COLUMN storedBytes INTEGER NOT NULL DEFAULT 0;
+    UPDATE sessions SET storedBytes = (SELECT COALESCE(SUM(LENGTH(payload)), 0) FROM events
+                                       WHERE events.sessionId = sessions.id) WHERE source = 'plugin';
+    """,
 ]
 
 _INSERT_EVENTS = "INSERT OR IGNORE INTO events(sessionId, seq, ts, type, payload) VALUES(?,?,?,?,?)"
-_MAXIMA = "UPDATE sessions SET lastSeq=MAX(lastSeq, ?), lastEventAt=MAX(COALESCE(lastEventAt, 0), ?) WHERE id=?"
+_MAXIMA = ("UPDATE sessions SET lastSeq=MAX(lastSeq, ?), lastEventAt=MAX(COALESCE(lastEventAt, 0), ?), "
+           "storedBytes=storedBytes+? WHERE id=?")
+_SESSION_COLUMNS = "id, info, lastSeq, lastEventAt, source, seqReserved, storedBytes"
 SEQ_BASE_KEY = "lvmh.cluster_seq_base"  # several nodes: where bridge sessions' derived seqs start (registry.py)
 FLUSH_ROWS = 2000  # flush before the end of the tick once this many rows wait
 BACKLOG_HIGH = 50_000  # rows in flight before ingest waits for the writer
@@ -74,16 +83,17 @@ BACKLOG_LOW = 10_000
 
 
 class StoredSession:
-    __slots__ = ("id", "info", "last_seq", "last_event_at", "source", "reserved")
+    __slots__ = ("id", "info", "last_seq", "last_event_at", "source", "reserved", "stored")
 
     def __init__(self, sid: str, info: dict, last_seq: int, last_event_at: Optional[int], source: str,
-                 reserved: int = 0):
+                 reserved: int = 0, stored: int = 0):
         self.id = sid
         self.info = info
         self.last_seq = last_seq
         self.last_event_at = last_event_at
         self.source = source
         self.reserved = reserved
+        self.stored = stored  # bytes of events its plugin stored (the quota's count)
 
 
 class _Batch:
@@ -92,7 +102,7 @@ class _Batch:
     def __init__(self) -> None:
         self.rows: list[tuple] = []
         self.sessions: list[tuple] = []  # session row upserts, applied before the rows
-        self.maxima: dict[str, list[int]] = {}  # sid -> [max seq, min seq, max ts]
+        self.maxima: dict[str, list[int]] = {}  # sid -> [max seq, min seq, max ts, bytes charged]
         self.done: Optional[asyncio.Future] = None
 
 
@@ -134,32 +144,31 @@ class EventLog:
 
         return int(await self.store.write(write))
 
-    def refresh(self, sid: str) -> Optional[tuple[int, int]]:
+    def refresh(self, sid: str) -> Optional[tuple[int, int, int]]:
         """Several nodes: what the store says of ``sid`` now (its plugin may have been connected to
-        another node): ``(lastSeq, seqReserved)``, the persisted seq counted as committed here."""
-        row = self.store.query_one("SELECT lastSeq, seqReserved FROM sessions WHERE id=?", (sid,))
+        another node): ``(lastSeq, seqReserved, storedBytes)``, the persisted seq counted as committed here."""
+        row = self.store.query_one("SELECT lastSeq, seqReserved, storedBytes FROM sessions WHERE id=?", (sid,))
         if row is None:
             return None
         last, reserved = int(row[0] or 0), int(row[1] or 0)
         if last > self.committed.get(sid, 0):
             self.committed[sid] = last
-        return last, reserved
+        return last, reserved, int(row[2] or 0)
 
     def load_one(self, sid: str) -> Optional[StoredSession]:
         """Several nodes: one session as stored now (created on another node since this one started)."""
-        found = self._stored("SELECT id, info, lastSeq, lastEventAt, source, seqReserved FROM sessions WHERE id=?",
-                             (sid,))
+        found = self._stored(f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id=?", (sid,))
         return found[0] if found else None
 
     def load(self, shared: bool = False) -> list[StoredSession]:
-        out = self._stored("SELECT id, info, lastSeq, lastEventAt, source, seqReserved FROM sessions")
+        out = self._stored(f"SELECT {_SESSION_COLUMNS} FROM sessions")
         if not shared:  # nobody is connected to a daemon that just started (with several nodes: to this one)
             self.store.write_later(lambda c: c.execute("UPDATE sessions SET online=0 WHERE online!=0"))
         return out
 
     def _stored(self, sql: str, params: tuple = ()) -> list[StoredSession]:
         out = []
-        for sid, info, last_seq, last_at, source, reserved in self.store.query(sql, params):
+        for sid, info, last_seq, last_at, source, reserved, stored in self.store.query(sql, params):
             try:
                 data = orjson.loads(info)
             except orjson.JSONDecodeError:
@@ -168,17 +177,19 @@ class EventLog:
                 data = {}
             if int(last_seq or 0) > self.committed.get(sid, 0):
                 self.committed[sid] = int(last_seq or 0)
-            out.append(StoredSession(sid, data, int(last_seq or 0), last_at, source, int(reserved or 0)))
+            out.append(StoredSession(sid, data, int(last_seq or 0), last_at, source, int(reserved or 0),
+                                     int(stored or 0)))
         return out
 
     # --- writes --------------------------------------------------------------------------------
 
-    def append(self, sid: str, seq: int, ts: int, etype: str, raw: str) -> None:
+    def append(self, sid: str, seq: int, ts: int, etype: str, raw: str, charged: int = 0) -> None:
+        """One event row; ``charged``: the bytes its session's quota counted for it (kept with the session)."""
         b = self._batch
         b.rows.append((sid, seq, ts, etype, raw))
         m = b.maxima.get(sid)
         if m is None:
-            b.maxima[sid] = [seq, seq, ts]
+            b.maxima[sid] = [seq, seq, ts, charged]
         else:
             if seq > m[0]:
                 m[0] = seq
@@ -186,6 +197,7 @@ class EventLog:
                 m[1] = seq
             if ts > m[2]:
                 m[2] = ts
+            m[3] += charged
         if len(b.rows) >= FLUSH_ROWS:
             self.flush()
         else:
@@ -205,7 +217,7 @@ class EventLog:
             if not guard(conn):
                 return False
             conn.executemany(_INSERT_EVENTS, [(sid, *row) for row in rows])
-            conn.execute(_MAXIMA, (max(r[0] for r in rows), max(r[1] for r in rows), sid))
+            conn.execute(_MAXIMA, (max(r[0] for r in rows), max(r[1] for r in rows), 0, sid))
             return True
 
         written = bool(await self.store.write(op))
@@ -267,7 +279,7 @@ class EventLog:
                     conn.execute("UPDATE sessions SET seqReserved=MAX(seqReserved, ?) WHERE id=?", (value, sid))
             if rows:
                 conn.executemany(_INSERT_EVENTS, rows)
-                conn.executemany(_MAXIMA, [(m[0], m[2], sid) for sid, m in maxima.items()])
+                conn.executemany(_MAXIMA, [(m[0], m[2], m[3], sid) for sid, m in maxima.items()])
 
         fut = self.store.submit(op)
         if loop is None:  # shutdown path outside the loop: nothing waits on it

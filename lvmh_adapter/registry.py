@@ -13,6 +13,8 @@ end does it (store writes, streaming, closing sockets):
   (recorded once a delta's seq passes it, so a closing event the daemon
   writes never reuses a delta's seq).
 - ``conn``: the plugin connection holding the session, if any (``claim``).
+- ``stored``: plugin, the bytes of events it stored, counted against its quota
+  (``charge``; ``[lvmh] worker_quota_mb``, docs/security.md "What a worker may store").
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ class Claim(enum.Enum):
 
 
 class SessionRecord:
-    __slots__ = ("id", "source", "info", "high", "last_event_at", "conn", "seqs", "run", "abandon", "top")
+    __slots__ = ("id", "source", "info", "high", "last_event_at", "conn", "seqs", "run", "abandon", "top", "stored")
 
     def __init__(self, sid: str, source: str, info: dict, high: int = 0, last_event_at: Optional[int] = None):
         self.id = sid
@@ -61,6 +63,7 @@ class SessionRecord:
         self.top = high
         self.run = OpenRun()  # plugin: what its stored events leave open (a run, message, tools)
         self.abandon: Any = None  # plugin: the front end's timer that closes its open run if it never returns
+        self.stored = 0  # plugin: bytes of events stored (persisted with the session, so a restart keeps it)
 
     # --- seqs -------------------------------------------------------------------------------------
 
@@ -96,9 +99,20 @@ class SessionRecord:
             self.last_event_at = ts
         return True
 
-    def refreshed(self, last_seq: int, reserved: int) -> None:
-        """Several nodes: the store's ``lastSeq`` and ``seqReserved`` of this plugin session, written by
-        the node its plugin was connected to (never below what this node knew)."""
+    def charge(self, size: int, quota: int) -> bool:
+        """Count ``size`` bytes of a plugin event about to be stored against ``quota`` (0: none): False,
+        nothing counted, when it would take the session past it. The hot path's only cost: an add."""
+        total = self.stored + size
+        if quota and total > quota:
+            return False
+        self.stored = total
+        return True
+
+    def refreshed(self, last_seq: int, reserved: int, stored: int = 0) -> None:
+        """Several nodes: the store's ``lastSeq``, ``seqReserved`` and ``storedBytes`` of this plugin session,
+        written by the node its plugin was connected to (never below what this node knew)."""
+        if stored > self.stored:
+            self.stored = stored
         if last_seq > self.high:
             self.high = last_seq
         top = max(last_seq, reserved)
@@ -154,6 +168,7 @@ class SessionRegistry:
             info = row.info if source == "bridge" else plugin_info(row.info, row.id)
             high = max(row.last_seq, row.reserved) if source == "bridge" else row.last_seq
             rec = self.records[row.id] = SessionRecord(row.id, source, info, high, row.last_event_at)
+            rec.stored = getattr(row, "stored", 0)
             if source == "plugin":  # its unstored deltas may have used seqs up to what was recorded
                 rec.seqs.set(row.reserved)
                 rec.top = max(row.last_seq, row.reserved)

@@ -96,6 +96,9 @@ class LvmhFrontEnd(FrontEnd):
         self._models: dict[str, tuple] = {}
         sec = config.section("lvmh") if hasattr(config, "section") else {}
         self.plugin_return = float(sec.get("plugin_return_seconds") or PLUGIN_RETURN)
+        # what each plugin session may store ([lvmh] worker_quota_mb; docs/security.md "What a worker may store")
+        self.quota_mb = float(config.worker_quota_mb)
+        self.quota = int(self.quota_mb * 1024 * 1024)
         self.cluster: Any = None  # several nodes (docs/scale-out.md): set in prepare
         self.seq_base = 0  # several nodes: where bridge sessions' derived seqs start (registry.cluster_seq)
 
@@ -396,7 +399,7 @@ class LvmhFrontEnd(FrontEnd):
         principal = principal_of(request)
         if principal is None:  # the middleware always sets it; never serve a socket without one
             return error_response("Unauthorized", 401, "unauthorized")
-        ws = web.WebSocketResponse(max_msg_size=codec.MAX_PLUGIN_FRAME, heartbeat=HEARTBEAT, compress=False)
+        ws = web.WebSocketResponse(max_msg_size=principal.max_frame, heartbeat=HEARTBEAT, compress=False)
         await ws.prepare(request)
         outbox = Outbox(ws_text_sender(ws, request), max_items=4096, on_overflow=lambda: self._close_later(ws, b"slow peer"))
         conn = PluginConn(ws, outbox, client_address(request), principal)
@@ -447,11 +450,19 @@ class LvmhFrontEnd(FrontEnd):
         action = conn.state.feed(data)
         if type(action) is Event:
             rec = conn.record
-            if rec is not None and rec.conn is conn:
-                self._ingest(rec, action.frame)
+            if rec is None or rec.conn is not conn:
+                return
+            frame = action.frame
+            size = codec.stored_size(frame.raw) if frame.persisted else 0
+            if not size or rec.charge(size, self.quota):
+                self._ingest(rec, frame, size)
                 if self.log.backlogged:
                     await self.log.drain()
-            return
+                return
+            action = conn.state.refuse_over_quota(frame, self.quota_mb)  # nothing stored; others unaffected
+            if conn.state.over_quota == 1:
+                log.warning("lvmh: plugin session %s has stored its quota of %g MB; refusing its events",
+                            rec.id, self.quota_mb)
         if type(action) is Hello:
             await self._hello(conn, action.frame, action.rebind)
             return
@@ -461,7 +472,8 @@ class LvmhFrontEnd(FrontEnd):
                                         ref_seq=action.ref_seq))
         if action.fatal:
             await conn.outbox.flush(1.0)
-            await conn.ws.close(code=errors.CLOSE_VERSION, message=b"unsupported protocol version")
+            code, reason = errors.FATAL_CLOSE.get(action.code, errors.FATAL_CLOSE_DEFAULT)
+            await conn.ws.close(code=code, message=reason)
 
     async def _refuse(self, conn: PluginConn, message: str, code: str, close_code: int, reason: bytes) -> None:
         conn.outbox.put(error_frame(message, code, session_id=conn.state.session_id))
@@ -574,7 +586,7 @@ class LvmhFrontEnd(FrontEnd):
         self.source.info_changed(rec.id, display_name(info), before, info)  # the shared events come from the source
         self.stream.list_changed()
 
-    def _ingest(self, rec: SessionRecord, frame: codec.PluginFrame) -> None:
+    def _ingest(self, rec: SessionRecord, frame: codec.PluginFrame, charged: int = 0) -> None:
         etype = frame.type
         if etype == "message_update":
             fresh, reserve = rec.plugin_delta(frame.seq)
@@ -586,7 +598,7 @@ class LvmhFrontEnd(FrontEnd):
                 self.relay.frame(rec.id, etype, frame.seq, frame.ts, frame.raw)
                 self.source.translate(rec.id, etype, frame.obj)
             return
-        self.log.append(rec.id, frame.seq, frame.ts, etype, frame.raw)
+        self.log.append(rec.id, frame.seq, frame.ts, etype, frame.raw, charged)
         if not rec.plugin_event(frame.seq, frame.ts):
             return  # a resend: stored once (INSERT OR IGNORE), not shown or translated twice
         rec.run.feed(etype, frame.obj)

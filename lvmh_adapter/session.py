@@ -16,6 +16,7 @@ from . import codec
 from .codec import FrameError, PluginFrame
 
 MAX_ERROR_FRAMES = 100  # per connection; later bad frames are dropped silently
+QUOTA_STRIKES = 2  # events past the session's storage quota a connection may send; the last one closes it
 
 
 @attrs.frozen
@@ -47,10 +48,19 @@ class PluginSession:
         self.session_id: Optional[str] = None
         self.errors = 0
         self.frames = 0
+        self.over_quota = 0  # events refused because the session stored its quota
 
     @property
     def bound(self) -> bool:
         return self.state == "ready"
+
+    def refuse_over_quota(self, frame: PluginFrame, quota_mb: float) -> Reject:
+        """An event its session has no room left to store: an error frame; the second one on this
+        connection closes it (``fatal``), so a runaway plugin stops where its reconnect backs off."""
+        self.over_quota += 1
+        return Reject(f"This session has stored its quota of {quota_mb:g} MB of events; "
+                      "this event was not stored", "quota_exceeded", frame.seq,
+                      fatal=self.over_quota >= QUOTA_STRIKES)
 
     def _reject(self, message: str, code: str, ref_seq: Optional[int] = None, fatal: bool = False) -> Reject:
         self.errors += 1

@@ -22,9 +22,9 @@ async def nodes(engines, tmp_path, monkeypatch):
     appended: list[tuple] = []
     append = EventLog.append
 
-    def counting(self, sid, seq, ts, etype, raw):
+    def counting(self, sid, seq, ts, etype, raw, *rest):
         appended.append((sid, seq))
-        return append(self, sid, seq, ts, etype, raw)
+        return append(self, sid, seq, ts, etype, raw, *rest)
 
     monkeypatch.setattr(EventLog, "append", counting)
     ns = Nodes(engines, tmp_path, ("lvmh",))
