@@ -170,6 +170,7 @@ async def test_a_forger_renumbering_a_genuine_entry_can_only_leave_a_gap(nodes, 
         body = orjson.dumps([["e", {"e": e}]])
         h, m = a.bus._signer.sign("agent-bridge:events", body)
         await attacker.xadd("agent-bridge:events", {"n": n, "h": h, "b": body, "m": m})
+    await until(lambda: len(a.events) == 2 and len(b.events) == 2, what="the entry put back ahead, delivered")
     a.bus.publish({"e": 2})  # Redis's counter is behind what was delivered: numbered above the reservation
     await until(lambda: len(b.events) == 3 and len(a.events) == 3, what="the events after the forger's")
     for x in (a, b):
