@@ -353,8 +353,9 @@ def main(argv: Optional[list[str]] = None) -> int:
                 print(f"  measured: {name} ({time.monotonic() - t_start:.0f} s)", file=sys.stderr, flush=True)
         bus_rows = {"in-process": asyncio.run(bus_overhead(lambda: LocalBus("bench"), rate, args.bus_seconds))}
         engines.redis.flush()
-        bus_rows["Redis Streams"] = asyncio.run(bus_overhead(lambda: RedisBus(engines.redis.url, "bench"), rate,
-                                                             args.bus_seconds))  # fmt: skip
+        bus_rows["Redis Streams"] = asyncio.run(bus_overhead(lambda: RedisBus(engines.redis.url, "bench",
+                                                                              key=os.urandom(32)),
+                                                             rate, args.bus_seconds))  # fmt: skip
     finally:
         engines.stop()
     _print(results, args)

@@ -8,6 +8,10 @@ command in one node's inbox; only that node gets it, through ``on_command(node, 
 **Relays**: ``relay(data)`` puts a front end's own payload in the event log, in order with
 the events but without a number; every other node gets it through ``on_relay(node, data)``.
 
+Nodes trust only each other: a bus between processes signs every entry and applies only
+genuine ones, once, from live nodes; what it drops it counts by reason in ``dropped``
+(``bridge_core/busauth.py``).
+
 ``LocalBus`` is the in-process bus of a single node: ``publish`` delivers at once, in the
 caller's stack, with no copy and no I/O (the embedded default pays nothing for it).
 ``bridge_core/redisbus.py`` is the Redis Streams one.
@@ -15,6 +19,7 @@ caller's stack, with no copy and no I/O (the embedded default pays nothing for i
 
 from __future__ import annotations
 
+import collections
 from typing import Any, Callable, Optional, Protocol
 
 Deliver = Callable[[int, str, Any], None]  # (event number, publishing node, event data)
@@ -26,6 +31,7 @@ class Bus(Protocol):
     seen: int  # the highest event number known given (cluster.py: the number never goes back)
     floor: int  # a reservation above every number given: after a loss of the counter, numbering resumes above it
     on_relay: Optional[OnCommand]
+    dropped: collections.Counter  # entries dropped, by reason (bridge_core/busauth.py WHY)
 
     async def start(self, deliver: Deliver, on_command: Optional[OnCommand] = None) -> None: ...
 
@@ -52,6 +58,7 @@ class LocalBus:
         self.n = 0
         self.seen = self.floor = 0  # nothing to lose: its number is this process's own
         self.on_relay: Optional[OnCommand] = None
+        self.dropped: collections.Counter = collections.Counter()  # nothing comes from outside this process
         self._deliver: Optional[Deliver] = None
         self._on_command: Optional[OnCommand] = None
 

@@ -732,8 +732,9 @@ def _seen(conv: ConversationState, e: Any) -> bool:
     return False
 
 
-def connect(bridge: "Bridge", url: str, node_id: str) -> Cluster:
-    """The cluster of ``bridge`` on the Redis bus at ``url`` (redis-py imported only here)."""
+def connect(bridge: "Bridge", url: str, node_id: str, key: bytes) -> Cluster:
+    """The cluster of ``bridge`` on the Redis bus at ``url``, its entries signed under the cluster
+    ``key`` (``busauth.derive_key``); redis-py imported only here."""
     from .redisbus import RedisBus
 
-    return Cluster(bridge, RedisBus(url, node_id, ttl=NODE_TTL, every=BEAT_EVERY, join_back=JOIN_BACK))
+    return Cluster(bridge, RedisBus(url, node_id, key=key, ttl=NODE_TTL, every=BEAT_EVERY, join_back=JOIN_BACK))

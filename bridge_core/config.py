@@ -18,7 +18,8 @@ import attrs
 
 from .errors import BridgeError
 from .private import private_dir, write_private
-from .security import DEFAULT_UNAUTH_PER_ADDRESS, DEFAULT_WRONG_RATE, is_loopback, weak_secret_reason  # noqa: F401
+from .security import (DEFAULT_UNAUTH_PER_ADDRESS, DEFAULT_WRONG_RATE, MIN_SECRET_LENGTH, is_loopback,  # noqa: F401
+                       weak_secret_reason)
 
 DEFAULT_PORTS = {"pheby": 8620, "loomi": 8621, "lvmh": 8686}
 ALL_ADAPTERS = ("pheby", "loomi", "lvmh")
@@ -126,6 +127,7 @@ class Config:
     # several nodes (docs/scale-out.md): the shared store, the bus, this node's name
     store_url: Optional[str] = attrs.field(default=None, repr=False)  # may carry a password
     bus_url: Optional[str] = attrs.field(default=None, repr=False)
+    bus_key: str = attrs.field(default="", repr=False)  # the cluster key's material when set ("": from the secrets)
     node_id: str = ""
     extra: dict = attrs.field(factory=dict)  # the raw TOML, for adapters' own sections
     secret_paths: dict = attrs.field(factory=dict)  # which secrets were generated, and where
@@ -237,6 +239,20 @@ def check_engines(store_url: Optional[str], bus_url: Optional[str]) -> None:
             raise ConfigError(f"--bus must be a redis://HOST:PORT/N URL, not {bus_url.split('://')[0]}://...")
         if not store_url:
             raise ConfigError("--bus needs a shared --store (postgresql://...): nodes on a bus share one store")
+
+
+def bus_key_from(env: Any, toml_value: Any) -> str:
+    """``AGENT_BRIDGE_CLUSTER_KEY``, else ``[bus] key``: what the cluster key is derived from instead of
+    the shared secrets (docs/scale-out.md "Signed entries"); "" when neither is set. Never echoed."""
+    for name, value in (("AGENT_BRIDGE_CLUSTER_KEY", env.get("AGENT_BRIDGE_CLUSTER_KEY")), ("bus.key", toml_value)):
+        if value is None or value == "":
+            continue
+        if not isinstance(value, str):
+            raise ConfigError(f"{name} must be a string")
+        if len(value) < MIN_SECRET_LENGTH:
+            raise ConfigError(f"{name} is too short: it must have at least {MIN_SECRET_LENGTH} characters")
+        return value
+    return ""
 
 
 def load_node_id(data_dir: str, given: Optional[str]) -> str:
@@ -353,6 +369,7 @@ def build_config(args: dict, environ: Optional[dict] = None, *, with_secrets: bo
     )
     apply_remote_options(cfg, args, toml)
     check_engines(cfg.store_url, cfg.bus_url)
+    cfg.bus_key = bus_key_from(env, pick("bus_key", "bus", "key"))
     if bool(cfg.tls_cert) != bool(cfg.tls_key):
         raise ConfigError("--tls-cert and --tls-key go together")
     for path in (cfg.tls_cert, cfg.tls_key):

@@ -28,12 +28,24 @@ other node's key may be missing too, until its next beat.
 
 **Relays** (``relay(data)``): a front end's own payload in the same stream, in order with the
 events, without a number; every other node gets it through ``on_relay(node, data)``.
+
+**Signed entries** (``busauth.py``; docs/scale-out.md "Signed entries"). Every entry, events
+and commands alike, carries a header ``h`` and an HMAC-SHA256 ``m`` under the cluster key
+over the header and the whole payload ``b``; the reader applies an entry only when its MAC
+verifies, it was not seen before (its sender's counter goes up), and its sender is live
+(the epoch in its liveness key, new at every start). Everything else is dropped and counted
+(``dropped``, by reason). A starting node reads ``busauth.LEARN_BACK`` seconds of each
+stream before the point it delivers from, for the counters only. ``n`` is Redis's, not the
+sender's, so it is outside the MAC: the reader never delivers an event numbered at or below
+one it delivered (``renumbered``), so rewriting ``n`` can at most leave a gap, as writing to
+the counter key can.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 from typing import Any, Optional
 
 import orjson
@@ -41,6 +53,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from .bus import Deliver, OnCommand
+from .busauth import KEY_BYTES, LEARN_BACK, LiveNodes, Signer, Verifier, entry_order, fingerprint
 from .errors import Unavailable
 from .nodes import HEARTBEAT_EVERY, NODE_TTL
 from .store import redact_url
@@ -52,7 +65,7 @@ MAXLEN = 200_000  # entries the events stream keeps (approximately): the window 
 BATCH = 512  # items per pipeline / entries per read
 LINGER = 0.002  # seconds the writer gathers events before it sends them (one entry, one script call)
 
-# ARGV: node, batch, events in it (k), maxlen, seen, floor + 1. Its events take the k numbers up to
+# ARGV: header, batch, events in it (k), maxlen, seen, floor + 1, MAC. Its events take the k numbers up to
 # INCRBY's answer. A first number at or below ``seen`` means the counter went back (Redis lost it):
 # numbering restarts above the reservation, and the answer is negative to say so.
 _APPEND = """
@@ -64,7 +77,7 @@ if lost then
   first = tonumber(ARGV[6])
   redis.call('SET', KEYS[2], first + k - 1)
 end
-redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[4], '*', 'n', first, 'node', ARGV[1], 'b', ARGV[2])
+redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[4], '*', 'n', first, 'h', ARGV[1], 'b', ARGV[2], 'm', ARGV[7])
 if lost then return -first end
 return first
 """
@@ -78,19 +91,27 @@ end
 return {cur, 0}
 """
 # A heartbeat that tells whether the key was still there (gone: Redis lost its keys, or this node was
-# away longer than its TTL).
+# away longer than its TTL). Its value is this run's epoch (busauth.LiveNodes).
 _BEAT = """
 local was = redis.call('EXISTS', KEYS[1])
-redis.call('SET', KEYS[1], '1', 'PX', ARGV[1])
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[1])
 return was
 """
 
 
 class RedisBus:
-    def __init__(self, url: str, node_id: str, *, prefix: str = "agent-bridge", ttl: float = NODE_TTL,
+    def __init__(self, url: str, node_id: str, *, key: bytes, prefix: str = "agent-bridge", ttl: float = NODE_TTL,
                  every: float = HEARTBEAT_EVERY, join_back: float = 0.0):
+        if len(key) < KEY_BYTES:
+            raise ValueError(f"the cluster key must have {KEY_BYTES} bytes")
         self.url = url
         self.node_id = node_id
+        self.epoch = secrets.token_hex(8)  # this run's: in its liveness key and every entry's header
+        self.key_fp = fingerprint(key)
+        self._signer = Signer(key, node_id, self.epoch)
+        self.auth = Verifier(key)
+        self.dropped = self.auth.dropped  # entries dropped, by reason (busauth.WHY)
+        self.live = LiveNodes(grace=2 * every + 1.0)  # a beat missed and a second: never a live node dropped
         self.prefix = prefix
         self.ttl = ttl
         self.every = every
@@ -117,6 +138,8 @@ class RedisBus:
         self.on_relay: Optional[OnCommand] = None  # (node, data) of another node's relay
         self._beat: Any = None
         self._serving = False  # started: beats from now on find the key they set before
+        self._learn: dict[str, tuple[int, int]] = {}  # stream -> the last entry id read for its counters only
+        self._last_n = 0  # the highest event number delivered (a lower one is never delivered)
 
     def describe(self) -> str:
         return redact_url(self.url)
@@ -129,9 +152,10 @@ class RedisBus:
             await self._r.ping()
             self._beat = self._r.register_script(_BEAT)
             await self._raise_counter()
-            self.last_event_id = await self._end_id(self.events_key, self.join_back)
-            self.last_inbox_id = await self._end_id(self.inbox_key)
+            self.last_event_id = await self._join(self.events_key, self.join_back)
+            self.last_inbox_id = await self._join(self.inbox_key)
             await self._beat_once()
+            await self.live_nodes()
         except (RedisError, OSError) as exc:
             await self._r.aclose()
             self._r = None
@@ -141,18 +165,21 @@ class RedisBus:
         self.tasks.spawn(self._writer(), name="bus-writer")
         self.tasks.spawn(self._heartbeat(), name="bus-heartbeat")
         self._serving = True
+        log.info("bus: %s as node %s, entries signed under the cluster key %s", self.describe(), self.node_id,
+                 self.key_fp)  # fmt: skip
 
-    async def _end_id(self, key: str, back: float = 0.0) -> str:
-        """The id of ``key``'s last entry, or (``back`` > 0) the id ``back`` seconds before it
-        (entry ids are the Redis server's milliseconds: no clock of ours is involved)."""
+    async def _join(self, key: str, back: float = 0.0) -> str:
+        """Where to read ``key`` from: ``LEARN_BACK`` seconds before the point delivering starts,
+        its last entry or (``back`` > 0) ``back`` seconds before it; what comes before that point
+        is read for its senders' counters only (``_learn``). Entry ids are the Redis server's
+        milliseconds: no clock of ours is involved."""
         last = await self._r.xrevrange(key, count=1)
         if not last:
             return "0-0"
-        end = last[0][0].decode()
-        if back <= 0:
-            return end
-        ms = int(end.split("-", 1)[0]) - int(back * 1000)
-        return f"{max(0, ms)}-0"
+        end = entry_order(last[0][0])
+        start = end if back <= 0 else (max(0, end[0] - int(back * 1000)), 0)
+        self._learn[key] = start
+        return f"{max(0, start[0] - int(LEARN_BACK * 1000))}-0"
 
     async def _raise_counter(self) -> None:
         n, raised = await self._r.register_script(_RAISE)(keys=[self.counter_key], args=[self.seen, self.floor])
@@ -186,22 +213,26 @@ class RedisBus:
         self._wake.set()
 
     def send(self, node: str, data: Any) -> None:
-        self._out.append((f"{self.prefix}:inbox:{node}", orjson.dumps({"from": self.node_id, "c": data})))
+        self._out.append((f"{self.prefix}:inbox:{node}", orjson.dumps(data)))
         self.queued += 1
         self._wake.set()
 
     def _pipeline(self, batch: list[tuple[str, bytes]]) -> Any:
         """One pipeline for ``batch`` in its order: each run of events and relays becomes one
-        stream entry; a command to an inbox goes between them where it was sent."""
+        stream entry; a command to an inbox goes between them where it was sent. Each entry is
+        signed here (again at a retry: a fresh counter and clock)."""
         pipe = self._r.pipeline(transaction=False)
+        sign = self._signer.sign
         items: list[bytes] = []
         events = 0
 
         def entry() -> None:
             nonlocal items, events
             if items:
-                pipe.eval(_APPEND, 2, self.events_key, self.counter_key, self.node_id,
-                          b"[" + b",".join(items) + b"]", events, MAXLEN, self.seen, self.floor + 1)  # fmt: skip
+                body = b"[" + b",".join(items) + b"]"
+                h, m = sign(self.events_key, body)
+                pipe.eval(_APPEND, 2, self.events_key, self.counter_key, h, body, events, MAXLEN, self.seen,
+                          self.floor + 1, m)  # fmt: skip
                 items, events = [], 0
 
         for kind, payload in batch:
@@ -210,7 +241,8 @@ class RedisBus:
                 events += kind == "e"
             else:
                 entry()
-                pipe.xadd(kind, {"c": payload}, maxlen=10_000, approximate=True)
+                h, m = sign(kind, payload)
+                pipe.xadd(kind, {"h": h, "b": payload, "m": m}, maxlen=10_000, approximate=True)
         entry()
         return pipe
 
@@ -258,23 +290,68 @@ class RedisBus:
                 continue
             for key, entries in got or ():
                 key = key.decode() if isinstance(key, bytes) else key
-                if key == self.events_key:
-                    for entry_id, fields in entries:
+                events = key == self.events_key
+                for entry_id, fields in entries:
+                    if events:
                         self.last_event_id = entry_id.decode()
-                        self._deliver_one(fields)
-                else:
-                    for entry_id, fields in entries:
+                    else:
                         self.last_inbox_id = entry_id.decode()
-                        self._command_one(fields)
+                    who = self.auth.check(key, entry_id, fields)
+                    if who is None or (key in self._learn and self._learning(key, entry_id)):
+                        continue
+                    live = self._live_now(*who)
+                    if live is None:
+                        live = await self._ask_live(*who)
+                    if not live:
+                        self.auth.drop("not_live", f"from node {who[0]!r}")
+                    elif events:
+                        self._deliver_one(who[0], fields)
+                    else:
+                        self._command_one(who[0], fields)
 
-    def _deliver_one(self, fields: dict) -> None:
+    def _learning(self, key: str, entry_id: bytes) -> bool:
+        """Whether ``entry_id`` is before the point ``key`` delivers from (read for its counter only)."""
+        if entry_order(entry_id) <= self._learn[key]:
+            return True
+        del self._learn[key]
+        return False
+
+    def _live_now(self, node: str, epoch: str) -> Optional[bool]:
+        """Whether the sender is live as far as this node knows (None: its key must be looked up)."""
+        if node == self.node_id:
+            return epoch == self.epoch
+        return True if self.live.known(node, epoch, asyncio.get_running_loop().time()) else None
+
+    async def _ask_live(self, node: str, epoch: str) -> bool:
+        """A sender not confirmed lately: its liveness key read (at most twice a second per node).
+        While Redis lost its keys lately (this node's own key gone too) nobody's liveness can be
+        told, and a genuine entry counts, as no node is taken for dead then (cluster.py)."""
+        now = asyncio.get_running_loop().time()
+        if self.live.may_ask(node, now):
+            try:
+                theirs, mine = await self._r.mget([f"{self.prefix}:node:{node}", f"{self.prefix}:node:{self.node_id}"])
+            except (RedisError, OSError):
+                theirs, mine = None, b""
+            if theirs is not None:
+                self.live.confirm(node, theirs.decode(), now)
+            elif mine is None:
+                self.note_lost("this node's liveness key was gone")
+            if self.live.known(node, epoch, now):
+                return True
+        return self.lost_recently(self.live.grace)
+
+    def _deliver_one(self, node: str, fields: dict) -> None:
         """One stream entry: a batch of events (consecutive numbers from ``n``) and relays."""
         try:
             n = int(fields[b"n"])
-            node = fields[b"node"].decode()
             items = orjson.loads(fields[b"b"])
-        except (KeyError, ValueError, orjson.JSONDecodeError):
-            log.warning("bus: dropping an unreadable event entry")
+        except (KeyError, ValueError):
+            items = None
+        if type(items) is not list:
+            self.auth.drop("unreadable", f"from node {node!r}")
+            return
+        if n <= self._last_n and any(type(i) is list and i[:1] == ["e"] for i in items):
+            self.auth.drop("renumbered", f"from node {node!r}")
             return
         for item in items:
             try:
@@ -286,6 +363,7 @@ class RedisBus:
                 self._relay_one(node, data)
                 continue
             self.delivered += 1
+            self._last_n = n
             if n > self.seen:
                 self.seen = n
             if self._deliver is not None:
@@ -303,12 +381,11 @@ class RedisBus:
         except Exception:  # one bad relay never stops the reader
             log.exception("bus: a relay from %s failed", node)
 
-    def _command_one(self, fields: dict) -> None:
+    def _command_one(self, sender: str, fields: dict) -> None:
         try:
-            msg = orjson.loads(fields[b"c"])
-            sender, data = msg["from"], msg["c"]
-        except (KeyError, TypeError, orjson.JSONDecodeError):
-            log.warning("bus: dropping an unreadable command entry")
+            data = orjson.loads(fields[b"b"])
+        except ValueError:
+            self.auth.drop("unreadable", f"from node {sender!r}")
             return
         if self._on_command is not None:
             try:
@@ -319,7 +396,7 @@ class RedisBus:
     # --- liveness ------------------------------------------------------------------------
 
     async def _beat_once(self) -> None:
-        was = await self._beat(keys=[f"{self.prefix}:node:{self.node_id}"], args=[int(self.ttl * 1000)])
+        was = await self._beat(keys=[f"{self.prefix}:node:{self.node_id}"], args=[int(self.ttl * 1000), self.epoch])
         if not was and self._serving:  # (the first beat, at start, finds no key of course)
             self.note_lost("this node's liveness key was gone")
 
@@ -327,6 +404,10 @@ class RedisBus:
         while True:
             await asyncio.sleep(self.every)
             await self._beat_quietly()
+            try:
+                await self.live_nodes()  # every node's epoch confirmed (LiveNodes)
+            except (RedisError, OSError) as exc:
+                log.warning("bus: reading the liveness keys failed (%s)", exc)
 
     async def _beat_quietly(self) -> None:
         try:
@@ -335,11 +416,18 @@ class RedisBus:
             log.warning("bus: heartbeat failed (%s)", exc)
 
     async def live_nodes(self) -> list[str]:
-        """The nodes whose heartbeat key has not expired."""
+        """The nodes whose heartbeat key has not expired (their epochs noted: ``live``)."""
         head = f"{self.prefix}:node:"
+        keys = [key async for key in self._r.scan_iter(match=head + "*", count=100)]
+        values = await self._r.mget(keys) if keys else []
+        now = asyncio.get_running_loop().time()
         out = []
-        async for key in self._r.scan_iter(match=head + "*", count=100):
-            out.append((key.decode() if isinstance(key, bytes) else key)[len(head):])
+        for key, value in zip(keys, values):
+            if value is None:  # expired since the scan
+                continue
+            node = (key.decode() if isinstance(key, bytes) else key)[len(head):]
+            self.live.confirm(node, value.decode() if isinstance(value, bytes) else value, now)
+            out.append(node)
         return sorted(out)
 
     async def flush(self, timeout: float = 10.0) -> None:

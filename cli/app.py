@@ -97,9 +97,10 @@ class Service:
         self.tls: "TLSReloader | None" = None
         self.node: Optional[NodeHeartbeat] = None  # on a shared store: this node's heartbeat
         if cfg.bus_url:  # several nodes: the bus wired into the core (bridge_core/cluster.py)
+            from bridge_core.busauth import derive_key
             from bridge_core.cluster import connect
 
-            connect(self.bridge, cfg.bus_url, cfg.node_id)
+            connect(self.bridge, cfg.bus_url, cfg.node_id, derive_key(cfg.pheby_secret, cfg.lvmh_token, cfg.bus_key))
 
     async def start(self) -> dict[str, int]:
         cfg = self.cfg

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import glob
 import os
+import secrets
 import shutil
 import socket
 import subprocess
@@ -124,16 +125,22 @@ class Postgres:
 
 
 class Redis:
-    """One private redis-server, no persistence; ``new_db()`` flushes it for the next test."""
+    """One private redis-server, no persistence, needing a password as a deployed one should
+    (docs/scale-out.md "Signed entries"): ``url`` carries it; ``flush()`` empties it for the next test."""
 
     def __init__(self) -> None:
         self.dir = tempfile.mkdtemp(prefix="ab-redis-")
         self.port = free_port()
+        self.password = secrets.token_hex(12)
         self.proc: Optional[subprocess.Popen] = None
 
     def start(self) -> "Redis":
+        conf = os.path.join(self.dir, "redis.conf")  # the password in a 0600 file, not on a command line
+        fd = os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(f"requirepass {self.password}\n")
         self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir, "--save", "",
+            ["redis-server", conf, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir, "--save", "",
              "--appendonly", "no", "--protected-mode", "no"],  # fmt: skip
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
@@ -142,12 +149,16 @@ class Redis:
 
     @property
     def url(self) -> str:
+        return f"redis://:{self.password}@127.0.0.1:{self.port}/0"
+
+    @property
+    def url_without_password(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def flush(self) -> None:
         import redis
 
-        r = redis.Redis(host="127.0.0.1", port=self.port)
+        r = redis.Redis(host="127.0.0.1", port=self.port, password=self.password)
         try:
             r.flushall()
         finally:

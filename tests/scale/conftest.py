@@ -43,15 +43,15 @@ def engines(postgres, redis_url):
 
 @pytest.fixture
 def serve_nodes(engines, tmp_path):
-    """``serve_nodes(*names, adapters=..., config=None)``: `agent-bridge serve` nodes of one bridge
-    on this test's store and bus, started one after the other (stopped at the end of the test)."""
+    """``serve_nodes(*names, adapters=..., config=None, env=None)``: `agent-bridge serve` nodes of one
+    bridge on this test's store and bus, started one after the other (stopped at the end of the test)."""
     store, bus = engines
     started: list[BridgeProcess] = []
 
-    def start(*names: str, adapters: str, config: dict | None = None) -> list[BridgeProcess]:
+    def start(*names: str, adapters: str, config: dict | None = None, env: dict | None = None) -> list[BridgeProcess]:
         out = []
         for name in names:
-            proc = BridgeProcess(str(tmp_path / name), adapters=adapters, config=config,
+            proc = BridgeProcess(str(tmp_path / name), adapters=adapters, config=config, env=env,
                                  extra_args=["--store", store, "--bus", bus, "--node-id", name])  # fmt: skip
             started.append(proc)
             proc.start()

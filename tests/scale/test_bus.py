@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from bridge_core.bus import LocalBus
+from bridge_core.busauth import derive_key
 from bridge_core.errors import Unavailable
 from tests.waiting import until
 
@@ -23,10 +24,13 @@ class Node:
         return self
 
 
-def redis_bus(url, node, **kw):
+KEY = derive_key("test-pheby-secret-0123456789", "test-lvmh-token-0123456789")
+
+
+def redis_bus(url, node, key=KEY, **kw):
     from bridge_core.redisbus import RedisBus
 
-    return RedisBus(url, node, **kw)
+    return RedisBus(url, node, key=key, **kw)
 
 
 async def test_the_in_process_bus_delivers_at_once_in_order():
