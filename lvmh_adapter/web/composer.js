@@ -1,5 +1,5 @@
 // The prompt box. Send, or Stop in its place while a run streams; Esc stops the run too (from
-// anywhere on the page, unless a dialog is open). In a pi session Enter still delivers a message
+// anywhere on the page but a dialog or another text field). In a pi session Enter still delivers a message
 // during a run (pi queues it, as typed-ahead input); the bridge's own agent takes one run at a time,
 // so there the text waits in the box.
 
@@ -120,6 +120,9 @@ export class Composer {
   onGlobalKey(e) {
     if (e.key !== "Escape" || e.isComposing || e.defaultPrevented) return;
     if (document.querySelector("dialog[open]") || !document.getElementById("gate").hidden) return; // Esc closes those
+    // Esc in another field (a deny reason, an answer, the search) leaves the run alone: it may be an undo
+    const field = document.activeElement;
+    if (field && field.id !== "prompt-input" && (field.matches("input, textarea, select") || field.isContentEditable)) return;
     if (!this.session().running) return;
     e.preventDefault();
     this.stop();

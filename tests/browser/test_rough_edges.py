@@ -180,6 +180,18 @@ async def test_stop_stands_in_place_of_send_and_esc_stops_too(ui):
     text = await page.locator(".msg-assistant").last.inner_text()
     assert "w300" not in text
 
+    # Esc in another field (a deny reason being typed) is not a Stop: the decision still waits
+    await send(page, "/approve rm -rf build")
+    reason = page.locator("section.approval.pending input.reason")
+    await reason.fill("not now")
+    await reason.press("Escape")
+    assert await stop_btn.text_content() == "Stop"  # a stop would have said "Stopping…" at once, in the key's handler
+    assert await stop_btn.is_visible()
+    assert ui.svc.bridge.conversations[cid].approvals
+    await page.locator('section.approval.pending button[data-choice="deny"]').click()
+    await expect(page.locator("section.approval.resolved")).to_contain_text("Denied")
+    await expect(send_btn).to_be_visible()
+
 
 async def test_a_pi_session_takes_a_message_during_its_run_and_its_run_can_be_stopped(ui):
     page = await ui.page()
