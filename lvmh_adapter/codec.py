@@ -281,6 +281,16 @@ def session_list_frame(sessions: list) -> bytes:
     return orjson.dumps({"type": "session_list", "sessions": sessions})
 
 
+ENTRY_CHANGES = ("added", "changed", "removed")
+
+
+def session_entry_frame(change: str, session: dict) -> bytes:
+    """One entry of the session list: ``added`` or ``changed`` (the whole entry), ``removed`` (``{"id"}``).
+    An extension frame (docs/web-ui.md, "The live session list"); spec clients ignore it."""
+    assert change in ENTRY_CHANGES
+    return orjson.dumps({"type": "session_entry", "change": change, "session": session})
+
+
 def spawn_status_frame(jobs: list) -> bytes:
     return orjson.dumps({"type": "spawn_status", "jobs": jobs})
 

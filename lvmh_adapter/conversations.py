@@ -13,6 +13,7 @@ no way to rename or delete one; it is renamed in pi and ends there), 413 (too lo
 | ``PATCH /api/conversations/:id`` | ``{name}`` → the renamed session |
 | ``DELETE /api/conversations/:id`` | → ``{ok: true}`` (an active run is cancelled first) |
 | ``GET /api/models`` | → ``{providers: [{slug, name, models, current}], currentModel, currentProvider, reasoningEfforts, currentReasoning}`` |
+| ``GET /api/agent`` | → ``{name, label, commands: [{command, usage, description}], reasoning}``: the agent new conversations talk to |
 
 Documented in docs/web-ui.md ("REST for conversations").
 """
@@ -60,6 +61,7 @@ class Conversations:
             web.patch("/api/conversations/{id}", self.rename),
             web.delete("/api/conversations/{id}", self.delete),
             web.get("/api/models", self.models),
+            web.get("/api/agent", self.agent),
         ]
 
     def _bridge_conversation(self, sid: str) -> str:
@@ -151,3 +153,15 @@ class Conversations:
             })
         except BridgeError as exc:
             return rest_error(exc)
+
+    async def agent(self, request: web.Request) -> web.Response:
+        """What the agent of new conversations is and can do: its commands (the web UI's empty state
+        lists them) and whether its runs use a reasoning effort (``reasoning: false``: none to offer)."""
+        src = self.fe.bridge.default_source
+        return json_response({
+            "name": src.name,
+            "label": src.label,
+            "commands": [{"command": c.command, "usage": c.usage, "description": c.description}
+                         for c in src.commands()],
+            "reasoning": bool(src.uses_reasoning),
+        })

@@ -26,7 +26,7 @@ from bridge_core.security import bearer_token, client_address
 from bridge_core.hub import Outbox
 from bridge_core.ids import new_id
 
-from . import codec, cutshort, errors
+from . import activity, codec, cutshort, errors
 from .auth import PRINCIPAL_KEY as PRINCIPAL
 from .auth import Authenticator, Principal, WorkerCredentials, check_origin, principal_of, public_url
 from .errors import error_frame, error_response
@@ -85,7 +85,7 @@ class LvmhFrontEnd(FrontEnd):
         self.log = EventLog(bridge.store)
         self.registry = SessionRegistry()  # the seq books and ownership of every session (registry.py)
         self.records = self.registry.records
-        self.stream = EventStream(self.session_list, self.spawn_jobs)
+        self.stream = EventStream(self.session_list, self.spawn_jobs, self.session_view)
         self._list_cache: Optional[tuple[int, float, bytes]] = None
         self.renderer = Renderer(self.bridge_info)
         self.inflight = InFlight()  # open messages' text for browsers subscribing mid-stream
@@ -297,22 +297,25 @@ class LvmhFrontEnd(FrontEnd):
         }
 
     def session_view(self, sid: str) -> Optional[dict]:
+        """A session's entry: the spec's fields, then what it is doing (``activity.fields``)."""
         rec = self.records.get(sid)
+        conv = self.bridge.conversations.get(sid)
         if rec is not None and rec.source == "plugin":
             out = dict(rec.info)
             out["online"] = self.relay.is_online(rec)
             out["lastEventAt"] = rec.last_event_at
-            return out
-        conv = self.bridge.conversations.get(sid)
-        if conv is None or conv.source == SOURCE_NAME:
+        elif conv is None or conv.source == SOURCE_NAME:
             return None
-        out = self.bridge_info(sid)
-        try:
-            online = bool(self.bridge.source_for(conv).is_online(conv))
-        except Exception:
-            online = False
-        out["online"] = online
-        out["lastEventAt"] = rec.last_event_at if rec is not None else None
+        else:
+            out = self.bridge_info(sid)
+            try:
+                online = bool(self.bridge.source_for(conv).is_online(conv))
+            except Exception:
+                online = False
+            out["online"] = online
+            out["lastEventAt"] = rec.last_event_at if rec is not None else None
+        if conv is not None:
+            out.update(activity.fields(conv, self.bridge.source_for(conv)))
         return out
 
     def session_list(self) -> list:
@@ -751,6 +754,7 @@ class LvmhFrontEnd(FrontEnd):
         cid = getattr(e, "conversation_id", None)
         if cid is None:
             return
+        self.stream.entry_changed(cid)  # its entry's time, status, preview, waiting decisions (activity.py)
         conv = self.bridge.conversations.get(cid)
         if conv is None or conv.source == SOURCE_NAME:
             return  # plugin sessions are stored as their plugin sent them, never re-rendered

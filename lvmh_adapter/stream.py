@@ -7,6 +7,12 @@ seq of the event this stream sent before the frame's first one, so a browser
 can tell a gap (and refetch it over REST). ``session_list`` and
 ``spawn_status`` frames are coalesced: a newer list replaces an unsent older
 one in a browser's outbox.
+
+Activity in a session (an event that moves its ``lastEventAt``, its status, its
+preview or its waiting decisions) sends every browser that one entry, not the
+whole list: ``{"type": "session_entry", "change": "changed", "session": {...}}``,
+at most one per session and tick, coalesced per session in each outbox
+(docs/web-ui.md, "The live session list").
 """
 
 from __future__ import annotations
@@ -38,7 +44,8 @@ class BrowserConn:
 
 
 class EventStream:
-    def __init__(self, session_list: Callable[[], list], spawn_jobs: Callable[[], Optional[list]]):
+    def __init__(self, session_list: Callable[[], list], spawn_jobs: Callable[[], Optional[list]],
+                 session_entry: Callable[[str], Optional[dict]] = lambda sid: None):
         self.browsers: set[BrowserConn] = set()
         self.subs: dict[str, set[BrowserConn]] = {}
         self.last: dict[str, int] = {}  # sid -> seq of the last event pushed on the stream
@@ -46,7 +53,9 @@ class EventStream:
         self._scheduled = False
         self._list_dirty = False
         self._spawn_dirty = False
+        self._entries_dirty: set[str] = set()  # sessions whose entry changed since the last flush
         self._session_list = session_list
+        self._session_entry = session_entry
         self.list_version = 0  # bumped on every change; lets a reader cache the encoded list
         self._spawn_jobs = spawn_jobs
 
@@ -104,6 +113,12 @@ class EventStream:
         self._list_dirty = True
         self._schedule()
 
+    def entry_changed(self, sid: str) -> None:
+        """Activity in ``sid``: its entry goes to every browser (``session_entry``) at the end of the tick."""
+        self.list_version += 1  # a browser connecting now gets the list with it
+        self._entries_dirty.add(sid)
+        self._schedule()
+
     def spawn_changed(self) -> None:
         self._spawn_dirty = True
         self._schedule()
@@ -126,9 +141,16 @@ class EventStream:
                     for frame in frames:
                         if not conn.outbox.put(frame):
                             break
-        if self._list_dirty:
+        if self._list_dirty:  # the whole list holds every entry that changed meanwhile
             self._list_dirty = False
+            self._entries_dirty.clear()
             self.broadcast(codec.session_list_frame(self._session_list()), key="session_list")
+        elif self._entries_dirty:
+            dirty, self._entries_dirty = self._entries_dirty, set()
+            for sid in dirty:
+                entry = self._session_entry(sid)
+                if entry is not None:  # a session gone meanwhile: the list that follows its removal says so
+                    self.broadcast(codec.session_entry_frame("changed", entry), key=("session_entry", sid))
         if self._spawn_dirty:
             self._spawn_dirty = False
             jobs = self._spawn_jobs()

@@ -65,6 +65,15 @@ class ReasoningSnapshot:
 
 
 @attrs.frozen
+class AgentCommand:
+    """A command a user can type to an agent, as front ends that list them show it (the web UI's empty state)."""
+
+    command: str  # "/approve"
+    usage: str  # "/approve <command>"
+    description: str
+
+
+@attrs.frozen
 class YoloSnapshot:
     enabled: bool
     scope: str
@@ -76,9 +85,14 @@ class AgentSource:
 
     name = "agent"
     label = "Agent"
+    uses_reasoning = True  # False: its runs ignore the reasoning effort (front ends need not offer it)
 
     def __init__(self) -> None:
         self.bridge: "Bridge" = None  # type: ignore[assignment]
+
+    def commands(self) -> tuple[AgentCommand, ...]:
+        """What a user can type besides plain text, for front ends that list it; none by default."""
+        return ()
 
     def attach(self, bridge: "Bridge") -> None:
         self.bridge = bridge

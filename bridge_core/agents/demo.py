@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Optional
 from .. import events as ev
 from ..ids import new_id
 from .base import (
+    AgentCommand,
     AgentFailure,
     ManagedAgentSource,
     ModelCurrent,
@@ -29,6 +30,21 @@ if TYPE_CHECKING:
     from ..bridge import Bridge
 
 PROVIDERS = (Provider(slug="demo", name="Demo", models=("demo-small", "demo-large"), total_models=2),)
+
+# The demo's commands (README.md, "The demo agent"): a message whose first word is one of them runs
+# its handler (``_`` + the word without its slash); anything else is echoed. Front ends list them.
+COMMANDS = (
+    AgentCommand("/approve", "/approve <command>", "asks your approval to run <command>"),
+    AgentCommand("/clarify", "/clarify <question>", "asks you a question: yes, no, or your own words"),
+    AgentCommand("/tool", "/tool [name]", "calls a tool, then replies"),
+    AgentCommand("/attach", "/attach", "sends a text file, demo.txt"),
+    AgentCommand("/image", "/image", "sends a small picture, demo.png"),
+    AgentCommand("/slow", "/slow [seconds]", "streams a word every 100 ms (30 s by default): try Stop"),
+    AgentCommand("/fail", "/fail", "a run that fails, to see how a failure looks"),
+    AgentCommand("/notify", "/notify <text>", "a notification, delivered after the run"),
+    AgentCommand("/bench", "/bench <n>", "streams n small pieces as fast as it can"),
+)
+HANDLERS = {c.command: "_" + c.command[1:] for c in COMMANDS}
 
 BENCH_PIECE = "tok "
 BENCH_YIELD_EVERY = 32  # deltas between yields to the event loop
@@ -49,6 +65,10 @@ def demo_png() -> bytes:
 class DemoAgent(ManagedAgentSource):
     name = "demo"
     label = "Demo"
+    uses_reasoning = False  # the efforts are accepted (the canonical set, README.md) but change nothing
+
+    def commands(self) -> tuple[AgentCommand, ...]:
+        return COMMANDS
 
     def __init__(self, approval_timeout: Optional[float] = 300.0, word_delay: float = 0.0):
         super().__init__()
@@ -66,17 +86,8 @@ class DemoAgent(ManagedAgentSource):
         stripped = text.strip()
         word, _, rest = stripped.partition(" ")
         rest = rest.strip()
-        handler = {
-            "/tool": self._tool,
-            "/approve": self._approve,
-            "/clarify": self._clarify,
-            "/attach": self._attach,
-            "/image": self._image,
-            "/fail": self._fail,
-            "/slow": self._slow,
-            "/notify": self._notify,
-            "/bench": self._bench,
-        }.get(word)
+        method = HANDLERS.get(word)
+        handler = getattr(self, method) if method is not None else None
         if handler is None:
             await self._stream_words(ctx, f"Echo: {text}")
         else:

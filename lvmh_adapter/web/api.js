@@ -92,6 +92,10 @@ export class Api {
   models() {
     return this.request("GET", "/api/models");
   }
+  /** `{name, label, commands: [{command, usage, description}], reasoning}` (lvmh_adapter/conversations.py). */
+  agent() {
+    return this.request("GET", "/api/agent");
+  }
   createConversation(body) {
     return this.request("POST", "/api/conversations", body || {});
   }

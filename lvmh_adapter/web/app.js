@@ -3,21 +3,29 @@
 // WebSocket /ws?token=... for live frames. No build step, no network beyond this origin.
 
 import { Api, ApiError } from "./api.js";
-import { h, clear, replaceChildren } from "./dom.js";
-import { applyEvents, createSession, pendingDecisions, relativeTime, sortSessions } from "./reducer.js";
+import { h, replaceChildren } from "./dom.js";
+import { applyEvents, createSession, pendingDecisions } from "./reducer.js";
+import { relativeTime } from "./format.js";
 import { LiveSocket } from "./socket.js";
-import { renderItem, renderPanel, timeEl } from "./view.js";
+import { renderPanel, untilLine } from "./view.js";
+import { jumpToLatest, onTimelineScroll, renderTimeline } from "./timeline.js";
+import { cardActions } from "./actions.js";
 import { SpawnDialog } from "./spawn.js";
 import { ConversationDialogs, isBridgeConversation } from "./conversations.js";
-import { sessionMatches, sessionTitle, shortPath } from "./labels.js";
+import { isPiSession, sessionTitle } from "./labels.js";
+import { drawHead } from "./head.js";
+import { applyEntry, pageTitle, sortSessions, waitingEverywhere } from "./sessions.js";
+import { renderList as drawList } from "./sidebar.js";
+import { attentionBanner, setFavicon } from "./attention.js";
+import { Composer } from "./composer.js";
+import { agentIntro } from "./intro.js";
 import { notifyPending, renderNotifyButton } from "./notify.js";
 import { forgetPush, notifyMe } from "./push.js";
 import { THEME_KEY, TOKEN_KEY, applyTheme, cycleTheme, readStorage, writeStorage } from "./prefs.js";
 import { toast } from "./toast.js";
 
 const MAX_KEPT_SESSIONS = 8;
-const STREAM_RENDER_MS = 100; // a streaming message is re-rendered (markdown) at most this often
-const APP_TITLE = "lvmh · agent conversations";
+const CLOCK_MS = 5000; // relative times and expiry countdowns are redrawn this often
 
 const $ = (id) => document.getElementById(id);
 
@@ -30,6 +38,7 @@ const app = {
   states: new Map(), // id -> reducer state (most recently used last)
   conn: "idle",
   spawnJobs: [],
+  agent: null, // GET /api/agent: what the agent of new conversations can do (intro.js)
   // per-item UI state shared with view.js
   ui: {
     openTools: new Set(),
@@ -38,13 +47,11 @@ const app = {
     answeredHere: new Set(),
     previews: new Map(), // attachment id -> object URL
   },
-  rendered: { sessionId: null, structureRev: -1, nodes: new Map(), panelRev: -1, headKey: "" },
+  rendered: { sessionId: null, structureRev: -1, nodes: new Map(), panelRev: -1, headKey: "", bannerKey: "" },
   renderTimer: null,
-  sending: false,
   filter: "",
   unseen: false, // content arrived below while the user was scrolled up
   notified: new Set(), // decision keys a browser notification was shown for
-  focusPrompt: false, // a conversation was just created: focus its prompt once it can take text
 };
 
 const api = new Api(() => app.token, () => showGate("The daemon refused the token. Run agent-bridge lvmh open for a new login link, or paste the current LVMH token."));
@@ -131,46 +138,18 @@ function setSessions(list) {
   if (st && st.notFound && app.sessionsById.has(app.current) && !st.syncing) syncSession(app.current);
   renderList();
   renderHead();
-  renderComposer();
+  composer.render();
+  updateTitle();
   spawn.renderJobs();
 }
 
-function whenEl(ts) {
-  const el = timeEl(ts, ".when");
-  return el || h("span.when");
+/** One `session_entry` frame: a session's entry added, changed (its activity) or removed. */
+function onSessionEntry(frame) {
+  setSessions(applyEntry(app.sessions, frame));
 }
 
 function renderList() {
-  const ul = $("session-list");
-  clear(ul);
-  $("session-count").textContent = app.sessions.length ? String(app.sessions.length) : "";
-  if (!app.sessions.length) {
-    ul.appendChild(h("li.empty-list", app.listLoaded ? "No conversations yet. Start one with “New conversation”." : "Loading…"));
-    return;
-  }
-  const needle = app.filter.trim().toLowerCase();
-  const shown = app.sessions.filter((s) => sessionMatches(s, needle));
-  if (!shown.length) {
-    ul.appendChild(h("li.empty-list", "No conversation matches “", app.filter.trim(), "”."));
-    return;
-  }
-  for (const s of shown) {
-    const id = String(s.id);
-    const active = id === app.current;
-    const meta = [s.repo, shortPath(s.cwd)].filter(Boolean);
-    const li = h(`li.session-item${active ? ".active" : ""}`, { "data-session-id": id },
-      h("a.session-link", { href: `#/s/${encodeURIComponent(id)}`, "aria-current": active ? "page" : null },
-        h("div.session-row1",
-          h(`span.dot${s.online ? ".online" : ".offline"}`, { title: s.online ? "online" : "offline", "aria-label": s.online ? "online" : "offline" }),
-          h("span.session-name", sessionTitle(s)),
-          h(`span.badge${s.agent ? ".badge-agent" : ".badge-local"}`, s.agent ? "agent" : "local")),
-        meta.length ? h("div.session-row2", meta.join(" · ")) : null,
-        h("div.session-row3",
-          h("span.model", [s.model, s.provider].filter(Boolean).join(" · ")),
-          whenEl(s.lastEventAt ?? s.startedAt)),
-      ));
-    ul.appendChild(li);
-  }
+  drawList($("session-list"), $("session-count"), app);
 }
 
 // --- the open session --------------------------------------------------------------
@@ -204,6 +183,7 @@ function openSession(id) {
   const prev = app.current;
   if (prev) socket.send({ type: "unsubscribe", sessionId: prev });
   app.current = id;
+  app.menuOpen = false;
   document.body.classList.toggle("has-session", Boolean(id));
   resetRendered();
   renderList();
@@ -274,24 +254,29 @@ function scheduleRender(delay = 16) {
 
 function renderView() {
   const view = $("view");
+  app.rendered.bannerKey = "";
   if (!app.current) {
     replaceChildren(view,
+      h("div#attention-slot"),
       h("div.placeholder",
         h("div.placeholder-mark", { "aria-hidden": "true" }, "◇"),
         h("h2", "Talk to an agent"),
         h("p.muted", "Start a conversation with the bridge's agent, or pick one on the left: every pi session running the lvmh plugin appears there too, live."),
-        h("button.primary.big#start-btn", { type: "button", onclick: () => dialogs.openNew() }, "New conversation")));
+        h("button.primary.big#start-btn", { type: "button", onclick: () => dialogs.openNew() }, "New conversation"),
+        agentIntro(app.agent, null)));
+    renderAttention();
     return;
   }
   replaceChildren(view,
+    h("div#attention-slot"),
     h("header.session-head#session-head"),
     h("div.session-body",
-      h("div.timeline-wrap#timeline-wrap", { onscroll: onTimelineScroll },
+      h("div.timeline-wrap#timeline-wrap", { onscroll: () => onTimelineScroll(app) },
         h("div.timeline#timeline", { role: "log", "aria-live": "polite", "aria-label": "Conversation" }),
         h("div.timeline-foot#timeline-foot"),
-        h("button.jump#jump-btn", { type: "button", hidden: true, onclick: jumpToLatest, "aria-label": "Jump to the latest message" }, "↓ Jump to latest")),
+        h("button.jump#jump-btn", { type: "button", hidden: true, onclick: () => jumpToLatest(app), "aria-label": "Jump to the latest message" }, "↓ Jump to latest")),
       h("aside.panel#panel", { "aria-label": "Tasks, subagents and usage" })),
-    buildComposer());
+    composer.build());
   renderSession();
 }
 
@@ -300,9 +285,9 @@ function renderSession() {
   const st = app.states.get(app.current);
   if (!st) return;
   renderHead();
-  renderTimeline(st);
+  renderTimeline(app, st, { ctx: { ...app.ui, ...cards }, footer: timelineFooter, schedule: scheduleRender });
   renderPanelIfChanged(st);
-  renderComposer();
+  composer.render();
 }
 
 function currentSession() {
@@ -318,145 +303,64 @@ function renderHead() {
   const phase = st ? st.phase : "idle";
   const online = Boolean(s && s.online) && app.conn === "open";
   const outcome = st ? (st.aborted ? "cancelled" : st.lastStatus === "failed" || st.lastError ? "failed" : "done") : "done";
-  const key = JSON.stringify([info, phase, outcome, online, app.stopArmed, app.conn === "open"]);
+  // what the header shows (not the entry's activity fields, which change with every event)
+  const shown = ["id", "name", "repo", "cwd", "model", "provider", "agent", "agentName", "agentLabel"].map((k) => info[k]);
+  const key = JSON.stringify([shown, Boolean(s || (st && st.info)), phase, outcome, online, app.stopArmed, app.conn === "open", app.menuOpen]);
   updateTitle();
   if (key === app.rendered.headKey) return;
   app.rendered.headKey = key;
-  const chips = [];
-  const known = Boolean(s || (st && st.info));
-  if (info.repo) chips.push(h("span.chip", { title: "repository" }, info.repo));
-  if (info.cwd) chips.push(h("span.chip.mono", { title: info.cwd }, shortPath(info.cwd)));
-  const model = [info.model, info.provider].filter(Boolean).join(" · ");
-  if (model) chips.push(h("span.chip", { title: "model" }, model));
-  if (known) chips.push(h(`span.chip${info.agent ? ".chip-agent" : ""}`, info.agent ? "agent container" : "local"));
-  const status =
-    phase === "running" ? h("span.pill.pill-running", { "data-phase": "running" }, h("span.spinner", { "aria-hidden": "true" }), "running")
-    : phase === "done" ? h(`span.pill.pill-${outcome}`, { "data-phase": "done", "data-outcome": outcome }, outcome)
-    : null;
-  const actions = h("div.head-actions");
-  if (phase === "running") {
-    actions.appendChild(h("button.danger#abort-btn", { type: "button", onclick: abortRun, disabled: !online, title: online ? "Abort the current run" : "The session is offline" }, "Abort"));
-  }
-  if (s && isBridgeConversation(s)) {
-    actions.appendChild(h("button#rename-btn", { type: "button", onclick: () => dialogs.rename(s), title: "Rename this conversation" }, "Rename"));
-    actions.appendChild(h("button.danger#delete-btn", { type: "button", onclick: () => dialogs.remove(s), title: "Delete this conversation" }, "Delete"));
-  }
-  if (info.agent) {
-    actions.appendChild(h("button#stop-btn", { type: "button", class: app.stopArmed ? "danger" : "", onclick: stopContainer }, app.stopArmed ? "Confirm stop" : "Stop container"));
-  }
-  replaceChildren(head,
-    h("a.back.icon-btn", { href: "#", "aria-label": "Back to sessions", title: "Back to sessions" }, "‹"),
-    h("div.head-main",
-      h("div.head-title",
-        h(`span.dot${online ? ".online" : ".offline"}`, { title: online ? "online" : "offline" }),
-        h("h2#session-title", sessionTitle(info)),
-        h("span.muted.small", app.conn !== "open" ? "status unknown" : online ? "online" : known ? "offline" : "not connected yet"),
-        status),
-      h("div.chips", chips)),
-    actions);
+  drawHead(head, {
+    info, phase, outcome, online, known: Boolean(s || (st && st.info)), connOpen: app.conn === "open",
+    menuOpen: Boolean(app.menuOpen), stopArmed: Boolean(app.stopArmed),
+    onRename: s && isBridgeConversation(s) ? () => dialogs.rename(s) : null,
+    onDelete: s && isBridgeConversation(s) ? () => dialogs.remove(s) : null,
+    onStopContainer: info.agent ? stopContainer : null,
+    onMenu: () => {
+      app.menuOpen = !app.menuOpen;
+      renderHead();
+    },
+  });
 }
 
-function isNearBottom(wrap) {
-  return wrap.scrollHeight - wrap.scrollTop - wrap.clientHeight < 120;
-}
-
-function onTimelineScroll() {
-  const wrap = $("timeline-wrap");
-  if (wrap && isNearBottom(wrap) && app.unseen) {
-    app.unseen = false;
-    $("jump-btn").hidden = true;
-  }
-}
-
-function jumpToLatest() {
-  const wrap = $("timeline-wrap");
-  if (!wrap) return;
-  wrap.scrollTop = wrap.scrollHeight;
-  app.unseen = false;
-  $("jump-btn").hidden = true;
-}
-
-function renderTimeline(st) {
-  const tl = $("timeline");
-  const wrap = tl.parentElement;
-  const nearBottom = isNearBottom(wrap);
-  const beforeHeight = wrap.scrollHeight;
-  const now = performance.now();
-  let deferred = false;
-  const r = app.rendered;
-  if (r.sessionId !== st.id) {
-    clear(tl);
-    r.nodes = new Map();
-    r.sessionId = st.id;
-    r.structureRev = -1;
-  }
-  const ctx = viewContext();
-  let prev = null;
-  const keep = new Set();
-  for (const item of st.items) {
-    keep.add(item.key);
-    let entry = r.nodes.get(item.key);
-    if (!entry || entry.rev !== item.rev || entry.uiRev !== uiRevOf(item)) {
-      if (entry && item.streaming && entry.streaming && now - entry.at < STREAM_RENDER_MS) {
-        deferred = true; // markdown of a long streaming message: not on every delta
-      } else {
-        const node = renderItem(item, ctx);
-        node.dataset.key = item.key;
-        if (entry && entry.node.parentNode === tl) tl.replaceChild(node, entry.node);
-        entry = { node, rev: item.rev, uiRev: uiRevOf(item), at: now, streaming: Boolean(item.streaming) };
-        r.nodes.set(item.key, entry);
-      }
-    }
-    const expected = prev ? prev.nextSibling : tl.firstChild;
-    if (entry.node !== expected) tl.insertBefore(entry.node, expected);
-    prev = entry.node;
-  }
-  for (const [key, entry] of r.nodes) {
-    if (!keep.has(key)) {
-      entry.node.remove();
-      r.nodes.delete(key);
-    }
-  }
-  // footer: loading, not found, typing
-  const foot = $("timeline-foot");
-  clear(foot);
-  if (!st.loaded) foot.appendChild(h("div.muted.small", "Loading history…"));
-  else if (st.notFound && !currentSession()) foot.appendChild(h("div.notice#waiting-session", h("span.spinner.small"), " Waiting for this session's agent to connect…"));
-  else if (st.loadError) foot.appendChild(h("div.notice.notice-error", `Could not load the history: ${st.loadError}`));
-  else if (!st.items.length && st.phase !== "running") foot.appendChild(h("div.muted.small.center", "No messages yet."));
-  if (st.phase === "running") {
-    const draft = st.openAssistant ? st.byKey.get(`m:${st.openAssistant}`) : null;
-    const waiting = pendingDecisions(st).length > 0;
-    if (waiting) foot.appendChild(h("div.working", "waiting for a decision above…"));
-    else if (!(draft && draft.streaming)) foot.appendChild(h("div.working", h("span.spinner"), "working…"));
-  }
-  if (nearBottom) wrap.scrollTop = wrap.scrollHeight;
-  else if (wrap.scrollHeight > beforeHeight && st.loaded) app.unseen = true;
-  $("jump-btn").hidden = !app.unseen;
-  if (deferred) scheduleRender(STREAM_RENDER_MS);
-}
-
-function uiRevOf(item) {
-  const ui = app.ui;
-  return `${ui.busy.has(item.key) ? 1 : 0}|${ui.errors.get(item.key) || ""}|${ui.answeredHere.has(item.key) ? 1 : 0}`;
+/** The timeline's foot once the history is loaded: not found, an error, or what to try first. */
+function timelineFooter(st) {
+  const s = currentSession();
+  if (st.notFound && !s) return h("div.notice#waiting-session", h("span.spinner.small"), " Waiting for this session's agent to connect…");
+  if (st.loadError) return h("div.notice.notice-error", `Could not load the history: ${st.loadError}`);
+  if (st.items.length || st.phase === "running") return null;
+  if (s && isPiSession(s)) return h("div.muted.small.center", "No messages yet. What you send here reaches pi in this session.");
+  return agentIntro(app.agent, (text) => composer.fill(text)) || h("div.muted.small.center", "No messages yet.");
 }
 
 // --- title badge and notifications ---------------------------------------------------
 
+/** Every decision waiting, in every session (the open one's from its events once loaded). */
+function waitingNow() {
+  const st = app.current ? app.states.get(app.current) : null;
+  return waitingEverywhere(app.sessions, app.current, st && st.loaded ? pendingDecisions(st) : null);
+}
+
+/** The tab's title and icon say what waits, wherever it waits; a notification too while the page is hidden. */
 function updateTitle() {
   const st = app.current ? app.states.get(app.current) : null;
-  const s = currentSession();
-  const pending = st ? pendingDecisions(st) : [];
-  let title = APP_TITLE;
-  if (app.current) {
-    const name = sessionTitle(s || (st && st.info) || { id: app.current });
-    if (pending.length) {
-      const what = pending.every((p) => p.kind === "clarify") ? "Question waiting" : "Approval needed";
-      title = `(${pending.length}) ${what} · ${name} · lvmh`;
-    } else title = `${st && st.phase === "running" ? "● " : ""}${name} · lvmh`;
-  }
+  const waiting = waitingNow();
+  const openName = app.current ? sessionTitle(currentSession() || (st && st.info) || { id: app.current }) : null;
+  const title = pageTitle({ openName, running: Boolean(st && st.phase === "running"), waiting });
   if (document.title !== title) document.title = title;
-  notifyPending(pending, app.notified);
+  setFavicon(waiting.length);
+  notifyPending(waiting, app.notified);
+  renderAttention(waiting);
+}
+
+/** The banner, in any view, for decisions waiting in the other conversations. */
+function renderAttention(waiting = waitingNow()) {
+  const slot = $("attention-slot");
+  if (!slot) return;
+  const elsewhere = waiting.filter((w) => w.sessionId !== app.current);
+  const key = JSON.stringify(elsewhere);
+  if (key === app.rendered.bannerKey) return;
+  app.rendered.bannerKey = key;
+  replaceChildren(slot, attentionBanner(elsewhere));
 }
 
 function renderPanelIfChanged(st) {
@@ -472,23 +376,6 @@ function renderPanelIfChanged(st) {
 
 // --- composer ----------------------------------------------------------------------
 
-function buildComposer() {
-  const ta = h("textarea#prompt-input", { rows: "2", placeholder: "Message the agent… (Enter to send, Shift+Enter for a new line)", "aria-label": "Prompt", maxlength: "100000" });
-  ta.addEventListener("keydown", (e) => {
-    if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
-      e.preventDefault();
-      sendPrompt();
-    }
-  });
-  ta.addEventListener("input", () => {
-    ta.style.height = "auto";
-    ta.style.height = Math.min(ta.scrollHeight, 240) + "px";
-  });
-  return h("form.composer#composer", { onsubmit: (e) => { e.preventDefault(); sendPrompt(); } },
-    h("div.composer-reason#composer-reason", { role: "status" }),
-    h("div.composer-row", ta, h("button.primary#send-btn", { type: "submit" }, "Send")));
-}
-
 function offlineReason() {
   const s = currentSession();
   if (!app.listLoaded) return "Loading…";
@@ -496,6 +383,7 @@ function offlineReason() {
   if (app.conn !== "open") return "Connecting to the daemon…";
   if (!s) return "This session is not connected to the daemon, so prompts cannot be delivered.";
   if (!s.online) {
+    if (!isPiSession(s)) return "This conversation's agent is unavailable. Prompts can be sent once it is back.";
     return s.agent
       ? "This session is offline: its container is not connected. Prompts can be sent once it reconnects."
       : "This session is offline: its agent is not connected. Prompts can be sent once it reconnects.";
@@ -503,60 +391,16 @@ function offlineReason() {
   return "";
 }
 
-function renderComposer() {
-  const ta = $("prompt-input");
-  if (!ta) return;
-  const reason = offlineReason();
-  const disabled = Boolean(reason) || app.sending;
-  ta.disabled = Boolean(reason);
-  $("send-btn").disabled = disabled;
-  const el = $("composer-reason");
-  el.textContent = reason;
-  el.hidden = !reason;
-  $("composer").classList.toggle("offline", Boolean(reason));
-  if (app.focusPrompt && !ta.disabled && app.current) {
-    app.focusPrompt = false;
-    ta.focus();
-  }
-}
-
-async function sendPrompt() {
-  const ta = $("prompt-input");
-  const id = app.current;
-  if (!ta || !id || app.sending) return;
-  const message = ta.value;
-  if (!message.trim() || offlineReason()) return;
-  app.sending = true;
-  renderComposer();
-  try {
-    await api.prompt(id, message);
-    if (app.current === id) {
-      ta.value = "";
-      ta.style.height = "auto";
-    }
-  } catch (err) {
-    // 409: offline, or a run is active (the daemon's message says which)
-    toast(err.status === 409 ? `Not sent: ${err.message}` : `Prompt failed: ${err.message}`, "error");
-  } finally {
-    app.sending = false;
-    renderComposer();
-    ta.focus();
-  }
-}
-
-async function abortRun() {
-  const id = app.current;
-  if (!id) return;
-  const btn = $("abort-btn");
-  if (btn) btn.disabled = true;
-  try {
-    await api.abort(id);
-    toast("Abort requested.", "info", 2500);
-  } catch (err) {
-    toast(`Abort failed: ${err.message}`, "error");
-    if (btn) btn.disabled = false;
-  }
-}
+const composer = new Composer({
+  api,
+  toast,
+  session: () => {
+    const st = app.current ? app.states.get(app.current) : null;
+    const s = currentSession();
+    return { id: app.current, reason: app.current ? offlineReason() : "", running: Boolean(st && st.phase === "running"),
+             queues: Boolean(s && isPiSession(s)) };
+  },
+});
 
 async function stopContainer() {
   const id = app.current;
@@ -582,82 +426,7 @@ async function stopContainer() {
   }
 }
 
-// --- decisions and attachments ----------------------------------------------------
-
-function viewContext() {
-  return {
-    ...app.ui,
-    resolveApproval,
-    answerClarify,
-    download,
-    preview,
-  };
-}
-
-async function decide(item, call) {
-  const ui = app.ui;
-  ui.busy.add(item.key);
-  ui.errors.delete(item.key);
-  scheduleRender();
-  try {
-    await call();
-    ui.answeredHere.add(item.key);
-  } catch (err) {
-    if (err instanceof ApiError && err.status === 409) {
-      ui.errors.set(item.key, item.resolved ? "" : "Already answered elsewhere.");
-      // the *_resolved event (already in the stream or on its way) says who decided
-      if (app.current) syncSession(app.current);
-    } else if (err instanceof ApiError && err.status === 404) {
-      ui.errors.set(item.key, "This request is no longer pending.");
-    } else {
-      ui.errors.set(item.key, `Could not send: ${err.message}`);
-    }
-  } finally {
-    ui.busy.delete(item.key);
-    scheduleRender();
-  }
-}
-
-function resolveApproval(item, choice, reason) {
-  return decide(item, () => api.resolveApproval(item.id, choice, reason));
-}
-
-function answerClarify(item, response) {
-  return decide(item, () => api.answerClarify(item.id, response));
-}
-
-async function download(item) {
-  app.ui.errors.delete(item.key);
-  try {
-    const blob = await api.attachment(item.attachmentId, item.url);
-    const url = URL.createObjectURL(blob);
-    const a = h("a", { href: url, download: item.filename || "attachment", hidden: true });
-    document.body.appendChild(a);
-    a.click();
-    a.remove();
-    setTimeout(() => URL.revokeObjectURL(url), 60000);
-  } catch (err) {
-    app.ui.errors.set(item.key, `Download failed: ${err.message}`);
-    scheduleRender();
-  }
-}
-
-async function preview(item, img) {
-  const cached = app.ui.previews.get(item.attachmentId);
-  if (cached) {
-    img.src = cached;
-    return;
-  }
-  try {
-    const blob = await api.attachment(item.attachmentId, item.url);
-    if (!blob.type.startsWith("image/") && !item.mimeType.startsWith("image/")) return;
-    const url = URL.createObjectURL(blob);
-    app.ui.previews.set(item.attachmentId, url);
-    img.src = url;
-  } catch {
-    img.remove();
-  }
-}
+const cards = cardActions({ api, ui: app.ui, rerender: () => scheduleRender(), resync: () => app.current && syncSession(app.current) });
 
 // --- the live socket ------------------------------------------------------------------
 
@@ -678,6 +447,7 @@ const socket = new LiveSocket({
     }
   },
   onOpen: async () => {
+    loadAgent(); // the daemon may have restarted with another agent
     if (app.current) {
       socket.send({ type: "subscribe", sessionId: app.current });
       syncSession(app.current);
@@ -687,6 +457,9 @@ const socket = new LiveSocket({
     switch (frame.type) {
       case "session_list":
         if (Array.isArray(frame.sessions)) setSessions(frame.sessions);
+        break;
+      case "session_entry":
+        onSessionEntry(frame);
         break;
       case "events":
         onEventsFrame(frame);
@@ -709,12 +482,23 @@ const socket = new LiveSocket({
   },
 });
 
+async function loadAgent() {
+  try {
+    app.agent = await api.agent();
+  } catch {
+    app.agent = null; // an older daemon: no commands to list, every picker offered
+  }
+  if (!app.current) renderView();
+  else scheduleRender();
+}
+
 let connTimer = null;
 function renderConn(sock) {
   const el = $("conn");
   clearInterval(connTimer);
   connTimer = null;
   el.dataset.state = app.conn;
+  document.body.dataset.conn = app.conn;
   const retry = h("button.linkish", { type: "button", onclick: () => socket.retryNow() }, "retry now");
   if (app.conn === "open") replaceChildren(el, h("span.dot.online", { title: "live" }), h("span.conn-text", "live"));
   else if (app.conn === "connecting") replaceChildren(el, h("span.dot.pending"), "connecting…");
@@ -726,7 +510,7 @@ function renderConn(sock) {
     draw();
     connTimer = setInterval(draw, 1000);
   } else replaceChildren(el, h("span.dot.offline"), "offline");
-  renderComposer();
+  composer.render();
 }
 
 // --- spawn dialog ---------------------------------------------------------------------
@@ -735,11 +519,12 @@ const dialogs = new ConversationDialogs({
   api,
   toast,
   openSession: (id) => {
-    app.focusPrompt = true; // renderComposer focuses it once the session is open and online
+    composer.focusNext = true; // the composer focuses it once the session is open and online
     location.hash = `#/s/${encodeURIComponent(id)}`;
-    renderComposer();
+    composer.render();
   },
   currentId: () => app.current,
+  agent: () => app.agent,
 });
 
 const spawn = new SpawnDialog({
@@ -775,6 +560,13 @@ function init() {
   $("token-form").addEventListener("submit", submitToken);
   $("spawn-btn").addEventListener("click", () => spawn.open());
   window.addEventListener("hashchange", () => openSession(routeFromHash()));
+  document.addEventListener("click", (e) => {
+    // the phone header's "⋯" menu closes on a click anywhere else
+    if (app.menuOpen && !e.target.closest("#head-menu-btn")) {
+      app.menuOpen = false;
+      renderHead();
+    }
+  });
   document.addEventListener("visibilitychange", () => {
     if (!document.hidden) socket.retryNow();
   });
@@ -784,7 +576,10 @@ function init() {
       const ts = Number(el.dataset.ts);
       if (ts) el.textContent = relativeTime(ts);
     }
-  }, 30000);
+    for (const el of document.querySelectorAll("time.until[data-until]")) {
+      el.textContent = untilLine(Number(el.dataset.until), el.dataset.what);
+    }
+  }, CLOCK_MS);
   renderList();
   renderView();
   if (!app.token) showGate("");

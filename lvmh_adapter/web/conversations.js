@@ -3,17 +3,19 @@
 
 import { ApiError } from "./api.js";
 import { h, clear } from "./dom.js";
+import { isPiSession } from "./labels.js";
 
 const EFFORT_LABELS = { none: "none (no thinking)" };
 
-/** A bridge conversation (demo or Hermes) rather than a pi plugin session: no cwd, no repo, not a container. */
+/** A bridge conversation (demo or Hermes) rather than a pi plugin session. */
 export function isBridgeConversation(s) {
-  return Boolean(s) && !s.agent && !s.cwd && !s.repo;
+  return Boolean(s) && !isPiSession(s);
 }
 
 export class ConversationDialogs {
-  constructor({ api, toast, openSession, currentId }) {
+  constructor({ api, toast, openSession, currentId, agent }) {
     this.api = api;
+    this.agent = agent || (() => null); // GET /api/agent, or null: `reasoning: false` hides the effort picker
     this.toast = toast;
     this.openSession = openSession;
     this.currentId = currentId;
@@ -68,7 +70,9 @@ export class ConversationDialogs {
       this.reasoning.appendChild(h("option", { value: effort, selected: effort === m.currentReasoning }, EFFORT_LABELS[effort] || effort));
     }
     this.model.closest("label").hidden = !this.model.options.length;
-    this.reasoning.closest("label").hidden = !this.reasoning.options.length;
+    // an agent whose runs ignore the effort (the demo) gets no picker: its levels would promise nothing
+    const agent = this.agent();
+    this.reasoning.closest("label").hidden = !this.reasoning.options.length || Boolean(agent && agent.reasoning === false);
     this.pickers.hidden = !this.model.options.length && !this.reasoning.options.length;
   }
 

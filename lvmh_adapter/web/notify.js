@@ -4,19 +4,25 @@ export function notificationsOn() {
   return typeof Notification !== "undefined" && Notification.permission === "granted";
 }
 
-/** A browser notification for each decision not yet notified (``notified``: their keys), while the page is hidden. */
-export function notifyPending(pending, notified) {
-  for (const item of pending) {
-    if (notified.has(item.key)) continue;
-    notified.add(item.key);
+/**
+ * A browser notification for each waiting decision not yet notified (``notified``: their keys), while
+ * the page is hidden; ``waiting``: sessions.js's ``waitingEverywhere`` (every conversation's). A click
+ * opens its conversation.
+ */
+export function notifyPending(waiting, notified) {
+  for (const w of waiting) {
+    const key = `${w.kind}:${w.id}`;
+    if (notified.has(key)) continue;
+    notified.add(key);
     if (!notificationsOn() || !document.hidden) continue;
     try {
-      const n = new Notification(item.kind === "clarify" ? "The agent asks" : "Approval needed", {
-        body: item.kind === "clarify" ? item.question : item.command,
-        tag: item.key,
+      const n = new Notification(`${w.kind === "clarify" ? "The agent asks" : "Approval needed"} · ${w.name}`, {
+        body: w.text,
+        tag: key,
       });
       n.onclick = () => {
         window.focus();
+        location.hash = `#/s/${encodeURIComponent(w.sessionId)}`;
         n.close();
       };
     } catch {}

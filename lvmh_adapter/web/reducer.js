@@ -49,6 +49,7 @@ export function createSession(id) {
     phase: "idle", // idle | running | done
     aborted: false,
     openAssistant: null, // id of the assistant message being streamed
+    openTs: null, // when that message started (its message_start): the time its bubble shows while it streams
     usage: null, // usage of the latest agent_end
     runUsage: null, // usage summed over the agent_end events of the current run
     totalUsage: { runs: 0 }, // summed over the runs that reported usage
@@ -243,6 +244,7 @@ export function applyEvent(state, ev) {
         // the item appears with its first text (a delta or the message_end), so that it sits
         // after any tool calls that ran before the text
         state.openAssistant = id;
+        state.openTs = ts;
         const item = state.byKey.get(messageKey(id));
         if (item && !item.final) {
           item.streaming = true;
@@ -266,8 +268,9 @@ export function applyEvent(state, ev) {
         // joined mid-message (or the start was not persisted yet): open a draft
         id = `draft-${s}`;
         state.openAssistant = id;
+        state.openTs = ts;
       }
-      const item = ensureItem(state, messageKey(id), s, () => newMessage(id, "assistant", ts));
+      const item = ensureItem(state, messageKey(id), s, () => newMessage(id, "assistant", state.openTs ?? ts));
       if (item.final) return true; // already complete; a late delta changes nothing
       item.streaming = true;
       item.text += delta;
@@ -527,7 +530,9 @@ function applyInflight(state, ev) {
     state.inflightId = id;
     return true;
   }
-  const item = existing || insertItem(state, { ...newMessage(id, "assistant", num(ev.ts)), key: messageKey(id), seq, rev: 0 });
+  // a reloaded page: the message's start (persisted, applied before this frame) gives its time
+  const started = id === state.openAssistant ? state.openTs : null;
+  const item = existing || insertItem(state, { ...newMessage(id, "assistant", num(ev.ts) ?? started), key: messageKey(id), seq, rev: 0 });
   if (text.length >= item.text.length || !item.text.startsWith(text)) item.text = text;
   item.streaming = true;
   state.openAssistant = id;
@@ -568,58 +573,6 @@ export function applyEvents(state, events) {
 /** Pending (unanswered) approvals and clarifications, oldest first. */
 export function pendingDecisions(state) {
   return state.items.filter((i) => (i.kind === "approval" || i.kind === "clarify") && !i.resolved);
-}
-
-// --- session list ---------------------------------------------------------------------
-
-/** Sessions sorted for the sidebar: online first, then the most recent activity. */
-export function sortSessions(list) {
-  if (!Array.isArray(list)) return [];
-  return list
-    .filter((s) => s && typeof s === "object" && s.id !== undefined)
-    .slice()
-    .sort((a, b) => {
-      if (Boolean(b.online) !== Boolean(a.online)) return b.online ? 1 : -1;
-      const ta = num(a.lastEventAt) ?? num(a.startedAt) ?? 0;
-      const tb = num(b.lastEventAt) ?? num(b.startedAt) ?? 0;
-      if (tb !== ta) return tb - ta;
-      return str(a.id) < str(b.id) ? -1 : 1;
-    });
-}
-
-/** Epoch milliseconds for a protocol timestamp (ms per spec; tolerates seconds). */
-export function toMillis(t) {
-  const n = num(t);
-  if (n === null) return null;
-  return n < 1e11 ? n * 1000 : n;
-}
-
-/** "just now", "5 min ago", "3 h ago", "2 d ago", or a date. */
-export function relativeTime(t, now = Date.now()) {
-  const ms = toMillis(t);
-  if (ms === null) return "";
-  const d = Math.max(0, now - ms) / 1000;
-  if (d < 45) return "just now";
-  if (d < 3600) return `${Math.round(d / 60)} min ago`;
-  if (d < 86400) return `${Math.round(d / 3600)} h ago`;
-  if (d < 86400 * 14) return `${Math.round(d / 86400)} d ago`;
-  return new Date(ms).toISOString().slice(0, 10);
-}
-
-export function formatBytes(n) {
-  if (typeof n !== "number" || !Number.isFinite(n)) return "";
-  if (n < 1024) return `${n} B`;
-  if (n < 1024 * 1024) return `${(n / 1024).toFixed(1)} KB`;
-  return `${(n / 1024 / 1024).toFixed(1)} MB`;
-}
-
-export function formatUsage(u) {
-  if (!u) return "";
-  const parts = [];
-  if (num(u.inputTokens) !== null) parts.push(`${u.inputTokens.toLocaleString("en-US")} in`);
-  if (num(u.outputTokens) !== null) parts.push(`${u.outputTokens.toLocaleString("en-US")} out`);
-  if (num(u.totalCost) !== null && u.totalCost > 0) parts.push(`$${u.totalCost.toFixed(4)}`);
-  return parts.join(" · ");
 }
 
 /** Human text for who settled a decision: "you", "Pheby", "timeout"... */

@@ -3,7 +3,7 @@
 
 import { ApiError } from "./api.js";
 import { h, clear, replaceChildren } from "./dom.js";
-import { relativeTime } from "./reducer.js";
+import { relativeTime } from "./format.js";
 
 // the daemon's job states (lvmh spawn): active, then running, or a terminal state
 const ACTIVE = new Set(["queued", "cloning", "pulling", "building", "creating", "starting"]);

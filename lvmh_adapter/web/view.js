@@ -3,7 +3,8 @@
 
 import { h } from "./dom.js";
 import { copyButton, renderMarkdown } from "./markdown.js";
-import { describeDecider, formatBytes, formatUsage, relativeTime, toMillis } from "./reducer.js";
+import { describeDecider } from "./reducer.js";
+import { clock, formatBytes, formatUsage, relativeTime, toMillis, untilText } from "./format.js";
 
 const CHOICE_LABELS = { once: "Allow once", session: "Allow for session", always: "Always allow", deny: "Deny" };
 const CHOICE_PAST = { once: "Allowed once", session: "Allowed for the session", always: "Always allowed", deny: "Denied" };
@@ -15,13 +16,6 @@ const STATUS_LABELS = {
   cancelled: "cancelled",
 };
 
-function clock(ts) {
-  const ms = toMillis(ts);
-  if (ms === null) return "";
-  const d = new Date(ms);
-  return d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
-}
-
 /** A <time> showing "5 min ago" (refreshed by app.js), the full date and time on hover. */
 export function timeEl(ts, cls = "") {
   const ms = toMillis(ts);
@@ -29,6 +23,21 @@ export function timeEl(ts, cls = "") {
   const d = new Date(ms);
   const full = d.toLocaleString([], { dateStyle: "full", timeStyle: "medium" });
   return h(`time.rel${cls}`, { datetime: d.toISOString(), title: full, "data-ts": String(ms) }, relativeTime(ms));
+}
+
+/** "denied automatically in 4 min (14:05)": a <time> app.js refreshes; null for what never expires. */
+export function expiryEl(expiresAt, what = "expires") {
+  const ms = toMillis(expiresAt);
+  if (ms === null) return null;
+  const d = new Date(ms);
+  return h("time.until", { datetime: d.toISOString(), "data-until": String(ms), "data-what": what,
+                           title: d.toLocaleString([], { dateStyle: "full", timeStyle: "medium" }) },
+    untilLine(ms, what));
+}
+
+export function untilLine(expiresAt, what = "expires", now = Date.now()) {
+  const when = untilText(expiresAt, now);
+  return when === "now" ? `${what} now` : `${what} ${when} (${clock(expiresAt)})`;
 }
 
 function pretty(value) {
@@ -184,7 +193,8 @@ function renderApproval(item, ctx) {
     }
     card.appendChild(buttons);
     card.appendChild(reason);
-    if (item.deadline) card.appendChild(h("div.muted.small", `Expires at ${clock(item.deadline)}`));
+    // unanswered, the agent denies it by itself at its deadline (the demo: [demo] approval_timeout)
+    if (item.deadline) card.appendChild(h("div.muted.small.expiry", "If nobody answers, ", expiryEl(item.deadline, "denied automatically")));
   }
   const err = ctx.errors.get(item.key);
   if (err) card.appendChild(h("div.error-text", { role: "alert" }, err));

@@ -99,6 +99,8 @@ async def test_newcomer_first_minute(ui, monkeypatch, capsys):
 
 
 async def test_new_conversation_with_another_model_and_effort(ui):
+    # an agent whose runs use the effort (the demo's do not: test_newcomer_first_minute) gets the picker
+    ui.svc.bridge.default_source.uses_reasoning = True
     page = await ui.page()
     await expect(page.locator("#conn")).to_contain_text("live")
     await page.click("#new-conv-btn")
@@ -219,7 +221,7 @@ async def test_failed_and_cancelled_runs_say_so(ui):
     await box.press("Enter")
     await expect(page.locator("#toasts")).to_contain_text(re.compile(r"run is (already )?active", re.I))
     await expect(page.locator("#toasts")).not_to_contain_text("offline")
-    await page.click("#abort-btn")
+    await page.click("#stop-run-btn")
     await expect(page.locator('.settled[data-settled="cancelled"]')).to_have_count(1)
     await expect(page.locator('.settled[data-settled="cancelled"]')).to_contain_text("Cancelled")
     await expect(page.locator('.pill[data-phase="done"]')).to_have_text("cancelled")

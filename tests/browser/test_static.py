@@ -98,7 +98,7 @@ def test_no_inner_html_with_data():
 
 
 def test_reducer_node_tests():
-    """The pure event reducer (lvmh_adapter/web/reducer.js) under node's test runner."""
+    """The page's pure modules (reducer.js, sessions.js, format.js, labels.js) under node's test runner."""
     node = shutil.which("node")
     if node is None:
         pytest.skip(missing_peer("Node", "node is not on PATH (needed for the reducer's node tests)"))
@@ -106,7 +106,7 @@ def test_reducer_node_tests():
     if int(version.lstrip("v").split(".")[0]) < 18:
         pytest.skip(missing_peer("Node", f"node {version} is too old for node --test (need >= 18)"))
     proc = subprocess.run(
-        [node, "--test", str(ROOT / "tests/browser/js/reducer.test.mjs")],
+        [node, "--test", *sorted(str(p) for p in (ROOT / "tests/browser/js").glob("*.test.mjs"))],
         capture_output=True,
         text=True,
         timeout=120,

@@ -124,7 +124,9 @@ async def test_token_gate_then_session_list(ui):
     await expect(items).to_have_count(2)
     await expect(page.locator(".session-list")).to_contain_text("Refactor the parser")
     await expect(page.locator(".session-list")).to_contain_text("Write release notes")
-    await expect(page.locator(".session-item .badge").first).to_have_text("local")
+    # the bridge's own agent is named, never called "online" or "local" (issue 38)
+    await expect(page.locator(".session-item .badge").first).to_have_text("Demo")
+    await expect(page.locator(".session-item .dot").first).to_have_attribute("title", "Demo agent ready")
     await expect(page.locator("#conn")).to_contain_text("live")
     assert await page.evaluate("localStorage.getItem('lvmh.token')") == LVMH_TOKEN
 
@@ -200,12 +202,13 @@ async def test_abort_a_slow_run(ui):
     await open_session(page, conv.conversation_id)
     await send(page, "/slow 30")
     await expect(page.locator(".msg-assistant.streaming")).to_contain_text("w2")
-    abort = page.locator("#abort-btn")
+    abort = page.locator("#stop-run-btn")  # Stop, in place of Send while the run streams
     await expect(abort).to_be_enabled()
     await abort.click()
     await expect(page.locator('.settled[data-settled="cancelled"]')).to_have_count(1)
     await expect(page.locator('.pill[data-phase="done"]')).to_have_text("cancelled")
-    await expect(page.locator("#abort-btn")).to_have_count(0)
+    await expect(page.locator("#stop-run-btn")).to_be_hidden()
+    await expect(page.locator("#send-btn")).to_be_visible()
     text = await page.locator(".msg-assistant").last.inner_text()
     assert "w300" not in text
     # the session takes prompts again
@@ -286,7 +289,7 @@ async def test_plugin_session_appears_and_streams(ui):
         await expect(item).to_be_visible()
         await expect(item).to_contain_text("fix flaky test")
         await expect(item).to_contain_text("tools/widgets")
-        await expect(item.locator(".badge")).to_have_text("agent")
+        await expect(item.locator(".badge")).to_have_text("pi · container")
         await expect(item.locator(".dot.online")).to_have_count(1)
         await open_session(page, sid)
         await expect(page.locator(".chips")).to_contain_text("glm-5.3 · zai-renaud")
@@ -417,7 +420,7 @@ async def test_a_restart_mid_run_shows_what_the_server_says(ui):
     await expect(failed).to_contain_text("interrupted by a restart")
     await expect(page.locator('.pill[data-phase="done"]')).to_have_text("failed")
     await expect(page.locator(".msg.streaming, .live-dot")).to_have_count(0)
-    await expect(page.locator("#abort-btn")).to_have_count(0)
+    await expect(page.locator("#stop-run-btn")).to_be_hidden()
     await expect(page.locator("#prompt-input")).to_be_enabled()
     await shot(page, "17-restart-mid-run")
 
@@ -487,7 +490,7 @@ async def test_spawn_from_gitlab_then_stop_container(browser, service_factory, t
             "id": sid, "name": None, "cwd": "/workspace", "model": "glm-5.3", "provider": "zai-renaud",
             "agent": True, "repo": "group/project", "startedAt": int(time.time() * 1000)})
         await plugin.connect()
-        await expect(page.locator(f'[data-session-id="{sid}"] .badge')).to_have_text("agent")
+        await expect(page.locator(f'[data-session-id="{sid}"] .badge')).to_have_text("pi · container")
         await expect(page.locator("#session-title")).to_have_text("group/project")
         await expect(page.locator("#waiting-session")).to_have_count(0)
         await expect(page.locator("#prompt-input")).to_be_enabled()

@@ -23,10 +23,13 @@ async def test_session_list_on_connect_and_on_plugin_connect_disconnect(lvmh, pl
     await p.connect()
     sessions = await b.session_list(lambda s: SID in _ids(s) and _ids(s)[SID]["online"])
     mine = _ids(sessions)[SID]
-    assert mine == {
+    spec = ("id", "name", "cwd", "model", "provider", "agent", "repo", "startedAt", "online", "lastEventAt")
+    assert {k: mine[k] for k in spec} == {
         "id": SID, "name": "pi work", "cwd": "/work/project", "model": "glm-5.3", "provider": "zai-renaud",
         "agent": True, "repo": "group/project", "startedAt": 1_700_000_000_000, "online": True, "lastEventAt": None,
     }
+    # and the web UI's extension fields (lvmh_adapter/activity.py)
+    assert set(mine) - set(spec) == {"status", "preview", "waiting", "agentName", "agentLabel"}
     await p.close()
     sessions = await b.session_list(lambda s: SID in _ids(s) and not _ids(s)[SID]["online"])
     assert _ids(sessions)[SID]["name"] == "pi work"

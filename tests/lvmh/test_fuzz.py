@@ -209,7 +209,7 @@ def test_browser_socket_survives_garbage(live, data):
         return
     answered = live.lt.run(live.probe(live.browser, data))
     for frame in answered:
-        assert frame["type"] in ("error", "session_list", "events", "spawn_status"), frame
+        assert frame["type"] in ("error", "session_list", "session_entry", "events", "spawn_status"), frame
     assert not live.browser.closed
 
 

@@ -156,6 +156,8 @@ async def test_demo_run_visible_over_rest(lvmh, api):
     assert mine == {
         "id": sid, "name": "Demo chat", "cwd": "", "model": "demo-small", "provider": "demo", "agent": False,
         "repo": None, "startedAt": mine["startedAt"], "online": True, "lastEventAt": None,
+        # the web UI's extension fields (lvmh_adapter/activity.py)
+        "status": "idle", "preview": "", "waiting": [], "agentName": "demo", "agentLabel": "Demo",
     }
     status, body = await api.post(f"/api/sessions/{sid}/prompt", {"message": "hello there"})
     assert status == 200 and body["ok"] is True and body["runId"]

@@ -2,9 +2,10 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import {
-  applyEvent, applyEvents, createSession, todosFromArgs, sortSessions, describeDecider, pendingDecisions,
-  relativeTime, formatUsage,
+  applyEvent, applyEvents, createSession, todosFromArgs, describeDecider, pendingDecisions,
 } from "../../../lvmh_adapter/web/reducer.js";
+import { relativeTime, formatUsage } from "../../../lvmh_adapter/web/format.js";
+import { sortSessions } from "../../../lvmh_adapter/web/sessions.js";
 
 const S = "sess-1";
 let seq = 0;
@@ -332,4 +333,21 @@ test("file badges", async () => {
   assert.equal(fileBadge("x.<b>", "a/<script>"), "SCRI");
   assert.equal(argsSummary({ command: "ls -la\nmore" }), "ls -la");
   assert.equal(argsSummary({ todos: [1, 2] }), "2 items");
+});
+
+test("a page reloaded mid-message shows when the message started, as the page that watched it", () => {
+  seq = 0;
+  const persisted = [ev("agent_start"), ev("message_start", { message: { role: "assistant", id: "a1" } })];
+  const start = persisted[1];
+  const reloaded = createSession(S);
+  applyEvents(reloaded, persisted); // the persisted events a reload fetches
+  // the inflight frame carries no time of its own
+  applyEvent(reloaded, { type: "inflight", sessionId: S, seq: 4, message: { role: "assistant", id: "a1" }, text: "one two" });
+  assert.equal(reloaded.byKey.get("m:a1").ts, start.ts);
+  // a page that watched it live: the bubble opened by its first delta carries the same time
+  seq = 0;
+  const watched = createSession(S);
+  applyEvents(watched, [ev("agent_start"), ev("message_start", { message: { role: "assistant", id: "a1" } }),
+                        ev("message_update", { delta: "one" })]);
+  assert.equal(watched.byKey.get("m:a1").ts, start.ts);
 });
