@@ -45,6 +45,9 @@ def serve_flags(args: argparse.Namespace) -> dict:
         "store": getattr(args, "store", None),
         "bus": getattr(args, "bus", None),
         "node_id": getattr(args, "node_id", None),
+        # operations (docs/operations.md)
+        "metrics_port": getattr(args, "metrics_port", None),
+        "metrics_host": getattr(args, "metrics_host", None),
     }
 
 
@@ -93,7 +96,7 @@ async def serve_async(cfg: Config) -> int:
         loop.add_signal_handler(signal.SIGHUP, service.reload_tls)
     except (NotImplementedError, RuntimeError, AttributeError):
         pass
-    for line in describe(cfg, ports):
+    for line in describe(cfg, ports, metrics_port=service.metrics_port):
         print(line, flush=True)  # after the handlers: once the banner is out, a signal is handled
     await stop.wait()
     log.info("shutting down")
