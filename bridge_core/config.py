@@ -154,6 +154,7 @@ class Config:
     docker_url: Optional[str] = None  # unix:///var/run/docker.sock or http://host:port
     worker_quota_mb: float = DEFAULT_WORKER_QUOTA_MB  # [lvmh]: events a plugin session may store (0: no limit)
     log_level: str = "INFO"
+    log_format: str = "text"  # --log-format: text or json (one object per line, docs/operations.md)
     metrics: MetricsConfig = attrs.field(factory=MetricsConfig)  # [metrics]
     wrong_auth_rate: float = DEFAULT_WRONG_RATE  # [security] wrong_attempts_per_second
     unauth_per_address: int = DEFAULT_UNAUTH_PER_ADDRESS  # [security] unauthenticated_per_address
@@ -380,6 +381,7 @@ def build_config(args: dict, environ: Optional[dict] = None, *, with_secrets: bo
         docker_url=env.get("LVMH_DOCKER_URL") or pick("docker_url", "lvmh", "docker_url"),
         worker_quota_mb=worker_quota,
         log_level=str(pick("log_level", "log_level", default="INFO")),
+        log_format=str(pick("log_format", "log_format", default="text")),
         wrong_auth_rate=wrong_rate,
         unauth_per_address=int(unauth_cap),
         push=parse_push(toml.get("push")),
@@ -394,6 +396,8 @@ def build_config(args: dict, environ: Optional[dict] = None, *, with_secrets: bo
     for path in (cfg.tls_cert, cfg.tls_key):
         if path and not os.access(path, os.R_OK):
             raise ConfigError(f"TLS file not readable: {path}")
+    if cfg.log_format not in ("text", "json"):
+        raise ConfigError(f"unknown log format {cfg.log_format!r}; choose text or json")
     port = args.get("metrics_port")
     port = env.get("AGENT_BRIDGE_METRICS_PORT") or None if port is None else port
     cfg.metrics = parse_metrics(port, args.get("metrics_host"), toml.get("metrics"), cfg.tls,
