@@ -99,7 +99,8 @@ async def _measure(devices: int, n: int, cold_n: int = COLD) -> dict:
 
     tmp = tempfile.mkdtemp(prefix="bench-event-cost-")
     try:
-        cfg = build_config({"data_dir": tmp, "adapters": "loomi", "loomi_port": 0, "host": "127.0.0.1"}, {})
+        cfg = build_config({"data_dir": tmp, "adapters": "loomi", "loomi_port": 0, "host": "127.0.0.1",
+                            "metrics_port": "off"}, {})
         svc = Service(cfg, DemoAgent())
         await svc.start()
         try:

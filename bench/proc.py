@@ -120,7 +120,8 @@ class Server:
             with open(conf, "w") as f:
                 f.write("[security]\nunauthenticated_per_address = 100000\n")
             cmd = run + ["cli", "serve", "--config", conf, "--data-dir", self.tmp, "--adapters", adapters,
-                   "--pheby-port", "0", "--loomi-port", "0", "--lvmh-port", "0", "--log-level", "WARNING", *args]
+                   "--pheby-port", "0", "--loomi-port", "0", "--lvmh-port", "0", "--metrics-port", "0",
+                   "--log-level", "WARNING", *args]
             self.portfile = os.path.join(self.tmp, "run", "ports.json")
         else:
             self.portfile = os.path.join(self.tmp, "ports.json")

@@ -102,6 +102,7 @@ class Bridge:
         self._cancel_origin: dict[str, cmd.Origin] = {}
         self.drafts = DraftSaver(self.store, self.conversations.__contains__)  # streaming drafts, saved now and then
         self.interrupted_runs: list[tuple[str, str]] = []
+        self.runs_ended: collections.Counter = collections.Counter()  # status -> runs this node ended (metrics)
         self.started = False
         # commands a core extension answers (bridge_core/push: push.register and friends), by type;
         # and the push notifier itself, when the composition root wired one (docs/push.md)
@@ -281,6 +282,7 @@ class Bridge:
             event = self._stamp(event)
         if type(event) is ev.RunFinished:
             self.close_run(event)
+            self.runs_ended[event.status] += 1
         conv_id = getattr(event, "conversation_id", None)
         if conv_id is not None:
             conv = self.conversations.get(conv_id)

@@ -48,6 +48,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import time
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Optional
 
 import attrs
@@ -180,6 +181,7 @@ class Cluster:
         self._origins: dict[str, cmd.Origin] = {}  # run_id -> the command origin of another node's run (move_run)
         self._ending: dict[str, asyncio.Future] = {}  # run_id -> resolved when its end is folded here (move_run)
         self.holds = holds.Holds(bridge.store, self.node_id)  # what this node answers for besides its runs
+        self.lag: Optional[float] = None  # s from the last event's publish (its ts) to its delivery here (metrics)
         bridge.cluster = self
 
     # --- joining, leaving ----------------------------------------------------------------------
@@ -250,6 +252,9 @@ class Cluster:
         if self._held is not None:
             self._held.append((n, node, data))
             return
+        ts = data.get("ts") if type(data) is dict else None
+        if type(ts) is float:
+            self.lag = time.time() - ts
         if node == self.node_id:
             event, own = self._own_event(data)
         else:

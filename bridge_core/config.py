@@ -24,6 +24,7 @@ from .security import (DEFAULT_UNAUTH_PER_ADDRESS, DEFAULT_WRONG_RATE, MIN_SECRE
 DEFAULT_PORTS = {"pheby": 8620, "loomi": 8621, "lvmh": 8686}
 ALL_ADAPTERS = ("pheby", "loomi", "lvmh")
 DEFAULT_WORKER_QUOTA_MB = 64.0  # [lvmh] worker_quota_mb (docs/security.md, "What a worker may store")
+DEFAULT_METRICS_PORT = 8699  # [metrics] port (docs/operations.md)
 
 
 class ConfigError(BridgeError):
@@ -100,6 +101,40 @@ def parse_push(raw: Any) -> PushConfig:
     return cfg
 
 
+@attrs.frozen
+class MetricsConfig:
+    """``[metrics]``, ``--metrics-port``, ``--metrics-host``: the Prometheus endpoint (docs/operations.md)."""
+
+    port: Optional[int] = DEFAULT_METRICS_PORT  # None: off
+    host: str = "127.0.0.1"
+    token: str = attrs.field(default="", repr=False)  # Bearer; required on a non-loopback host
+
+
+def parse_metrics(port: Any, host: Any, raw: Any, tls: bool, insecure_ok: bool) -> MetricsConfig:
+    """``[metrics]`` under ``port``/``host`` (None: not given); ConfigError for a bad value or an exposed endpoint."""
+    raw = {} if raw is None else raw
+    if not isinstance(raw, dict):
+        raise ConfigError("[metrics] must be a table")
+    for key in sorted(set(raw) - {"port", "host", "token"}):
+        raise ConfigError(f"unknown key metrics.{key}; known: port, host, token")
+    value = raw.get("port", DEFAULT_METRICS_PORT) if port is None else port
+    if value is False or str(value).strip().lower() == "off":
+        return MetricsConfig(port=None)
+    if isinstance(value, bool) or not str(value).strip().isdigit() or not 0 <= int(value) <= 65535:
+        raise ConfigError(f"metrics port must be 0-65535 or off, not {value!r}")
+    token = raw.get("token", "")
+    if not isinstance(token, str) or (token and len(token) < MIN_SECRET_LENGTH):
+        raise ConfigError(f"metrics.token must be a string of at least {MIN_SECRET_LENGTH} characters")
+    cfg = MetricsConfig(port=int(value), host=str(raw.get("host", "127.0.0.1") if host is None else host), token=token)
+    if not is_loopback(cfg.host) and not cfg.token:
+        raise ConfigError(f"refusing to serve metrics on {cfg.host} without [metrics] token (Prometheus sends it "
+                          "as a Bearer credential); or keep --metrics-host on loopback")
+    if not (is_loopback(cfg.host) or tls or insecure_ok):
+        raise ConfigError(f"refusing to serve metrics on {cfg.host} without TLS: pass --tls-cert/--tls-key, or set "
+                          "LOOMI_ALLOW_INSECURE_BIND=true (docs/operations.md)")
+    return cfg
+
+
 @attrs.define
 class Config:
     data_dir: str
@@ -120,6 +155,8 @@ class Config:
     docker_url: Optional[str] = None  # unix:///var/run/docker.sock or http://host:port
     worker_quota_mb: float = DEFAULT_WORKER_QUOTA_MB  # [lvmh]: events a plugin session may store (0: no limit)
     log_level: str = "INFO"
+    log_format: str = "text"  # --log-format: text or json (one object per line, docs/operations.md)
+    metrics: MetricsConfig = attrs.field(factory=MetricsConfig)  # [metrics]
     wrong_auth_rate: float = DEFAULT_WRONG_RATE  # [security] wrong_attempts_per_second
     unauth_per_address: int = DEFAULT_UNAUTH_PER_ADDRESS  # [security] unauthenticated_per_address
     admin_key: str = attrs.field(default="", repr=False)  # this run's, set by Service.start
@@ -360,6 +397,7 @@ def build_config(args: dict, environ: Optional[dict] = None, *, with_secrets: bo
         docker_url=env.get("LVMH_DOCKER_URL") or pick("docker_url", "lvmh", "docker_url"),
         worker_quota_mb=worker_quota,
         log_level=str(pick("log_level", "log_level", default="INFO")),
+        log_format=str(pick("log_format", "log_format", default="text")),
         wrong_auth_rate=wrong_rate,
         unauth_per_address=int(unauth_cap),
         push=parse_push(toml.get("push")),
@@ -375,6 +413,12 @@ def build_config(args: dict, environ: Optional[dict] = None, *, with_secrets: bo
     for path in (cfg.tls_cert, cfg.tls_key):
         if path and not os.access(path, os.R_OK):
             raise ConfigError(f"TLS file not readable: {path}")
+    if cfg.log_format not in ("text", "json"):
+        raise ConfigError(f"unknown log format {cfg.log_format!r}; choose text or json")
+    port = args.get("metrics_port")
+    port = env.get("AGENT_BRIDGE_METRICS_PORT") or None if port is None else port
+    cfg.metrics = parse_metrics(port, args.get("metrics_host"), toml.get("metrics"), cfg.tls,
+                                cfg.loomi_allow_insecure_bind)
     if with_secrets:
         for var in ("PHEBY_SECRET", "LVMH_TOKEN"):
             reason = weak_secret_reason(var, env.get(var))

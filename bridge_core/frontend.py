@@ -264,6 +264,59 @@ REFUSAL_BODIES = {
 STORE_KEY: web.AppKey = web.AppKey("agent_bridge_store")
 
 
+class FrontEndCounts:
+    """What a front end counted since it started, read by the metrics endpoint at scrape time
+    (bridge_core/metrics.py): plain int adds where the frames are written and replayed."""
+
+    __slots__ = ("frames_sent", "replay_events")
+
+    def __init__(self) -> None:
+        self.frames_sent = 0  # frames its outboxes wrote (hub.Outbox._sent)
+        self.replay_events = 0  # events resent to a client catching up (Loomi replay, lvmh ?after=)
+
+
+COUNTS_KEY: web.AppKey = web.AppKey("agent_bridge_counts", FrontEndCounts)
+
+
+async def listen(app: web.Application, name: str, limiter: AuthLimiter, host: str, port: int,
+                 ssl_context: Optional[ssl.SSLContext] = None,
+                 keepalive_timeout: float = 10.0) -> tuple[web.AppRunner, asyncio.AbstractServer, int]:
+    """Serve ``app`` on ``host:port`` behind ``limiter`` (at most its cap of unauthenticated connections
+    per address); (its runner, its listener, the bound port). PortInUse (one line) when it cannot."""
+    app[PROXY_RULE] = ProxyRule(limiter.trusted, name)  # security.client_address reads it
+    runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=2.0,
+                           keepalive_timeout=keepalive_timeout)  # fmt: skip
+    await runner.setup()
+    limiter.fit_to_descriptors()  # the descriptor limit as raised at start
+    # the listener is ours (not a TCPSite): its protocol factory is guarded (security.AuthLimiter)
+    loop = asyncio.get_running_loop()
+    try:
+        listener = await loop.create_server(limiter.guard(runner.server), host, port, ssl=ssl_context,
+                                            backlog=accept_batch_for())  # fmt: skip
+        # asyncio's backlog is also the kernel's queue: lengthen that one alone (security.accept_batch_for)
+        for sock in listener.sockets or []:
+            with sock.dup() as raw:
+                raw.listen(LISTEN_QUEUE)
+    except OSError as exc:
+        await runner.cleanup()
+        raise PortInUse(exc.errno, f"{name}: cannot listen on {host}:{port}: {exc.strerror}") from exc
+    sockets = listener.sockets or []
+    return runner, listener, sockets[0].getsockname()[1] if sockets else port
+
+
+async def close_listener(runner: Optional[web.AppRunner], listener: Optional[asyncio.AbstractServer]) -> None:
+    """Stop what ``listen`` started: no new connection, then the app's cleanup."""
+    if listener is not None:
+        listener.close()
+    if runner is not None:
+        await runner.cleanup()
+    if listener is not None:
+        try:
+            await asyncio.wait_for(listener.wait_closed(), 2.0)
+        except (asyncio.TimeoutError, Exception):
+            pass
+
+
 class ws_text_sender:
     """An Outbox sender: pre-encoded JSON bytes as WebSocket text frames.
 
@@ -281,12 +334,13 @@ class ws_text_sender:
     (``Store.synced``), so a client never holds an event a crash could take back.
     """
 
-    __slots__ = ("ws", "_store", "sync")
+    __slots__ = ("ws", "_store", "sync", "counts")
 
     def __init__(self, ws: web.WebSocketResponse, request: Optional[web.BaseRequest] = None):
         self.ws = ws
         self._store: Any = request.app.get(STORE_KEY) if request is not None else None
         self.sync = aiohttp_compat.FrameWriter(ws)
+        self.counts = request.app.get(COUNTS_KEY) if request is not None else None  # the Outbox adds what it wrote
 
     def durable_store(self) -> Any:
         """The store whose writes this connection's frames wait for (the Outbox waits for it)."""
@@ -323,6 +377,12 @@ class FrontEnd:
         self.limiter = AuthLimiter(rate=config.wrong_auth_rate, cap=config.unauth_per_address,
                                    refusal_body=REFUSAL_BODIES.get(self.name, REFUSED_JSON))
         self.limiter.trusted = tuple(getattr(config, "trusted_proxies", ()))
+        self.counts = FrontEndCounts()
+
+    def connections(self) -> int:
+        """Its open authenticated sockets (the metrics endpoint asks at scrape time); a front end whose
+        sockets authenticate after the upgrade counts those that did."""
+        return len(self.sockets)
 
     async def prepare(self) -> None:
         """Before the bridge starts: migrations, extra agent sources. The store is open."""
@@ -339,29 +399,10 @@ class FrontEnd:
     async def start(self, host: str, port: int, ssl_context: Optional[ssl.SSLContext] = None) -> int:
         app = self.build_app()
         app[STORE_KEY] = self.bridge.store  # frames wait for the writes queued before them (ws_text_sender)
-        app[PROXY_RULE] = ProxyRule(self.limiter.trusted, self.name)  # security.client_address reads it
-        self.runner = web.AppRunner(
-            app, handle_signals=False, access_log=None, shutdown_timeout=2.0, keepalive_timeout=self.keepalive_timeout
-        )
-        await self.runner.setup()
-        self.limiter.fit_to_descriptors()  # the descriptor limit as raised at start
-        # the listener is ours (not a TCPSite): its protocol factory is guarded, so an address
-        # holds at most `unauth_per_address` connections that have not authenticated (security.AuthLimiter)
-        loop = asyncio.get_running_loop()
-        try:
-            self._listener = await loop.create_server(
-                self.limiter.guard(self.runner.server), host, port, ssl=ssl_context, backlog=accept_batch_for()
-            )
-            # asyncio's backlog is also the kernel's queue: lengthen that one alone (security.accept_batch_for)
-            for sock in self._listener.sockets or []:
-                with sock.dup() as raw:
-                    raw.listen(LISTEN_QUEUE)
-        except OSError as exc:
-            await self.runner.cleanup()
-            self.runner = None
-            raise PortInUse(exc.errno, f"{self.name}: cannot listen on {host}:{port}: {exc.strerror}") from exc
-        sockets = self._listener.sockets or []
-        self.port = sockets[0].getsockname()[1] if sockets else port
+        app[COUNTS_KEY] = self.counts
+        # an address holds at most `unauth_per_address` connections that have not authenticated
+        self.runner, self._listener, self.port = await listen(app, self.name, self.limiter, host, port, ssl_context,
+                                                              self.keepalive_timeout)  # fmt: skip
         self._unsubscribe = self.bridge.hub.subscribe(self.on_event)
         return self.port
 
@@ -376,13 +417,5 @@ class FrontEnd:
                 pass
         await self.tasks.close()
         listener, self._listener = self._listener, None
-        if listener is not None:
-            listener.close()
-        if self.runner is not None:
-            await self.runner.cleanup()
-            self.runner = None
-        if listener is not None:
-            try:
-                await asyncio.wait_for(listener.wait_closed(), 2.0)
-            except (asyncio.TimeoutError, Exception):
-                pass
+        runner, self.runner = self.runner, None
+        await close_listener(runner, listener)

@@ -260,6 +260,7 @@ class Outbox:
         self.sent_frames = 0
         self.sent_bytes = 0
         self.writes = 0
+        self._counts = getattr(send, "counts", None)  # its front end's (frontend.FrontEndCounts): frames written
 
     def __len__(self) -> int:
         return len(self._q)
@@ -420,6 +421,8 @@ class Outbox:
         self.writes += 1
         self.sent_frames += frames
         self.sent_bytes += size
+        if self._counts is not None:
+            self._counts.frames_sent += frames
 
     def _take(self, most: int = BATCH_FRAMES) -> tuple[list, int]:
         """The frames at the head that may leave now, at most ``most`` and about BATCH_BYTES."""

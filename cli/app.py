@@ -13,7 +13,7 @@ import json
 import logging
 import os
 import sqlite3
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from bridge_core.agents.base import AgentSource
 from bridge_core.bridge import Bridge
@@ -27,6 +27,9 @@ from bridge_core.nodes import NodeHeartbeat
 from bridge_core.private import write_private
 from bridge_core.store import open_store
 from bridge_core.security import raise_nofile_limit, remove_admin_key, write_admin_key
+
+if TYPE_CHECKING:
+    from bridge_core.metrics import MetricsServer
 
 log = logging.getLogger("agent_bridge")
 
@@ -96,6 +99,8 @@ class Service:
         self.notifier: Notifier = None  # type: ignore[assignment]  # made in start, once the store is open
         self.tls: "TLSReloader | None" = None
         self.node: Optional[NodeHeartbeat] = None  # on a shared store: this node's heartbeat
+        self.metrics: "MetricsServer | None" = None  # the Prometheus endpoint, unless [metrics] port is off
+        self.metrics_port: Optional[int] = None
         if cfg.bus_url:  # several nodes: the bus wired into the core (bridge_core/cluster.py)
             from bridge_core.busauth import derive_key
             from bridge_core.cluster import connect
@@ -155,6 +160,7 @@ class Service:
         try:
             for name, fe in self.frontends.items():
                 self.ports[name] = await fe.start(cfg.host, cfg.ports[name], ssl_ctx)
+            await self._start_metrics(ssl_ctx)
         except PortInUse as exc:
             await self.stop()
             raise ConfigError(str(exc.args[1] if len(exc.args) > 1 else exc))
@@ -167,14 +173,29 @@ class Service:
             self.tls.on_change(lambda _fp: write_endpoints(cfg, self.ports, self.frontends))  # the QR's new fp
             self.tls.start()
         write_endpoints(cfg, self.ports, self.frontends)  # before ports.json: ready means both are there
-        write_private(os.path.join(cfg.run_dir, "ports.json"), json.dumps(self.ports))
+        listed = self.ports if self.metrics is None else {**self.ports, "metrics": self.metrics_port}
+        write_private(os.path.join(cfg.run_dir, "ports.json"), json.dumps(listed))
         return self.ports
+
+    async def _start_metrics(self, ssl_ctx: Any) -> None:
+        """The Prometheus endpoint (docs/operations.md): plain HTTP on loopback, the front ends' TLS elsewhere."""
+        m = self.cfg.metrics
+        if m.port is None:
+            return
+        from bridge_core.metrics import MetricsServer, bridge_registry
+
+        registry = bridge_registry(self.bridge, self.frontends, self.notifier, self.cfg.node_id)
+        self.metrics = MetricsServer(registry, self.cfg)
+        self.metrics_port = await self.metrics.start(m.port, None if is_loopback(m.host) else ssl_ctx)
 
     def reload_tls(self) -> bool:
         """SIGHUP: read the certificate and key again (docs/remote-access.md); True when it changed."""
         return self.tls.reload("SIGHUP") if self.tls is not None else False
 
     async def stop(self) -> None:
+        if self.metrics is not None:
+            await self.metrics.stop()
+            self.metrics = None
         if self.tls is not None:
             await self.tls.stop()
         for fe in self.frontends.values():
@@ -261,10 +282,12 @@ def write_endpoints(cfg: Config, ports: dict[str, int], frontends: dict) -> None
     write_private(os.path.join(cfg.run_dir, ENDPOINTS_FILE), json.dumps(info))
 
 
-def describe(cfg: Config, ports: dict[str, int], qr_fp: Optional[str] = None) -> list[str]:
+def describe(cfg: Config, ports: dict[str, int], qr_fp: Optional[str] = None,
+             metrics_port: Optional[int] = None) -> list[str]:
     """The lines a host prints (or logs) once the front ends listen: the URLs clients use (public ones
     when given, never a wildcard), warnings about them, and where the secrets are. ``qr_fp``: the
-    Loomi QR's pin (by default as the running service wrote it to ``run/endpoints.json``)."""
+    Loomi QR's pin (by default as the running service wrote it to ``run/endpoints.json``);
+    ``metrics_port``: where the Prometheus endpoint listens (docs/operations.md)."""
     if qr_fp is None:
         qr_fp = str((read_endpoints(cfg.run_dir) or {}).get("loomi_fp") or "")
     lines = [f"agent-bridge: {cfg.agent} agent, data in {cfg.data_dir}"]
@@ -272,6 +295,10 @@ def describe(cfg: Config, ports: dict[str, int], qr_fp: Optional[str] = None) ->
         extra = PATHS[name].format(http=_http_base(url), ws=url.replace("http", "ws", 1))
         bound = "" if name not in cfg.public_urls else f"  [listening on {cfg.host}:{ports[name]}]"
         lines.append(f"  {name:<6} {url}{extra}{bound}")
+    if metrics_port is not None:
+        host, tls = cfg.metrics.host, cfg.tls and not is_loopback(cfg.metrics.host)
+        shown = f"[{host}]" if ":" in host else host
+        lines.append(f"  {'metrics':<6} {'https' if tls else 'http'}://{shown}:{metrics_port}/metrics  (Prometheus)")
     lines += [f"  {n}" for n in remote_notes(cfg, ports, qr_fp)]
     for name, path in cfg.secret_paths.items():
         lines.append(f"  {name} stored in {path} (owner-only)")

@@ -50,6 +50,14 @@ def build_parser() -> argparse.ArgumentParser:
                        help="bus between nodes redis://HOST:PORT/N (needs --store; default in-process)")
     serve.add_argument("--node-id", default=None, metavar="NAME",
                        help="this node's name among the nodes (default generated once, kept in the data dir)")
+    # --- operations: metrics and structured logs (docs/operations.md) ---
+    serve.add_argument("--metrics-port", default=None, metavar="N|off",
+                       help="Prometheus metrics at http://127.0.0.1:N/metrics (default 8699; 0 = any free; off)")
+    serve.add_argument("--metrics-host", default=None, metavar="HOST",
+                       help="the metrics bind address (default 127.0.0.1; another needs [metrics] token)")
+    serve.add_argument("--log-format", default=None, choices=("text", "json"),
+                       help="log lines on stderr: text (default) or json, one object per line")
+    # --- end operations ---
     serve.set_defaults(func=_serve)
     from . import doctor  # remote access: agent-bridge doctor (docs/remote-access.md)
 

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import signal
 import sys
+from datetime import datetime, timezone
 from typing import Any
 
 from bridge_core import datadir, looping
-from bridge_core.config import Config, build_config, resolve_data_dir
+from bridge_core.config import Config, ConfigError, build_config, resolve_data_dir
+from bridge_core.redact import REDACTED, is_secret_key, redact
 from bridge_core.terminal import PrintableFormatter
 
 from .app import Service, check_bind, describe, make_agent
@@ -45,6 +48,10 @@ def serve_flags(args: argparse.Namespace) -> dict:
         "store": getattr(args, "store", None),
         "bus": getattr(args, "bus", None),
         "node_id": getattr(args, "node_id", None),
+        # operations (docs/operations.md)
+        "metrics_port": getattr(args, "metrics_port", None),
+        "metrics_host": getattr(args, "metrics_host", None),
+        "log_format": getattr(args, "log_format", None),
     }
 
 
@@ -71,9 +78,38 @@ class MalformedRequestFilter(logging.Filter):
         return True
 
 
-def setup_logging(level: str) -> None:
+_RECORD_FIELDS = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName"}
+
+
+class JsonFormatter(logging.Formatter):
+    """``--log-format json``: one object per line, ``time`` (UTC, ISO 8601), ``level``, ``logger``,
+    ``message``, then the record's extra fields (a secret-looking key's value redacted, bridge_core/redact.py)
+    and ``exc`` for a traceback. Every line is printable ASCII: JSON escapes the control characters and
+    ``ensure_ascii`` the rest (C1 controls, bidirectional overrides), so a client's string cannot drive the
+    terminal that tails it either (terminal.py)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds"),
+            "level": record.levelname, "logger": record.name, "message": record.getMessage(),
+        }
+        for key, value in record.__dict__.items():
+            if key not in _RECORD_FIELDS and not key.startswith("_") and key not in out:
+                out[key] = REDACTED if is_secret_key(key) else redact(value)
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        if record.stack_info:
+            out["stack"] = self.formatStack(record.stack_info)
+        return json.dumps(out, default=str).replace("\x7f", "\\u007f")
+
+
+def setup_logging(level: str, fmt: str = "text") -> None:
     handler = logging.StreamHandler(sys.stderr)  # a string a client chose cannot drive the terminal (terminal.py)
-    handler.setFormatter(PrintableFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    if fmt == "json":
+        handler.setFormatter(JsonFormatter())
+        logging.captureWarnings(True)  # a warning is a log object too, never a bare line on stderr
+    else:
+        handler.setFormatter(PrintableFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), handlers=[handler])
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     logging.getLogger("aiohttp.server").addFilter(MalformedRequestFilter())
@@ -93,7 +129,7 @@ async def serve_async(cfg: Config) -> int:
         loop.add_signal_handler(signal.SIGHUP, service.reload_tls)
     except (NotImplementedError, RuntimeError, AttributeError):
         pass
-    for line in describe(cfg, ports):
+    for line in describe(cfg, ports, metrics_port=service.metrics_port):
         print(line, flush=True)  # after the handlers: once the banner is out, a signal is handled
     await stop.wait()
     log.info("shutting down")
@@ -104,15 +140,24 @@ async def serve_async(cfg: Config) -> int:
 
 def run_serve(args: argparse.Namespace) -> int:
     flags = serve_flags(args)
-    # one process per data directory, taken before anything in it is read or written (its config,
-    # secrets, journal, run/): a second serve exits here naming the holder (bridge_core/datadir.py)
-    with datadir.hold(resolve_data_dir(flags), "agent-bridge serve"):
-        cfg = build_config(flags)
-        setup_logging(cfg.log_level)
-        check_bind(cfg)
-        # the bridge's own loop: outboxes flush at the end of each turn, with no turn added (bridge_core/looping.py)
-        with asyncio.Runner(loop_factory=looping.new_event_loop) as runner:
-            return runner.run(serve_async(cfg))
+    cfg: "Config | None" = None
+    try:
+        # one process per data directory, taken before anything in it is read or written (its config,
+        # secrets, journal, run/): a second serve exits here naming the holder (bridge_core/datadir.py)
+        with datadir.hold(resolve_data_dir(flags), "agent-bridge serve"):
+            cfg = build_config(flags)
+            setup_logging(cfg.log_level, cfg.log_format)
+            check_bind(cfg)
+            # the bridge's own loop: outboxes flush at the end of each turn, with no turn added (bridge_core/looping.py)
+            with asyncio.Runner(loop_factory=looping.new_event_loop) as runner:
+                return runner.run(serve_async(cfg))
+    except ConfigError as exc:
+        if (cfg.log_format if cfg is not None else flags.get("log_format")) != "json":
+            raise  # main prints the one line
+        if cfg is None:
+            setup_logging("INFO", "json")
+        log.error("agent-bridge: %s", exc.message)  # stderr stays one object per line
+        return 2
 
 
 __all__: list[Any] = ["run_serve", "Service", "serve_async", "config_from_args", "serve_flags"]

@@ -144,6 +144,9 @@ class LoomiFrontEnd(FrontEnd):
         """Whether a device would see ``conversation_id`` now (push: docs/push.md); a connected device sees every task."""
         return any(d.conn is not None for d in self.registry.devices.values())
 
+    def connections(self) -> int:
+        return sum(d.conn is not None for d in self.registry.devices.values())  # devices past their hello (metrics)
+
     # --- lifecycle ---------------------------------------------------------------
 
     async def prepare(self) -> None:
@@ -400,6 +403,7 @@ class LoomiFrontEnd(FrontEnd):
         )))
         for f in res.frames:
             conn.outbox.put(f)
+        self.counts.replay_events += len(res.frames)
         d.conn = conn
         conn.tasks.append(self.tasks.spawn(self._worker(conn), name="loomi-worker"))
         conn.tasks.append(self.tasks.spawn(self._heartbeat(conn), name="loomi-heartbeat"))

@@ -86,6 +86,7 @@ class Rest:
             return rest_error(exc)
         await self.fe.log.settle(sid)  # what the stream already showed is readable here
         raws = self.fe.log.read(sid, after, limit)
+        self.fe.counts.replay_events += len(raws)
         return web.Response(text=codec.json_array(raws), content_type="application/json")
 
     async def prompt(self, request: web.Request) -> web.Response:

@@ -109,6 +109,9 @@ class PhebyFrontEnd(FrontEnd):
         """Whether a client would see ``conversation_id`` now (push: docs/push.md); every Pheby client sees all."""
         return bool(self.conns)
 
+    def connections(self) -> int:
+        return len(self.conns)  # the sockets past their hello (metrics)
+
     # --- fan-out ----------------------------------------------------------------
 
     def on_event(self, seq: int, event: Any) -> None:

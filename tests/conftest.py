@@ -21,6 +21,10 @@ from tests.selection import pytest_collection_modifyitems, pytest_terminal_summa
 # the tests' loops are the one `agent-bridge serve` runs on (outboxes flush at the end of each turn)
 asyncio.set_event_loop_policy(looping.Policy())
 
+# the servers of the suite run side by side: none takes the default metrics port unless a test asks for
+# an endpoint (--metrics-port 0, make_config(metrics_port=0); tests/core/test_metrics.py)
+os.environ.setdefault("AGENT_BRIDGE_METRICS_PORT", "off")
+
 PHEBY_SECRET = "test-pheby-secret-0123456789"
 LVMH_TOKEN = "test-lvmh-token-0123456789"
 
@@ -34,6 +38,7 @@ def make_config(tmp_path, adapters=("pheby", "loomi", "lvmh"), **overrides):
         "pheby_port": 0,
         "loomi_port": 0,
         "lvmh_port": 0,
+        "metrics_port": "off",
     }
     flags.update(overrides)
     return build_config(flags, env)

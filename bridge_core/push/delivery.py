@@ -151,6 +151,7 @@ class Deliveries:
         self.subscriptions: dict[str, Subscription] = {}
         self.http: Optional[aiohttp.ClientSession] = None
         self.stats = collections.Counter()
+        self.results: collections.Counter = collections.Counter()  # (channel, result) -> attempts (metrics)
         if cfg.ntfy_url:
             self.targets["ntfy"] = Target(key="ntfy", kind="ntfy")
         if cfg.webhook_url:
@@ -302,6 +303,7 @@ class Deliveries:
                 result, asked = await self._send(t, item)
             finally:
                 t.sending = None
+            self.results[(t.kind, result)] += 1
             if result != "retry":
                 t.failures = 0
             if result == "ok":

@@ -96,7 +96,7 @@ class BridgeHost:
             owned.release()
             raise
         self.service, self.cfg, self.owned = service, cfg, owned
-        for line in describe(cfg, ports):
+        for line in describe(cfg, ports, metrics_port=service.metrics_port):
             log.info("%s", line)
 
     async def detach(self, adapter: Any) -> None:

@@ -15,7 +15,8 @@ async def test_a_started_service_hands_the_gil_over_at_the_short_interval(tmp_pa
     SQLite step: Service.start sets it (CPython's default, 5 ms, held a run's first frames ~20 ms)."""
     before = sys.getswitchinterval()
     sys.setswitchinterval(0.005)
-    cfg = build_config({"data_dir": str(tmp_path), "adapters": "loomi", "loomi_port": 0, "host": "127.0.0.1"}, {})
+    cfg = build_config({"data_dir": str(tmp_path), "adapters": "loomi", "loomi_port": 0, "host": "127.0.0.1",
+                        "metrics_port": "off"}, {})
     svc = Service(cfg, DemoAgent())
     try:
         await svc.start()
