@@ -127,6 +127,7 @@ SCHEMA: dict[str, frozenset] = {k: frozenset(v) for k, v in {
     "public_url": ALL_ADAPTERS,  # also a top-level "NAME=URL,..." string
     "public_fp": ALL_ADAPTERS,
 }.items()}
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 @attrs.define
@@ -218,7 +219,9 @@ def read_stored_secret(data_dir: str, name: str, env_var: str, label: str) -> st
         with open(path, "r", encoding="utf-8") as f:
             value = f.read().strip()
     except FileNotFoundError:
-        raise ConfigError(f"no {label} in {data_dir} yet: start `agent-bridge serve` first")
+        # the commands reading it first check that a server runs there (bridge_core/running.py): that one
+        # was given the secret in its environment, and keeps no copy
+        raise ConfigError(f"no {label} stored in {data_dir} (its server was given ${env_var}): set {env_var} here too")
     except OSError as exc:
         raise ConfigError(f"cannot read the {label} ({exc.strerror or exc})")
     if not value:
@@ -389,6 +392,8 @@ def build_config(args: dict, environ: Optional[dict] = None, *, with_secrets: bo
         store_url=args.get("store") or env.get("AGENT_BRIDGE_STORE") or pick("store", "store", "url"),
         bus_url=args.get("bus") or env.get("AGENT_BRIDGE_BUS") or pick("bus", "bus", "url"),
     )
+    if cfg.log_level.upper() not in LOG_LEVELS:
+        raise ConfigError(f"--log-level must be one of {', '.join(LOG_LEVELS)}, not {cfg.log_level!r}")
     apply_remote_options(cfg, args, toml)
     check_engines(cfg.store_url, cfg.bus_url)
     if bool(cfg.tls_cert) != bool(cfg.tls_key):
