@@ -16,6 +16,7 @@ from typing import Any, Optional
 
 import attrs
 
+from .config_schema import TOP, Section, declared, unknown_name
 from .errors import BridgeError
 from .private import private_dir, write_private
 from .security import (DEFAULT_UNAUTH_PER_ADDRESS, DEFAULT_WRONG_RATE, MIN_SECRET_LENGTH, is_loopback,  # noqa: F401
@@ -115,8 +116,6 @@ def parse_metrics(port: Any, host: Any, raw: Any, tls: bool, insecure_ok: bool) 
     raw = {} if raw is None else raw
     if not isinstance(raw, dict):
         raise ConfigError("[metrics] must be a table")
-    for key in sorted(set(raw) - {"port", "host", "token"}):
-        raise ConfigError(f"unknown key metrics.{key}; known: port, host, token")
     value = raw.get("port", DEFAULT_METRICS_PORT) if port is None else port
     if value is False or str(value).strip().lower() == "off":
         return MetricsConfig(port=None)
@@ -133,6 +132,34 @@ def parse_metrics(port: Any, host: Any, raw: Any, tls: bool, insecure_ok: bool) 
         raise ConfigError(f"refusing to serve metrics on {cfg.host} without TLS: pass --tls-cert/--tls-key, or set "
                           "LOOMI_ALLOW_INSECURE_BIND=true (docs/operations.md)")
     return cfg
+# --- the config file's schema: each section and the keys its parser reads (bridge_core/config_schema.py) -----
+# A file naming anything else is refused with the nearest name; a parser reading a key missing here fails.
+
+SCHEMA: dict[str, frozenset] = {k: frozenset(v) for k, v in {
+    TOP: ("adapters", "agent", "host", "log_level", "log_format", "public_url", "public_fp", "trusted_proxy"),
+    # the front ends: here (port, public_url, ...) and in pheby_adapter/server.py, pacing.py, loomi_adapter/server.py,
+    # lvmh_adapter/server.py, spawn.py
+    "pheby": ("port", "hello_timeout", "heartbeat", "rate", "burst", "outbox_items", "draft_interval_ms",
+              "draft_min_interval_ms", "draft_max_interval_ms", "draft_full_chars"),
+    "loomi": ("port", "allow_insecure_bind", "pair_ttl", "public_url", "hello_timeout", "ping_interval",
+              "pong_timeout", "max_missed_pongs", "outbox_items", "rate", "burst"),
+    "lvmh": ("port", "public_url", "gitlab_url", "docker_url", "worker_quota_mb", "plugin_return_seconds",
+             "worker_image", "git_image", "models_json", "models_json_target", "worker_context", "worker_dockerfile",
+             "agent_url", "network", "clone_user", "clone_timeout", "build_timeout", "max_active_spawns",
+             "job_retention"),
+    "tls": ("cert", "key", "watch_interval"),  # watch_interval: cli/app.py
+    "attachments": ("retention_days",),
+    "demo": ("approval_timeout",),
+    "security": ("wrong_attempts_per_second", "unauthenticated_per_address"),
+    "push": tuple(attrs.fields_dict(PushConfig)),
+    "store": ("url",),
+    "bus": ("url", "key"),
+    "node": ("id",),
+    "metrics": ("port", "host", "token"),
+    "public_url": ALL_ADAPTERS,  # also a top-level "NAME=URL,..." string
+    "public_fp": ALL_ADAPTERS,
+}.items()}
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 @attrs.define
@@ -182,8 +209,9 @@ class Config:
         return os.path.join(self.data_dir, "run")
 
     def section(self, name: str) -> dict:
+        """``[name]`` of the config file (empty when absent); reading a key SCHEMA lacks raises."""
         val = self.extra.get(name)
-        return val if isinstance(val, dict) else {}
+        return Section(name, val if isinstance(val, dict) else {}, SCHEMA)
 
 
 def default_data_dir() -> str:
@@ -195,9 +223,11 @@ def _truthy(value: Any) -> bool:
 
 
 def read_toml(path: str) -> dict:
+    """The config file at ``path``; ConfigError (one line) when unreadable, not TOML, or naming a
+    section or key ``SCHEMA`` lacks (with the nearest valid name)."""
     try:
         with open(path, "rb") as f:
-            return tomllib.load(f)
+            toml = tomllib.load(f)
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {path}")
     except PermissionError:
@@ -206,6 +236,10 @@ def read_toml(path: str) -> dict:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}")
     except OSError as exc:
         raise ConfigError(f"config file {path} unreadable: {exc.strerror}")
+    wrong = unknown_name(toml, SCHEMA, path)
+    if wrong:
+        raise ConfigError(wrong)
+    return toml
 
 
 def read_stored_secret(data_dir: str, name: str, env_var: str, label: str) -> str:
@@ -220,7 +254,9 @@ def read_stored_secret(data_dir: str, name: str, env_var: str, label: str) -> st
         with open(path, "r", encoding="utf-8") as f:
             value = f.read().strip()
     except FileNotFoundError:
-        raise ConfigError(f"no {label} in {data_dir} yet: start `agent-bridge serve` first")
+        # the commands reading it first check that a server runs there (bridge_core/running.py): that one
+        # was given the secret in its environment, and keeps no copy
+        raise ConfigError(f"no {label} stored in {data_dir} (its server was given ${env_var}): set {env_var} here too")
     except OSError as exc:
         raise ConfigError(f"cannot read the {label} ({exc.strerror or exc})")
     if not value:
@@ -331,6 +367,7 @@ def build_config(args: dict, environ: Optional[dict] = None, *, with_secrets: bo
         toml = read_toml(os.path.join(data_dir, "config.toml"))
 
     def pick(flag: str, *keys: str, default: Any = None) -> Any:
+        declared(SCHEMA, keys)
         if args.get(flag) is not None:
             return args[flag]
         node: Any = toml
@@ -405,6 +442,8 @@ def build_config(args: dict, environ: Optional[dict] = None, *, with_secrets: bo
         store_url=args.get("store") or env.get("AGENT_BRIDGE_STORE") or pick("store", "store", "url"),
         bus_url=args.get("bus") or env.get("AGENT_BRIDGE_BUS") or pick("bus", "bus", "url"),
     )
+    if cfg.log_level.upper() not in LOG_LEVELS:
+        raise ConfigError(f"--log-level must be one of {', '.join(LOG_LEVELS)}, not {cfg.log_level!r}")
     apply_remote_options(cfg, args, toml)
     check_engines(cfg.store_url, cfg.bus_url)
     cfg.bus_key = bus_key_from(env, pick("bus_key", "bus", "key"))

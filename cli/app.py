@@ -8,6 +8,7 @@ without one of them still starts the others (docs/architecture.md).
 
 from __future__ import annotations
 
+import errno
 import importlib
 import json
 import logging
@@ -25,6 +26,7 @@ from bridge_core.runtime import tune_for_serving
 from bridge_core.errors import BridgeError, Unavailable
 from bridge_core.nodes import NodeHeartbeat
 from bridge_core.private import write_private
+from bridge_core.running import command_line, holder_of_port
 from bridge_core.store import open_store
 from bridge_core.security import raise_nofile_limit, remove_admin_key, write_admin_key
 
@@ -62,18 +64,32 @@ def is_available(name: str) -> bool:
         return False
 
 
+def hermes_installed() -> bool:
+    """Whether Hermes (its ``hermes_cli`` package) can be imported here."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("hermes_cli") is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def make_agent(cfg: Config) -> AgentSource:
-    """The agent source ``agent-bridge serve`` runs (the Hermes agent runs only inside Hermes's gateway)."""
+    """The agent source ``agent-bridge serve`` runs: the demo agent. The Hermes agent runs only inside
+    Hermes's gateway, so it is named only where Hermes is installed (docs/hermes.md)."""
     if cfg.agent == "demo":
         from bridge_core.agents.demo import DemoAgent
 
         return DemoAgent(approval_timeout=cfg.approval_timeout or None)
+    gateway = ("the Hermes agent runs inside Hermes's own gateway: enable the agent-bridge plugin and run "
+               "`hermes gateway run` (see docs/hermes.md)")
     if cfg.agent == "hermes":
-        raise ConfigError(
-            "the Hermes agent runs inside Hermes's own gateway: enable the agent-bridge plugin and run "
-            "`hermes gateway run` (see docs/hermes.md)"
-        )
-    raise ConfigError(f"unknown agent {cfg.agent!r}; choose demo or hermes")
+        raise ConfigError(gateway if hermes_installed() else
+                          "Hermes is not installed here (pip install 'agent-bridge[hermes]'); `agent-bridge serve` "
+                          "runs the demo agent (--agent demo), Hermes runs agent-bridge in its gateway "
+                          "(docs/hermes.md)")
+    raise ConfigError(f"unknown agent {cfg.agent!r}; choose demo (the agent `agent-bridge serve` runs)"
+                      + (f"; {gateway}" if hermes_installed() else ""))
 
 
 def check_bind(cfg: Config) -> None:
@@ -163,7 +179,7 @@ class Service:
             await self._start_metrics(ssl_ctx)
         except PortInUse as exc:
             await self.stop()
-            raise ConfigError(str(exc.args[1] if len(exc.args) > 1 else exc))
+            raise ConfigError(listen_failure(cfg, name, exc))
         self.bridge.report_interrupted()  # every front end listens now: runs a crash cut short end as failed
         tune_for_serving()  # bridge_core/runtime.py: what start-up built is frozen out of GC scans
         os.makedirs(cfg.run_dir, mode=0o700, exist_ok=True)
@@ -221,10 +237,31 @@ class Service:
             remove_admin_key(self.cfg.data_dir, self.cfg.admin_key)
 
 
+def listen_failure(cfg: Config, name: str, exc: PortInUse) -> str:
+    """The one line ``serve`` exits with when front end ``name`` cannot listen, with the likely cause:
+    another agent-bridge (named, with its pid, when it is one a user starts without --data-dir), or
+    another program; and the flag that picks a free port."""
+    text = str(exc.args[1] if len(exc.args) > 1 else exc)
+    port, flag = cfg.ports.get(name, 0), f"--{name}-port"
+    if exc.errno == errno.EADDRINUSE:
+        other = holder_of_port(port, cfg.data_dir)
+        if other is not None:
+            pid = f" (pid {other[1]})" if other[1] else ""
+            return (f"{text}: agent-bridge is already running on {other[0]}{pid}; stop it, or give this one other "
+                    f"ports ({flag} 0 picks a free one)")
+        return (f"{text}: is another program (or an agent-bridge on another data directory) using port {port}? "
+                f"Stop it, or choose another port ({flag} 0 picks a free one)")
+    if exc.errno == errno.EACCES and 0 < port < 1024:
+        return f"{text}: ports below 1024 need privileges; choose another ({flag} 0 picks a free one)"
+    return text
+
+
 # --- what a client is told: public URLs, else the bound addresses (docs/remote-access.md) -------------
 
-PATHS = {"pheby": "  (attachments {http}/attachments/<id>)", "loomi": "  (pair a phone: agent-bridge loomi pair)",
-         "lvmh": "/  (web UI, log in with `agent-bridge lvmh open`; plugins: {ws}/agent/ws)"}
+PATHS = {"pheby": "  (connect the app: `{cmd}`; attachments {http}/attachments/<id>)",
+         "loomi": "  (pair a phone: `{cmd}`)", "lvmh": "/  (web UI, log in with `{cmd}`; plugins: {ws}/agent/ws)"}
+COMMANDS = {"pheby": "pheby connect", "loomi": "loomi pair", "lvmh": "lvmh open"}
+PHONES = ("pheby", "loomi")  # the front ends a phone dials (lvmh is a browser's, on this machine or through a proxy)
 
 
 def endpoint_urls(cfg: Config, ports: dict[str, int]) -> dict[str, str]:
@@ -244,11 +281,17 @@ def remote_notes(cfg: Config, ports: dict[str, int], qr_fp: str = "") -> list[st
     """Warnings for what a phone would be told and could not use (printed with the banner)."""
     notes = []
     urls = endpoint_urls(cfg, ports)
-    local = [n for n, u in urls.items() if undialable_reason(u)]
+    # a public URL is meant for phones: one they cannot dial is a mistake; a loopback bind is local use
+    wrong = [n for n in PHONES if n in cfg.public_urls and n in urls and undialable_reason(urls[n])]
+    if wrong:
+        reason = undialable_reason(urls[wrong[0]])
+        notes.append(f"warning: a phone cannot dial {', '.join(wrong)} ({reason}): give a --public-url that names an "
+                     "address phones reach (docs/remote-access.md)")
+    local = [n for n in PHONES if n in urls and n not in cfg.public_urls and undialable_reason(urls[n])]
     if local:
-        reason = undialable_reason(urls[local[0]])
-        notes.append(f"warning: a phone cannot dial {', '.join(local)} ({reason}): bind a reachable --host with TLS, "
-                     "or put a proxy in front and pass --public-url (docs/remote-access.md)")
+        notes.append(f"note: {' and '.join(local)} listen{'s' if len(local) == 1 else ''} on {cfg.host}, for this "
+                     "machine only; for a phone elsewhere "
+                     "see docs/remote-access.md (--host with TLS, or a proxy and --public-url)")
     loomi = cfg.public_urls.get("loomi")
     if loomi and loomi.startswith("wss://") and not qr_fp:
         notes.append("note: the Loomi QR carries no certificate pin: the certificate phones see at "
@@ -292,7 +335,8 @@ def describe(cfg: Config, ports: dict[str, int], qr_fp: Optional[str] = None,
         qr_fp = str((read_endpoints(cfg.run_dir) or {}).get("loomi_fp") or "")
     lines = [f"agent-bridge: {cfg.agent} agent, data in {cfg.data_dir}"]
     for name, url in endpoint_urls(cfg, ports).items():
-        extra = PATHS[name].format(http=_http_base(url), ws=url.replace("http", "ws", 1))
+        extra = PATHS[name].format(http=_http_base(url), ws=url.replace("http", "ws", 1),
+                                   cmd=command_line(COMMANDS[name], cfg.data_dir))
         bound = "" if name not in cfg.public_urls else f"  [listening on {cfg.host}:{ports[name]}]"
         lines.append(f"  {name:<6} {url}{extra}{bound}")
     if metrics_port is not None:
@@ -308,5 +352,5 @@ def describe(cfg: Config, ports: dict[str, int], qr_fp: Optional[str] = None,
     return lines
 
 
-__all__ = ["FRONTENDS", "Service", "check_bind", "describe", "endpoint_urls", "frontend_class", "is_available",
-           "make_agent", "read_endpoints", "remote_notes"]
+__all__ = ["FRONTENDS", "Service", "check_bind", "describe", "endpoint_urls", "frontend_class", "hermes_installed",
+           "is_available", "listen_failure", "make_agent", "read_endpoints", "remote_notes"]

@@ -27,6 +27,7 @@ from typing import Any, Callable, Optional, TypeVar
 
 from bridge_core.config import build_config, undialable_reason
 from bridge_core import datadir, qr
+from bridge_core.running import command_line, not_running, server_running
 from bridge_core.redact import fingerprint
 from bridge_core.security import admin_key_path, is_loopback, read_admin_key
 from bridge_core.terminal import printable
@@ -47,22 +48,28 @@ class ServerError(Exception):
 
 
 def add_parser(subparsers: Any, common_options: Any) -> None:
-    loomi = subparsers.add_parser("loomi", help="Loomi phones: pair a device, list and revoke devices")
+    loomi = subparsers.add_parser("loomi", help="Loomi phones: pair a device, list and revoke devices",
+                                  description="Loomi phones (Android, paired by a QR code): pair, list, revoke.")
+    common_options(loomi)
     sub = loomi.add_subparsers(dest="loomi_command", metavar="COMMAND")
 
-    pair = sub.add_parser("pair", help="print a one-time pairing QR code (the server must be running)")
+    what = "print a one-time pairing QR code (the server must be running)"
+    pair = sub.add_parser("pair", help=what, description=what[0].upper() + what[1:] + ".")
     common_options(pair)
     pair.add_argument("--json", action="store_true", help="print only the QR payload, as one JSON line")
     pair.add_argument("--ttl", type=float, default=None, metavar="SECONDS",
                       help="token lifetime (default 300, or [loomi] pair_ttl)")
     pair.set_defaults(func=cmd_pair)
 
-    devs = sub.add_parser("devices", help="list paired devices")
+    devs = sub.add_parser("devices", help="list paired devices",
+                          description="List the paired devices (from the database when the server is not running).")
     common_options(devs)
     devs.add_argument("--json", action="store_true", help="print a JSON list")
     devs.set_defaults(func=cmd_devices)
 
-    revoke = sub.add_parser("revoke", help="revoke a device; its open sockets close at once")
+    revoke = sub.add_parser("revoke", help="revoke a device; its open sockets close at once",
+                            description="Revoke a device: its credential, push subscriptions and decision links "
+                                        "stop working, and its open sockets close at once.")
     common_options(revoke)
     revoke.add_argument("device_id", metavar="DEVICE_ID")
     revoke.set_defaults(func=cmd_revoke)
@@ -98,10 +105,12 @@ def _endpoint(data_dir: str) -> tuple[int, bool, str]:
         with open(path, "r", encoding="utf-8") as f:
             ports = json.load(f)
     except (OSError, ValueError):
-        raise NotRunning(f"agent-bridge is not running (no {path}); start it with `agent-bridge serve`")
+        raise NotRunning(not_running(data_dir) if not server_running(data_dir)[0] else
+                         f"the agent-bridge on {data_dir} has not written {path} yet: it is starting; try again")
     port = ports.get("loomi") if isinstance(ports, dict) else None
     if not isinstance(port, int):
-        raise NotRunning("the running agent-bridge has no Loomi front end (start it with --adapters ...,loomi)")
+        raise NotRunning(f"the agent-bridge running on {data_dir} has no Loomi front end: restart it with "
+                         f"{command_line('serve', data_dir)} --adapters ...,loomi")
     return port, False, ""
 
 
@@ -114,8 +123,7 @@ def _admin_key(data_dir: str) -> str:
     except OSError as exc:
         raise ServerError(f"cannot read {admin_key_path(data_dir)}: {exc.strerror or exc}")
     if not key:
-        raise NotRunning(f"agent-bridge is not running (no {admin_key_path(data_dir)}); "
-                         "start it with `agent-bridge serve`")
+        raise NotRunning(not_running(data_dir))
     return key
 
 
@@ -202,6 +210,9 @@ def tls_line(url: str, fp: str) -> str:
 
 def cmd_pair(args: argparse.Namespace) -> int:
     data_dir = _data_dir(args)
+    if not server_running(data_dir)[0]:  # a killed server's run/ files are no server (bridge_core/running.py)
+        print(f"agent-bridge: {not_running(data_dir)}", file=sys.stderr)
+        return 1
     body = {} if args.ttl is None else {"ttl": args.ttl}
     try:
         status, answer = _call(data_dir, "POST", "/internal/pair/new", body)

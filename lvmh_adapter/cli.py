@@ -8,16 +8,17 @@ The login link is ``http://127.0.0.1:<port>/#token=<LVMH_TOKEN>``: the token tra
 the URL fragment, which a browser never sends in a request line (so no server or proxy
 log sees it); the page stores it and clears the fragment. The link is the secret: this
 command prints it on request only, never ``serve`` into a log. See README, "The web UI".
+``open`` needs a server running on the data directory (else one line says how to start it),
+and with ``--browser`` exits 1 when no browser starts (the link is printed all the same).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import urllib.parse
-from typing import Any, Optional
+from typing import Any
 
 from bridge_core.private import open_private, private_dir
 
@@ -31,16 +32,22 @@ def plugin_path() -> str:
 
 
 def add_parser(subparsers: Any, common_options: Any) -> None:
-    lvmh = subparsers.add_parser("lvmh", help="lvmh: the pi extension for mirroring pi sessions")
+    lvmh = subparsers.add_parser("lvmh", help="lvmh: log in to the web UI (lvmh open); the pi extension's path",
+                                 description="lvmh: the web UI (`agent-bridge lvmh open` prints its login link) "
+                                             "and the pi extension that mirrors pi sessions into it.")
+    common_options(lvmh)
     sub = lvmh.add_subparsers(dest="lvmh_command", metavar="COMMAND")
-    path = sub.add_parser("plugin-path", help="print the absolute path of the pi extension (pi -e <path>)")
-    common_options(path)
-    path.set_defaults(func=cmd_plugin_path)
-    opener = sub.add_parser("open", help="print a login link to the web UI (the token rides in the URL fragment)")
+    what = "print a login link to the web UI (the token rides in the URL fragment); the server must be running"
+    opener = sub.add_parser("open", help=what, description=what[0].upper() + what[1:] + ".")
     common_options(opener)
     opener.add_argument("--browser", action="store_true",
-                        help="also open it in the default browser (through an owner-only file, not the command line)")
+                        help="also open it in the default browser (through an owner-only file, not the command line); "
+                             "exit status 1 when none starts")
     opener.set_defaults(func=cmd_open)
+    what = "print the absolute path of the pi extension (pi -e <path>)"
+    path = sub.add_parser("plugin-path", help=what, description=what[0].upper() + what[1:] + ".")
+    common_options(path)
+    path.set_defaults(func=cmd_plugin_path)
 
     def usage(args: argparse.Namespace) -> int:
         lvmh.print_help()
@@ -64,40 +71,43 @@ def _read_token(data_dir: str) -> str:
     return read_stored_secret(data_dir, "lvmh_token", "LVMH_TOKEN", "lvmh token")
 
 
-def _base_url(cfg: Any) -> tuple[str, bool]:
-    """(the web UI's base URL, whether a running server's ports.json named the port)."""
+class NotServing(Exception):
+    pass
+
+
+def _base_url(cfg: Any) -> str:
+    """The web UI's base URL as the server running on ``cfg``'s data directory serves it (its
+    ``--public-url lvmh=``, or ``[lvmh] public_url``, else its bound port on this machine);
+    ``NotServing`` with the one line to print when no server runs there, or it has no lvmh."""
     from bridge_core.config import read_endpoints
+    from bridge_core.running import command_line, not_running, run_ports, server_running
 
     from .auth import public_url
 
+    running, _pid = server_running(cfg.data_dir)
+    if not running:
+        raise NotServing(not_running(cfg.data_dir))
     running_info = read_endpoints(cfg.run_dir)  # the running server's --public-url lvmh=, if it has one
     if running_info and "lvmh" in running_info.get("public", ()):
-        return str(running_info["urls"]["lvmh"]).rstrip("/"), True
+        return str(running_info["urls"]["lvmh"]).rstrip("/")
+    port = (run_ports(cfg.data_dir) or {}).get("lvmh")
+    if not isinstance(port, int):
+        raise NotServing(f"the agent-bridge running on {cfg.data_dir} has no lvmh front end: restart it with "
+                         f"{command_line('serve', cfg.data_dir)} --adapters ...,lvmh")
     public = public_url(cfg)
     if isinstance(public, str) and public.startswith(("http://", "https://")):
-        return public.rstrip("/"), True
-    port: Optional[int] = None
-    try:
-        with open(os.path.join(cfg.run_dir, "ports.json"), "r", encoding="utf-8") as f:
-            ports = json.load(f)
-        if isinstance(ports, dict) and isinstance(ports.get("lvmh"), int):
-            port = ports["lvmh"]
-    except (OSError, ValueError):
-        pass
-    running = port is not None
-    if port is None:
-        port = cfg.ports.get("lvmh", 8686)
+        return public.rstrip("/")
     host = cfg.host
     if host in ("0.0.0.0", "::", ""):
         host = "127.0.0.1"  # a wildcard bind is reached on loopback from this machine
     shown = f"[{host}]" if ":" in host else host
-    return f"{'https' if cfg.tls else 'http'}://{shown}:{port}", running
+    return f"{'https' if cfg.tls else 'http'}://{shown}:{port}"
 
 
-def login_link(cfg: Any) -> tuple[str, bool]:
-    base, running = _base_url(cfg)
+def login_link(cfg: Any) -> str:
+    base = _base_url(cfg)
     token = _read_token(cfg.data_dir)
-    return f"{base}/#token={urllib.parse.quote(token, safe='')}", running
+    return f"{base}/#token={urllib.parse.quote(token, safe='')}"
 
 
 def cmd_open(args: argparse.Namespace) -> int:
@@ -106,22 +116,25 @@ def cmd_open(args: argparse.Namespace) -> int:
     try:
         cfg = build_config({"data_dir": getattr(args, "data_dir", None), "config": getattr(args, "config", None)},
                            with_secrets=False)
-        link, running = login_link(cfg)
+        link = login_link(cfg)
     except ConfigError as exc:
         print(f"agent-bridge: {exc}", file=sys.stderr)
         return 1
-    if not running:
-        print("agent-bridge: warning: the server does not seem to be running (no run/ports.json); "
-              "start `agent-bridge serve`", file=sys.stderr)
+    except NotServing as exc:
+        print(f"agent-bridge: {exc}", file=sys.stderr)
+        return 1
     print("Open the web UI with this link (it contains the token: do not share it):")
-    print(f"  {link}")
-    if getattr(args, "browser", False):
-        _open_in_browser(cfg.run_dir, link)
+    print(f"  {link}", flush=True)
+    if getattr(args, "browser", False) and not _open_in_browser(cfg.run_dir, link):
+        print("agent-bridge: no browser could be started (set BROWSER to one); open the link above by hand",
+              file=sys.stderr)
+        return 1
     return 0
 
 
-def _open_in_browser(run_dir: str, link: str) -> None:
-    """Open ``link`` through an owner-only redirect file, so the token never shows in a process list."""
+def _open_in_browser(run_dir: str, link: str) -> bool:
+    """Open ``link`` through an owner-only redirect file, so the token never shows in a process list;
+    whether a browser started."""
     import html
     import webbrowser
 
@@ -130,5 +143,7 @@ def _open_in_browser(run_dir: str, link: str) -> None:
         f.write('<!doctype html><meta charset="utf-8"><meta name="referrer" content="no-referrer">'
                 f'<meta http-equiv="refresh" content="0;url={html.escape(link, quote=True)}">'
                 "<title>agent-bridge</title><p>Opening the web UI…</p>")
-    if not webbrowser.open("file://" + path):
-        print("agent-bridge: no browser could be started; open the link above", file=sys.stderr)
+    try:
+        return bool(webbrowser.open("file://" + path))
+    except webbrowser.Error:
+        return False

@@ -3,11 +3,13 @@
     agent-bridge pheby connect           # URL, secret and a QR code of both (a terminal only)
     agent-bridge pheby connect --json    # only the QR payload, one line: {"v":1,"url":...,"secret":...}
 
-The URL is the running server's Pheby URL (its ``--public-url pheby=`` when given, from
-``<data-dir>/run/endpoints.json``), else the one the configuration gives; the secret is
-``PHEBY_SECRET`` or ``<data-dir>/secrets/pheby_secret``. The secret is printed here only, on
-request, never by ``serve`` and never into a log; without ``--json`` the command refuses to print
-it when its output is not a terminal (a file, a pipe, a service log). See docs/remote-access.md.
+The server must be running on the data directory (else one line says how to start it): the URL
+is the one it tells clients (its ``--public-url pheby=`` when given, from
+``<data-dir>/run/endpoints.json``); the secret is ``PHEBY_SECRET`` or
+``<data-dir>/secrets/pheby_secret``. The secret is printed here only, on request, never by
+``serve`` and never into a log; without ``--json`` the command refuses to print it when its
+output is not a terminal (a file, a pipe, a service log). A phone elsewhere cannot dial a
+loopback URL: the command warns (docs/remote-access.md).
 """
 
 from __future__ import annotations
@@ -22,9 +24,12 @@ QR_VERSION = 1
 
 
 def add_parser(subparsers: Any, common_options: Any) -> None:
-    pheby = subparsers.add_parser("pheby", help="Pheby: connect the phone app")
+    pheby = subparsers.add_parser("pheby", help="Pheby (Android app): connect it to this bridge",
+                                  description="The Pheby app: `agent-bridge pheby connect` shows what it needs.")
+    common_options(pheby)
     sub = pheby.add_subparsers(dest="pheby_command", metavar="COMMAND")
-    connect = sub.add_parser("connect", help="show the Pheby URL and secret (and a QR code of them) for the app")
+    what = "show the Pheby URL and secret (and a QR code of them) for the app; the server must be running"
+    connect = sub.add_parser("connect", help=what, description=what[0].upper() + what[1:] + ".")
     common_options(connect)
     connect.add_argument("--json", action="store_true",
                          help='print only the QR payload {"v":1,"url":...,"secret":...} on one line')
@@ -43,15 +48,28 @@ def _secret(data_dir: str) -> str:
     return read_stored_secret(data_dir, "pheby_secret", "PHEBY_SECRET", "Pheby secret")
 
 
-def pheby_url(cfg: Any) -> tuple[str, bool]:
-    """(the URL the app dials, whether a running server told it)."""
-    from bridge_core.config import bound_url, read_endpoints
+class NoUrl(Exception):
+    pass
 
-    info = read_endpoints(cfg.run_dir)
-    if info and isinstance(info["urls"].get("pheby"), str):
-        return info["urls"]["pheby"], True
-    url = cfg.public_urls.get("pheby") or bound_url("pheby", cfg.host, cfg.ports.get("pheby", 8620), cfg.tls)
-    return url, False
+
+def pheby_url(data_dir: str) -> str:
+    """The URL the app dials, as the server running on ``data_dir`` tells clients; ``NoUrl`` with
+    the one line to print when no server runs there, or it has no Pheby front end."""
+    from bridge_core.config import read_endpoints
+    from bridge_core.running import command_line, not_running, server_running
+
+    running, pid = server_running(data_dir)
+    if not running:
+        raise NoUrl(not_running(data_dir))
+    info = read_endpoints(os.path.join(data_dir, "run"))
+    if not info:
+        raise NoUrl(f"the agent-bridge on {data_dir}{f' (pid {pid})' if pid else ''} has not written "
+                    "run/endpoints.json yet: it is starting; run this again in a moment")
+    url = info["urls"].get("pheby")
+    if not isinstance(url, str):
+        raise NoUrl(f"the agent-bridge running on {data_dir} has no Pheby front end: restart it with "
+                    f"{command_line('serve', data_dir)} --adapters ...,pheby")
+    return url
 
 
 def cmd_connect(args: argparse.Namespace) -> int:
@@ -60,21 +78,21 @@ def cmd_connect(args: argparse.Namespace) -> int:
     try:
         cfg = build_config({"data_dir": getattr(args, "data_dir", None), "config": getattr(args, "config", None)},
                            with_secrets=False)
-        url, running = pheby_url(cfg)
+        url = pheby_url(cfg.data_dir)
         secret = _secret(cfg.data_dir)
     except ConfigError as exc:
         print(f"agent-bridge: {getattr(exc, 'message', exc)}", file=sys.stderr)
+        return 1
+    except NoUrl as exc:
+        print(f"agent-bridge: {exc}", file=sys.stderr)
         return 1
     if not args.json and not sys.stdout.isatty():
         print("agent-bridge: not printing the Pheby secret: the output is not a terminal (it would land in a file "
               "or a log); run this in a terminal, or pass --json to print the payload on purpose", file=sys.stderr)
         return 1
     payload = json.dumps({"v": QR_VERSION, "url": url, "secret": secret}, separators=(",", ":"))
-    if not running:
-        print("agent-bridge: warning: the server does not seem to be running (no run/endpoints.json): the URL "
-              "comes from the configuration", file=sys.stderr)
     reason = undialable_reason(url)
-    if reason:
+    if reason:  # the phone is what this command is for: say it once, with the fix
         print(f"agent-bridge: warning: a phone cannot dial {url} ({reason}); serve with --public-url "
               "pheby=wss://<a name phones reach>/ws (docs/remote-access.md)", file=sys.stderr)
     if args.json:

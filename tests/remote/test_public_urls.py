@@ -110,7 +110,8 @@ def test_banner_prints_public_urls_never_a_wildcard(tmp_path):
     public.start()
     try:
         text = _banner(public)
-        assert "pheby  wss://pheby.example.com/ws  (attachments https://pheby.example.com/attachments/<id>)" in text
+        assert ("pheby  wss://pheby.example.com/ws  (connect the app: `agent-bridge pheby connect --data-dir "
+                f"{public.data_dir}`; attachments https://pheby.example.com/attachments/<id>)") in text
         assert "loomi  wss://loomi.example.com/ws" in text and "lvmh   https://lvmh.example.com/" in text
         assert f"[listening on 127.0.0.1:{public.ports['lvmh']}]" in text
         assert "cannot dial" not in text  # every URL shown is a public one
@@ -121,14 +122,23 @@ def test_banner_prints_public_urls_never_a_wildcard(tmp_path):
         assert public.stop() == 0
 
 
-def test_banner_warns_when_a_phone_would_dial_loopback(tmp_path):
+def test_banner_notes_local_use_and_warns_when_a_phone_would_dial_loopback(tmp_path):
     local = BridgeProcess(str(tmp_path / "local"), adapters="pheby,loomi")
     local.start()
     try:
         text = _banner(local, "loomi ")
-        assert "warning: a phone cannot dial pheby, loomi (127.0.0.1 is loopback" in text
+        # a loopback bind is local use (the default): a note on where to read on, no warning
+        assert "note: pheby and loomi listen on 127.0.0.1, for this machine only" in text
+        assert "warning" not in text and "cannot dial" not in text
     finally:
         assert local.stop() == 0
+    from cli.app import describe
+
+    # a public URL is what phones are told: one they cannot dial is a mistake, and said so
+    cfg = build_config({"data_dir": str(tmp_path / "w"), "public_url": "pheby=ws://127.0.0.1:9/ws"}, {},
+                       with_secrets=False)
+    text = "\n".join(describe(cfg, {"pheby": 1111, "lvmh": 3333}, qr_fp=""))
+    assert "warning: a phone cannot dial pheby (127.0.0.1 is loopback" in text and "note: " not in text
 
 
 @pytest.mark.parametrize("public_fp,public_url,served,public_ca,port,expected", [
