@@ -11,15 +11,29 @@ rewrite).
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any, Callable, Optional
 
-from bridge_core.redact import redact
+from .activity import RESULT_MAX, safe_args
+from .chats import chat_from_key, on_platform
 from .compat import STREAM_HOOKS
 
 log = logging.getLogger("agent_bridge.hermes")
 
-RESULT_MAX = 2048
+
+def observer(hook: Callable[..., None]) -> Callable[..., None]:
+    """A hook that only observes: it returns None (no veto, no rewrite) and never raises into Hermes."""
+
+    @functools.wraps(hook)
+    def observe(self: "HookSet", *args: Any, **kw: Any) -> None:
+        try:
+            hook(self, *args, **kw)
+        except Exception:
+            log.debug("%s hook failed", hook.__name__, exc_info=True)
+        return None
+
+    return observe
 
 
 class HookSet:
@@ -28,9 +42,16 @@ class HookSet:
 
     # --- plumbing ----------------------------------------------------------------
 
-    def _target(self, kw: dict) -> Optional[tuple[Any, str, str]]:
+    def _live_host(self) -> Any:
         host = self._host()
         if host is None or not host.ready or host.loop is None:
+            return None
+        return host
+
+    def _target(self, kw: dict) -> Optional[tuple[Any, str, str]]:
+        """(host, platform, chat) of the turn this hook belongs to, when it is one of our chats."""
+        host = self._live_host()
+        if host is None:
             return None
         api = host.api
         platform = api.session_env("HERMES_SESSION_PLATFORM") or str(kw.get("platform") or kw.get("surface") or "")
@@ -39,7 +60,7 @@ class HookSet:
         chat = api.session_env("HERMES_SESSION_CHAT_ID")
         if not chat:
             key = api.session_env("HERMES_SESSION_KEY") or str(kw.get("session_key") or "")
-            chat = _chat_from_key(key, platform)
+            chat = chat_from_key(key, platform)
         if not chat:
             return None
         return host, platform, chat
@@ -50,6 +71,13 @@ class HookSet:
             host.loop.call_soon_threadsafe(fn, *args)
         except RuntimeError:  # loop closed: the bridge is shutting down
             pass
+
+    def _to_source(self, kw: dict, method: str, *args: Any) -> None:
+        """Call the agent source's ``method(platform, chat, *args)`` on the bridge's loop, for our chats only."""
+        t = self._target(kw)
+        if t is not None:
+            host, platform, chat = t
+            self._post(host, getattr(host.source, method), platform, chat, *args)
 
     def register(self, ctx: Any, stream_hooks: bool) -> None:
         ctx.register_hook("pre_tool_call", self.pre_tool_call)
@@ -64,128 +92,55 @@ class HookSet:
 
     # --- hooks (agent thread) ----------------------------------------------------------
 
+    @observer
     def pre_tool_call(self, **kw: Any) -> None:
-        try:
-            t = self._target(kw)
-            if t is None:
-                return None
+        t = self._target(kw)
+        if t is not None:  # arguments redacted here, before they leave the agent's thread
             host, platform, chat = t
-            args = kw.get("args")
-            safe = redact(args) if isinstance(args, (dict, list)) else {}
-            self._post(host, host.source.tool_started, platform, chat, kw.get("tool_name") or "tool", safe, kw.get("tool_call_id"))
-        except Exception:
-            log.debug("pre_tool_call hook failed", exc_info=True)
-        return None
+            args = safe_args(kw.get("args"))
+            self._post(host, host.source.tool_started, platform, chat, kw.get("tool_name") or "tool", args, kw.get("tool_call_id"))
 
+    @observer
     def post_tool_call(self, **kw: Any) -> None:
-        try:
-            t = self._target(kw)
-            if t is None:
-                return None
-            host, platform, chat = t
-            result = kw.get("result")
-            result = result[:RESULT_MAX] if isinstance(result, str) else ""
-            self._post(
-                host,
-                host.source.tool_finished,
-                platform,
-                chat,
-                kw.get("tool_name") or "tool",
-                kw.get("tool_call_id"),
-                kw.get("status"),
-                kw.get("duration_ms"),
-                kw.get("error_message"),
-                result,
-            )
-        except Exception:
-            log.debug("post_tool_call hook failed", exc_info=True)
-        return None
+        result = kw.get("result")
+        result = result[:RESULT_MAX] if isinstance(result, str) else ""
+        self._to_source(
+            kw, "tool_finished", kw.get("tool_name") or "tool", kw.get("tool_call_id"), kw.get("status"),
+            kw.get("duration_ms"), kw.get("error_message"), result,
+        )
 
+    @observer
     def post_approval_response(self, **kw: Any) -> None:
-        try:
-            host = self._host()
-            key = str(kw.get("session_key") or "")
-            if host is None or not host.ready or host.loop is None:
-                return None
-            if not any(key.startswith(f"agent:main:{p}:") for p in host.platforms):
-                return None
-            self._post(
-                host,
-                host.source.approval_settled,
-                key,
-                str(kw.get("choice") or "timeout"),
-                str(kw.get("command") or ""),
-                kw.get("request_id"),
-            )
-        except Exception:
-            log.debug("post_approval_response hook failed", exc_info=True)
-        return None
+        host = self._live_host()
+        key = str(kw.get("session_key") or "")
+        if host is None or not on_platform(key, host.platforms):
+            return
+        choice, command = str(kw.get("choice") or "timeout"), str(kw.get("command") or "")
+        self._post(host, host.source.approval_settled, key, choice, command, kw.get("request_id"))
 
-    def pre_llm_call(self, **kw: Any) -> None:
-        try:
-            t = self._target(kw)
-            if t is None:
-                return None
-            host, platform, chat = t
-            self._post(host, host.source.turn_started, platform, chat, str(kw.get("turn_id") or ""))
-        except Exception:
-            log.debug("pre_llm_call hook failed", exc_info=True)
-        return None  # nothing injected into the prompt
+    @observer
+    def pre_llm_call(self, **kw: Any) -> None:  # nothing injected into the prompt
+        self._to_source(kw, "turn_started", str(kw.get("turn_id") or ""))
 
+    @observer
     def on_session_end(self, **kw: Any) -> None:
-        try:
-            if not kw.get("interrupted"):
-                return None
-            t = self._target(kw)
-            if t is None:
-                return None
-            host, platform, chat = t
-            self._post(host, host.source.turn_ended, platform, chat, str(kw.get("turn_id") or ""), True)
-        except Exception:
-            log.debug("on_session_end hook failed", exc_info=True)
-        return None
+        if kw.get("interrupted"):
+            self._to_source(kw, "turn_ended", str(kw.get("turn_id") or ""), True)
 
     # upstream stream hooks (never fire on 0.19.0)
 
+    @observer
     def on_stream_delta(self, delta: str = "", kind: str = "text", **kw: Any) -> None:
-        try:
-            t = self._target(kw)
-            if t is None or not delta:
-                return None
-            host, platform, chat = t
-            self._post(host, host.source.stream_delta, platform, chat, str(delta), "reasoning" if kind == "reasoning" else "text")
-        except Exception:
-            log.debug("on_stream_delta hook failed", exc_info=True)
-        return None
+        if delta:
+            self._to_source(kw, "stream_delta", str(delta), "reasoning" if kind == "reasoning" else "text")
 
+    @observer
     def on_interim_message(self, text: str = "", already_streamed: bool = False, **kw: Any) -> None:
-        try:
-            t = self._target(kw)
-            if t is None:
-                return None
-            host, platform, chat = t
-            self._post(host, host.source.interim, platform, chat, str(text or ""), bool(already_streamed))
-        except Exception:
-            log.debug("on_interim_message hook failed", exc_info=True)
-        return None
+        self._to_source(kw, "interim", str(text or ""), bool(already_streamed))
 
+    @observer
     def on_stream_end(self, final_text: Optional[str] = None, finished: bool = True, error: Any = None, **kw: Any) -> None:
-        try:
-            t = self._target(kw)
-            if t is None:
-                return None
-            host, platform, chat = t
-            self._post(host, host.source.stream_ended, platform, chat, final_text, str(error) if error else None)
-        except Exception:
-            log.debug("on_stream_end hook failed", exc_info=True)
-        return None
-
-
-def _chat_from_key(key: str, platform: str) -> str:
-    prefix = f"agent:main:{platform}:dm:"
-    if key.startswith(prefix):
-        return key[len(prefix):].split(":", 1)[0]
-    return ""
+        self._to_source(kw, "stream_ended", final_text, str(error) if error else None)
 
 
 __all__ = ["HookSet", "STREAM_HOOKS"]

@@ -16,6 +16,7 @@ from bridge_core import events as ev
 from bridge_core.ids import draft_message_id
 
 SEGMENT_JOIN = "\n\n"
+ERROR_MAX = 500  # characters of a run's or a tool's error, and of a refusal Hermes explains
 
 
 def strip_cursor(text: str, cursor: str) -> str:
@@ -114,6 +115,15 @@ class HermesRun:
             self.segments.append(["stream", ""])
         self.segments[-1][1] += delta
         self.draft.append(delta)
+
+    def stream_ended(self, final_text: str) -> tuple[str, bool]:
+        """Newer Hermes: on_stream_end's final text, which wins over what was streamed."""
+        self.stream_final = final_text
+        if not self.segments or self.text() == final_text:
+            return "", True
+        before = self.text()
+        self.segments = [["stream", final_text]]
+        return self._update(before)
 
     def final_text(self) -> str:
         if self.stream_final is not None and not self.segments:

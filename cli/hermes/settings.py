@@ -1,9 +1,9 @@
 """The Hermes agent's settings: model, reasoning effort and yolo, read from Hermes and changed through it.
 
-A mixin of ``HermesAgent`` (``source.py``): reads come from Hermes's session overrides and
+A part of ``HermesAgent`` (``source.py``): reads come from Hermes's session overrides and
 ``config.yaml`` (``compat.HermesApi``); changes go through the slash commands Hermes
 supports (``/model ... --session|--global``, ``/reasoning <level> [--global]``), injected by
-``HermesAgent._control``, and are checked by reading the setting back.
+``control.Controls``, and are checked by reading the setting back.
 """
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ from bridge_core import events as ev
 from bridge_core.agents.base import ModelCurrent, ModelsSnapshot, Provider, ReasoningSnapshot, YoloSnapshot
 from bridge_core.errors import BadRequest
 
+from .chats import Chats
 from .compat import parse_effort
-
-ERROR_MAX = 500
+from .control import Controls
+from .runs import ERROR_MAX
 
 
 def _clean_reply(text: str) -> str:
@@ -27,20 +28,24 @@ def _clean_reply(text: str) -> str:
 
 
 class HermesSettings:
-    """Model, reasoning and yolo of ``HermesAgent`` (needs its ``api``, ``bridge``, ``session_key``,
-    ``_settings_chat``, ``_runner`` and ``_control``)."""
+    """Model, reasoning and yolo, global or per conversation."""
 
-    api: Any
-    bridge: Any
+    def __init__(self, chats: Chats, controls: Controls):
+        self.chats = chats
+        self.controls = controls
+
+    @property
+    def api(self) -> Any:
+        return self.chats.api
 
     # --- models -------------------------------------------------------------------------
 
     def current_model(self, conversation_id: Optional[str]) -> ModelCurrent:
         model, provider = self.api.global_model()
         if conversation_id is not None:
-            platform, _ = self._settings_chat(conversation_id)
-            overrides = getattr(self._runner(platform), "_session_model_overrides", None) or {}
-            ov = overrides.get(self.session_key(conversation_id))
+            platform, _ = self.chats.settings_chat(conversation_id)
+            overrides = getattr(self.chats.runner(platform), "_session_model_overrides", None) or {}
+            ov = overrides.get(self.chats.session_key(conversation_id))
             if isinstance(ov, dict) and ov.get("model"):
                 return ModelCurrent(
                     model=ov.get("model"), provider=ov.get("provider") or provider, scope="conversation",
@@ -75,12 +80,12 @@ class HermesSettings:
     async def set_model(self, model: str, provider: Optional[str], conversation_id: Optional[str]) -> ModelCurrent:
         if not model or any(c.isspace() for c in model) or (provider and any(c.isspace() for c in provider)):
             raise BadRequest("model and provider must be single words")
-        platform, chat = self._settings_chat(conversation_id)
+        platform, chat = self.chats.settings_chat(conversation_id)
         cmd = f"/model {model}"
         if provider:
             cmd += f" --provider {provider}"
         cmd += " --session" if conversation_id is not None else " --global"
-        reply = await self._control(platform, chat, cmd)
+        reply = await self.controls.send(platform, chat, cmd)
         cur = self.current_model(conversation_id)
         if cur.model != model or (provider and cur.provider != provider):
             raise BadRequest(_clean_reply(reply))
@@ -92,9 +97,9 @@ class HermesSettings:
 
     def reasoning(self, conversation_id: Optional[str]) -> ReasoningSnapshot:
         if conversation_id is not None:
-            platform, _ = self._settings_chat(conversation_id)
-            overrides = getattr(self._runner(platform), "_session_reasoning_overrides", None) or {}
-            key = self.session_key(conversation_id)
+            platform, _ = self.chats.settings_chat(conversation_id)
+            overrides = getattr(self.chats.runner(platform), "_session_reasoning_overrides", None) or {}
+            key = self.chats.session_key(conversation_id)
             if key in overrides:
                 effort, enabled = parse_effort(overrides[key])
                 return ReasoningSnapshot(effort=effort, enabled=enabled, scope="conversation", conversation_id=conversation_id)
@@ -104,9 +109,9 @@ class HermesSettings:
     async def set_reasoning(self, effort: str, conversation_id: Optional[str]) -> ReasoningSnapshot:
         if effort not in ev.REASONING_EFFORTS:
             raise BadRequest(f"Invalid reasoning effort {effort!r}; one of {', '.join(ev.REASONING_EFFORTS)}")
-        platform, chat = self._settings_chat(conversation_id)
+        platform, chat = self.chats.settings_chat(conversation_id)
         cmd = f"/reasoning {effort}" + (" --global" if conversation_id is None else "")
-        reply = await self._control(platform, chat, cmd)
+        reply = await self.controls.send(platform, chat, cmd)
         snap = self.reasoning(conversation_id)
         if snap.effort != effort:
             raise BadRequest(_clean_reply(reply))
@@ -118,17 +123,17 @@ class HermesSettings:
 
     def yolo(self, conversation_id: Optional[str]) -> YoloSnapshot:
         if conversation_id is not None:
-            self._settings_chat(conversation_id)
-            if self.api.session_yolo(self.session_key(conversation_id)):
+            self.chats.settings_chat(conversation_id)
+            if self.api.session_yolo(self.chats.session_key(conversation_id)):
                 return YoloSnapshot(enabled=True, scope="conversation", conversation_id=conversation_id)
         return YoloSnapshot(enabled=self.api.global_yolo(), scope="global", conversation_id=conversation_id)
 
     async def set_yolo(self, enabled: bool, conversation_id: Optional[str]) -> YoloSnapshot:
         if conversation_id is not None:
-            self._settings_chat(conversation_id)
-            self.api.set_session_yolo(self.session_key(conversation_id), bool(enabled))
+            self.chats.settings_chat(conversation_id)
+            self.api.set_session_yolo(self.chats.session_key(conversation_id), bool(enabled))
             return YoloSnapshot(enabled=bool(enabled), scope="conversation", conversation_id=conversation_id)
-        store = self.bridge.store
+        store = self.chats.bridge.store
         if enabled:
             mode = str((self.api.config().get("approvals") or {}).get("mode", "manual"))
             if mode != "off":

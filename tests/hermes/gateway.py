@@ -81,6 +81,7 @@ def hermes_env(home: str, data: str) -> dict:
         "TZ": "UTC",
         "HERMES_HOME": os.path.join(home, "hermes"),
         "AGENT_BRIDGE_DATA": data,
+        "AGENT_BRIDGE_METRICS_PORT": "off",  # as every server of the suite (tests/conftest.py): no fixed port
         "PHEBY_SECRET": PHEBY_SECRET,
         "LVMH_TOKEN": LVMH_TOKEN,
         "PYTHONPATH": checkout_path(home),
