@@ -27,9 +27,11 @@ A flush writes synchronously while the peer keeps up (the sender's
 ``sync``: aiohttp's flow control has not paused it); otherwise it hands
 the write to the connection's writer task (``run``), which waits out the
 flow control. What a sender can do is declared (``Sender``), never guessed.
-Items can carry a coalescing key: a newer item with the same key replaces
-an unsent older one in place (Pheby's cumulative drafts: latest wins), and
-``drop`` forgets an unsent one (a draft its message's end made stale). A client whose
+Items are bytes (or str), rendered by the front end before they are put:
+the outbox never calls back into a front end to render one. Items can carry
+a coalescing key: a newer item with the same key replaces an unsent older
+one in place (Pheby's cumulative drafts: latest wins), and ``drop`` forgets
+an unsent one (a draft its message's end made stale). A client whose
 outbox overflows is disconnected through ``on_overflow``; it recovers by
 replay or snapshot. It is never waited for.
 """
@@ -143,7 +145,7 @@ class _Slot:
     __slots__ = ("data", "key", "size", "ticket")
 
     def __init__(self, data: Any, key: Optional[Hashable], size: int, ticket: int = 0):
-        self.data = data
+        self.data = data  # bytes or str; None: nothing to send (an empty reply, a dropped item); or _RESERVED
         self.key = key
         self.size = size
         self.ticket = ticket  # the store's ticket when queued: it leaves once the writes up to it committed
@@ -313,7 +315,7 @@ class Outbox:
     def __len__(self) -> int:
         return len(self._q)
 
-    def put(self, data: Any, key: Optional[Hashable] = None) -> bool:
+    def put(self, data: Union[bytes, str], key: Optional[Hashable] = None) -> bool:
         """Queue ``data`` (bytes or str); False when the connection is closed or overflowed."""
         if self.closed:
             return False
@@ -497,12 +499,9 @@ class Outbox:
                 del keyed[key]
             self._bytes -= slot.size
             if type(data) is not bytes:
-                if callable(data):  # rendered at send time (coalesced drafts)
-                    data = data()  # None: a draft whose message completed meanwhile
-                elif isinstance(data, str):
-                    data = data.encode()
-                if data is None:  # nothing to send (a reply slot filled with no reply, that draft, a dropped item)
+                if data is None:  # nothing to send (a reply slot filled with no reply, or a dropped item)
                     continue
+                data = data.encode()
             batch.append(data)
             size += len(data)
         return batch, size
