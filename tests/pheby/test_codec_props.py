@@ -48,6 +48,18 @@ def _feed(p: PhebyProtocol, raw: str, now: float) -> tuple[list, list[dict], lis
     return commands, frames, [a for a in actions if type(a) is Close]
 
 
+def _beyond_64_bits(value) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return not -(2**63) <= value < 2**64
+    if isinstance(value, dict):
+        return any(_beyond_64_bits(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_beyond_64_bits(v) for v in value)
+    return False
+
+
 def test_every_event_type_has_a_strategy():
     assert set(EVENT_STRATEGIES) | {ev.TextDelta} == set(ev.EVENT_TYPES)
 
@@ -55,7 +67,15 @@ def test_every_event_type_has_a_strategy():
 @settings(max_examples=300, deadline=None)
 @given(st.one_of(*EVENT_STRATEGIES.values()))
 def test_every_event_renders_to_known_json_frames(event):
-    for frame in rendered(event):
+    try:
+        frames = rendered(event)
+    except TypeError:
+        # the frames are encoded by orjson, whose integers are 64 bits at most: a tool's args holding a larger
+        # one cannot be encoded (the server's encoding raised the same before the renderer gave bytes); that
+        # is the only failure allowed
+        assert _beyond_64_bits(attrs.asdict(event))
+        return
+    for frame in frames:
         assert frame["type"] in SERVER_TYPES
         assert json.loads(json.dumps(frame)) == frame
         if "ts" in frame:
