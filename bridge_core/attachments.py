@@ -19,7 +19,8 @@ directory, never a link) and ``file_response`` sends it with ``download_headers`
 content-disposition whose file name cannot break the header). Each front end
 only authenticates the request and answers "not found" in its own shape (``get`` finds
 the bytes in the store or on disk; ``file_response`` serves either).
-``attachment_fields`` is the attachment's JSON form the Pheby and Loomi frames share.
+``attachment_fields`` (``bridge_core/wire.py``: pure, no aiohttp) is the attachment's JSON form the Pheby
+and Loomi frames share.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import os
 import shutil
 import time
 import urllib.parse
-from typing import Any, Callable, Iterator, Optional, Union
+from typing import Any, Iterator, Optional, Union
 
 import attrs
 from aiohttp import web
@@ -40,6 +41,7 @@ from .events import Attachment
 from .ids import is_hex32, new_id
 from .private import open_private, private_dir
 from .store import BaseStore
+from .wire import attachment_fields  # noqa: F401 (re-exported: its home is the pure wire helpers)
 
 log = logging.getLogger("agent_bridge.attachments")
 
@@ -138,32 +140,6 @@ def file_response(att: Attachment, found: Found) -> web.StreamResponse:
     if isinstance(found, StoredBytes):
         return StoredResponse(att, found)
     return web.FileResponse(found, headers=download_headers(att))
-
-
-def attachment_fields(
-    a: Attachment,
-    *,
-    stamp: Callable[[Optional[float]], object] = lambda t: t,
-    with_conversation: bool = True,
-    path_key: str = "download_path",
-) -> dict:
-    """An attachment as a JSON object, in one key order: ``stamp`` renders the two times
-    (epoch seconds as they are, or ISO-8601), ``path_key`` names the download path."""
-    out: dict = {
-        "attachment_id": a.attachment_id,
-        "filename": a.filename,
-        "mime_type": a.mime_type,
-        "size": a.size,
-        "kind": a.kind,
-        "inline_image": a.inline_image,
-    }
-    if with_conversation:
-        out["conversation_id"] = a.conversation_id
-    out["message_id"] = a.message_id
-    out["created_at"] = stamp(a.created_at)
-    out["expires_at"] = stamp(a.expires_at)
-    out[path_key] = a.download_path
-    return out
 
 
 class AttachmentStore:

@@ -37,14 +37,13 @@ from .errors import (
 )
 from .hub import Hub
 from .ids import draft_message_id, new_id
+from .limits import HISTORY_CAP, check_text
 from .state import ActiveRun, ConversationState
 from .store import Store
 from .tasks import TaskSet
 
 log = logging.getLogger("agent_bridge.bridge")
 
-MAX_TEXT = 64_000
-HISTORY_CAP = 500
 RESOLVED_MEMORY = 4096
 INTERRUPTED = "interrupted by a restart"
 CLEANUP_INTERVAL = 3600.0
@@ -534,8 +533,7 @@ class Bridge:
         return conv.conversation_id
 
     async def _send(self, c: cmd.SendMessage, origin: cmd.Origin) -> SendResult:
-        if len(c.text) > MAX_TEXT:
-            raise TooLarge(f"Text longer than {MAX_TEXT} characters")
+        check_text(c.text)
         if self.store.failed is not None:
             # the last commit failed (disk full, read-only directory): nothing said now could be kept,
             # so refuse clearly instead of running a turn that a restart forgets; a write that works
@@ -655,8 +653,7 @@ class Bridge:
         self._settle_approval(request, decided_by)
 
     async def _answer_clarify(self, c: cmd.AnswerClarify, origin: cmd.Origin) -> ev.ClarifyResolved:
-        if len(c.response) > MAX_TEXT:
-            raise TooLarge(f"Response longer than {MAX_TEXT} characters")
+        check_text(c.response, "Response")
         cid = self._clarifications.get(c.clarify_id)
         if cid is None:
             if c.clarify_id in self._resolved_clarify:

@@ -318,7 +318,7 @@ async def close_listener(runner: Optional[web.AppRunner], listener: Optional[asy
 
 
 class ws_text_sender:
-    """An Outbox sender: pre-encoded JSON bytes as WebSocket text frames.
+    """An Outbox sender (``hub.Sender``): pre-encoded JSON bytes as WebSocket text frames.
 
     ``sync`` writes a batch of frames synchronously with one transport write
     while the peer keeps up (``aiohttp_compat.FrameWriter``: the Outbox

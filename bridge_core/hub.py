@@ -26,10 +26,14 @@ write per connection (at most ``BATCH_FRAMES`` frames and about
 A flush writes synchronously while the peer keeps up (the sender's
 ``sync``: aiohttp's flow control has not paused it); otherwise it hands
 the write to the connection's writer task (``run``), which waits out the
-flow control. Items can carry a coalescing key: a newer item with the same
-key replaces an unsent older one in place (Pheby's cumulative drafts:
-latest wins). A client whose outbox overflows is disconnected through
-``on_overflow``; it recovers by replay or snapshot. It is never waited for.
+flow control. What a sender can do is declared (``Sender``), never guessed.
+Items are bytes (or str), rendered by the front end before they are put:
+the outbox never calls back into a front end to render one. Items can carry
+a coalescing key: a newer item with the same key replaces an unsent older
+one in place (Pheby's cumulative drafts: latest wins), and ``drop`` forgets
+an unsent one (a draft its message's end made stale). A client whose
+outbox overflows is disconnected through ``on_overflow``; it recovers by
+replay or snapshot. It is never waited for.
 """
 
 from __future__ import annotations
@@ -37,9 +41,10 @@ from __future__ import annotations
 import asyncio
 import bisect
 import collections
+import inspect
 import logging
 import weakref
-from typing import Any, Awaitable, Callable, Hashable, Optional
+from typing import Any, Awaitable, Callable, Hashable, Optional, Protocol, Union
 
 from .looping import end_of_turn
 
@@ -49,6 +54,51 @@ Subscriber = Callable[[int, Any], None]
 
 BATCH_FRAMES = 256
 BATCH_BYTES = 64 * 1024  # one transport write; a larger one is one long send syscall that stalls the loop
+
+
+class SyncWriter(Protocol):
+    """A sender's synchronous path (``aiohttp_compat.FrameWriter``): batched writes while the peer keeps up."""
+
+    def ready(self) -> bool: ...  # a synchronous write is possible now (no flow control)
+    def write(self, frames: list) -> None: ...  # ``frames`` (bytes) in one transport write
+    def write_one(self, data: bytes) -> bool: ...  # one frame if ``ready``; False (nothing written) otherwise
+
+
+class DurableStore(Protocol):
+    """The store whose writes a connection's frames wait for (``bridge_core/store.py``)."""
+
+    ticket: int  # the last write queued with the barrier
+    processed: int  # the last write committed
+
+    async def synced(self, upto: Optional[int] = None) -> None: ...  # once the writes up to ``upto`` committed
+
+
+class Sender(Protocol):
+    """What an Outbox writes through, each capability declared (``None`` when the sender lacks it):
+    ``frontend.ws_text_sender`` for a WebSocket; a bare coroutine function is a ``plain_sender``."""
+
+    sync: Optional[SyncWriter]  # synchronous batched writes while the peer keeps up
+    many: Optional[Callable[[list], Awaitable[None]]]  # one write of a batch, waiting out flow control
+
+    async def __call__(self, data: bytes) -> None: ...  # one frame, waiting out flow control
+    def durable_store(self) -> Optional[DurableStore]: ...  # frames wait for its commits (or None)
+
+
+class plain_sender:
+    """A coroutine function as a ``Sender``: one frame at a time, no synchronous path, no store."""
+
+    __slots__ = ("_send",)
+    sync = None
+    many = None
+
+    def __init__(self, send: Callable[[bytes], Awaitable[None]]):
+        self._send = send
+
+    async def __call__(self, data: bytes) -> None:
+        await self._send(data)
+
+    def durable_store(self) -> None:
+        return None
 
 
 class Hub:
@@ -95,7 +145,7 @@ class _Slot:
     __slots__ = ("data", "key", "size", "ticket")
 
     def __init__(self, data: Any, key: Optional[Hashable], size: int, ticket: int = 0):
-        self.data = data
+        self.data = data  # bytes or str; None: nothing to send (an empty reply, a dropped item); or _RESERVED
         self.key = key
         self.size = size
         self.ticket = ticket  # the store's ticket when queued: it leaves once the writes up to it committed
@@ -226,12 +276,14 @@ class Outbox:
 
     def __init__(
         self,
-        send: Callable[[Any], Awaitable[None]],
+        send: Union[Sender, Callable[[bytes], Awaitable[None]]],
         *,
         max_items: int = 2048,
         max_bytes: int = 16 * 1024 * 1024,
         on_overflow: Optional[Callable[[], None]] = None,
     ) -> None:
+        if inspect.iscoroutinefunction(send):  # a bare coroutine function: no capability but the write itself
+            send = plain_sender(send)
         self._send = send
         self._q: collections.deque[_Slot] = collections.deque()
         self._keyed: dict[Hashable, _Slot] = {}
@@ -239,8 +291,8 @@ class Outbox:
         self.max_items = max_items
         self.max_bytes = max_bytes
         self._on_overflow = on_overflow
-        self._sync = getattr(send, "sync", None)  # synchronous batched writes while the peer keeps up
-        self._many = getattr(send, "many", None)
+        self._sync = send.sync  # synchronous batched writes while the peer keeps up
+        self._many = send.many
         # a flush is coming (queued for the end of the turn, held by the barrier, waiting for a reserved reply,
         # or handed to the writer task); without one the queue is empty and a put schedules one
         self._pending = False
@@ -254,8 +306,7 @@ class Outbox:
         # client's: max_items counts only the frames the client is late for (_late): those the barrier let go
         # while its peer does not take what is written; max_bytes bounds all
         self._grace = False
-        durable = getattr(send, "durable_store", None)
-        self._store = durable() if durable is not None else None  # see frontend.ws_text_sender
+        self._store = send.durable_store()  # see frontend.ws_text_sender
         self._barrier = _barrier_for(self._store) if self._store is not None else None
         self.sent_frames = 0
         self.sent_bytes = 0
@@ -265,7 +316,7 @@ class Outbox:
     def __len__(self) -> int:
         return len(self._q)
 
-    def put(self, data: Any, key: Optional[Hashable] = None) -> bool:
+    def put(self, data: Union[bytes, str], key: Optional[Hashable] = None) -> bool:
         """Queue ``data`` (bytes or str); False when the connection is closed or overflowed."""
         if self.closed:
             return False
@@ -303,6 +354,14 @@ class Outbox:
             else:
                 self._flush_soon()
         return True
+
+    def drop(self, key: Hashable) -> None:
+        """Forget the unsent item queued under ``key``, if any (its place stays, empty: nothing is sent)."""
+        slot = self._keyed.pop(key, None)
+        if slot is not None:
+            self._bytes -= slot.size
+            slot.data = None
+            slot.size = 0
 
     def _flush_soon(self) -> None:
         soon = self._soon
@@ -443,12 +502,9 @@ class Outbox:
                 del keyed[key]
             self._bytes -= slot.size
             if type(data) is not bytes:
-                if callable(data):  # rendered at send time (coalesced drafts)
-                    data = data()  # None: a draft whose message completed meanwhile
-                elif isinstance(data, str):
-                    data = data.encode()
-                if data is None:  # nothing to send (a reply slot filled with no reply, or that draft)
+                if data is None:  # nothing to send (a reply slot filled with no reply, or a dropped item)
                     continue
+                data = data.encode()
             batch.append(data)
             size += len(data)
         return batch, size

@@ -1,4 +1,4 @@
-"""Helpers every protocol codec shares: strict cattrs converters, JSON, timestamps.
+"""Helpers every protocol codec shares: strict cattrs converters, JSON, timestamps, the attachment's JSON form.
 
 Each adapter makes its own converter with ``strict_converter()`` (never the
 global one): strings are strict (cattrs would coerce ``1`` to ``"1"``), ints
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import typing
-from typing import Any, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional
 
 import attrs
 import cattrs
@@ -18,6 +18,9 @@ import orjson
 from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError
 
 from .errors import BadRequest, InvalidJson
+
+if TYPE_CHECKING:
+    from .events import Attachment
 
 
 def _json_kind(value: Any) -> str:
@@ -151,3 +154,29 @@ def iso(ts: Optional[float]) -> Optional[str]:
 
 def parse_iso(value: str) -> float:
     return _dt.datetime.fromisoformat(value).timestamp()
+
+
+def attachment_fields(
+    a: Attachment,
+    *,
+    stamp: Callable[[Optional[float]], object] = lambda t: t,
+    with_conversation: bool = True,
+    path_key: str = "download_path",
+) -> dict:
+    """An attachment as a JSON object, in one key order: ``stamp`` renders the two times
+    (epoch seconds as they are, or ISO-8601), ``path_key`` names the download path."""
+    out: dict = {
+        "attachment_id": a.attachment_id,
+        "filename": a.filename,
+        "mime_type": a.mime_type,
+        "size": a.size,
+        "kind": a.kind,
+        "inline_image": a.inline_image,
+    }
+    if with_conversation:
+        out["conversation_id"] = a.conversation_id
+    out["message_id"] = a.message_id
+    out["created_at"] = stamp(a.created_at)
+    out["expires_at"] = stamp(a.expires_at)
+    out[path_key] = a.download_path
+    return out

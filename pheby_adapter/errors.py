@@ -13,6 +13,11 @@ from bridge_core.errors import (
     NotFound,
 )
 
+
+class IllegalTransition(InternalError):
+    """A connection asked to go where its state does not lead (``protocol.State``): a bug, never a client's doing."""
+
+
 PHEBY_CODES = frozenset(
     {
         "unauthorized", "auth_timeout", "version_mismatch", "bad_request", "invalid_json",

@@ -20,9 +20,12 @@ draft per ``max_interval``. Without that a long answer arriving fast (an
 unpaced ``/bench 20000``, 80,000 characters in some 60 ms) got a draft of
 most of its text every 40 ms before its ``message.complete``: nearly twice
 the text's bytes per client; with it, the text outgrows each wait and the
-final text is what is sent. A slow client's unsent draft is replaced in
-place (the front end queues it under a per-message key in the Outbox), and
-later drafts are encoded when they are sent, once per draft length.
+final text is what is sent. Each push is encoded once, when it is made,
+and the same bytes go to every client; a slow client's unsent draft is
+replaced in place by the next push (the front end queues it under a
+per-message key in the Outbox, ``draft_key``), and one that is still
+unsent when its message completes is dropped (``pushed_again``: the first
+draft alone always goes out), since ``message.complete`` follows.
 
 While several messages stream at once, their later pushes go on the ticks
 of one clock (``tick``, 5 ms: the first tick at or after a push is due), so
@@ -35,7 +38,8 @@ The front end feeds ``offer(now, event)`` with each text delta and
 ``end(message_id)`` when a message completes; ``offer`` answers ``Pace``:
 push now, push at ``at``, or nothing (a push is already due). When the push
 is due the front end calls ``push(message_id, now)``, which gives what to
-queue. The clock, the timers and the sockets stay in the front end.
+queue (``protocol.Broadcast`` does both for the Pheby front end). The clock,
+the timers and the sockets stay in the front end.
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ import attrs
 from bridge_core import events as ev
 from bridge_core.wire import dumps
 
-from . import codec
+from .render import delta_frame
 
 TICK = 0.005  # seconds: the clock of pushes while several messages stream (module docstring)
 SLACK = 0.005  # seconds: a due push sends the newest draft if that draft's own wait ends within this
@@ -72,28 +76,16 @@ WAITING = Pace()
 PUSH_NOW = Pace(now=True)
 
 
-class DraftFrame:
-    """A lazily rendered cumulative draft: encoded when sent, once per draft length (None once completed)."""
-
-    __slots__ = ("pacer", "message_id")
-
-    def __init__(self, pacer: "DraftPacer", message_id: str):
-        self.pacer = pacer
-        self.message_id = message_id
-
-    def __len__(self) -> int:
-        e = self.pacer.drafts.get(self.message_id)
-        return 64 + (e.draft.length if e is not None else 0)
-
-    def __call__(self) -> Optional[bytes]:
-        return self.pacer.encoded(self.message_id)
+def draft_key(message_id: str) -> Hashable:
+    """The Outbox key a message's drafts are queued under: a newer one replaces an unsent one."""
+    return ("draft", message_id)
 
 
 class DraftPacer:
     """The newest draft per message, when each was last pushed, and which have a push due."""
 
     __slots__ = ("interval", "min_interval", "max_interval", "full_chars", "tick", "drafts", "_sent", "_due",
-                 "_cache")
+                 "_again")
 
     def __init__(self, interval: float, *, min_interval: float = 0.0, max_interval: float = 0.0, full_chars: int = 0,
                  tick: float = TICK):
@@ -105,7 +97,7 @@ class DraftPacer:
         self.drafts: dict[str, ev.TextDelta] = {}  # the messages streaming now: their newest draft
         self._sent: dict[str, float] = {}
         self._due: set[str] = set()
-        self._cache: dict[str, tuple[int, bytes]] = {}
+        self._again: set[str] = set()  # the messages pushed more than once
 
     def offer(self, now: float, event: ev.TextDelta) -> Pace:
         """A text delta arrived at ``now``: keep it as the newest draft of its message."""
@@ -154,44 +146,37 @@ class DraftPacer:
         longest = max(self.max_interval, self.interval)
         return min(max(shortest, self.interval * length / full), longest)
 
-    def push(self, message_id: str, now: float) -> Optional[tuple[Any, Hashable]]:
-        """The push of ``message_id`` at ``now``: (frame, outbox key) to queue to every client, or None.
+    def push(self, message_id: str, now: float) -> Optional[tuple[bytes, Hashable]]:
+        """The push of ``message_id`` at ``now``: (frame bytes, outbox key) to queue to every client, or None.
 
-        The first draft of a message is encoded now, so it goes out even if
-        the message completes before it is sent (frames wait for the store's
-        commit of what came before them); later ones are a ``DraftFrame``,
-        encoded when sent, that replaces an unsent one in place.
+        The newest draft, encoded now. The first draft of a message goes out
+        even if the message completes before it is sent (frames wait for the
+        store's commit of what came before them); a later one replaces an
+        unsent one in place, and is dropped if still unsent when the message
+        completes (``pushed_again``).
         """
         self._due.discard(message_id)
         e = self.drafts.get(message_id)
         if e is None:
             return None
-        first = message_id not in self._sent
+        if message_id in self._sent:
+            self._again.add(message_id)
         self._sent[message_id] = now
-        frame = dumps(codec.delta_frame(e)) if first else DraftFrame(self, message_id)
-        return frame, ("draft", message_id)
+        return dumps(delta_frame(e)), draft_key(message_id)
+
+    def pushed_again(self, message_id: str) -> bool:
+        """Was ``message_id`` pushed more than once (so an unsent draft of it is a later one)?"""
+        return message_id in self._again
 
     def end(self, message_id: str) -> bool:
         """The message completed (or its run finished): forget it. True if a push was due (cancel it)."""
         self.drafts.pop(message_id, None)
-        self._cache.pop(message_id, None)
+        self._again.discard(message_id)
         self._sent.pop(message_id, None)
         if message_id in self._due:
             self._due.discard(message_id)
             return True
         return False
-
-    def encoded(self, message_id: str) -> Optional[bytes]:
-        """The newest draft of ``message_id`` as frame bytes (cached per draft length); None once it ended."""
-        e = self.drafts.get(message_id)
-        if e is None:
-            return None  # the message completed meanwhile; message.complete follows
-        cached = self._cache.get(message_id)
-        if cached is not None and cached[0] == e.draft.length:
-            return cached[1]
-        data = dumps(codec.delta_frame(e))
-        self._cache[message_id] = (e.draft.length, data)
-        return data
 
 
 def from_options(opts: Mapping[str, Any], tick: float = TICK) -> DraftPacer:

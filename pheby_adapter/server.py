@@ -1,45 +1,61 @@
-"""The Pheby front end: WS ``/ws`` and ``GET /attachments/{id}`` (thin aiohttp layer)."""
+"""The Pheby front end: WS ``/ws`` and ``GET /attachments/{id}`` (thin aiohttp layer).
+
+Every protocol rule is in ``protocol.py``, without I/O. This module accepts
+the socket, feeds what arrives to the connection's ``PhebyProtocol`` with
+the clock, runs the commands it returns through ``Bridge.execute``, writes
+the frames it gives (the handshake's directly, then through the
+connection's ``Outbox``), and runs the timers: the hello's deadline, and
+the draft pushes ``protocol.Broadcast`` paces.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from aiohttp import WSMsgType, web
 
 from bridge_core import commands as cmd
 from bridge_core import events as ev
 from bridge_core.attachments import file_response
-from bridge_core.errors import BridgeError, InvalidJson, RateLimited, TooLarge
+from bridge_core.errors import BridgeError
 from bridge_core.frontend import FrontEnd, ws_text_sender
-from bridge_core.security import HelloLockout, bearer_token, client_address, same_secret
 from bridge_core.hub import Outbox
-from bridge_core.wire import dumps
+from bridge_core.security import HelloLockout, bearer_token, client_address, same_secret
 
 from . import codec, pacing
-from .errors import to_pheby_error
-from .session import CLOSE_POLICY, CLOSE_TOO_BIG, CLOSE_TRY_AGAIN, PhebySession
+from .protocol import (
+    AUTH_FAILED,
+    CLOSE_TOO_BIG,
+    CLOSE_TRY_AGAIN,
+    Broadcast,
+    Close,
+    PhebyProtocol,
+    State,
+    too_large_frame,
+)
 
 log = logging.getLogger("agent_bridge.pheby")
 
 NOT_FOUND_BODY = {"error": {"code": "not_found", "message": "Attachment unavailable"}}
 UNAUTHORIZED_BODY = {"error": {"code": "unauthorized", "message": "Unauthorized"}}
 LOCKED_BODY = {"error": {"code": "rate_limited", "message": "Too many failed attempts; try again later"}}
+_GONE = (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED, WSMsgType.ERROR)
 
 
 class Connection:
-    __slots__ = ("ws", "outbox", "session", "peer", "id", "executing", "transport")
+    __slots__ = ("ws", "outbox", "protocol", "peer", "id", "transport")
 
-    def __init__(self, ws: web.WebSocketResponse, session: PhebySession, peer: str, conn_id: str, transport: Any = None):
+    def __init__(self, ws: web.WebSocketResponse, protocol: PhebyProtocol, peer: str, conn_id: str,
+                 transport: Any = None):
         self.ws = ws
         self.transport = transport  # the request's, to abort a peer that does not take the close frame
-        self.session = session
+        self.protocol = protocol
         self.peer = peer
         self.id = conn_id
         self.outbox: Optional[Outbox] = None
-        self.executing: Any = None  # the command whose reply this connection awaits
 
 
 class PhebySocket(web.WebSocketResponse):
@@ -54,9 +70,8 @@ class PhebySocket(web.WebSocketResponse):
 
     async def close(self, *, code: int = 1000, message: bytes = b"", drain: bool = True) -> bool:
         if code == CLOSE_TOO_BIG and not message and not self.closed:
-            err = TooLarge(f"Frame larger than {codec.MAX_FRAME // (1024 * 1024)} MiB")
             try:
-                await self.send_frame(dumps(codec.error_frame(err, None, time.time())), WSMsgType.TEXT)
+                await self.send_frame(too_large_frame(time.time()), WSMsgType.TEXT)
             except Exception:  # the peer is gone: nothing to tell
                 pass
             message = b"too_large"
@@ -79,6 +94,7 @@ class PhebyFrontEnd(FrontEnd):
         self.lockout = HelloLockout(codec.LOCKOUT_FAILS, codec.LOCKOUT_WINDOW)
         self.conns: dict[str, Connection] = {}
         self.pacer = pacing.from_options(opts)  # when drafts go out (pacing.py)
+        self.broadcast = Broadcast(self.pacer)  # what every connection is sent (protocol.py)
         self._draft_timers: dict[str, asyncio.TimerHandle] = {}  # the pacer's due pushes
         self._next_id = 0
         self.stats = {"connections": 0, "slow_disconnects": 0, "rate_limited": 0, "auth_failures": 0}
@@ -115,51 +131,45 @@ class PhebyFrontEnd(FrontEnd):
     # --- fan-out ----------------------------------------------------------------
 
     def on_event(self, seq: int, event: Any) -> None:
-        t = type(event)
-        if t is ev.TextDelta:
-            if event.kind != "text":
-                return
+        broadcast = self.broadcast
+        if type(event) is ev.TextDelta:
             loop = asyncio.get_running_loop()
-            pace = self.pacer.offer(loop.time(), event)
+            pace = broadcast.offer(event, loop.time())
             if pace.now:
                 self._push_draft(event.message_id)
             elif pace.at is not None:
                 self._draft_timers[event.message_id] = loop.call_at(pace.at, self._push_draft, event.message_id)
             return
-        if t is ev.MessageCompleted or t is ev.RunFinished:
-            mid = event.message_id if t is ev.MessageCompleted else f"draft-{event.run_id}"
-            self.pacer.end(mid)
-            timer = self._draft_timers.pop(mid, None)
+        ended = broadcast.end(event)
+        stale = None
+        if ended is not None:
+            stale = ended.stale
+            timer = self._draft_timers.pop(ended.message_id, None)
             if timer is not None:
                 timer.cancel()
-        frames = codec.render_event(event)
-        if not frames:
+        if not broadcast.render(event) and stale is None:
             return
-        encoded = [dumps(f) for f in frames]
         for conn in tuple(self.conns.values()):  # an overflowing outbox removes its conn (_slow)
             box = conn.outbox
             if box is not None:
-                if conn.executing is not None and codec.reply_covers(conn.executing, event):
-                    continue  # the requester's reply says it already (conversation.deleted): one frame
-                for data in encoded:
+                if stale is not None:
+                    box.drop(stale)  # an unsent later draft: message.complete follows
+                for data in conn.protocol.send(event):
                     box.put(data)
 
     def _push_draft(self, mid: str) -> None:
-        """Queue the pacer's push of ``mid`` to every client (pacing.DraftPacer: what and when)."""
+        """Queue the due push of ``mid`` to every client (protocol.Broadcast, pacing.DraftPacer: what and when)."""
         self._draft_timers.pop(mid, None)
         loop = asyncio.get_running_loop()
-        now = loop.time()
-        later = self.pacer.recheck(mid, now).at  # the newest draft is longer than the one the push was due for
-        if later is not None:
-            self._draft_timers[mid] = loop.call_at(later, self._push_draft, mid)
-            return
-        push = self.pacer.push(mid, now)
+        push = self.broadcast.push_due(mid, loop.time())
         if push is None:
             return
-        frame, key = push
+        if push.at is not None:  # the newest draft is longer than the one the push was due for
+            self._draft_timers[mid] = loop.call_at(push.at, self._push_draft, mid)
+            return
         for conn in tuple(self.conns.values()):  # an overflowing outbox removes its conn (_slow)
             if conn.outbox is not None:
-                conn.outbox.put(frame, key)
+                conn.outbox.put(push.data, push.key)
 
     # --- WebSocket ----------------------------------------------------------------
 
@@ -167,14 +177,16 @@ class PhebyFrontEnd(FrontEnd):
         peer = client_address(request)
         if self.lockout.locked(peer):
             return web.json_response(LOCKED_BODY, status=429)
-        # a frame over the spec's 2 MiB and up to twice that is read, then refused by the session (the
+        # a frame over the spec's 2 MiB and up to twice that is read, then refused by the protocol (the
         # client has sent it all, so it reads the error and the close); a larger one is refused from its
         # header by aiohttp, never read nor buffered, and PhebySocket says too_large before the close
         ws = PhebySocket(heartbeat=self.heartbeat, max_msg_size=2 * codec.MAX_FRAME, autoping=True)
         await ws.prepare(request)
         self._next_id += 1
-        conn = Connection(ws, PhebySession(self.secret, time.time(), rate=self.rate, burst=self.burst), peer,
-                          f"p{self._next_id}", request.transport)
+        secret = self.secret
+        protocol = PhebyProtocol(lambda given: same_secret(given, secret), time.time(), broadcast=self.broadcast,
+                                 rate=self.rate, burst=self.burst, hello_timeout=self.hello_timeout)
+        conn = Connection(ws, protocol, peer, f"p{self._next_id}", request.transport)
         self.sockets.add(ws)
         writer = None
         try:
@@ -200,81 +212,81 @@ class PhebyFrontEnd(FrontEnd):
         return ws
 
     async def _handshake(self, conn: Connection) -> bool:
-        ws = conn.ws
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.hello_timeout
+        """Until the protocol is open (True) or closed (False): frames and the hello's deadline."""
+        ws, protocol = conn.ws, conn.protocol
         while True:
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                return await self._auth_timeout(conn)
-            try:
-                msg = await ws.receive(timeout=remaining)
-            except asyncio.TimeoutError:
-                return await self._auth_timeout(conn)
-            if msg.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED, WSMsgType.ERROR):
+            remaining = (protocol.deadline or 0.0) - time.time()
+            msg = None
+            if remaining > 0:
+                try:
+                    msg = await ws.receive(timeout=remaining)
+                except asyncio.TimeoutError:
+                    pass
+            if msg is None:
+                actions = protocol.tick(time.time())
+            elif msg.type in _GONE:
                 return False
-            if self.lockout.locked(conn.peer):  # tripped while this socket waited: its hello is not judged
-                err = RateLimited("Too many failed attempts; try again later")
-                await self._send_direct(ws, [codec.error_frame(err, None, time.time())])
-                await ws.close(code=CLOSE_POLICY, message=b"rate_limited")
-                return False
-            if msg.type != WSMsgType.TEXT:
-                step = conn.session.feed(b"\x00", time.time())
             else:
-                step = conn.session.feed(msg.data, time.time())
-            if step.auth_failed:
-                self.lockout.fail(conn.peer)
-                self.stats["auth_failures"] += 1
-                log.info("pheby: failed hello from %s", conn.peer)
-                await self.limiter.wrong(conn.peer)  # the answer waits for the address's next slot
-            await self._send_direct(ws, step.frames)
-            if step.close is not None:
-                await ws.close(code=step.close, message=_reason(step.frames))
+                locked = self.lockout.locked(conn.peer)  # tripped while this socket waited: its hello is not judged
+                if msg.type == WSMsgType.TEXT:
+                    actions = protocol.receive(msg.data, time.time(), locked=locked)
+                else:
+                    actions = protocol.receive_binary(time.time(), locked=locked)
+            if not await self._handshake_step(conn, actions):
                 return False
-            if step.authenticated:
+            if protocol.state is State.OPEN:
                 return True
 
-    async def _auth_timeout(self, conn: Connection) -> bool:
-        from bridge_core.errors import AuthTimeout
-
-        await self._send_direct(conn.ws, [codec.error_frame(AuthTimeout("No hello within 10 seconds"), None, time.time())])
-        await conn.ws.close(code=CLOSE_POLICY, message=b"auth_timeout")
-        return False
+    async def _handshake_step(self, conn: Connection, actions: Sequence[Any]) -> bool:
+        """Take a handshake frame's actions and send its frames; False once the socket is closed."""
+        if AUTH_FAILED in actions:
+            self.lockout.fail(conn.peer)
+            self.stats["auth_failures"] += 1
+            log.info("pheby: failed hello from %s", conn.peer)
+            await self.limiter.wrong(conn.peer)  # the answer waits for the address's next slot
+        await self._send_direct(conn.ws, conn.protocol.frames_to_send())
+        for action in actions:
+            if type(action) is Close:
+                await conn.ws.close(code=action.code, message=action.reason)
+                return False
+        return True
 
     async def _send_direct(self, ws: web.WebSocketResponse, frames: list) -> None:
-        for f in frames:
+        for data in frames:
             try:
-                await ws.send_frame(dumps(f), WSMsgType.TEXT)
+                await ws.send_frame(data, WSMsgType.TEXT)
             except (ConnectionError, RuntimeError):
                 return
 
     async def _serve(self, conn: Connection) -> None:
-        ws = conn.ws
+        ws, protocol = conn.ws, conn.protocol
+        box = conn.outbox
+        assert box is not None
         origin = cmd.Origin(surface="pheby", connection=conn.id, decided_by="remote")
         async for msg in ws:
             if msg.type == WSMsgType.TEXT:
-                data = msg.data
+                actions = protocol.receive(msg.data, time.time())
             elif msg.type == WSMsgType.BINARY:
-                self._queue(conn, codec.error_frame(InvalidJson("Binary frames are not supported"), None, time.time()))
+                protocol.receive_binary(time.time())
+                for data in protocol.frames_to_send():
+                    box.put(data)
                 continue
             else:
                 break
-            step = conn.session.feed(data, time.time())
-            for f in step.frames:
-                self._queue(conn, f)
-            if conn.outbox is not None and len(conn.outbox) > self.outbox_items // 2:
-                await conn.outbox.wait_room(self.outbox_items // 4)  # a burst is answered as fast as it is read
-            if step.close is not None:
-                if conn.outbox is not None:
-                    await conn.outbox.flush(1.0)
-                await ws.close(code=step.close, message=_reason(step.frames))
-                break
-            if step.command is not None:
-                await self._execute(conn, step.command, origin)
+            for data in protocol.frames_to_send():
+                box.put(data)
+            if len(box) > self.outbox_items // 2:
+                await box.wait_room(self.outbox_items // 4)  # a burst is answered as fast as it is read
+            for action in actions:
+                if type(action) is Close:
+                    await box.flush(1.0)
+                    await ws.close(code=action.code, message=action.reason)
+                    return
+                await self._execute(conn, action, origin)
                 await asyncio.sleep(0)  # one request per turn of the loop (docs/architecture.md)
-            if conn.session.rate_limited:
-                self.stats["rate_limited"] += conn.session.rate_limited
-                conn.session.rate_limited = 0
+            if protocol.rate_limited:
+                self.stats["rate_limited"] += protocol.rate_limited
+                protocol.rate_limited = 0
 
     async def _execute(self, conn: Connection, command: Any, origin: cmd.Origin) -> None:
         """Run one request; its reply goes out before the broadcasts it causes.
@@ -283,27 +295,23 @@ class PhebyFrontEnd(FrontEnd):
         command (whose events are broadcast synchronously as they happen), and
         filled once the reply is known: the spec's order, reply first.
         """
-        rid = getattr(command, "request_id", None)
         box = conn.outbox
+        protocol = conn.protocol
         slot = box.reserve() if box is not None else None
-        conn.executing = command
-        frame: Optional[dict] = None
+        protocol.execute(command)
+        data: Optional[bytes] = None
         try:
             result = await self.bridge.execute(command, origin)
-            frame = codec.reply(command, result, time.time())
+            data = protocol.reply(result, time.time())
         except BridgeError as err:
-            frame = codec.error_frame(to_pheby_error(err, command), rid, time.time())
-        except Exception:
+            data = protocol.fail(err, time.time())
+        except Exception as exc:
             log.exception("pheby: %s failed", type(command).__name__)
-            frame = codec.error_frame(to_pheby_error(Exception(), command), rid, time.time())
+            data = protocol.fail(exc, time.time())
         finally:
-            conn.executing = None
+            protocol.done()
             if box is not None:
-                box.fill(slot, dumps(frame) if frame is not None else None)
-
-    def _queue(self, conn: Connection, frame: dict) -> None:
-        if conn.outbox is not None:
-            conn.outbox.put(dumps(frame))
+                box.fill(slot, data)
 
     def _slow(self, conn: Connection) -> None:
         self.conns.pop(conn.id, None)  # no more fan-out to it, at once
@@ -345,9 +353,3 @@ async def _close_slow(ws: web.WebSocketResponse, transport: Any) -> None:
         if transport is not None:
             transport.abort()
 
-
-def _reason(frames: list) -> bytes:
-    for f in frames:
-        if f.get("type") == "error":
-            return f["error"]["code"].encode()
-    return b""

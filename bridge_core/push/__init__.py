@@ -9,9 +9,23 @@
 See docs/push.md.
 """
 
-from .delivery import drop_owner_rows
+from typing import Any
+
 from .model import Registered, RegisterPush, UnregisterPush
-from .notifier import PUSH_ORIGIN, Notifier, device_owner
+
+# the parts with I/O (aiohttp, asyncio) load on first use, so a codec that decodes the push commands
+# (``model``, pure) stays free of them (pyproject.toml, the "forbidden" contract of the pure front-end modules)
+def __getattr__(name: str) -> Any:
+    if name in ("Notifier", "PUSH_ORIGIN", "device_owner"):
+        from . import notifier
+
+        return getattr(notifier, name)
+    if name == "drop_owner_rows":
+        from .delivery import drop_owner_rows
+
+        return drop_owner_rows
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["Notifier", "PUSH_ORIGIN", "Registered", "RegisterPush", "UnregisterPush", "device_owner",
            "drop_owner_rows"]

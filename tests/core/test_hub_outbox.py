@@ -154,3 +154,46 @@ def test_frames_put_before_the_loop_runs_leave_once_the_writer_starts():
         await writer
 
     asyncio.run(main())
+
+
+async def test_drop_forgets_an_unsent_keyed_frame():
+    """A draft its message's end made stale is dropped unsent; the key then starts a new item at the end."""
+    sent = []
+    gate = asyncio.Event()
+
+    async def send(data):
+        await gate.wait()
+        sent.append(data)
+
+    box = Outbox(send, max_items=10)
+    writer = asyncio.create_task(box.run())
+    box.put(b"start")
+    await until(lambda: len(box) == 0, what="the writer taking start")  # it waits on the gate
+    box.put(b"draft1", key="d")
+    box.put(b"complete")
+    box.drop("d")
+    box.drop("no such key")
+    box.put(b"draft2", key="d")
+    gate.set()
+    await until(lambda: len(sent) == 3, what="the queued frames")
+    assert sent == [b"start", b"complete", b"draft2"]
+    box.close()
+    await asyncio.wait_for(writer, 1)
+
+
+def test_a_sender_declares_what_it_can_do():
+    """An Outbox reads a sender's capabilities (bridge_core/hub.py Sender), never guesses them: an object
+    that leaves one out is refused at once (a bare coroutine function is a sender with none)."""
+
+    class Partial:
+        async def __call__(self, data):
+            pass
+
+        def durable_store(self):
+            return None
+
+    with pytest.raises(AttributeError):
+        Outbox(Partial())
+    Partial.sync = None  # declared absent: no synchronous path, one frame at a time
+    Partial.many = None
+    assert Outbox(Partial()).put(b"x")

@@ -1,4 +1,8 @@
-"""Codec properties with Hypothesis: every event renders to valid frames; requests round-trip; garbage never escapes."""
+"""Codec properties with Hypothesis: every event renders to valid frames; requests round-trip; garbage never escapes.
+
+The renderer (pheby_adapter/render.py) gives encoded frames: ``rendered`` decodes them for the assertions. The
+garbage tests drive the connection's protocol object (pheby_adapter/protocol.py) as they drove its session before.
+"""
 
 from __future__ import annotations
 
@@ -12,8 +16,9 @@ from hypothesis import strategies as st
 from bridge_core import commands as cmd
 from bridge_core import events as ev
 from bridge_core.errors import BridgeError
-from pheby_adapter import codec
-from pheby_adapter.session import PhebySession
+from bridge_core.security import same_secret
+from pheby_adapter import codec, render
+from pheby_adapter.protocol import AuthFailed, Close, PhebyProtocol, State
 
 from tests.strategies import EVENT_STRATEGIES, ids, opt_ids, text  # noqa: E402
 
@@ -26,6 +31,35 @@ SERVER_TYPES = {
 }
 
 
+def rendered(event) -> list[dict]:
+    """The broadcast frames of ``event``, decoded."""
+    return [json.loads(data) for data in render.render(event)]
+
+
+def _protocol(**kw) -> PhebyProtocol:
+    return PhebyProtocol(lambda given: same_secret(given, "secret"), 0.0, **kw)
+
+
+def _feed(p: PhebyProtocol, raw: str, now: float) -> tuple[list, list[dict], list]:
+    """What one frame gives: (commands, frames decoded, closes)."""
+    actions = p.receive(raw, now)
+    frames = [json.loads(f) for f in p.frames_to_send()]
+    commands = [a for a in actions if type(a) not in (Close, AuthFailed)]
+    return commands, frames, [a for a in actions if type(a) is Close]
+
+
+def _beyond_64_bits(value) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return not -(2**63) <= value < 2**64
+    if isinstance(value, dict):
+        return any(_beyond_64_bits(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_beyond_64_bits(v) for v in value)
+    return False
+
+
 def test_every_event_type_has_a_strategy():
     assert set(EVENT_STRATEGIES) | {ev.TextDelta} == set(ev.EVENT_TYPES)
 
@@ -33,7 +67,15 @@ def test_every_event_type_has_a_strategy():
 @settings(max_examples=300, deadline=None)
 @given(st.one_of(*EVENT_STRATEGIES.values()))
 def test_every_event_renders_to_known_json_frames(event):
-    for frame in codec.render_event(event):
+    try:
+        frames = rendered(event)
+    except TypeError:
+        # the frames are encoded by orjson, whose integers are 64 bits at most: a tool's args holding a larger
+        # one cannot be encoded (the server's encoding raised the same before the renderer gave bytes); that
+        # is the only failure allowed
+        assert _beyond_64_bits(attrs.asdict(event))
+        return
+    for frame in frames:
         assert frame["type"] in SERVER_TYPES
         assert json.loads(json.dumps(frame)) == frame
         if "ts" in frame:
@@ -46,7 +88,7 @@ def test_delta_frame_is_cumulative(cid, mid, body):
     pieces = [body[i : i + 3] for i in range(0, len(body), 3)] or [""]
     for p in pieces:
         draft.append(p)
-        frame = codec.delta_frame(ev.TextDelta(conversation_id=cid, run_id="r", message_id=mid, delta=p, draft=draft))
+        frame = render.delta_frame(ev.TextDelta(conversation_id=cid, run_id="r", message_id=mid, delta=p, draft=draft))
     assert frame["text"] == body and frame["type"] == "message.delta"
 
 
@@ -107,27 +149,27 @@ garbage_frames = st.one_of(
 @settings(max_examples=500, deadline=None)
 @given(garbage_frames)
 def test_session_never_raises_on_garbage(raw):
-    s = PhebySession("secret", 0.0, rate=1e9, burst=1e9)
-    s.feed('{"type":"hello","secret":"secret","protocol_version":1}', 0.0)
-    step = s.feed(raw, 1.0)
+    s = _protocol(rate=1e9, burst=1e9)
+    _feed(s, '{"type":"hello","secret":"secret","protocol_version":1}', 0.0)
+    commands, frames, _ = _feed(s, raw, 1.0)
     # either a command to run, a pong, or an error frame with a code
-    if step.command is None:
-        assert step.frames and step.frames[0]["type"] in ("error", "pong")
-        if step.frames[0]["type"] == "error":
-            assert step.frames[0]["error"]["code"] in (
+    if not commands:
+        assert frames and frames[0]["type"] in ("error", "pong")
+        if frames[0]["type"] == "error":
+            assert frames[0]["error"]["code"] in (
                 "invalid_json", "unknown_type", "bad_request", "too_large", "rate_limited"
             )
     else:
-        assert attrs.has(type(step.command))
+        assert len(commands) == 1 and attrs.has(type(commands[0]))
 
 
 @settings(max_examples=200, deadline=None)
 @given(garbage_frames)
 def test_handshake_never_raises_on_garbage(raw):
-    s = PhebySession("secret", 0.0)
-    step = s.feed(raw, 0.0)
-    assert not step.authenticated
-    assert step.frames[0]["type"] == "error" and step.close is not None
+    s = _protocol()
+    _, frames, closes = _feed(s, raw, 0.0)
+    assert s.state is not State.OPEN
+    assert frames[0]["type"] == "error" and closes
 
 
 @given(json_values)
@@ -143,11 +185,11 @@ def test_only_phebys_own_request_ids_are_echoed_on_broadcasts():
     mine = ev.RunStarted(conversation_id="c", run_id="r", message_id="draft-r", request_id="r6", origin=pheby)
     other = ev.RunStarted(conversation_id="c", run_id="r", message_id="draft-r", request_id="r6", origin=loomi)
     agents = ev.RunStarted(conversation_id="c", run_id="r", message_id="draft-r", request_id="r6")
-    assert codec.render_event(mine)[0] == {"type": "run.accepted", "conversation_id": "c", "run_id": "r", "request_id": "r6"}
-    assert codec.render_event(other)[0] == {"type": "run.accepted", "conversation_id": "c", "run_id": "r"}
-    assert codec.render_event(agents)[0] == {"type": "run.accepted", "conversation_id": "c", "run_id": "r"}
+    assert rendered(mine)[0] == {"type": "run.accepted", "conversation_id": "c", "run_id": "r", "request_id": "r6"}
+    assert rendered(other)[0] == {"type": "run.accepted", "conversation_id": "c", "run_id": "r"}
+    assert rendered(agents)[0] == {"type": "run.accepted", "conversation_id": "c", "run_id": "r"}
     resolved = ev.ApprovalResolved(conversation_id="c", run_id="r", approval_id="a", choice="once", request_id="x",
                                    origin=loomi)
-    assert "request_id" not in codec.render_event(resolved)[0]
+    assert "request_id" not in rendered(resolved)[0]
     finished = ev.RunFinished(conversation_id="c", run_id="r", status="cancelled", request_id="k", origin=pheby)
-    assert codec.render_event(finished)[0]["request_id"] == "k"
+    assert rendered(finished)[0]["request_id"] == "k"

@@ -52,7 +52,7 @@ def test_a_short_draft_follows_sooner_a_long_one_after_the_full_interval():
     assert abs(pace.at - 10.010) < 1e-9  # 2 characters: due after the 10 ms floor, not 40 ms
     assert p.offer(10.008, _delta(d, "c")) == Pace()  # already due: that push sends the newest
     frame, _ = p.push("m1", 10.010)
-    assert json.loads(frame())["text"] == "abc"
+    assert json.loads(frame)["text"] == "abc"
     assert p.offer(10.021, _delta(d, "d")) == Pace(now=True)  # a floor after the last push: at once
     p.push("m1", 10.021)
     long = _delta(d, "x" * 4000)
@@ -145,7 +145,7 @@ def test_a_due_push_waits_for_the_wait_of_the_draft_it_would_send():
     assert abs(later.at - 0.080) < 1e-9
     assert p.recheck("m1", 0.080) == Pace(now=True)
     frame, _ = p.push("m1", 0.080)
-    assert len(json.loads(frame())["text"]) == 4096
+    assert len(json.loads(frame)["text"]) == 4096
     p.offer(0.081, _delta(d, "c"))  # 4,097 characters: due at 160 ms after that push
     p.offer(0.150, _delta(d, "d"))
     assert p.recheck("m1", 0.160) == Pace(now=True)  # grown by a character: its wait ends within SLACK

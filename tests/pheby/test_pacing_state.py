@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 from bridge_core import events as ev
-from pheby_adapter.pacing import DraftFrame, DraftPacer, Pace
+from pheby_adapter.pacing import DraftPacer, Pace
 
 TS = 1_700_000_000.0
 
@@ -18,9 +18,8 @@ def _delta(draft: ev.Draft, piece: str, mid: str = "m1") -> ev.TextDelta:
     return ev.TextDelta(conversation_id="c1", run_id="r1", message_id=mid, delta=piece, draft=draft, ts=TS)
 
 
-def _text(frame) -> str:
-    data = frame() if callable(frame) else frame
-    return json.loads(data)["text"]
+def _text(frame: bytes) -> str:
+    return json.loads(frame)["text"]
 
 
 def test_the_first_draft_goes_at_once_encoded_now():
@@ -44,23 +43,24 @@ def test_then_the_newest_draft_at_most_once_per_interval():
     assert p.offer(10.020, _delta(d, "c")) == Pace()  # a push is already due: it sends the newest
     assert p.offer(10.030, _delta(d, "d")) == Pace()
     frame, key = p.push("m1", 10.040)
-    assert isinstance(frame, DraftFrame) and key == ("draft", "m1")
+    assert isinstance(frame, bytes) and key == ("draft", "m1")  # encoded at the push: the newest draft
     assert _text(frame) == "abcd"
     # a delta a full interval after the last push goes at once again
     assert p.offer(10.081, _delta(d, "e")) == Pace(now=True)
 
 
-def test_a_later_draft_is_rendered_when_sent_and_cached_per_length():
+def test_a_later_draft_is_encoded_once_at_its_push_and_marks_the_message_pushed_again():
     p = DraftPacer(0.040, tick=0)
     d = ev.Draft()
     p.offer(0.0, _delta(d, "x"))
     p.push("m1", 0.0)
+    assert not p.pushed_again("m1")  # the first draft alone: it goes out even if the message completes first
     p.offer(0.001, _delta(d, "y"))
     frame, _ = p.push("m1", 0.040)
-    p.offer(0.041, _delta(d, "z"))  # after the push, before the frame leaves: the frame sends the newest
-    assert _text(frame) == "xyz"
-    assert frame() is frame()  # one encoding per draft length
-    assert len(frame) == 64 + 3
+    assert isinstance(frame, bytes) and _text(frame) == "xy"  # the same bytes for every client
+    p.offer(0.041, _delta(d, "z"))  # after the push: the next push sends it
+    assert _text(frame) == "xy"
+    assert p.pushed_again("m1")  # an unsent later draft is dropped when the message completes (protocol.Broadcast)
 
 
 def test_a_completed_message_is_forgotten_and_its_due_push_cancelled():
@@ -69,9 +69,8 @@ def test_a_completed_message_is_forgotten_and_its_due_push_cancelled():
     p.offer(0.0, _delta(d, "a"))
     p.push("m1", 0.0)
     p.offer(0.010, _delta(d, "b"))
-    lazy = DraftFrame(p, "m1")
     assert p.end("m1") is True  # the front end cancels its timer
-    assert lazy() is None  # an unsent later draft renders to nothing: message.complete follows
+    assert not p.pushed_again("m1")  # forgotten
     assert p.push("m1", 0.040) is None
     assert p.end("m1") is False
     # a new message with the same id starts over: its first draft at once
