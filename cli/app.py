@@ -16,22 +16,22 @@ import os
 import sqlite3
 from typing import TYPE_CHECKING, Any, Optional
 
-from bridge_core.agents.base import AgentSource
-from bridge_core.bridge import Bridge
-from bridge_core.config import (ENDPOINTS_FILE, Config, ConfigError, bound_url, is_loopback, mask_url, read_endpoints,
+from bridge_core.bridge.agent import AgentSource
+from bridge_core.bridge.bridge import Bridge
+from bridge_core.kit.config import (ENDPOINTS_FILE, Config, ConfigError, bound_url, is_loopback, mask_url, read_endpoints,
                                 served_directly, undialable_reason)
-from bridge_core.frontend import FrontEnd, PortInUse, TLSReloader, cert_names, name_matches
+from bridge_core.kit.frontend import FrontEnd, PortInUse, TLSReloader, cert_names, name_matches
 from bridge_core.push import Notifier
-from bridge_core.runtime import tune_for_serving
-from bridge_core.errors import BridgeError, Unavailable
-from bridge_core.nodes import NodeHeartbeat
-from bridge_core.private import write_private
-from bridge_core.running import command_line, holder_of_port
-from bridge_core.store import open_store
-from bridge_core.security import raise_nofile_limit, remove_admin_key, write_admin_key
+from bridge_core.kit.runtime import tune_for_serving
+from bridge_core.model.errors import BridgeError, Unavailable
+from bridge_core.scale.nodes import NodeHeartbeat
+from bridge_core.bridge.private import write_private
+from bridge_core.kit.running import command_line, holder_of_port
+from bridge_core.bridge.store import open_store
+from bridge_core.kit.security import raise_nofile_limit, remove_admin_key, write_admin_key
 
 if TYPE_CHECKING:
-    from bridge_core.metrics import MetricsServer
+    from bridge_core.kit.metrics import MetricsServer
 
 log = logging.getLogger("agent_bridge")
 
@@ -78,7 +78,7 @@ def make_agent(cfg: Config) -> AgentSource:
     """The agent source ``agent-bridge serve`` runs: the demo agent. The Hermes agent runs only inside
     Hermes's gateway, so it is named only where Hermes is installed (docs/hermes.md)."""
     if cfg.agent == "demo":
-        from bridge_core.agents.demo import DemoAgent
+        from bridge_core.bridge.demo import DemoAgent
 
         return DemoAgent(approval_timeout=cfg.approval_timeout or None)
     gateway = ("the Hermes agent runs inside Hermes's own gateway: enable the agent-bridge plugin and run "
@@ -118,8 +118,8 @@ class Service:
         self.metrics: "MetricsServer | None" = None  # the Prometheus endpoint, unless [metrics] port is off
         self.metrics_port: Optional[int] = None
         if cfg.bus_url:  # several nodes: the bus wired into the core (bridge_core/cluster.py)
-            from bridge_core.busauth import derive_key
-            from bridge_core.cluster import connect
+            from bridge_core.scale.busauth import derive_key
+            from bridge_core.scale.cluster import connect
 
             connect(self.bridge, cfg.bus_url, cfg.node_id, derive_key(cfg.pheby_secret, cfg.lvmh_token, cfg.bus_key))
 
@@ -198,7 +198,7 @@ class Service:
         m = self.cfg.metrics
         if m.port is None:
             return
-        from bridge_core.metrics import MetricsServer, bridge_registry
+        from bridge_core.kit.metrics import MetricsServer, bridge_registry
 
         registry = bridge_registry(self.bridge, self.frontends, self.notifier, self.cfg.node_id)
         self.metrics = MetricsServer(registry, self.cfg)

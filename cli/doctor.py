@@ -34,8 +34,8 @@ from urllib.parse import urlsplit
 import aiohttp
 import attrs
 
-from bridge_core.config import Config, ConfigError, build_config, read_endpoints
-from bridge_core.security import read_admin_key
+from bridge_core.kit.config import Config, ConfigError, build_config, read_endpoints
+from bridge_core.kit.security import read_admin_key
 
 from .doctor_trust import DOCS, Channel, Seen, admin_note, channel_for, credential_verdict, loopback_host
 

@@ -15,10 +15,10 @@ import sys
 from datetime import datetime, timezone
 from typing import Any
 
-from bridge_core import datadir, looping
-from bridge_core.config import Config, ConfigError, build_config, resolve_data_dir
-from bridge_core.redact import REDACTED, is_secret_key, redact
-from bridge_core.terminal import PrintableFormatter
+from bridge_core.kit import datadir, looping
+from bridge_core.kit.config import Config, ConfigError, build_config, resolve_data_dir
+from bridge_core.model.redact import REDACTED, is_secret_key, redact
+from bridge_core.model.terminal import PrintableFormatter
 
 from .app import Service, check_bind, describe, make_agent
 

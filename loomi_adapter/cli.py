@@ -25,12 +25,12 @@ import http.client
 import ssl
 from typing import Any, Callable, Optional, TypeVar
 
-from bridge_core.config import build_config, undialable_reason
-from bridge_core import datadir, qr
-from bridge_core.running import command_line, not_running, server_running
-from bridge_core.redact import fingerprint
-from bridge_core.security import admin_key_path, is_loopback, read_admin_key
-from bridge_core.terminal import printable
+from bridge_core.kit.config import build_config, undialable_reason
+from bridge_core.kit import datadir, qr
+from bridge_core.kit.running import command_line, not_running, server_running
+from bridge_core.model.redact import fingerprint
+from bridge_core.kit.security import admin_key_path, is_loopback, read_admin_key
+from bridge_core.model.terminal import printable
 
 from . import devices as devices_mod
 from .revocation import offline_revoke

@@ -46,11 +46,11 @@ import threading
 import time
 from typing import Any, Optional
 
-from bridge_core.ids import new_id
-from bridge_core.security import same_secret
-from bridge_core.redact import fingerprint
-from bridge_core.seqalloc import SeqReservation
-from bridge_core.store import Store
+from bridge_core.model.ids import new_id
+from bridge_core.kit.security import same_secret
+from bridge_core.model.redact import fingerprint
+from bridge_core.model.seqalloc import SeqReservation
+from bridge_core.bridge.store import Store
 
 from . import codec
 from .idempotency import RequestCache

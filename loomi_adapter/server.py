@@ -16,10 +16,10 @@ from typing import Any, Awaitable, Callable, Optional
 import orjson
 from aiohttp import WSCloseCode, WSMsgType, web
 
-from bridge_core import events as ev
-from bridge_core.attachments import file_response
-from bridge_core.commands import Origin
-from bridge_core.errors import (
+from bridge_core.model import events as ev
+from bridge_core.bridge.attachments import file_response
+from bridge_core.model.commands import Origin
+from bridge_core.model.errors import (
     AuthTimeout,
     BadRequest,
     BridgeError,
@@ -30,12 +30,12 @@ from bridge_core.errors import (
     Unavailable,
     as_bridge_error,
 )
-from bridge_core.config import bound_url, served_directly
-from bridge_core.frontend import FrontEnd, cert_fingerprint, chains_to_public_ca, ws_text_sender
-from bridge_core.security import bearer_token, client_address, require_loopback_admin
-from bridge_core.hub import Outbox
-from bridge_core.private import write_private
-from bridge_core.redact import fingerprint
+from bridge_core.kit.config import bound_url, served_directly
+from bridge_core.kit.frontend import FrontEnd, cert_fingerprint, chains_to_public_ca, ws_text_sender
+from bridge_core.kit.security import bearer_token, client_address, require_loopback_admin
+from bridge_core.bridge.hub import Outbox
+from bridge_core.bridge.private import write_private
+from bridge_core.model.redact import fingerprint
 
 from . import codec
 from .cluster import ClusterRegistry

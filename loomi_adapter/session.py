@@ -18,8 +18,8 @@ from typing import Any, Optional, Union
 
 import attrs
 
-from bridge_core.errors import BadRequest, BridgeError, Unauthorized, VersionMismatch
-from bridge_core.ratelimit import TokenBucket
+from bridge_core.model.errors import BadRequest, BridgeError, Unauthorized, VersionMismatch
+from bridge_core.model.ratelimit import TokenBucket
 
 from . import codec
 from .errors import HeartbeatTimeout

@@ -20,7 +20,7 @@ import sys
 import urllib.parse
 from typing import Any
 
-from bridge_core.private import open_private, private_dir
+from bridge_core.bridge.private import open_private, private_dir
 
 PLUGIN_FILE = "lvmh-agent.mjs"
 
@@ -66,7 +66,7 @@ def cmd_plugin_path(args: argparse.Namespace) -> int:
 
 
 def _read_token(data_dir: str) -> str:
-    from bridge_core.config import read_stored_secret
+    from bridge_core.kit.config import read_stored_secret
 
     return read_stored_secret(data_dir, "lvmh_token", "LVMH_TOKEN", "lvmh token")
 
@@ -79,8 +79,8 @@ def _base_url(cfg: Any) -> str:
     """The web UI's base URL as the server running on ``cfg``'s data directory serves it (its
     ``--public-url lvmh=``, or ``[lvmh] public_url``, else its bound port on this machine);
     ``NotServing`` with the one line to print when no server runs there, or it has no lvmh."""
-    from bridge_core.config import read_endpoints
-    from bridge_core.running import command_line, not_running, run_ports, server_running
+    from bridge_core.kit.config import read_endpoints
+    from bridge_core.kit.running import command_line, not_running, run_ports, server_running
 
     from .auth import public_url
 
@@ -111,7 +111,7 @@ def login_link(cfg: Any) -> str:
 
 
 def cmd_open(args: argparse.Namespace) -> int:
-    from bridge_core.config import ConfigError, build_config
+    from bridge_core.kit.config import ConfigError, build_config
 
     try:
         cfg = build_config({"data_dir": getattr(args, "data_dir", None), "config": getattr(args, "config", None)},

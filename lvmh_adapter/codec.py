@@ -19,9 +19,9 @@ from typing import Any, Iterable, Optional, Union
 import attrs
 import orjson
 
-from bridge_core.redact import redact
+from bridge_core.model.redact import redact
 
-from bridge_core.errors import BadRequest, BridgeError, TooLarge
+from bridge_core.model.errors import BadRequest, BridgeError, TooLarge
 
 PROTOCOL_VERSION = 1
 MAX_PLUGIN_FRAME = 4 * 1024 * 1024  # bytes; aiohttp closes the socket (1009) above this

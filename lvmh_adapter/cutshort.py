@@ -20,8 +20,8 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Optional
 
-from bridge_core import events as ev
-from bridge_core.ids import new_id
+from bridge_core.model import events as ev
+from bridge_core.model.ids import new_id
 
 from . import codec
 

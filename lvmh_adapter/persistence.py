@@ -27,7 +27,7 @@ from typing import Any, Optional
 
 import orjson
 
-from bridge_core.store import Store
+from bridge_core.bridge.store import Store
 
 log = logging.getLogger("agent_bridge.lvmh.store")
 

@@ -19,12 +19,12 @@ from typing import Any, Optional
 
 from aiohttp import WSMsgType, web
 
-from bridge_core import events as ev
-from bridge_core.errors import BridgeError
-from bridge_core.frontend import FrontEnd, ws_text_sender
-from bridge_core.security import bearer_token, client_address
-from bridge_core.hub import Outbox
-from bridge_core.ids import new_id
+from bridge_core.model import events as ev
+from bridge_core.model.errors import BridgeError
+from bridge_core.kit.frontend import FrontEnd, ws_text_sender
+from bridge_core.kit.security import bearer_token, client_address
+from bridge_core.bridge.hub import Outbox
+from bridge_core.model.ids import new_id
 
 from . import activity, codec, cutshort, errors
 from .auth import PRINCIPAL_KEY as PRINCIPAL

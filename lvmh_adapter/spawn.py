@@ -56,9 +56,9 @@ import attrs
 from aiohttp import web
 from yarl import URL
 
-from bridge_core.config import ConfigError, is_loopback
-from bridge_core.errors import BridgeError
-from bridge_core.tasks import TaskSet
+from bridge_core.kit.config import ConfigError, is_loopback
+from bridge_core.model.errors import BridgeError
+from bridge_core.bridge.tasks import TaskSet
 
 from .auth import WorkerCredentials
 from .errors import HttpError, rest_error

@@ -43,7 +43,7 @@ def add_parser(subparsers: Any, common_options: Any) -> None:
 
 
 def _secret(data_dir: str) -> str:
-    from bridge_core.config import read_stored_secret
+    from bridge_core.kit.config import read_stored_secret
 
     return read_stored_secret(data_dir, "pheby_secret", "PHEBY_SECRET", "Pheby secret")
 
@@ -55,8 +55,8 @@ class NoUrl(Exception):
 def pheby_url(data_dir: str) -> str:
     """The URL the app dials, as the server running on ``data_dir`` tells clients; ``NoUrl`` with
     the one line to print when no server runs there, or it has no Pheby front end."""
-    from bridge_core.config import read_endpoints
-    from bridge_core.running import command_line, not_running, server_running
+    from bridge_core.kit.config import read_endpoints
+    from bridge_core.kit.running import command_line, not_running, server_running
 
     running, pid = server_running(data_dir)
     if not running:
@@ -73,7 +73,7 @@ def pheby_url(data_dir: str) -> str:
 
 
 def cmd_connect(args: argparse.Namespace) -> int:
-    from bridge_core.config import ConfigError, build_config, undialable_reason
+    from bridge_core.kit.config import ConfigError, build_config, undialable_reason
 
     try:
         cfg = build_config({"data_dir": getattr(args, "data_dir", None), "config": getattr(args, "config", None)},
@@ -98,7 +98,7 @@ def cmd_connect(args: argparse.Namespace) -> int:
     if args.json:
         print(payload, flush=True)
         return 0
-    from bridge_core.qr import render_qr, write_qr
+    from bridge_core.kit.qr import render_qr, write_qr
 
     write_qr(render_qr(payload), sys.stdout)
     print("Scan this code with the Pheby app, or enter these by hand (the secret is a password: do not share it):")

@@ -49,8 +49,8 @@ from typing import Any, Hashable, Mapping, Optional
 
 import attrs
 
-from bridge_core import events as ev
-from bridge_core.wire import dumps
+from bridge_core.model import events as ev
+from bridge_core.model.wire import dumps
 
 from .render import delta_frame
 

@@ -50,6 +50,17 @@ def test_import_contracts_hold(tmp_path):
     assert f"{contracts} kept, 0 broken" in report, report
 
 
+def module_file(tree, module: str):
+    """The file of ``module`` in ``tree`` (its packages made), for a tree of deliberate crossings."""
+    *packages, name = module.split(".")
+    folder = tree
+    for part in packages:
+        folder = folder / part
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "__init__.py").touch()
+    return folder / f"{name}.py"
+
+
 def test_contracts_catch_crossings(tmp_path):
     tree = tmp_path / "packages"
     crossings = {
@@ -60,9 +71,7 @@ def test_contracts_catch_crossings(tmp_path):
         "agent_bridge_cli": "import bridge_core, pheby_adapter\n",
     }
     for name, body in crossings.items():
-        (tree / name).mkdir(parents=True)
-        (tree / name / "__init__.py").write_text("")
-        (tree / name / "mod.py").write_text(body)
+        module_file(tree, f"{name}.mod").write_text(body)
     # the "forbidden" contracts name modules that must exist: empty ones, but the protocol object doing I/O
     bodies = {"pheby_adapter.protocol": "import asyncio\n", "pheby_adapter.pacing": "from . import mod\n"}
     with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
@@ -70,7 +79,7 @@ def test_contracts_catch_crossings(tmp_path):
     for c in (c for c in contracts if c["type"] == "forbidden"):
         for module in [*c["source_modules"], *c["forbidden_modules"]]:
             if module.split(".")[0] in PACKAGES:
-                (tree / (module.replace(".", "/") + ".py")).write_text(bodies.get(module, ""))
+                module_file(tree, module).write_text(bodies.get(module, ""))
     shutil.copy(os.path.join(ROOT, "pyproject.toml"), tmp_path / "pyproject.toml")
     done = lint(str(tmp_path), str(tree))
     report = done.stdout + done.stderr

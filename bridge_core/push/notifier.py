@@ -24,11 +24,11 @@ import secrets
 import time
 from typing import Any, Callable, Iterable, Optional
 
-from .. import commands as cmd
-from .. import events as ev
-from ..config import PushConfig
-from ..errors import BridgeError, NotFound, TooLarge, Unavailable
-from ..tasks import TaskSet
+from ..model import commands as cmd
+from ..model import events as ev
+from ..kit.config import PushConfig
+from ..model.errors import BridgeError, NotFound, TooLarge, Unavailable
+from ..bridge.tasks import TaskSet
 from . import channels
 from .delivery import MIGRATIONS, Deliveries, Target, drop_owner_rows
 from .model import (

@@ -14,9 +14,9 @@ import os
 import time
 from typing import Any, Optional
 
-from bridge_core import events as ev
-from bridge_core.ids import short_id
-from bridge_core.redact import redact
+from bridge_core.model import events as ev
+from bridge_core.model.ids import short_id
+from bridge_core.model.redact import redact
 
 from .chats import Chats
 from .runs import ERROR_MAX

@@ -14,8 +14,8 @@ import asyncio
 import logging
 from typing import Any, Optional
 
-from bridge_core import datadir
-from bridge_core.config import Config, ConfigError, build_config, resolve_data_dir
+from bridge_core.kit import datadir
+from bridge_core.kit.config import Config, ConfigError, build_config, resolve_data_dir
 
 from ..app import Service, check_bind, describe, is_available
 from .compat import HermesApi

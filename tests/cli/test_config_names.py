@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bridge_core.config import Config, ConfigError, build_config
+from bridge_core.kit.config import Config, ConfigError, build_config
 from tests.cli.clirun import FREE_PORTS, one_line, run
 
 REFUSED = [
@@ -59,8 +59,8 @@ def test_every_documented_section_is_accepted(tmp_path):
 
 def test_a_parser_cannot_read_an_undeclared_key(tmp_path):
     """The other half of one schema: a key read anywhere is a key the file check accepts."""
-    from bridge_core.config import SCHEMA
-    from bridge_core.config_schema import UndeclaredKey
+    from bridge_core.kit.config import SCHEMA
+    from bridge_core.model.config_schema import UndeclaredKey
 
     cfg = Config(data_dir=str(tmp_path), extra={"pheby": {"port": 1, "prot": 2}})
     assert cfg.section("pheby").get("port") == 1 and cfg.section("pheby")["port"] == 1

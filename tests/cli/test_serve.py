@@ -141,7 +141,7 @@ def test_non_loopback_bind_without_tls_refused(tmp_path):
 
 
 def test_config_file_and_flags(tmp_path):
-    from bridge_core.config import build_config
+    from bridge_core.kit.config import build_config
 
     data = tmp_path / "d"
     data.mkdir()

@@ -7,11 +7,11 @@ import threading
 
 import pytest
 
-from bridge_core import commands as cmd
-from bridge_core import events as ev
-from bridge_core.agents.demo import DemoAgent, demo_png
-from bridge_core.bridge import Bridge
-from bridge_core.errors import AlreadyResolved, ApprovalNotFound, BadRequest, ConversationNotFound, RunActive
+from bridge_core.model import commands as cmd
+from bridge_core.model import events as ev
+from bridge_core.bridge.demo import DemoAgent, demo_png
+from bridge_core.bridge.bridge import Bridge
+from bridge_core.model.errors import AlreadyResolved, ApprovalNotFound, BadRequest, ConversationNotFound, RunActive
 from tests.waiting import turns, until
 
 PHEBY = cmd.Origin(surface="pheby")

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from bridge_core.hub import Hub, Outbox
+from bridge_core.bridge.hub import Hub, Outbox
 
 from tests.waiting import turns, until
 

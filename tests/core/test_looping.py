@@ -16,8 +16,8 @@ import logging
 import selectors
 import types
 
-from bridge_core import looping
-from bridge_core.hub import Outbox
+from bridge_core.kit import looping
+from bridge_core.bridge.hub import Outbox
 from tests.core.test_outbox_flush import SyncSender
 from tests.waiting import turns
 

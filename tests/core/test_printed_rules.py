@@ -8,8 +8,8 @@ import logging
 
 import pytest
 
-from bridge_core.config import mask_url
-from bridge_core.terminal import PrintableFormatter, printable
+from bridge_core.kit.config import mask_url
+from bridge_core.model.terminal import PrintableFormatter, printable
 
 
 @pytest.mark.parametrize("url, shown", [

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import sys
 
-from bridge_core import runtime
-from bridge_core.agents.demo import DemoAgent
-from bridge_core.config import build_config
+from bridge_core.kit import runtime
+from bridge_core.bridge.demo import DemoAgent
+from bridge_core.kit.config import build_config
 from cli.app import Service
 
 

@@ -9,18 +9,18 @@ import aiohttp
 import attrs
 import pytest
 
-from bridge_core import events as ev
-from bridge_core.attachments import (
+from bridge_core.model import events as ev
+from bridge_core.bridge.attachments import (
     ATTACHMENT_CSP,
     attachment_fields,
     content_disposition,
     download_headers,
 )
-from bridge_core.errors import BadRequest
-from bridge_core.ratelimit import TokenBucket
-from bridge_core.security import parse_bearer, same_secret
-from bridge_core.seqalloc import SeqReservation
-from bridge_core.wire import strict_converter, structure
+from bridge_core.model.errors import BadRequest
+from bridge_core.model.ratelimit import TokenBucket
+from bridge_core.kit.security import parse_bearer, same_secret
+from bridge_core.model.seqalloc import SeqReservation
+from bridge_core.model.wire import strict_converter, structure
 from tests.conftest import LVMH_TOKEN, PHEBY_SECRET
 from tests.loomi.helpers import pair
 

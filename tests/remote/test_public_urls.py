@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from bridge_core.config import ConfigError, build_config, undialable_reason, validate_public_url
+from bridge_core.kit.config import ConfigError, build_config, undialable_reason, validate_public_url
 from loomi_adapter.server import qr_fingerprint
 from tests.hardening.proc import ROOT, BridgeProcess
 from tests.loomi.test_cli import cli

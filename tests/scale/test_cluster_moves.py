@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
-from bridge_core import events as ev
-from bridge_core.ids import draft_message_id, new_id
+from bridge_core.model import events as ev
+from bridge_core.model.ids import draft_message_id, new_id
 from tests.waiting import until
 
 

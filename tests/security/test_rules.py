@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import resource
 
-from bridge_core.security import (
+from bridge_core.kit.security import (
     MIN_SECRET_LENGTH,
     UnauthPool,
     WrongSlots,

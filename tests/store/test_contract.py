@@ -11,8 +11,8 @@ import threading
 
 import pytest
 
-from bridge_core.errors import Unavailable
-from bridge_core.store import CORE_MIGRATIONS, BaseStore
+from bridge_core.model.errors import Unavailable
+from bridge_core.bridge.store import CORE_MIGRATIONS, BaseStore
 
 
 def test_migrations_are_ordered_recorded_and_applied_once(open_store):

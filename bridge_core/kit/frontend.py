@@ -20,12 +20,12 @@ from aiohttp import WSMsgType, web
 
 from . import aiohttp_compat
 from .config import ConfigError
-from .errors import BridgeError
+from ..model.errors import BridgeError
 from .security import LISTEN_QUEUE, PROXY_RULE, REFUSED_JSON, AuthLimiter, ProxyRule, accept_batch_for, peer_host  # noqa: F401 (peer_host: re-exported)
-from .tasks import TaskSet
+from ..bridge.tasks import TaskSet
 
 if TYPE_CHECKING:
-    from .bridge import Bridge
+    from ..bridge.bridge import Bridge
     from .config import Config
 
 log = logging.getLogger("agent_bridge.frontend")

@@ -54,18 +54,18 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Optional
 import attrs
 import cattrs
 
-from . import commands as cmd
-from . import events as ev
+from ..model import commands as cmd
+from ..model import events as ev
 from . import holds
-from .errors import BridgeError, RunActive, Unavailable
-from .ids import new_id
-from .seqalloc import SeqReservation
-from .serialize import UnknownEvent, from_dict, to_dict
-from .state import ConversationState
-from .tasks import TaskSet
+from ..model.errors import BridgeError, RunActive, Unavailable
+from ..model.ids import new_id
+from ..model.seqalloc import SeqReservation
+from ..model.serialize import UnknownEvent, from_dict, to_dict
+from ..model.state import ConversationState
+from ..bridge.tasks import TaskSet
 
 if TYPE_CHECKING:
-    from .bridge import Bridge
+    from ..bridge.bridge import Bridge
     from .bus import Bus
 
 log = logging.getLogger("agent_bridge.cluster")
@@ -137,7 +137,7 @@ def rebuild_error(code: str, message: str) -> BridgeError:
 
 
 def encode_result(result: Any) -> dict:
-    from .bridge import SendResult
+    from ..bridge.bridge import SendResult
 
     if isinstance(result, str):
         return {"str": result}
@@ -149,7 +149,7 @@ def encode_result(result: Any) -> dict:
 
 
 def decode_result(data: dict) -> Any:
-    from .bridge import SendResult
+    from ..bridge.bridge import SendResult
 
     if "str" in data:
         return data["str"]

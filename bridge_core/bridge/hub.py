@@ -46,7 +46,7 @@ import logging
 import weakref
 from typing import Any, Awaitable, Callable, Hashable, Optional, Protocol, Union
 
-from .looping import end_of_turn
+from ..kit.looping import end_of_turn
 
 log = logging.getLogger("agent_bridge.hub")
 

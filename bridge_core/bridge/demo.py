@@ -11,9 +11,9 @@ import time
 import zlib
 from typing import TYPE_CHECKING, Optional
 
-from .. import events as ev
-from ..ids import new_id
-from .base import (
+from ..model import events as ev
+from ..model.ids import new_id
+from .agent import (
     AgentCommand,
     AgentFailure,
     ManagedAgentSource,
@@ -27,7 +27,7 @@ from .base import (
 )
 
 if TYPE_CHECKING:
-    from ..bridge import Bridge
+    from .bridge import Bridge
 
 PROVIDERS = (Provider(slug="demo", name="Demo", models=("demo-small", "demo-large"), total_models=2),)
 

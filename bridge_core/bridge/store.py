@@ -25,8 +25,8 @@ import threading
 import time
 from typing import Any, Callable, Iterable, Optional, Sequence
 
-from .config import mask_url
-from .errors import Unavailable
+from ..kit.config import mask_url
+from ..model.errors import Unavailable
 from .private import open_private, private_dir
 
 log = logging.getLogger("agent_bridge.store")
@@ -592,11 +592,11 @@ def open_store(url: Optional[str], data_dir: str) -> BaseStore:
     """The store ``--store URL`` names (``postgresql://...``), or SQLite in ``data_dir`` without one."""
     if not url:
         return Store(os.path.join(data_dir, "bridge.db"))
-    from .config import ConfigError
+    from ..kit.config import ConfigError
 
     if url.startswith(("postgresql://", "postgres://")):
         try:
-            from .pgstore import PostgresStore  # the driver is needed only here (the scale extra)
+            from ..scale.pgstore import PostgresStore  # the driver is needed only here (the scale extra)
         except ImportError as exc:
             raise ConfigError(f"--store postgresql:// needs the PostgreSQL driver: pip install 'agent-bridge[scale]' ({exc})")
         return PostgresStore(url)

@@ -20,7 +20,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
-    from .store import Store
+    from ..bridge.store import Store
 
 log = logging.getLogger("agent_bridge.cluster")
 

@@ -37,11 +37,11 @@ import attrs
 from aiohttp import web
 from aiohttp.abc import AbstractStreamWriter
 
-from .events import Attachment
-from .ids import is_hex32, new_id
+from ..model.events import Attachment
+from ..model.ids import is_hex32, new_id
 from .private import open_private, private_dir
 from .store import BaseStore
-from .wire import attachment_fields  # noqa: F401 (re-exported: its home is the pure wire helpers)
+from ..model.wire import attachment_fields  # noqa: F401 (re-exported: its home is the pure wire helpers)
 
 log = logging.getLogger("agent_bridge.attachments")
 

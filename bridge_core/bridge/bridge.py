@@ -19,12 +19,12 @@ from typing import Any, Callable, Optional
 
 import attrs
 
-from . import commands as cmd
-from . import events as ev
-from .agents.base import AgentSource
+from ..model import commands as cmd
+from ..model import events as ev
+from .agent import AgentSource
 from .attachments import AttachmentStore
 from .drafts import LAST_ACTIVE_SQL, MESSAGE_SQL, DraftSaver
-from .errors import (
+from ..model.errors import (
     AlreadyResolved,
     ApprovalNotFound,
     BadRequest,
@@ -36,9 +36,9 @@ from .errors import (
     Unavailable,
 )
 from .hub import Hub
-from .ids import draft_message_id, new_id
-from .limits import HISTORY_CAP, check_text
-from .state import ActiveRun, ConversationState
+from ..model.ids import draft_message_id, new_id
+from ..model.limits import HISTORY_CAP, check_text
+from ..model.state import ActiveRun, ConversationState
 from .store import Store
 from .tasks import TaskSet
 

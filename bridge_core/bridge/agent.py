@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import attrs
 
-from .. import events as ev
-from ..errors import BadRequest, BridgeError, NotFound, NotImplementedByAgent
-from ..ids import draft_message_id, new_id, short_id
-from ..redact import redact
+from ..model import events as ev
+from ..model.errors import BadRequest, BridgeError, NotFound, NotImplementedByAgent
+from ..model.ids import draft_message_id, new_id, short_id
+from ..model.redact import redact
 
 if TYPE_CHECKING:
-    from ..bridge import Bridge
-    from ..state import ConversationState
+    from .bridge import Bridge
+    from ..model.state import ConversationState
 
 log = logging.getLogger("agent_bridge.agent")
 

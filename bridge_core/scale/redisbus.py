@@ -54,10 +54,10 @@ from redis.exceptions import RedisError
 
 from .bus import Deliver, OnCommand
 from .busauth import KEY_BYTES, LEARN_BACK, LiveNodes, Signer, Verifier, entry_order, fingerprint
-from .errors import Unavailable
+from ..model.errors import Unavailable
 from .nodes import HEARTBEAT_EVERY, NODE_TTL
-from .store import redact_url
-from .tasks import TaskSet
+from ..bridge.store import redact_url
+from ..bridge.tasks import TaskSet
 
 log = logging.getLogger("agent_bridge.bus")
 

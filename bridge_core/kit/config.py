@@ -16,9 +16,9 @@ from typing import Any, Optional
 
 import attrs
 
-from .config_schema import TOP, Section, declared, unknown_name
-from .errors import BridgeError
-from .private import private_dir, write_private
+from ..model.config_schema import TOP, Section, declared, unknown_name
+from ..model.errors import BridgeError
+from ..bridge.private import private_dir, write_private
 from .security import (DEFAULT_UNAUTH_PER_ADDRESS, DEFAULT_WRONG_RATE, MIN_SECRET_LENGTH, is_loopback,  # noqa: F401
                        weak_secret_reason)
 

@@ -19,9 +19,9 @@ import psycopg
 from psycopg.adapt import Dumper
 
 from . import sqldialect
-from .errors import Unavailable
-from .config import mask_url
-from .store import BaseStore
+from ..model.errors import Unavailable
+from ..kit.config import mask_url
+from ..bridge.store import BaseStore
 
 log = logging.getLogger("agent_bridge.store")
 

@@ -16,9 +16,9 @@ import logging
 import time
 from typing import Any, Iterable, Optional
 
-from .errors import Conflict
-from .store import BaseStore
-from .tasks import TaskSet
+from ..model.errors import Conflict
+from ..bridge.store import BaseStore
+from ..bridge.tasks import TaskSet
 
 log = logging.getLogger("agent_bridge.nodes")
 

@@ -36,7 +36,7 @@ from .security import AuthLimiter, bearer_token, client_address, host_is_loopbac
 if TYPE_CHECKING:
     import ssl
 
-    from .bridge import Bridge
+    from ..bridge.bridge import Bridge
     from .config import Config
 
 log = logging.getLogger("agent_bridge.metrics")
