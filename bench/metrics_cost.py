@@ -23,7 +23,7 @@ ROUNDS = 7
 
 def _outbox(counted: bool):
     from bridge_core.kit.frontend import FrontEndCounts
-    from bridge_core.bridge.hub import Outbox
+    from bridge_core.kit.outbox import Outbox
 
     async def send(data: bytes) -> None:  # never awaited: _sent is what is timed
         pass

@@ -33,7 +33,7 @@ from bridge_core.model.errors import (
 from bridge_core.kit.config import bound_url, served_directly
 from bridge_core.kit.frontend import FrontEnd, cert_fingerprint, chains_to_public_ca, ws_text_sender
 from bridge_core.kit.security import bearer_token, client_address, require_loopback_admin
-from bridge_core.bridge.hub import Outbox
+from bridge_core.kit.outbox import Outbox
 from bridge_core.bridge.private import write_private
 from bridge_core.model.redact import fingerprint
 

@@ -23,7 +23,7 @@ from bridge_core.model import events as ev
 from bridge_core.model.errors import BridgeError
 from bridge_core.kit.frontend import FrontEnd, ws_text_sender
 from bridge_core.kit.security import bearer_token, client_address
-from bridge_core.bridge.hub import Outbox
+from bridge_core.kit.outbox import Outbox
 from bridge_core.model.ids import new_id
 
 from . import activity, codec, cutshort, errors

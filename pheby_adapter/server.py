@@ -22,7 +22,7 @@ from bridge_core.model import events as ev
 from bridge_core.bridge.attachments import file_response
 from bridge_core.model.errors import BridgeError
 from bridge_core.kit.frontend import FrontEnd, ws_text_sender
-from bridge_core.bridge.hub import Outbox
+from bridge_core.kit.outbox import Outbox
 from bridge_core.kit.security import HelloLockout, bearer_token, client_address, same_secret
 
 from . import codec, pacing

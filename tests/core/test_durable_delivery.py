@@ -65,7 +65,7 @@ class _FakeStore:
 
 
 async def test_outbox_holds_frames_for_their_writes_with_grace():
-    from bridge_core.bridge.hub import Outbox
+    from bridge_core.kit.outbox import Outbox
 
     store = _FakeStore()
     sent = []

@@ -6,7 +6,8 @@ import asyncio
 
 import pytest
 
-from bridge_core.bridge.hub import Hub, Outbox
+from bridge_core.bridge.hub import Hub
+from bridge_core.kit.outbox import Outbox
 
 from tests.waiting import turns, until
 

@@ -17,7 +17,7 @@ import selectors
 import types
 
 from bridge_core.kit import looping
-from bridge_core.bridge.hub import Outbox
+from bridge_core.kit.outbox import Outbox
 from tests.core.test_outbox_flush import SyncSender
 from tests.waiting import turns
 

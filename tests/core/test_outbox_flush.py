@@ -19,7 +19,7 @@ import aiohttp
 from aiohttp import web
 
 from bridge_core.kit.frontend import STORE_KEY, ws_text_sender
-from bridge_core.bridge.hub import BATCH_BYTES, Outbox
+from bridge_core.kit.outbox import BATCH_BYTES, Outbox
 from bridge_core.bridge.tasks import TaskSet
 
 from tests.waiting import turns
