@@ -18,17 +18,18 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from bridge_core.bridge.agent import AgentSource
 from bridge_core.bridge.bridge import Bridge
-from bridge_core.kit.config import (ENDPOINTS_FILE, Config, ConfigError, bound_url, is_loopback, mask_url, read_endpoints,
-                                served_directly, undialable_reason)
-from bridge_core.kit.frontend import FrontEnd, PortInUse, TLSReloader, cert_names, name_matches
-from bridge_core.push import Notifier
-from bridge_core.kit.runtime import tune_for_serving
-from bridge_core.model.errors import BridgeError, Unavailable
-from bridge_core.scale.nodes import NodeHeartbeat
 from bridge_core.bridge.private import write_private
+from bridge_core.kit.config import (ENDPOINTS_FILE, Config, bound_url, is_loopback, read_endpoints, served_directly,
+                                    undialable_reason)
+from bridge_core.kit.frontend import FrontEnd, PortInUse, TLSReloader, cert_names, name_matches
 from bridge_core.kit.running import command_line, holder_of_port
-from bridge_core.bridge.store import open_store
+from bridge_core.kit.runtime import tune_for_serving
 from bridge_core.kit.security import raise_nofile_limit, remove_admin_key, write_admin_key
+from bridge_core.model.errors import BridgeError, ConfigError, Unavailable
+from bridge_core.model.redact import mask_url
+from bridge_core.push import Notifier
+from bridge_core.scale.engines import open_store
+from bridge_core.scale.nodes import NodeHeartbeat
 
 if TYPE_CHECKING:
     from bridge_core.kit.metrics import MetricsServer

@@ -34,7 +34,8 @@ from urllib.parse import urlsplit
 import aiohttp
 import attrs
 
-from bridge_core.kit.config import Config, ConfigError, build_config, read_endpoints
+from bridge_core.kit.config import Config, build_config, read_endpoints
+from bridge_core.model.errors import ConfigError
 from bridge_core.kit.security import read_admin_key
 
 from .doctor_trust import DOCS, Channel, Seen, admin_note, channel_for, credential_verdict, loopback_host

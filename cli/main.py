@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Any, Optional
 
-from bridge_core.kit.config import ConfigError
+from bridge_core.model.errors import ConfigError
 
 # Subcommand groups contributed by the front ends: module with add_parser(subparsers, common), in --help's order.
 COMMAND_MODULES = ("pheby_adapter.cli", "loomi_adapter.cli", "lvmh_adapter.cli")

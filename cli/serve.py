@@ -16,7 +16,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 from bridge_core.kit import datadir, looping
-from bridge_core.kit.config import Config, ConfigError, build_config, resolve_data_dir
+from bridge_core.kit.config import Config, build_config, resolve_data_dir
+from bridge_core.model.errors import ConfigError
 from bridge_core.model.redact import REDACTED, is_secret_key, redact
 from bridge_core.model.terminal import PrintableFormatter
 

@@ -111,7 +111,8 @@ def login_link(cfg: Any) -> str:
 
 
 def cmd_open(args: argparse.Namespace) -> int:
-    from bridge_core.kit.config import ConfigError, build_config
+    from bridge_core.kit.config import build_config
+    from bridge_core.model.errors import ConfigError
 
     try:
         cfg = build_config({"data_dir": getattr(args, "data_dir", None), "config": getattr(args, "config", None)},

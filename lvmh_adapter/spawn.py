@@ -56,7 +56,8 @@ import attrs
 from aiohttp import web
 from yarl import URL
 
-from bridge_core.kit.config import ConfigError, is_loopback
+from bridge_core.kit.config import is_loopback
+from bridge_core.model.errors import ConfigError
 from bridge_core.model.errors import BridgeError
 from bridge_core.bridge.tasks import TaskSet
 

@@ -73,7 +73,8 @@ def pheby_url(data_dir: str) -> str:
 
 
 def cmd_connect(args: argparse.Namespace) -> int:
-    from bridge_core.kit.config import ConfigError, build_config, undialable_reason
+    from bridge_core.kit.config import build_config, undialable_reason
+    from bridge_core.model.errors import ConfigError
 
     try:
         cfg = build_config({"data_dir": getattr(args, "data_dir", None), "config": getattr(args, "config", None)},

@@ -25,7 +25,6 @@ import threading
 import time
 from typing import Any, Callable, Iterable, Optional, Sequence
 
-from ..kit.config import mask_url
 from ..model.errors import Unavailable
 from .private import open_private, private_dir
 
@@ -586,24 +585,6 @@ class Store(BaseStore):
                     conn.close()
                 except sqlite3.Error:
                     pass
-
-
-def open_store(url: Optional[str], data_dir: str) -> BaseStore:
-    """The store ``--store URL`` names (``postgresql://...``), or SQLite in ``data_dir`` without one."""
-    if not url:
-        return Store(os.path.join(data_dir, "bridge.db"))
-    from ..kit.config import ConfigError
-
-    if url.startswith(("postgresql://", "postgres://")):
-        try:
-            from ..scale.pgstore import PostgresStore  # the driver is needed only here (the scale extra)
-        except ImportError as exc:
-            raise ConfigError(f"--store postgresql:// needs the PostgreSQL driver: pip install 'agent-bridge[scale]' ({exc})")
-        return PostgresStore(url)
-    raise ConfigError(f"unsupported store URL {url.split('://')[0]}://...: use postgresql://USER@HOST:PORT/DB")
-
-
-redact_url = mask_url  # the one masking rule (bridge_core/config.py), under the name the bus also imports
 
 
 def _owner_only(path: str) -> None:

@@ -9,7 +9,6 @@ permissions; only their path is ever printed.
 from __future__ import annotations
 
 import os
-import re
 import secrets
 import tomllib
 from typing import Any, Optional
@@ -17,7 +16,7 @@ from typing import Any, Optional
 import attrs
 
 from ..model.config_schema import TOP, Section, declared, unknown_name
-from ..model.errors import BridgeError
+from ..model.errors import ConfigError
 from ..bridge.private import private_dir, write_private
 from .security import (DEFAULT_UNAUTH_PER_ADDRESS, DEFAULT_WRONG_RATE, MIN_SECRET_LENGTH, is_loopback,  # noqa: F401
                        weak_secret_reason)
@@ -26,12 +25,6 @@ DEFAULT_PORTS = {"pheby": 8620, "loomi": 8621, "lvmh": 8686}
 ALL_ADAPTERS = ("pheby", "loomi", "lvmh")
 DEFAULT_WORKER_QUOTA_MB = 64.0  # [lvmh] worker_quota_mb (docs/security.md, "What a worker may store")
 DEFAULT_METRICS_PORT = 8699  # [metrics] port (docs/operations.md)
-
-
-class ConfigError(BridgeError):
-    code = "config_error"
-    default_message = "Bad configuration"
-    fatal = True
 
 
 # --- [push] (docs/push.md) -------------------------------------------------------
@@ -287,20 +280,6 @@ def load_secret(data_dir: str, name: str, env: Optional[str]) -> tuple[str, Opti
 
 NODE_ID_FILE = "node_id"
 _NODE_ID_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
-
-
-# A URL's user:password@ (the password runs to the last "@" of the authority, as the PostgreSQL and
-# Redis clients read it), and every password=... pair: a URL's query (?password=, &sslpassword=) or
-# libpq's key=value form (password=x, password = 'a b'), quoted or not.
-_URL_PASSWORD = re.compile(r"(?<=://)([^:/?#\s]*):[^/?#\s]*@")
-_PASSWORD_PAIR = re.compile(r"(?i)((?:^|(?<=[\s?&;,(]))[\w.-]*password\s*=\s*)"  # the key, then its value:
-                            r"""('(?:[^'\\]|\\.)*'?|"(?:[^"\\]|\\.)*"?|[^\s&#;,)]*)""")  # quoted or up to a separator
-
-
-def mask_url(text: str) -> str:
-    """``text`` (a store or bus URL, or a message quoting one) with every password shown as ``***``:
-    ``user:***@``, ``password=***`` (docs/security.md, "Secrets"). The one rule for printing one."""
-    return _PASSWORD_PAIR.sub(r"\1***", _URL_PASSWORD.sub(r"\1:***@", text))
 
 
 def check_engines(store_url: Optional[str], bus_url: Optional[str]) -> None:

@@ -27,7 +27,7 @@ import os
 import time
 from typing import Optional
 
-from .config import ConfigError
+from ..model.errors import ConfigError
 
 LOCK_FILE = "lock"
 # A lock found held while its record names no live process: a holder between its

@@ -19,8 +19,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from aiohttp import WSMsgType, web
 
 from . import aiohttp_compat
-from .config import ConfigError
-from ..model.errors import BridgeError
+from ..model.errors import BridgeError, ConfigError
 from .security import LISTEN_QUEUE, PROXY_RULE, REFUSED_JSON, AuthLimiter, ProxyRule, accept_batch_for, peer_host  # noqa: F401 (peer_host: re-exported)
 from ..bridge.tasks import TaskSet
 

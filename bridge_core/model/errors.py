@@ -120,6 +120,14 @@ class SlowConsumer(BridgeError):
     fatal = True
 
 
+class ConfigError(BridgeError):
+    """A setting, flag or file the bridge cannot start with (one line saying which, and the fix)."""
+
+    code = "config_error"
+    default_message = "Bad configuration"
+    fatal = True
+
+
 class InternalError(BridgeError):
     code = "internal_error"
     default_message = "Internal error"

@@ -1,4 +1,5 @@
-"""Recursive redaction of secret-looking keys, before anything leaves the process."""
+"""Secrets kept out of what leaves the process: secret-looking keys redacted recursively, a URL's
+passwords masked, a secret shown as a fingerprint."""
 
 from __future__ import annotations
 
@@ -39,3 +40,17 @@ def fingerprint(secret: str | bytes | None) -> str:
     if isinstance(secret, str):
         secret = secret.encode()
     return hashlib.sha256(secret).hexdigest()[:8]
+
+
+# A URL's user:password@ (the password runs to the last "@" of the authority, as the PostgreSQL and
+# Redis clients read it), and every password=... pair: a URL's query (?password=, &sslpassword=) or
+# libpq's key=value form (password=x, password = 'a b'), quoted or not.
+_URL_PASSWORD = re.compile(r"(?<=://)([^:/?#\s]*):[^/?#\s]*@")
+_PASSWORD_PAIR = re.compile(r"(?i)((?:^|(?<=[\s?&;,(]))[\w.-]*password\s*=\s*)"  # the key, then its value:
+                            r"""('(?:[^'\\]|\\.)*'?|"(?:[^"\\]|\\.)*"?|[^\s&#;,)]*)""")  # quoted or up to a separator
+
+
+def mask_url(text: str) -> str:
+    """``text`` (a store or bus URL, or a message quoting one) with every password shown as ``***``:
+    ``user:***@``, ``password=***`` (docs/security.md, "Secrets"). The one rule for printing one."""
+    return _PASSWORD_PAIR.sub(r"\1***", _URL_PASSWORD.sub(r"\1:***@", text))

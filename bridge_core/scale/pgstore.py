@@ -20,7 +20,7 @@ from psycopg.adapt import Dumper
 
 from . import sqldialect
 from ..model.errors import Unavailable
-from ..kit.config import mask_url
+from ..model.redact import mask_url
 from ..bridge.store import BaseStore
 
 log = logging.getLogger("agent_bridge.store")

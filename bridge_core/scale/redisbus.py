@@ -55,8 +55,8 @@ from redis.exceptions import RedisError
 from .bus import Deliver, OnCommand
 from .busauth import KEY_BYTES, LEARN_BACK, LiveNodes, Signer, Verifier, entry_order, fingerprint
 from ..model.errors import Unavailable
+from ..model.redact import mask_url
 from .nodes import HEARTBEAT_EVERY, NODE_TTL
-from ..bridge.store import redact_url
 from ..bridge.tasks import TaskSet
 
 log = logging.getLogger("agent_bridge.bus")
@@ -142,7 +142,7 @@ class RedisBus:
         self._last_n = 0  # the highest event number delivered (a lower one is never delivered)
 
     def describe(self) -> str:
-        return redact_url(self.url)
+        return mask_url(self.url)
 
     async def start(self, deliver: Deliver, on_command: Optional[OnCommand] = None) -> None:
         """Connect (Unavailable when Redis cannot be reached), join the stream at its end, start reading."""

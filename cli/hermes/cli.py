@@ -31,7 +31,7 @@ class _OneParser:
 def _exit_with(fn: Callable[[argparse.Namespace], Any]) -> Callable[[argparse.Namespace], Any]:
     @functools.wraps(fn)
     def run(args: argparse.Namespace) -> Any:
-        from bridge_core.kit.config import ConfigError
+        from bridge_core.model.errors import ConfigError
 
         try:
             rc = fn(args)

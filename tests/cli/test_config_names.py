@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from bridge_core.kit.config import Config, ConfigError, build_config
+from bridge_core.kit.config import Config, build_config
+from bridge_core.model.errors import ConfigError
 from tests.cli.clirun import FREE_PORTS, one_line, run
 
 REFUSED = [

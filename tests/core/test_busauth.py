@@ -11,7 +11,8 @@ import logging
 import pytest
 
 from bridge_core.scale.busauth import LEARN_BACK, LiveNodes, Signer, Verifier, derive_key, fingerprint
-from bridge_core.kit.config import ConfigError, bus_key_from
+from bridge_core.kit.config import bus_key_from
+from bridge_core.model.errors import ConfigError
 
 P, L = "pheby-secret-0123456789", "lvmh-token-0123456789"
 STREAM = "agent-bridge:inbox:b"

@@ -8,7 +8,7 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from bridge_core.kit.config import ConfigError
+from bridge_core.model.errors import ConfigError
 from tests.conftest import LVMH_TOKEN, make_config
 from tests.loomi.helpers import pair, resume
 from tests.pheby.client import PhebyClient

@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from bridge_core.kit.config import mask_url
+from bridge_core.model.redact import mask_url
 from bridge_core.model.terminal import PrintableFormatter, printable
 
 

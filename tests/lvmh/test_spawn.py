@@ -621,7 +621,7 @@ async def test_unusable_docker_url_is_503(tmp_path):
 
 @pytest.mark.parametrize("bad", ['"soon"', "-1", "0"])
 def test_bad_numbers_in_config_are_config_errors(tmp_path, bad):
-    from bridge_core.kit.config import ConfigError
+    from bridge_core.model.errors import ConfigError
 
     (tmp_path / "c.toml").write_text(f"[lvmh]\nclone_timeout = {bad}\n")
     cfg = build_config({"data_dir": str(tmp_path), "config": str(tmp_path / "c.toml")}, {}, with_secrets=False)

@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from bridge_core.kit.config import ConfigError, build_config, undialable_reason, validate_public_url
+from bridge_core.kit.config import build_config, undialable_reason, validate_public_url
+from bridge_core.model.errors import ConfigError
 from loomi_adapter.server import qr_fingerprint
 from tests.hardening.proc import ROOT, BridgeProcess
 from tests.loomi.test_cli import cli

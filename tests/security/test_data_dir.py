@@ -155,7 +155,7 @@ async def test_offline_commands_never_work_behind_a_live_server(bridges):
 
 def test_the_lock_is_exclusive_names_its_holder_and_trusts_no_record(tmp_path):
     from bridge_core.kit import datadir
-    from bridge_core.kit.config import ConfigError
+    from bridge_core.model.errors import ConfigError
 
     d = str(tmp_path / "d")
     assert datadir.holder(d) is None and not os.path.exists(d)  # asking creates nothing

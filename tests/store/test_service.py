@@ -94,7 +94,7 @@ def test_an_unreachable_bus_is_refused_in_one_line(postgres, tmp_path):
 
 async def test_a_second_live_node_on_one_store_is_refused_until_the_first_stops(service_factory, postgres, tmp_path):
     """Without the bus a second live node would miss the first one's events: refused, in one line."""
-    from bridge_core.kit.config import ConfigError
+    from bridge_core.model.errors import ConfigError
 
     url = postgres.new_database()
     first = await service_factory(adapters=("pheby",), store=url, data_dir=tmp_path / "a", node_id="alpha")
