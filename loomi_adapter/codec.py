@@ -18,7 +18,7 @@ import orjson
 
 from bridge_core.model import commands as cmd
 from bridge_core.model import events as ev
-from bridge_core.bridge.attachments import attachment_fields
+from bridge_core.model.wire import attachment_fields
 from bridge_core.model.errors import BadRequest, InvalidJson, UnknownType, VersionMismatch
 from bridge_core.push import RegisterPush, UnregisterPush
 from bridge_core.model.redact import fingerprint

@@ -17,7 +17,7 @@ import orjson
 from aiohttp import WSCloseCode, WSMsgType, web
 
 from bridge_core.model import events as ev
-from bridge_core.bridge.attachments import file_response
+from bridge_core.kit.downloads import file_response
 from bridge_core.model.commands import Origin
 from bridge_core.model.errors import (
     AuthTimeout,

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from bridge_core.model import commands as cmd
-from bridge_core.bridge.attachments import file_response
+from bridge_core.kit.downloads import file_response
 from bridge_core.model.errors import Conflict, NotFound, TooLarge
 from bridge_core.kit.frontend import peer_host
 

@@ -19,7 +19,7 @@ from aiohttp import WSMsgType, web
 
 from bridge_core.model import commands as cmd
 from bridge_core.model import events as ev
-from bridge_core.bridge.attachments import file_response
+from bridge_core.kit.downloads import file_response
 from bridge_core.model.errors import BridgeError
 from bridge_core.kit.frontend import FrontEnd, ws_text_sender
 from bridge_core.kit.outbox import Outbox

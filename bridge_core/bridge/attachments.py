@@ -14,13 +14,10 @@ finds every chunk. A download streams them one at a time (bounded memory).
 
 Serving is one rule for every front end (docs/security.md): ``AttachmentStore.get``
 finds a file (known id, not expired, a regular file directly in the attachments
-directory, never a link) and ``file_response`` sends it with ``download_headers``
-(its type, ``nosniff``, ``private, no-store``, a sandboxing CSP and a
-content-disposition whose file name cannot break the header). Each front end
-only authenticates the request and answers "not found" in its own shape (``get`` finds
-the bytes in the store or on disk; ``file_response`` serves either).
-``attachment_fields`` (``bridge_core/wire.py``: pure, no aiohttp) is the attachment's JSON form the Pheby
-and Loomi frames share.
+directory, never a link: the bytes in the store or on disk) and the socket kit's
+``file_response`` sends it (``bridge_core/kit/downloads.py``). ``attachment_fields``
+(``bridge_core/model/wire.py``) is the attachment's JSON form the Pheby and Loomi frames
+share.
 """
 
 from __future__ import annotations
@@ -30,18 +27,14 @@ import mimetypes
 import os
 import shutil
 import time
-import urllib.parse
 from typing import Any, Iterator, Optional, Union
 
 import attrs
-from aiohttp import web
-from aiohttp.abc import AbstractStreamWriter
 
 from ..model.events import Attachment
 from ..model.ids import is_hex32, new_id
 from .private import open_private, private_dir
 from .store import BaseStore
-from ..model.wire import attachment_fields  # noqa: F401 (re-exported: its home is the pure wire helpers)
 
 log = logging.getLogger("agent_bridge.attachments")
 
@@ -76,31 +69,6 @@ def kind_for(mime_type: str) -> str:
 
 
 INLINE_IMAGE_TYPES = {"image/png", "image/jpeg", "image/gif", "image/webp"}
-ATTACHMENT_CSP = "default-src 'none'; sandbox"
-
-
-# --- serving: one rule for every front end ----------------------------------------------------
-
-
-def content_disposition(filename: str, inline: bool) -> str:
-    """``inline`` or ``attachment`` with an ASCII fallback name (no quote, backslash, ``;`` or
-    control character can end the header) and the exact name as RFC 5987 ``filename*``."""
-    ascii_name = "".join(c if 0x20 <= ord(c) < 0x7F and c not in '"\\;' else "_" for c in filename) or "file"
-    quoted = urllib.parse.quote(filename, safe="")
-    return f"{'inline' if inline else 'attachment'}; filename=\"{ascii_name}\"; filename*=UTF-8''{quoted}"
-
-
-def download_headers(att: Attachment) -> dict:
-    """The headers of every attachment download, whichever front end serves it."""
-    return {
-        "Content-Type": att.mime_type,
-        "Content-Disposition": content_disposition(att.filename, att.inline_image),
-        "X-Content-Type-Options": "nosniff",
-        "Cache-Control": "private, no-store",
-        "Content-Security-Policy": ATTACHMENT_CSP,
-    }
-
-
 @attrs.frozen
 class StoredBytes:
     """An attachment's bytes in the shared store: ``chunks`` rows of ``attachment_bytes``."""
@@ -116,30 +84,7 @@ class StoredBytes:
         return bytes(row[0])
 
 
-class StoredResponse(web.StreamResponse):
-    """A download from the shared store: its chunks streamed one at a time."""
-
-    def __init__(self, att: Attachment, source: StoredBytes):
-        super().__init__(headers=download_headers(att))
-        self.content_length = att.size
-        self._source = source
-
-    async def prepare(self, request: web.BaseRequest) -> Optional[AbstractStreamWriter]:
-        writer = await super().prepare(request)
-        if request.method != "HEAD":
-            for n in range(self._source.chunks):
-                await self.write(self._source.chunk(n))
-        return writer
-
-
 Found = Union[str, StoredBytes]  # where an attachment's bytes are: its file's path, or in the shared store
-
-
-def file_response(att: Attachment, found: Found) -> web.StreamResponse:
-    """The download of what ``AttachmentStore.get`` found (the caller has authenticated)."""
-    if isinstance(found, StoredBytes):
-        return StoredResponse(att, found)
-    return web.FileResponse(found, headers=download_headers(att))
 
 
 class AttachmentStore:

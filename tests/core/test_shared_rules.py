@@ -10,17 +10,12 @@ import attrs
 import pytest
 
 from bridge_core.model import events as ev
-from bridge_core.bridge.attachments import (
-    ATTACHMENT_CSP,
-    attachment_fields,
-    content_disposition,
-    download_headers,
-)
+from bridge_core.kit.downloads import ATTACHMENT_CSP, content_disposition, download_headers
 from bridge_core.model.errors import BadRequest
 from bridge_core.model.ratelimit import TokenBucket
 from bridge_core.kit.security import parse_bearer, same_secret
 from bridge_core.model.seqalloc import SeqReservation
-from bridge_core.model.wire import strict_converter, structure
+from bridge_core.model.wire import attachment_fields, strict_converter, structure
 from tests.conftest import LVMH_TOKEN, PHEBY_SECRET
 from tests.loomi.helpers import pair
 
