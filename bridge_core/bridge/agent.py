@@ -5,6 +5,9 @@ An agent source turns what its agent does into shared events (through
 bridge drives (the demo agent) subclass ``ManagedAgentSource`` and write one
 coroutine per run against a ``RunContext``; sources that drive their own
 lifecycle (Hermes, lvmh plugin sessions) publish events themselves.
+
+A source reaches the bridge it is attached to only through ``AgentBridge``, what it
+may use of it (``Bridge`` is one): this module does not import the bridge.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import asyncio
 import json
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol
 
 import attrs
 
@@ -23,10 +26,27 @@ from ..model.ids import draft_message_id, new_id, short_id
 from ..model.redact import redact
 
 if TYPE_CHECKING:
-    from .bridge import Bridge
     from ..model.state import ConversationState
+    from .attachments import AttachmentStore
+    from .store import BaseStore
+    from .tasks import TaskSet
 
 log = logging.getLogger("agent_bridge.agent")
+
+
+class AgentBridge(Protocol):
+    """What an agent source uses of the bridge it is attached to (``bridge.Bridge`` is one)."""
+
+    conversations: "dict[str, ConversationState]"  # every conversation's state, by id
+    store: "BaseStore"  # the settings table (``StoredSettings``)
+    tasks: "TaskSet"  # where a managed run's coroutine runs
+    attachments: "AttachmentStore"
+
+    def publish(self, event: Any) -> int: ...  # a shared event, into the one ordered log
+    def call_soon(self, fn: Callable[[], Any]) -> None: ...
+    def conversation(self, conversation_id: Optional[str]) -> "ConversationState": ...  # or ConversationNotFound
+    def active_draft_id(self, conversation_id: str) -> Optional[str]: ...  # the running message's id
+    def approval_timed_out(self, approval_id: str, decided_by: str = "timeout") -> None: ...  # the agent decided
 
 
 @attrs.frozen
@@ -88,13 +108,13 @@ class AgentSource:
     uses_reasoning = True  # False: its runs ignore the reasoning effort (front ends need not offer it)
 
     def __init__(self) -> None:
-        self.bridge: "Bridge" = None  # type: ignore[assignment]
+        self.bridge: AgentBridge = None  # type: ignore[assignment]
 
     def commands(self) -> tuple[AgentCommand, ...]:
         """What a user can type besides plain text, for front ends that list it; none by default."""
         return ()
 
-    def attach(self, bridge: "Bridge") -> None:
+    def attach(self, bridge: AgentBridge) -> None:
         self.bridge = bridge
 
     async def start(self) -> None:
@@ -166,7 +186,7 @@ class AgentFailure(Exception):
 class RunContext:
     """What a managed run's coroutine uses to stream, call tools and ask people."""
 
-    def __init__(self, bridge: "Bridge", source: "ManagedAgentSource", conversation_id: str, run_id: str):
+    def __init__(self, bridge: AgentBridge, source: "ManagedAgentSource", conversation_id: str, run_id: str):
         self.bridge = bridge
         self.source = source
         self.conversation_id = conversation_id
@@ -416,7 +436,7 @@ class ManagedAgentSource(AgentSource):
 class StoredSettings:
     """Model / reasoning / yolo kept in the store's settings table, global or per conversation."""
 
-    def __init__(self, bridge: "Bridge", providers: tuple[Provider, ...], default_model: str, default_provider: str):
+    def __init__(self, bridge: AgentBridge, providers: tuple[Provider, ...], default_model: str, default_provider: str):
         self.bridge = bridge
         self.providers = providers
         self.default_model = default_model

@@ -9,11 +9,12 @@ import asyncio
 import struct
 import time
 import zlib
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 from ..model import events as ev
 from ..model.ids import new_id
 from .agent import (
+    AgentBridge,
     AgentCommand,
     AgentFailure,
     ManagedAgentSource,
@@ -26,8 +27,6 @@ from .agent import (
     YoloSnapshot,
 )
 
-if TYPE_CHECKING:
-    from .bridge import Bridge
 
 PROVIDERS = (Provider(slug="demo", name="Demo", models=("demo-small", "demo-large"), total_models=2),)
 
@@ -76,7 +75,7 @@ class DemoAgent(ManagedAgentSource):
         self.word_delay = word_delay
         self.settings: StoredSettings = None  # type: ignore[assignment]
 
-    def attach(self, bridge: "Bridge") -> None:
+    def attach(self, bridge: AgentBridge) -> None:
         super().attach(bridge)
         self.settings = StoredSettings(bridge, PROVIDERS, "demo-small", "demo")
 
