@@ -31,7 +31,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("agent_bridge.lvmh")
 
-INTERRUPTED = "interrupted by a restart"
 GONE = "the pi session did not reconnect"
 HOLD = "lvmh-plugin"  # several nodes: the node answering for a pi session's open run (holds.py)
 
@@ -57,7 +56,7 @@ def restore_open_runs(fe: "LvmhFrontEnd") -> None:
         if run.run_id not in reported:
             # the core closed it before the old process stopped (a clean stop cancels runs) but
             # this log missed the close: its open message ends with the text the core kept
-            finished = ev.RunFinished(conversation_id=sid, run_id=run.run_id, status="failed", error=INTERRUPTED,
+            finished = ev.RunFinished(conversation_id=sid, run_id=run.run_id, status="failed", error=ev.RUN_INTERRUPTED,
                                       text=kept_text(fe, sid, fe.renderer.open_message(sid)))
             for etype, payload in fe.renderer.render(finished):
                 fe._emit(sid, etype, payload, finished.ts)

@@ -23,7 +23,7 @@ import attrs
 from ..model import events as ev
 from ..model.errors import BadRequest, BridgeError, NotFound, NotImplementedByAgent
 from ..model.ids import draft_message_id, new_id, short_id
-from ..model.redact import redact
+from ..model.redact import redact_tool_args
 
 if TYPE_CHECKING:
     from ..model.state import ConversationState
@@ -230,7 +230,7 @@ class RunContext:
                 run_id=self.run_id,
                 call_id=call_id,
                 tool_name=tool_name,
-                args=redact(args),
+                args=redact_tool_args(args),
                 preview=preview,
                 index=self._tool_index,
             )

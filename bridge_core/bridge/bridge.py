@@ -45,7 +45,6 @@ from .tasks import TaskSet
 log = logging.getLogger("agent_bridge.bridge")
 
 RESOLVED_MEMORY = 4096
-INTERRUPTED = "interrupted by a restart"
 CLEANUP_INTERVAL = 3600.0
 PENDING_KEY = "pending-decision:"  # settings rows of decisions not yet resolved (for a restart to resolve)
 RUN_END_REASON = {"cancelled": "cancelled", "failed": "failed", "completed": "completed"}
@@ -201,7 +200,7 @@ class Bridge:
         if not self.interrupted_runs:
             return
         now = time.time()
-        rows = [(now, INTERRUPTED, r) for _, r in self.interrupted_runs]
+        rows = [(now, ev.RUN_INTERRUPTED, r) for _, r in self.interrupted_runs]
         await self.store.write(
             lambda c: c.executemany("UPDATE runs SET status='failed', finished_at=?, error=? WHERE run_id=?", rows)
         )
@@ -254,7 +253,7 @@ class Bridge:
 
     def interrupt(self, cid: str, run_id: str, notice: str) -> None:
         """Close a run nobody runs any more (a restart, or its node died: cluster.py) and say why."""
-        self.publish(ev.RunFinished(conversation_id=cid, run_id=run_id, status="failed", error=INTERRUPTED))
+        self.publish(ev.RunFinished(conversation_id=cid, run_id=run_id, status="failed", error=ev.RUN_INTERRUPTED))
         self.publish(ev.Notification(conversation_id=cid, message_id=f"n-{new_id()}", text=notice,
                                      title="Run interrupted", category="diagnostic", source="bridge"))  # fmt: skip
 
@@ -337,7 +336,7 @@ class Bridge:
                 )
             )
         why = RUN_END_REASON.get(finished.status, "agent")
-        if finished.status == "failed" and finished.error == INTERRUPTED:
+        if finished.status == "failed" and finished.error == ev.RUN_INTERRUPTED:
             why = "restart"
         for request in [a for a in conv.approvals.values() if a.run_id == finished.run_id]:
             self._settle_approval(request, why)

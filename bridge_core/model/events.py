@@ -326,6 +326,11 @@ class RunFinished:
     ts: float = attrs.field(factory=now)
 
 
+# the error of a run a restart cut short (``RunFinished.error``, failed): its decisions are settled as
+# decided by the restart (``Bridge.close_run``), whoever closes it (the bridge, lvmh for a pi session)
+RUN_INTERRUPTED = "interrupted by a restart"
+
+
 # --- decisions -------------------------------------------------------------
 
 

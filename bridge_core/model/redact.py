@@ -33,6 +33,14 @@ def redact(value: Any, _depth: int = 0) -> Any:
     return value
 
 
+def redact_tool_args(args: Any) -> Any:
+    """A tool call's arguments as they may leave an agent source: a dict or a list with every
+    secret-looking key's value redacted (``redact``); anything else is no arguments, ``{}``. The one
+    rule for every source's ``ToolStarted`` (``RunContext.tool_started``, Hermes's hooks, a pi
+    plugin's events) and for the pi frames lvmh stores."""
+    return redact(args) if isinstance(args, (dict, list)) else {}
+
+
 def fingerprint(secret: str | bytes | None) -> str:
     """A short, non-reversible tag for logs: the first 8 hex of the SHA-256."""
     if not secret:
