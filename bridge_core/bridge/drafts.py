@@ -23,7 +23,7 @@ from typing import Any, Callable, Optional
 DRAFT_SAVE_INTERVAL = 1.0  # seconds between saves of a streaming draft (what a crash can lose)
 
 # a message's row (a draft's, a completion's: the completion replaces the draft) and its conversation's
-# last activity: Bridge._write_message writes the same two
+# last activity: persist.Persister.write_message writes the same two
 MESSAGE_SQL = "INSERT OR REPLACE INTO messages(conversation_id, message_id, role, text, ts) VALUES(?,?,?,?,?)"
 LAST_ACTIVE_SQL = "UPDATE conversations SET last_active=? WHERE id=?"
 

@@ -1,26 +1,28 @@
 """Several nodes as one bridge: the bus wired into the core (docs/scale-out.md "Several live nodes").
 
-With ``--bus`` (and a shared ``--store``) the composition root attaches a ``Cluster`` to the
-``Bridge`` (``bridge.cluster``; None on the embedded default, which then works exactly as
-before). What changes:
+With ``--bus`` (and a shared ``--store``) the composition root gives the ``Bridge`` a
+``Cluster`` as its sequencing (``Bridge.use_cluster``: the bridge's ``Sequencing`` interface,
+bridge_core/bridge/sequencing.py; on the embedded default ``LocalSequencing``, which works
+exactly as before), and front ends reach it as ``bridge.cluster`` (``ClusterLink``). What
+changes:
 
 - **Events.** ``Bridge.publish`` still folds an event into this node's state at once (the
-  run-end rule, first answer wins and the run-active check stay synchronous where they are)
-  and this node, the event's origin, persists it; then ``Cluster.publish`` hands
+  run-end rule, first answer wins and the run-active check stay synchronous where they are);
+  then ``Cluster.publish`` persists it on this node, the event's origin, and hands
   ``serialize.to_dict(event)`` to the bus instead of the hub. Every node's hub publishes what
   the bus delivers, its own events and the other nodes' alike, in stream order, with the
-  bus's cluster-wide number ``n`` as the hub's ``seq`` (``Hub.publish_at``). Another node's
-  event is folded into this node's state first (``_fold``) and not persisted again.
+  bus's cluster-wide number ``n`` as the hub's ``seq`` (``Bridge.fan_out``). Another node's
+  event is folded into this node's state first (``_fold``: its conversation's state and the
+  bridge's decision ledger, ``DecisionLedger.fold``, as ``Bridge.publish`` folds its own)
+  and not persisted again.
 - **Joining.** A node starts the bus (joining the stream ``JOIN_BACK`` seconds before its
   end), holds what it delivers, loads the store, then folds what it held and what follows,
   skipping what the store already had (``_seen``): an event committed or not at load time
   is in this node's state exactly once.
-- **Commands** that touch a run go to the node that runs it (``route``): cancel, pause,
-  approval, clarification answer, deleting a conversation with a run, and a message into a
-  session hosted elsewhere (a pi session: the node its plugin is connected to, asked of
-  every node). ``bus.send`` carries the command; the owner executes it (first answer wins
-  there) and answers with the result or the error tree's code; no answer within
-  ``ASK_TIMEOUT`` is ``unavailable``.
+- **Commands** that touch a run go to the node that runs it (``routing.Router``): cancel,
+  pause, approval, clarification answer, deleting a conversation with a run, and a message
+  into a session hosted elsewhere (a pi session: the node its plugin is connected to,
+  asked of every node).
 - **One run per conversation.** A send's run claims its conversation in the store before
   the source starts it (``start_run``: a unique index on a conversation's running row in
   ``cluster_runs``); two sends racing on two nodes, one gets in, the other ``run_active``.
@@ -33,10 +35,9 @@ before). What changes:
   ``move_run`` claims its row for the new node and tells every node (``moved``, in stream
   order); the node it left lets it go (``AgentSource.run_moved``). A node ending a run its
   agent no longer reaches asks the store first (``end_run``): of the two, one wins.
-- **The number never goes back.** A reservation above every ``n`` given is kept in the store
-  (``cluster_number``, renewed a block ahead as in ``seqalloc.SeqReservation``); the bus
-  raises its counter above it when Redis lost it (redisbus.py). Front ends derive cursors
-  and seqs from ``n`` (docs/scale-out.md "The cluster-wide number").
+- **The number never goes back** (``numbering.ClusterNumber``): a reservation above every
+  ``n`` given is kept in the store. Front ends derive cursors and seqs from ``n``
+  (docs/scale-out.md "The cluster-wide number").
 - **Relays.** ``relay(front_end, data)``: a front end's own payload to the same front end on
   every other node, in stream order (``add_relay``); ``add_hosted(cls)``: a front end's
   command that runs on the node hosting its conversation's session, asked of every node
@@ -49,24 +50,20 @@ import asyncio
 import collections
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Optional
+from typing import Any, Awaitable, Callable, Optional
 
-import attrs
-import cattrs
-
+from ..bridge.bridge import Bridge
+from ..bridge.decisions import EVENTS as DECISION_EVENTS
+from ..bridge.tasks import TaskSet
 from ..model import commands as cmd
 from ..model import events as ev
-from . import holds
-from ..model.errors import BridgeError, RunActive, Unavailable
-from ..model.ids import new_id
-from ..model.seqalloc import SeqReservation
+from ..model.errors import BridgeError, RunActive
 from ..model.serialize import UnknownEvent, from_dict, to_dict
 from ..model.state import ConversationState
-from ..bridge.tasks import TaskSet
-
-if TYPE_CHECKING:
-    from ..bridge.bridge import Bridge
-    from .bus import Bus
+from . import holds
+from .bus import Bus
+from .numbering import ClusterNumber
+from .routing import Router
 
 log = logging.getLogger("agent_bridge.cluster")
 
@@ -74,8 +71,6 @@ NODE_TTL = 10.0  # the bus liveness key of a node: gone this long after its last
 BEAT_EVERY = 2.5
 SWEEP_EVERY = 1.0  # a dead node is noticed within NODE_TTL + SWEEP_EVERY (the contract: 15 s)
 JOIN_BACK = 5.0  # seconds of stream a joining node folds again (writes its load may have missed)
-ASK_TIMEOUT = 15.0  # a command sent to another node: no answer in this long is `unavailable`
-NOT_HERE = "not_here"  # a node asked to run a message in a session it does not host
 MOVE_WAIT = 3.0  # s a node taking a run over that ended meanwhile waits for that end to come (move_run)
 
 NODE_GONE = "This run was interrupted: the bridge node running it stopped."
@@ -95,73 +90,9 @@ MIGRATIONS = [
     holds.MIGRATION,  # what a node answers for besides its runs: one survivor inherits a dead node's (holds.py)
 ]
 
-# the cluster-wide number's reservation (its own migrations: the table is the cluster's, not the core's)
-NUMBER_BLOCK = 1 << 20  # numbers reserved ahead; renewed half a block before they run out
-NUMBER_MIGRATIONS = [
-    """
-    CREATE TABLE cluster_number(id INTEGER PRIMARY KEY, used INTEGER NOT NULL, mark INTEGER NOT NULL);
-    INSERT INTO cluster_number(id, used, mark) VALUES(1, 0, 0);
-    """,
-]
-_NUMBER_SQL = "UPDATE cluster_number SET used=MAX(used, ?), mark=MAX(mark, ?) WHERE id=1"
-
-# the commands another node may have to carry out, by name
-ROUTED: dict[str, type] = {c.__name__: c for c in (
-    cmd.CancelRun, cmd.PauseRun, cmd.ResolveApproval, cmd.AnswerClarify, cmd.DeleteConversation, cmd.SendMessage,
-    cmd.ResumeRun)}  # fmt: skip
-_SCATTER = "*"  # route(): ask every other node (the one hosting the session runs it)
-
-_CONV = cattrs.Converter()
-
-
-def _error_classes() -> dict[str, type]:
-    """code -> the most specific BridgeError class with that code (a reply's error, rebuilt)."""
-    out: dict[str, type] = {}
-    todo = [BridgeError]
-    while todo:
-        c = todo.pop(0)
-        out[c.code] = c
-        todo.extend(c.__subclasses__())
-    return out
-
-
-def rebuild_error(code: str, message: str) -> BridgeError:
-    cls = _error_classes().get(code, BridgeError)
-    try:
-        err = cls(message)
-    except TypeError:
-        err = BridgeError(message, code=code)
-    if err.code != code:
-        err = BridgeError(message, code=code)
-    return err
-
-
-def encode_result(result: Any) -> dict:
-    from ..bridge.bridge import SendResult
-
-    if isinstance(result, str):
-        return {"str": result}
-    if isinstance(result, SendResult):
-        return {"send": attrs.asdict(result)}
-    if type(result) in ev.EVENT_TYPES:
-        return {"event": to_dict(result)}
-    return {}
-
-
-def decode_result(data: dict) -> Any:
-    from ..bridge.bridge import SendResult
-
-    if "str" in data:
-        return data["str"]
-    if "send" in data:
-        return SendResult(**data["send"])
-    if "event" in data:
-        return from_dict(data["event"])
-    return None
-
 
 class Cluster:
-    def __init__(self, bridge: "Bridge", bus: "Bus"):
+    def __init__(self, bridge: Bridge, bus: Bus):
         self.bridge = bridge
         self.bus = bus
         self.node_id: str = bus.node_id
@@ -170,19 +101,20 @@ class Cluster:
         self._own: collections.deque = collections.deque()  # (event, tag, ts) published here, not yet delivered
         self._held: Optional[list] = None  # deliveries held while joining
         self._loaded: dict[str, str] = {}  # run_id -> node, running runs as the store had them at join
-        self._waiting: dict[str, asyncio.Future] = {}  # commands sent to other nodes, by request id
         self.tasks = TaskSet("cluster")
         self.taken_over = 0  # runs of dead nodes this node closed
         self.delivering_own = False  # the hub is publishing an event this node published (push: one node notifies)
         self._ended: dict[str, str] = {}  # conversation_id -> its last run this node saw end (claim())
-        self._number = SeqReservation(NUMBER_BLOCK)  # the store's reservation above every n given
+        self.number = ClusterNumber(bridge.store, bus)  # the store's reservation above every n given
         self._relays: dict[str, Any] = {}  # front end name -> its on_relay(node, data)
-        self._hosted: dict[str, type] = {}  # front ends' commands run where the session is hosted, by name
         self._origins: dict[str, cmd.Origin] = {}  # run_id -> the command origin of another node's run (move_run)
         self._ending: dict[str, asyncio.Future] = {}  # run_id -> resolved when its end is folded here (move_run)
         self.holds = holds.Holds(bridge.store, self.node_id)  # what this node answers for besides its runs
         self.lag: Optional[float] = None  # s from the last event's publish (its ts) to its delivery here (metrics)
-        bridge.cluster = self
+        self.router = Router(bridge, bus, self.node_id, self.runs, self.deciders, self.tasks)  # commands' nodes
+        self.execute = self.router.execute  # Sequencing: a command on the node it belongs to
+        self.add_hosted = self.router.add_hosted
+        bridge.use_cluster(self)
 
     # --- joining, leaving ----------------------------------------------------------------------
 
@@ -190,11 +122,11 @@ class Cluster:
         """Before the bridge loads the store: the schema, the bus joined (its deliveries held)."""
         store = self.bridge.store
         await store.amigrate("cluster", MIGRATIONS)
-        await self._hold_number()
+        await self.number.hold()
         self._held = []
         self.bus.on_relay = self._relayed
-        await self.bus.start(self._deliver, self._on_command)
-        await self._reserve_number()
+        await self.bus.start(self._deliver, self.router.on_command)
+        await self.number.reserve()
         self._loaded = dict(store.query("SELECT run_id, node_id FROM cluster_runs WHERE state='running'"))
 
     def interrupted_here(self, run_id: str) -> bool:
@@ -217,21 +149,21 @@ class Cluster:
         for n, node, data in held:
             event = self._fold(node, data)
             if event is not None:
-                self._hub(n, event)
+                self.bridge.fan_out(event, n)
         self.tasks.spawn(self._watch(), name="cluster-watch")
 
     async def stop(self) -> None:
-        self._note_used()
+        self.number.note_used()
         await self.tasks.close()
         await self.bus.stop()
-        for fut in self._waiting.values():
-            if not fut.done():
-                fut.set_exception(Unavailable("This node is stopping"))
+        self.router.stop()
 
     # --- events ---------------------------------------------------------------------------------
 
-    def publish(self, event: Any) -> None:
-        """An event this node produced (folded and persisted already): to every node through the bus."""
+    def publish(self, event: Any) -> int:
+        """An event this node produced (folded already): persisted here, then to every node through the
+        bus; 0 (its number is the bus's, as it comes back)."""
+        self.bridge.persister.persist(0, event)
         t = type(event)
         if t is ev.RunStarted:
             row = (event.run_id, event.conversation_id, self.node_id)
@@ -245,10 +177,11 @@ class Cluster:
         data = to_dict(event)
         self._own.append((event, data["event"], event.ts))
         self.bus.publish(data)
+        return 0
 
     def _deliver(self, n: int, node: str, data: Any) -> None:
-        if n > self._number.limit:
-            self._renew_number(n)
+        if n > self.number.reservation.limit:
+            self.number.renew(n)
         if self._held is not None:
             self._held.append((n, node, data))
             return
@@ -262,15 +195,9 @@ class Cluster:
         if event is not None:
             self.delivering_own = own
             try:
-                self._hub(n, event)
+                self.bridge.fan_out(event, n)
             finally:
                 self.delivering_own = False
-
-    def _hub(self, n: int, event: Any) -> None:
-        bridge = self.bridge
-        bridge.hub.publish_at(n, event)
-        if type(event) is ev.ConversationDeleted:  # after the hub, as on one node: subscribers still see it
-            bridge.conversations.pop(event.conversation_id, None)
 
     def _own_event(self, data: Any) -> tuple[Any, bool]:
         """This node's event back from the bus: the object it published (folded already), True."""
@@ -314,6 +241,8 @@ class Cluster:
         conv = bridge.conversations.get(cid) if cid is not None else None
         if conv is not None and not _seen(conv, event):
             conv.apply(event)
+        if t in DECISION_EVENTS:
+            bridge.decisions.fold(event, conv)
         if t is ev.RunStarted:
             self.runs[event.run_id] = (node, event.conversation_id)
             if event.origin is not None:
@@ -322,22 +251,16 @@ class Cluster:
             self.runs.pop(event.run_id, None)
             self._run_ended(event.run_id)
             self._ended[event.conversation_id] = event.run_id
-            bridge._forget_settled_decisions(event.conversation_id)
         elif t is ev.ConversationDeleted:
             self._ended.pop(event.conversation_id, None)
         elif t is ev.ApprovalRequested or t is ev.ClarifyRequested:
             did = event.approval_id if t is ev.ApprovalRequested else event.clarify_id
-            if conv is not None and (did in conv.approvals or did in conv.clarifications):
-                (bridge._approvals if t is ev.ApprovalRequested else bridge._clarifications)[did] = conv.conversation_id
-                self.deciders[did] = node
+            if bridge.decisions.pending(did) is not None:  # (the ledger took it: its conversation has it)
+                self.deciders[did] = node  # who decides: the node that asked (routing.Router)
         elif t is ev.ApprovalResolved:
-            bridge._approvals.pop(event.approval_id, None)
             self.deciders.pop(event.approval_id, None)
-            bridge._remember(bridge._resolved, event.approval_id, event)
         elif t is ev.ClarifyResolved:
-            bridge._clarifications.pop(event.clarify_id, None)
             self.deciders.pop(event.clarify_id, None)
-            bridge._remember(bridge._resolved_clarify, event.clarify_id, event)
         return event
 
     # --- one run per conversation ---------------------------------------------------------------
@@ -411,9 +334,7 @@ class Cluster:
                     self._ending.pop(run_id, None)
             return False
         self.runs.pop(run_id, None)
-        origin = self._origins.pop(run_id, None)
-        if origin is not None:
-            self.bridge._run_origin[run_id] = origin  # its end is stamped here now
+        self.bridge.provenance.moved_here(run_id, self._origins.pop(run_id, None))  # its end is stamped here now
         for table in (conv.approvals, conv.clarifications):  # this node decides what the run still asks
             for did, request in table.items():
                 if request.run_id == run_id:
@@ -430,8 +351,7 @@ class Cluster:
         if conv is None or conv.run is None or conv.run.run_id != run_id:
             return  # ended here already
         self.runs[run_id] = (node, cid)
-        bridge._run_origin.pop(run_id, None)
-        bridge._cancel_origin.pop(run_id, None)
+        bridge.provenance.moved_away(run_id)
         for table in (conv.approvals, conv.clarifications):
             for did, request in table.items():
                 if request.run_id == run_id:
@@ -461,122 +381,6 @@ class Cluster:
             ending.set_result(None)
 
     # --- commands -------------------------------------------------------------------------------
-
-    def route(self, command: Any) -> Optional[str]:
-        """The node that must carry out ``command`` (None: this one; ``_SCATTER``: whichever hosts it)."""
-        bridge = self.bridge
-        t = type(command)
-        if t.__name__ in self._hosted:
-            return self._route_hosted(command)
-        conv: Optional[ConversationState] = None
-        if t is cmd.ResolveApproval or t is cmd.AnswerClarify:
-            did = command.approval_id if t is cmd.ResolveApproval else command.clarify_id
-            node = self.deciders.get(did)
-            return node if node != self.node_id else None
-        if t is cmd.CancelRun:
-            if command.conversation_id is not None:
-                conv = bridge.conversations.get(command.conversation_id)
-            elif command.run_id is not None:
-                conv = self._conversation_running(command.run_id)
-        elif t is cmd.PauseRun:
-            conv = self._conversation_running(command.run_id)
-        elif t is cmd.DeleteConversation:
-            conv = bridge.conversations.get(command.conversation_id)
-        elif t is cmd.SendMessage or t is cmd.ResumeRun:
-            cid = command.conversation_id
-            if cid is None and t is cmd.ResumeRun:
-                cid = next((c.conversation_id for c in bridge.conversations.values()
-                            if c.last_run_id == command.run_id), None)  # fmt: skip
-            conv = bridge.conversations.get(cid) if cid is not None else None
-            if conv is not None and conv.run is None and not bridge.source_for(conv).is_online(conv):
-                return _SCATTER  # a session hosted elsewhere (a pi plugin connected to another node)
-            return None
-        else:
-            return None
-        if conv is None or conv.run is None:
-            return None
-        owner = self.runs.get(conv.run.run_id)
-        return owner[0] if owner is not None and owner[0] != self.node_id else None
-
-    def _conversation_running(self, run_id: str) -> Optional[ConversationState]:
-        convs = self.bridge.conversations.values()
-        return next((c for c in convs if c.run is not None and c.run.run_id == run_id), None)
-
-    async def execute(self, command: Any, origin: cmd.Origin) -> Any:
-        node = self.route(command)
-        if node is None:
-            return await self.bridge.execute_here(command, origin)
-        if node == _SCATTER:
-            return await self._scatter(command, origin)
-        return await self.ask(node, command, origin)
-
-    async def ask(self, node: str, command: Any, origin: cmd.Origin, *, hosted: bool = False) -> Any:
-        """``command`` carried out by ``node``: its result, or its error (``unavailable`` when it is gone)."""
-        if node not in await self.bus.live_nodes():
-            raise Unavailable(f"Node {node}, which runs this, is gone; its runs are closed shortly")
-        rid = new_id()
-        fut: asyncio.Future = asyncio.get_running_loop().create_future()
-        self._waiting[rid] = fut
-        self.bus.send(node, {"t": "req", "id": rid, "cmd": type(command).__name__, "args": _CONV.unstructure(command),
-                             "origin": _CONV.unstructure(origin), "hosted": hosted})  # fmt: skip
-        try:
-            reply = await asyncio.wait_for(fut, ASK_TIMEOUT)
-        except asyncio.TimeoutError:
-            raise Unavailable(f"Node {node} did not answer") from None
-        finally:
-            self._waiting.pop(rid, None)
-        err = reply.get("err")
-        if err is not None:
-            raise rebuild_error(str(err.get("code")), str(err.get("message")))
-        return decode_result(reply.get("ok") or {})
-
-    async def _scatter(self, command: Any, origin: cmd.Origin) -> Any:
-        """A message into a session this node does not host: the node hosting it runs it (if any)."""
-        others = [n for n in await self.bus.live_nodes() if n != self.node_id]
-        results = await asyncio.gather(*(self.ask(n, command, origin, hosted=True) for n in others),
-                                       return_exceptions=True)  # fmt: skip
-        errors = []
-        for r in results:
-            if not isinstance(r, BaseException):
-                return r
-            if not (isinstance(r, BridgeError) and r.code == NOT_HERE):
-                errors.append(r)
-        if errors:
-            raise errors[0]
-        return await self.bridge.execute_here(command, origin)  # nobody hosts it: this node's own answer
-
-    def _on_command(self, sender: str, data: Any) -> None:
-        if not isinstance(data, dict):
-            return
-        if data.get("t") == "res":
-            fut = self._waiting.get(data.get("id"))
-            if fut is not None and not fut.done():
-                fut.set_result(data)
-        elif data.get("t") == "req":
-            self.tasks.spawn(self._answer(sender, data), name="cluster-answer")
-
-    async def _answer(self, sender: str, data: dict) -> None:
-        reply: dict = {"t": "res", "id": data.get("id")}
-        try:
-            cls = ROUTED.get(data.get("cmd")) or self._hosted.get(data.get("cmd"))  # type: ignore[arg-type]
-            if cls is None:
-                raise BridgeError("Unknown command", code="bad_request")
-            command = _CONV.structure(data.get("args"), cls)
-            origin = _CONV.structure(data.get("origin"), cmd.Origin)
-            if data.get("hosted") and not self._hosts(command):
-                raise BridgeError("Not hosted here", code=NOT_HERE)
-            reply["ok"] = encode_result(await self.bridge.execute_here(command, origin))
-        except BridgeError as exc:
-            reply["err"] = {"code": exc.code, "message": exc.message}
-        except Exception:
-            log.exception("cluster: a command from %s failed", sender)
-            reply["err"] = {"code": "internal_error", "message": "Internal error"}
-        self.bus.send(sender, reply)
-
-    def _hosts(self, command: Any) -> bool:
-        bridge = self.bridge
-        conv = bridge.conversations.get(getattr(command, "conversation_id", None) or "")
-        return conv is not None and bridge.source_for(conv).is_online(conv)
 
     # --- nodes that die -------------------------------------------------------------------------
 
@@ -637,41 +441,6 @@ class Cluster:
             return True
         return self.bus.lost_recently(BEAT_EVERY + SWEEP_EVERY)
 
-    # --- the cluster-wide number never goes back (docs/scale-out.md "The cluster-wide number") ---
-
-    async def _hold_number(self) -> None:
-        """Before the bus starts: what the store knows of ``n`` (a number given, and the reservation
-        above all), for the bus to raise its counter if Redis lost it."""
-        store = self.bridge.store
-        await store.amigrate("cluster_number", NUMBER_MIGRATIONS)
-        row = store.query_one("SELECT used, mark FROM cluster_number WHERE id=1")
-        used, mark = (int(row[0]), int(row[1])) if row is not None else (0, 0)
-        self.bus.seen = max(self.bus.seen, used)
-        self.bus.floor = max(self.bus.floor, mark)
-        self._number.set(self.bus.floor)
-
-    async def _reserve_number(self) -> None:
-        """After the bus started (its counter raised if it had to be): the reservation renewed if due,
-        awaited before this node publishes anything."""
-        seen = self.bus.seen
-        mark = self._number.need(seen) or self._number.reserved
-        await self.bridge.store.write(lambda c: c.execute(_NUMBER_SQL, (seen, mark)))
-        self.bus.floor = max(self.bus.floor, mark)
-
-    def _renew_number(self, n: int) -> None:
-        """``n`` came within half a block of the reservation: the next one, recorded now. Every node
-        sees every ``n`` and renews it alike (the store keeps the highest); the bus uses it at once."""
-        mark = self._number.need(n)
-        if mark is None:
-            return
-        self.bus.floor = max(self.bus.floor, mark)
-        self.bridge.store.execute_later(_NUMBER_SQL, (n, mark))
-
-    def _note_used(self) -> None:
-        """A clean stop: the store learns how far ``n`` went (a counter behind it is then seen as lost)."""
-        if self.bus.seen > 0:
-            self.bridge.store.execute_later(_NUMBER_SQL, (self.bus.seen, self._number.reserved))
-
     # --- front ends' relays and hosted commands --------------------------------------------------
 
     def add_relay(self, front_end: str, on_relay: Any) -> None:
@@ -691,14 +460,6 @@ class Cluster:
         fn = self._relays.get(data.get("fe"))  # type: ignore[arg-type]
         if fn is not None:
             fn(node, data.get("d"))
-
-    def add_hosted(self, cls: type) -> None:
-        """``cls`` (an attrs command with a ``conversation_id``, a ``Bridge.extensions`` handler on every
-        node) runs on the node whose source hosts the conversation; none: this node's own answer."""
-        self._hosted[cls.__name__] = cls
-
-    def _route_hosted(self, command: Any) -> Optional[str]:
-        return None if self._hosts(command) else _SCATTER
 
     async def gone(self, nodes: Any) -> set:
         """Those of ``nodes`` whose liveness expired (none while Redis lost its keys lately: a live
@@ -737,7 +498,7 @@ def _seen(conv: ConversationState, e: Any) -> bool:
     return False
 
 
-def connect(bridge: "Bridge", url: str, node_id: str, key: bytes) -> Cluster:
+def connect(bridge: Bridge, url: str, node_id: str, key: bytes) -> Cluster:
     """The cluster of ``bridge`` on the Redis bus at ``url``, its entries signed under the cluster
     ``key`` (``busauth.derive_key``); redis-py imported only here."""
     from .redisbus import RedisBus

@@ -94,7 +94,7 @@ async def test_an_approval_raised_on_one_node_is_answered_on_another_first_answe
         assert frames[0] == frames[1] == frames[2] and len(frames[0]) == 1
         assert frames[0][0]["choice"] == winner and frames[0][0]["decided_by"] == "remote"
         assert frames[0][0]["surface"] == "pheby" and frames[0][0]["request_id"] == ("rc" if winner == "once" else "rb")
-        decided = a.bridge._resolved[aid]
+        decided = a.bridge.decisions.resolved[aid]
         assert decided.choice == winner and decided.surface == "pheby" and decided.decided_by == "remote"
     finally:
         for app in (pa, pb, pc):
