@@ -37,7 +37,7 @@ from .hub import Hub
 from .persist import Persister
 from .provenance import STAMPED, Provenance
 from .sequencing import ClusterLink, LocalSequencing, Sequencing
-from .store import Store
+from .sqlite import Store
 from .tasks import TaskSet
 
 log = logging.getLogger("agent_bridge.bridge")

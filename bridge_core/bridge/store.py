@@ -1,9 +1,10 @@
-"""The store: SQLite in the data directory (the default) or a shared PostgreSQL (``pgstore.py``).
+"""The store interface: what every component uses of a store, and the write machinery its engines share.
 
-``BaseStore`` is the one interface every component uses, and the write machinery both
-engines share; ``Store`` is the SQLite one: one file, WAL, ordered migrations. Components
-write their SQL once, in the dialect both share (``sqldialect.py`` adapts it for PostgreSQL;
-docs/scale-out.md).
+``BaseStore`` is the one interface; its engines are SQLite in the data directory, the
+default (``sqlite.Store``: one file, WAL), and a shared PostgreSQL
+(``bridge_core/scale/pgstore.py``), chosen by ``bridge_core/scale/engines.py``. Components
+write their SQL once, in the dialect both share (``bridge_core/scale/sqldialect.py`` adapts
+it for PostgreSQL; docs/scale-out.md), and their schema as ordered migrations.
 
 Writes go through one writer thread that batches whatever is queued into a
 single transaction and commits once, so the event loop never waits on disk
@@ -18,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-import os
 import queue
 import sqlite3
 import threading
@@ -26,11 +26,11 @@ import time
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 from ..model.errors import Unavailable
-from .private import open_private, private_dir
 
 log = logging.getLogger("agent_bridge.store")
 
 WriteFn = Callable[[sqlite3.Connection], Any]
+_Result = tuple[Optional[concurrent.futures.Future], Any, Optional[BaseException]]  # a write's future, result, error
 
 CORE_MIGRATIONS: list[str] = [
     # 1: conversations, transcripts, runs, attachments, settings
@@ -79,16 +79,11 @@ CORE_MIGRATIONS: list[str] = [
 ]
 
 _STOP = object()
+BATCH_MAX = 5000  # writes in one transaction at most
 # the least time between the starts of two commits: writes queued meanwhile share the next one, so a
 # steady stream of small writes (a Loomi replay row per event) costs one commit per millisecond at most,
 # not one per write, for at most this much more latency behind the durability barrier
 MIN_COMMIT_GAP = 0.001
-# SQLite (Store): how often the checkpointer thread copies the WAL into the database while writes go on (each
-# complete checkpoint makes the next commit start the WAL over, which syncs the new WAL header: one fsync in
-# the writer's path per checkpoint, so not more often than this), and the WAL length (pages; SQLite's default
-# autocheckpoint is 1,000) past which the writer checkpoints itself
-CHECKPOINT_EVERY = 5.0
-WAL_MAX_FRAMES = 16384
 
 
 class BaseStore:
@@ -304,101 +299,121 @@ class BaseStore:
             if item is _STOP:
                 return
             last = time.monotonic()
-            batch = [item]
-            stop = False
-            while len(batch) < 5000:
-                try:
-                    nxt = self._q.get_nowait()
-                except queue.Empty:
-                    break
-                if nxt is _STOP:
-                    stop = True
-                    break
-                batch.append(nxt)
-            results: list[tuple[Optional[concurrent.futures.Future], Any, Optional[BaseException]]] = []
-            storage_error: Optional[BaseException] = None
-            try:
-                conn.execute(self.begin_sql)
-                i, n = 0, len(batch)
-                if n == 1 and type(batch[0][0]) is not _Stmt:
-                    # one write (a Loomi tick's replay rows, most of the time): no savepoint, since rolling
-                    # it back is rolling back the transaction; two statements (two hand-offs of the GIL
-                    # to a busy loop) fewer per commit
-                    fn, fut = batch[0]
-                    try:
-                        results.append((fut, fn(conn), None))
-                    except Exception as exc:
-                        conn.execute("ROLLBACK")
-                        conn.execute(self.begin_sql)
-                        results.append((fut, None, exc))
-                        if self.is_storage_error(exc):
-                            storage_error = exc
-                    i = n
-                while i < n:
-                    fn, fut = batch[i]
-                    if type(fn) is _Stmt:
-                        # a run of the same statement (execute_later): one executemany, not a call (and a
-                        # GIL round trip) per row; if it fails, the rows go one by one below
-                        j = i + 1
-                        while j < n and type(batch[j][0]) is _Stmt and batch[j][0].sql == fn.sql:
-                            j += 1
-                        if j - i > 1:
-                            conn.execute("SAVEPOINT grp")
-                            try:
-                                conn.executemany(fn.sql, [b[0].params for b in batch[i:j]])
-                                conn.execute("RELEASE grp")
-                                results.extend((b[1], None, None) for b in batch[i:j])
-                                i = j
-                                continue
-                            except Exception:
-                                conn.execute("ROLLBACK TO grp")
-                                conn.execute("RELEASE grp")
-                    # a lone statement on an engine that undoes a failed statement alone needs no savepoint:
-                    # two statements (and two hand-offs of the GIL from a busy loop) fewer
-                    savepoint = not (self.statement_atomic and type(fn) is _Stmt)
-                    if savepoint:
-                        conn.execute("SAVEPOINT op")
-                    try:
-                        res = fn(conn)
-                        if savepoint:
-                            conn.execute("RELEASE op")
-                        results.append((fut, res, None))
-                    except Exception as exc:  # one bad op does not sink the batch
-                        if savepoint:
-                            conn.execute("ROLLBACK TO op")
-                            conn.execute("RELEASE op")
-                        elif not conn.in_transaction:  # the engine rolled the transaction back (a full disk)
-                            raise
-                        results.append((fut, None, exc))
-                        if self.is_storage_error(exc):
-                            storage_error = exc
-                    i += 1
-                conn.execute("COMMIT")
-                self.commits += 1
-                if storage_error is not None:
-                    self.failed = storage_error  # sticky: cleared by a probe() that works
-            except self.errors as exc:
-                log.error("store commit failed: %s", exc)
-                self.failed = exc
-                try:
-                    conn.execute("ROLLBACK")
-                except self.errors:
-                    pass
-                conn = self._after_failure(conn)
-                err = Unavailable(f"database write failed: {exc}")
-                results = [(fut, None, err) for _, fut in batch]
-            for fut, res, exc in results:
-                if fut is None:  # write_later's
-                    if exc is not None:
-                        log.error("store write failed: %s", exc)
-                elif exc is None:
-                    fut.set_result(res)
-                else:
-                    fut.set_exception(exc)
+            batch, stop = self._drain([item])
+            conn, results = self._commit(conn, batch)
+            _deliver(results)
             self._processed(len(batch))
             self._after_commit(conn)
             if stop:
                 return
+
+    def _drain(self, batch: list) -> tuple[list, bool]:
+        """``batch`` and the writes queued behind it (``BATCH_MAX`` at most); True when a stop came."""
+        while len(batch) < BATCH_MAX:
+            try:
+                nxt = self._q.get_nowait()
+            except queue.Empty:
+                break
+            if nxt is _STOP:
+                return batch, True
+            batch.append(nxt)
+        return batch, False
+
+    def _commit(self, conn: Any, batch: list) -> tuple[Any, list[_Result]]:
+        """``batch`` in one transaction: the writer's connection (another after a failure, if the engine
+        reconnects) and each write's result."""
+        try:
+            conn.execute(self.begin_sql)
+            if len(batch) == 1 and type(batch[0][0]) is not _Stmt:
+                results, storage_error = self._run_one(conn, batch[0])
+            else:
+                results, storage_error = self._run_all(conn, batch)
+            conn.execute("COMMIT")
+            self.commits += 1
+            if storage_error is not None:
+                self.failed = storage_error  # sticky: cleared by a probe() that works
+            return conn, results
+        except self.errors as exc:
+            log.error("store commit failed: %s", exc)
+            self.failed = exc
+            try:
+                conn.execute("ROLLBACK")
+            except self.errors:
+                pass
+            err = Unavailable(f"database write failed: {exc}")
+            return self._after_failure(conn), [(fut, None, err) for _, fut in batch]
+
+    def _run_one(self, conn: Any, write: tuple) -> tuple[list[_Result], Optional[BaseException]]:
+        """One write (a Loomi tick's replay rows, most of the time): no savepoint, since rolling it back is
+        rolling back the transaction; two statements (two hand-offs of the GIL to a busy loop) fewer."""
+        fn, fut = write
+        try:
+            return [(fut, fn(conn), None)], None
+        except Exception as exc:
+            conn.execute("ROLLBACK")
+            conn.execute(self.begin_sql)
+            return [(fut, None, exc)], exc if self.is_storage_error(exc) else None
+
+    def _run_all(self, conn: Any, batch: list) -> tuple[list[_Result], Optional[BaseException]]:
+        """Every write of ``batch``, one bad write not sinking the others; the last storage error."""
+        results: list[_Result] = []
+        storage_error: Optional[BaseException] = None
+        i, n = 0, len(batch)
+        while i < n:
+            fn, fut = batch[i]
+            if type(fn) is _Stmt:
+                j = self._run_group(conn, batch, i, results)
+                if j > i:
+                    i = j
+                    continue
+            exc = self._run_op(conn, fn, fut, results)
+            if exc is not None and self.is_storage_error(exc):
+                storage_error = exc
+            i += 1
+        return results, storage_error
+
+    @staticmethod
+    def _run_group(conn: Any, batch: list, i: int, results: list[_Result]) -> int:
+        """A run of the same statement from ``i`` (execute_later's) as one executemany, not a call (and a
+        GIL round trip) per row: the index after it; ``i`` when it is a lone statement or failed (its
+        rows then go one by one)."""
+        sql, n, j = batch[i][0].sql, len(batch), i + 1
+        while j < n and type(batch[j][0]) is _Stmt and batch[j][0].sql == sql:
+            j += 1
+        if j - i == 1:
+            return i
+        conn.execute("SAVEPOINT grp")
+        try:
+            conn.executemany(sql, [b[0].params for b in batch[i:j]])
+            conn.execute("RELEASE grp")
+        except Exception:
+            conn.execute("ROLLBACK TO grp")
+            conn.execute("RELEASE grp")
+            return i
+        results.extend((b[1], None, None) for b in batch[i:j])
+        return j
+
+    def _run_op(self, conn: Any, fn: WriteFn, fut: Any, results: list[_Result]) -> Optional[BaseException]:
+        """One write in a savepoint of its own: its error, or None."""
+        # a lone statement on an engine that undoes a failed statement alone needs no savepoint:
+        # two statements (and two hand-offs of the GIL from a busy loop) fewer
+        savepoint = not (self.statement_atomic and type(fn) is _Stmt)
+        if savepoint:
+            conn.execute("SAVEPOINT op")
+        try:
+            res = fn(conn)
+            if savepoint:
+                conn.execute("RELEASE op")
+            results.append((fut, res, None))
+            return None
+        except Exception as exc:  # one bad op does not sink the batch
+            if savepoint:
+                conn.execute("ROLLBACK TO op")
+                conn.execute("RELEASE op")
+            elif not conn.in_transaction:  # the engine rolled the transaction back (a full disk)
+                raise
+            results.append((fut, None, exc))
+            return exc
 
     def _after_commit(self, conn: Any) -> None:
         """In the writer thread, after a commit's waiters were woken (an engine may tend its log)."""
@@ -463,139 +478,6 @@ class BaseStore:
             )
 
 
-class Store(BaseStore):
-    """SQLite in one file of the data directory (WAL): the embedded default.
-
-    Checkpoints (copying the WAL back into the database file, with its two
-    fsyncs: milliseconds on a busy disk) run in a thread of their own, beside
-    the writer (``_checkpoints``), never inside a commit: SQLite's automatic
-    checkpoint would run in the COMMIT of whichever write crossed its
-    threshold, and every frame behind the durability barrier would wait for
-    the disk. The writer checkpoints itself only when the WAL has grown past
-    ``WAL_MAX_FRAMES`` without the background checkpoints ever catching up
-    with it (writes never paused for one to finish), right after waking that
-    commit's waiters: that lets the next write start the WAL over.
-    """
-
-    begin_sql = "BEGIN IMMEDIATE"
-    statement_atomic = True
-
-    def __init__(self, path: str):
-        super().__init__(path)
-        self.local_dir = os.path.dirname(os.path.abspath(path))
-        self._ckpt_thread: Optional[threading.Thread] = None
-        self._ckpt_wake = threading.Event()  # set by the writer after a commit: there is WAL to copy
-        self._ckpt_stop = threading.Event()
-        self._ckpt_armed = False  # the writer has woken the checkpointer since its last checkpoint
-        self._wal_frames = 0  # the WAL's length at the last checkpoint, in frames (pages)
-        self.checkpoints = 0
-
-    def open(self) -> "Store":
-        super().open()
-        self._ckpt_stop.clear()
-        self._ckpt_thread = threading.Thread(target=self._checkpoints, name="agent-bridge-checkpoint", daemon=True)
-        self._ckpt_thread.start()
-        return self
-
-    def close(self) -> None:
-        if self._ckpt_thread is not None:  # closing checkpoints the whole WAL itself
-            self._ckpt_stop.set()
-            self._ckpt_wake.set()
-            self._ckpt_thread.join(timeout=30)
-            self._ckpt_thread = None
-        super().close()
-
-    def _after_commit(self, conn: Any) -> None:
-        if not self._ckpt_armed:
-            self._ckpt_armed = True
-            self._ckpt_wake.set()
-        if self._wal_frames >= WAL_MAX_FRAMES:
-            self._wal_frames = 0
-            try:
-                conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
-            except sqlite3.Error as exc:
-                log.warning("WAL checkpoint failed: %s", exc)
-
-    def _checkpoints(self) -> None:
-        """The checkpointer thread: at most every CHECKPOINT_EVERY seconds, if anything was committed."""
-        try:
-            conn = self._connect()
-        except sqlite3.Error as exc:
-            log.error("no checkpoint connection (%s): SQLite checkpoints inside commits", exc)
-            if self._wconn is not None:
-                self.submit(lambda c: c.execute("PRAGMA wal_autocheckpoint=%d" % WAL_MAX_FRAMES))
-            return
-        try:
-            while True:
-                self._ckpt_wake.wait()
-                if self._ckpt_stop.wait(CHECKPOINT_EVERY):
-                    return
-                self._ckpt_wake.clear()
-                self._ckpt_armed = False  # the next commit wakes this thread again
-                try:
-                    busy, frames, done = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-                    self.checkpoints += 1
-                    self._wal_frames = frames if frames > done else 0
-                except sqlite3.Error as exc:
-                    log.warning("WAL checkpoint failed: %s", exc)
-        finally:
-            conn.close()
-
-    def _open_connections(self) -> None:
-        private_dir(os.path.dirname(os.path.abspath(self.path)))
-        _owner_only(self.path)
-        self._wconn = self._connect()
-        self._wal_mode(self._wconn)
-        self._wconn.execute("PRAGMA wal_autocheckpoint=0")  # the checkpointer thread does it (class docstring)
-        self._wconn.execute(
-            "CREATE TABLE IF NOT EXISTS schema_version(component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
-        )
-        self._wconn.commit()
-        self._rconn = self._connect()
-
-    @staticmethod
-    def _wal_mode(conn: sqlite3.Connection, timeout: float = 30.0) -> None:
-        """Switch the file to WAL. SQLite answers "database is locked" at once, without waiting
-        out the busy timeout, when another process opens a new file at the same moment (the
-        switch needs the file to itself): try again, a little later each time, for ``timeout``."""
-        deadline, pause = time.monotonic() + timeout, 0.001
-        while True:
-            try:
-                conn.execute("PRAGMA journal_mode=WAL")
-                return
-            except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) or time.monotonic() + pause > deadline:
-                    raise
-            time.sleep(pause)  # only while the store opens, before anything is served
-            pause = min(pause * 2, 0.05)
-
-    def _connect(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
-        conn.execute("PRAGMA synchronous=NORMAL")
-        conn.execute("PRAGMA foreign_keys=ON")
-        conn.execute("PRAGMA busy_timeout=30000")
-        return conn
-
-    def _close_connections(self) -> None:
-        for conn in (self._wconn, self._rconn):
-            if conn is not None:
-                try:
-                    if conn is self._wconn:
-                        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-                    conn.close()
-                except sqlite3.Error:
-                    pass
-
-
-def _owner_only(path: str) -> None:
-    """The database holds credential hashes and the GitLab token: mode 0600 whatever the umask or the
-    data directory's mode (SQLite gives its -wal and -shm files the database file's mode)."""
-    try:
-        os.close(open_private(path, os.O_RDWR))
-    except OSError:
-        pass  # read-only or missing directory: sqlite3 reports it next
-
-
 def is_storage_error(exc: BaseException) -> bool:
     """SQLite could not write (disk full, read-only, I/O error), as opposed to a bad statement."""
     name = getattr(exc, "sqlite_errorname", "") or ""
@@ -615,6 +497,18 @@ class _Stmt:
 
     def __call__(self, conn: sqlite3.Connection) -> Any:
         return conn.execute(self.sql, self.params)
+
+
+def _deliver(results: list[_Result]) -> None:
+    """Each write's result to its future (a write_later's failure, which has none, logged)."""
+    for fut, res, exc in results:
+        if fut is None:
+            if exc is not None:
+                log.error("store write failed: %s", exc)
+        elif exc is None:
+            fut.set_result(res)
+        else:
+            fut.set_exception(exc)
 
 
 def _wake(fut: asyncio.Future) -> None:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import os
 from typing import Optional
 
-from ..bridge.store import BaseStore, Store
+from ..bridge.sqlite import Store
+from ..bridge.store import BaseStore
 from ..model.errors import ConfigError
 
 

@@ -20,7 +20,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
-    from ..bridge.store import Store
+    from ..bridge.store import BaseStore
 
 log = logging.getLogger("agent_bridge.cluster")
 
@@ -32,7 +32,7 @@ HOLDERS_SQL = "SELECT node_id FROM cluster_holds"  # nodes holding something (th
 
 
 class Holds:
-    def __init__(self, store: "Store", node_id: str):
+    def __init__(self, store: "BaseStore", node_id: str):
         self.store = store
         self.node_id = node_id
         self._heirs: dict[str, Callable[[str, str], None]] = {}

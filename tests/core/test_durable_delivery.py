@@ -36,7 +36,7 @@ async def test_frames_wait_for_the_writes_before_them(service_factory):
 
 
 async def test_synced_returns_at_once_without_pending_writes(tmp_path):
-    from bridge_core.bridge.store import Store
+    from bridge_core.bridge.sqlite import Store
 
     s = Store(str(tmp_path / "b.db")).open()
     try:

@@ -246,7 +246,7 @@ async def test_connections_held_by_one_commit_are_written_from_one_wake(tmp_path
     from that waiter's wake (each one write, none through its own writer task)."""
     import threading
 
-    from bridge_core.bridge.store import Store
+    from bridge_core.bridge.sqlite import Store
 
     store = Store(str(tmp_path / "s.db")).open()
     gate = threading.Event()

@@ -7,7 +7,7 @@ import sqlite3
 import pytest
 
 from bridge_core.model.errors import Unavailable
-from bridge_core.bridge.store import Store
+from bridge_core.bridge.sqlite import Store
 from tests.waiting import until
 
 
@@ -209,7 +209,7 @@ async def test_a_single_failing_write_is_rolled_back_and_the_next_commits(tmp_pa
 async def test_checkpoints_run_beside_the_writer_not_inside_a_commit(tmp_path, monkeypatch):
     """SQLite's own checkpoint (inside the COMMIT that crosses its threshold) is off; the checkpointer
     thread copies the WAL into the database after commits, so the WAL starts over."""
-    import bridge_core.bridge.store as store_mod
+    import bridge_core.bridge.sqlite as store_mod
 
     monkeypatch.setattr(store_mod, "CHECKPOINT_EVERY", 0.01)  # not the test's subject: how soon
     path = str(tmp_path / "b.db")
@@ -232,7 +232,7 @@ async def test_checkpoints_run_beside_the_writer_not_inside_a_commit(tmp_path, m
 async def test_the_writer_checkpoints_itself_when_the_wal_outgrows_its_bound(tmp_path, monkeypatch):
     """Writes that never pause for a background checkpoint to catch up: past WAL_MAX_FRAMES the writer
     checkpoints right after a commit, so the WAL cannot grow without bound."""
-    import bridge_core.bridge.store as store_mod
+    import bridge_core.bridge.sqlite as store_mod
 
     monkeypatch.setattr(store_mod, "CHECKPOINT_EVERY", 3600.0)  # the background one never comes
     monkeypatch.setattr(store_mod, "WAL_MAX_FRAMES", 10)

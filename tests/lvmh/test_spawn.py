@@ -16,7 +16,7 @@ import pytest
 from aiohttp import web
 
 from bridge_core.kit.config import build_config
-from bridge_core.bridge.store import Store
+from bridge_core.bridge.sqlite import Store
 from lvmh_adapter.gitlab import PAT_KEY
 from lvmh_adapter.auth import token_hash
 from lvmh_adapter.spawn import (
