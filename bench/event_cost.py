@@ -92,7 +92,7 @@ async def _measure(devices: int, n: int, cold_n: int = COLD) -> dict:
     from bridge_core.model import events as ev
     from bridge_core.bridge.agent import RunContext
     from bridge_core.bridge.demo import DemoAgent
-    from bridge_core.kit.config import build_config
+    from cli.config import build_config
     from bridge_core.model.ids import new_id
     from cli.serve import Service
     from loomi_adapter import codec

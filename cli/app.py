@@ -19,17 +19,19 @@ from typing import TYPE_CHECKING, Any, Optional
 from bridge_core.bridge.agent import AgentSource
 from bridge_core.bridge.bridge import Bridge
 from bridge_core.bridge.private import write_private
-from bridge_core.kit.config import (ENDPOINTS_FILE, Config, bound_url, is_loopback, read_endpoints, served_directly,
-                                    undialable_reason)
+from bridge_core.kit.config import ENDPOINTS_FILE, Config, read_endpoints
 from bridge_core.kit.frontend import FrontEnd, PortInUse, TLSReloader, cert_names, name_matches
+from bridge_core.kit.remote import bound_url, served_directly, undialable_reason
 from bridge_core.kit.running import command_line, holder_of_port
 from bridge_core.kit.runtime import tune_for_serving
-from bridge_core.kit.security import raise_nofile_limit, remove_admin_key, write_admin_key
+from bridge_core.kit.security import is_loopback, raise_nofile_limit, remove_admin_key, write_admin_key
 from bridge_core.model.errors import BridgeError, ConfigError, Unavailable
 from bridge_core.model.redact import mask_url
 from bridge_core.push import Notifier
 from bridge_core.scale.engines import open_store
 from bridge_core.scale.nodes import NodeHeartbeat
+
+from .config import PART
 
 if TYPE_CHECKING:
     from bridge_core.kit.metrics import MetricsServer
@@ -95,7 +97,7 @@ def make_agent(cfg: Config) -> AgentSource:
 
 def check_bind(cfg: Config) -> None:
     """Refuse a non-loopback bind without TLS unless explicitly allowed (docs/security.md)."""
-    if not is_loopback(cfg.host) and not cfg.tls and not cfg.loomi_allow_insecure_bind:
+    if not is_loopback(cfg.host) and not cfg.tls and not cfg.allow_insecure_bind:
         raise ConfigError(
             f"refusing to bind {cfg.host} without TLS: pass --tls-cert/--tls-key, "
             "or set LOOMI_ALLOW_INSECURE_BIND=true to allow plain ws:// on a non-loopback address (every front end; "
@@ -122,7 +124,7 @@ class Service:
             from bridge_core.scale.busauth import derive_key
             from bridge_core.scale.cluster import connect
 
-            connect(self.bridge, cfg.bus_url, cfg.node_id, derive_key(cfg.pheby_secret, cfg.lvmh_token, cfg.bus_key))
+            connect(self.bridge, cfg.bus_url, cfg.node_id, derive_key(cfg.secret("pheby"), cfg.secret("lvmh"), cfg.bus_key))
 
     async def start(self) -> dict[str, int]:
         cfg = self.cfg
@@ -268,7 +270,8 @@ PHONES = ("pheby", "loomi")  # the front ends a phone dials (lvmh is a browser's
 def endpoint_urls(cfg: Config, ports: dict[str, int]) -> dict[str, str]:
     """Each started front end's URL for a client: its ``--public-url``, else its bound address
     (a wildcard bind shown as this machine's primary address, never ``0.0.0.0``)."""
-    return {name: cfg.public_urls.get(name) or bound_url(name, cfg.host, port, cfg.tls) for name, port in ports.items()}
+    return {name: cfg.public_urls.get(name) or bound_url(PART[name].public, cfg.host, port, cfg.tls)
+            for name, port in ports.items()}
 
 
 def _http_base(url: str) -> str:

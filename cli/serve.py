@@ -16,12 +16,13 @@ from datetime import datetime, timezone
 from typing import Any
 
 from bridge_core.kit import datadir, looping
-from bridge_core.kit.config import Config, build_config, resolve_data_dir
+from bridge_core.kit.config import Config, resolve_data_dir
 from bridge_core.model.errors import ConfigError
 from bridge_core.model.redact import REDACTED, is_secret_key, redact
 from bridge_core.model.terminal import PrintableFormatter
 
 from .app import Service, check_bind, describe, make_agent
+from .config import build_config
 
 log = logging.getLogger("agent_bridge")
 

@@ -30,7 +30,7 @@ from bridge_core.model.errors import (
     Unavailable,
     as_bridge_error,
 )
-from bridge_core.kit.config import bound_url, served_directly
+from bridge_core.kit.remote import bound_url, served_directly
 from bridge_core.kit.frontend import FrontEnd, cert_fingerprint, chains_to_public_ca, ws_text_sender
 from bridge_core.kit.security import bearer_token, client_address, require_loopback_admin
 from bridge_core.kit.outbox import Outbox
@@ -39,6 +39,7 @@ from bridge_core.model.redact import fingerprint
 
 from . import codec
 from .cluster import ClusterRegistry
+from .config import PART
 from .devices import Device, Registry
 from .errors import Replaced, Revoked, close_code, error_payload
 from .revocation import Revocations
@@ -129,7 +130,7 @@ class LoomiFrontEnd(FrontEnd):
         self.outbox_items = int(sec.get("outbox_items", 2048))
         self.rate = float(sec.get("rate", 100.0))  # frames per second per socket (pongs exempt)
         self.burst = float(sec.get("burst", 200.0))
-        self.pair_ttl = float(config.loomi_pair_ttl)
+        self.pair_ttl = float(config.frontend("loomi").pair_ttl)
         self.registry = Registry(bridge.store)
         self.server_name = socket.gethostname()
         self.server_version = _version()
@@ -212,7 +213,7 @@ class LoomiFrontEnd(FrontEnd):
 
     def pair_url(self) -> str:
         """The QR's URL: the loomi public URL, else the bound address (a wildcard made dialable)."""
-        return self.config.public_urls.get("loomi") or bound_url("loomi", self.config.host, self.port or 0,
+        return self.config.public_urls.get("loomi") or bound_url(PART.public, self.config.host, self.port or 0,
                                                                  self.config.tls)
 
     # --- the event fan-out ----------------------------------------------------------

@@ -112,7 +112,7 @@ class PhebyFrontEnd(FrontEnd):
 
     @property
     def secret(self) -> str:
-        return self.config.pheby_secret
+        return self.config.secret("pheby")
 
     def build_app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024)

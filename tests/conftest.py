@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from bridge_core.kit import looping
-from bridge_core.kit.config import build_config
+from cli.config import build_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:

@@ -4,6 +4,14 @@ Precedence: command-line flags, then environment variables, then the TOML
 file (``--config`` or ``<data-dir>/config.toml``), then defaults. Missing
 secrets are generated and stored in the data directory with owner-only
 permissions; only their path is ever printed.
+
+The core reads its own sections here. Each front end parses its own: it declares a
+``FrontEndPart`` (``pheby_adapter/config.py``, ``loomi_adapter/config.py``,
+``lvmh_adapter/config.py``): its section's keys, its default port, the form of its public
+URL, its secret, and a parser of its settings (``Config.frontend(name)``). A host assembles
+the core's schema and the front ends' parts it was built with (``cli/config.py``) and passes
+the parts to ``build_config``; the file is checked against the whole schema, so a
+misspelt name is refused with the nearest one (``model/config_schema.py``).
 """
 
 from __future__ import annotations
@@ -11,20 +19,22 @@ from __future__ import annotations
 import os
 import secrets
 import tomllib
-from typing import Any, Optional
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import attrs
 
+from ..bridge.private import private_dir, write_private
 from ..model.config_schema import TOP, Section, declared, unknown_name
 from ..model.errors import ConfigError
-from ..bridge.private import private_dir, write_private
-from .security import (DEFAULT_UNAUTH_PER_ADDRESS, DEFAULT_WRONG_RATE, MIN_SECRET_LENGTH, is_loopback,  # noqa: F401
+from .remote import PublicForm, fingerprint_hex, pairs, parse_trusted_proxies, validate_public_url
+from .security import (DEFAULT_UNAUTH_PER_ADDRESS, DEFAULT_WRONG_RATE, MIN_SECRET_LENGTH, is_loopback,
                        weak_secret_reason)
 
-DEFAULT_PORTS = {"pheby": 8620, "loomi": 8621, "lvmh": 8686}
-ALL_ADAPTERS = ("pheby", "loomi", "lvmh")
-DEFAULT_WORKER_QUOTA_MB = 64.0  # [lvmh] worker_quota_mb (docs/security.md, "What a worker may store")
 DEFAULT_METRICS_PORT = 8699  # [metrics] port (docs/operations.md)
+# a plain (no TLS) bind on a non-loopback address allowed, for every front end and the metrics; the
+# variable's name is its first user's (and a front end may name a key of its section that allows it
+# too: FrontEndPart.insecure_bind_key)
+INSECURE_BIND_ENV = "LOOMI_ALLOW_INSECURE_BIND"
 
 
 # --- [push] (docs/push.md) -------------------------------------------------------
@@ -123,23 +133,74 @@ def parse_metrics(port: Any, host: Any, raw: Any, tls: bool, insecure_ok: bool) 
                           "as a Bearer credential); or keep --metrics-host on loopback")
     if not (is_loopback(cfg.host) or tls or insecure_ok):
         raise ConfigError(f"refusing to serve metrics on {cfg.host} without TLS: pass --tls-cert/--tls-key, or set "
-                          "LOOMI_ALLOW_INSECURE_BIND=true (docs/operations.md)")
+                          f"{INSECURE_BIND_ENV}=true (docs/operations.md)")
     return cfg
-# --- the config file's schema: each section and the keys its parser reads (bridge_core/config_schema.py) -----
+
+
+# --- the front ends' parts -------------------------------------------------------
+
+
+@attrs.frozen
+class Secret:
+    """A front end's shared secret: ``$env``, else ``<data-dir>/secrets/<file>`` (generated once)."""
+
+    file: str  # pheby_secret
+    env: str  # PHEBY_SECRET
+    label: str  # "Pheby secret", in messages (never the value)
+
+
+@attrs.frozen
+class FrontEndPart:
+    """What a front end declares of the configuration (its ``config.py``): the core reads the rest."""
+
+    name: str  # its section, its name in --adapters, --public-url, --NAME-port
+    port: int  # its default port
+    keys: tuple[str, ...]  # its section's keys: what its parser and its server read
+    public: PublicForm  # the form of its URL (--public-url, and the bound address it is told)
+    secret: Optional[Secret] = None
+    parse: Callable[["Source"], Any] = lambda src: None  # its settings (Config.frontend(name))
+    label: str = ""  # its name in prose ("Loomi")
+    pinned: bool = False  # its QR code carries a certificate pin: --public-fp NAME=HEX
+    url_flag: bool = False  # --NAME-public-url, its alias of --public-url NAME=URL (from before that)
+    insecure_bind_key: Optional[str] = None  # a key of its section that also allows a plain non-loopback bind
+
+
+@attrs.frozen
+class Source:
+    """Where a setting comes from: a flag (``args``; None: not given), the environment, the file.
+
+    ``pick`` and ``num`` read a flag over the file (a setting with an environment variable reads
+    ``env`` first itself); a key the schema lacks cannot be read (``UndeclaredKey``)."""
+
+    args: Mapping[str, Any]
+    env: Mapping[str, str]
+    toml: Mapping[str, Any]
+    schema: Mapping[str, frozenset]
+
+    def pick(self, flag: str, *keys: str, default: Any = None) -> Any:
+        declared(self.schema, keys)
+        if self.args.get(flag) is not None:
+            return self.args[flag]
+        node: Any = self.toml
+        for k in keys:
+            if not isinstance(node, dict) or k not in node:
+                return default
+            node = node[k]
+        return node
+
+    def num(self, flag: str, keys: tuple, default: float) -> float:
+        val = self.pick(flag, *keys, default=default)
+        try:
+            return float(val)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{'.'.join(keys)} must be a number, not {val!r}")
+
+
+# --- the config file's schema: each section and the keys its parser reads (model/config_schema.py) ----
 # A file naming anything else is refused with the nearest name; a parser reading a key missing here fails.
 
-SCHEMA: dict[str, frozenset] = {k: frozenset(v) for k, v in {
+CORE_SCHEMA: dict[str, frozenset] = {k: frozenset(v) for k, v in {
     TOP: ("adapters", "agent", "host", "log_level", "log_format", "public_url", "public_fp", "trusted_proxy"),
-    # the front ends: here (port, public_url, ...) and in pheby_adapter/server.py, pacing.py, loomi_adapter/server.py,
-    # lvmh_adapter/server.py, spawn.py
-    "pheby": ("port", "hello_timeout", "heartbeat", "rate", "burst", "outbox_items", "draft_interval_ms",
-              "draft_min_interval_ms", "draft_max_interval_ms", "draft_full_chars"),
-    "loomi": ("port", "allow_insecure_bind", "pair_ttl", "public_url", "hello_timeout", "ping_interval",
-              "pong_timeout", "max_missed_pongs", "outbox_items", "rate", "burst"),
-    "lvmh": ("port", "public_url", "gitlab_url", "docker_url", "worker_quota_mb", "plugin_return_seconds",
-             "worker_image", "git_image", "models_json", "models_json_target", "worker_context", "worker_dockerfile",
-             "agent_url", "network", "clone_user", "clone_timeout", "build_timeout", "max_active_spawns",
-             "job_retention"),
     "tls": ("cert", "key", "watch_interval"),  # watch_interval: cli/app.py
     "attachments": ("retention_days",),
     "demo": ("approval_timeout",),
@@ -149,31 +210,31 @@ SCHEMA: dict[str, frozenset] = {k: frozenset(v) for k, v in {
     "bus": ("url", "key"),
     "node": ("id",),
     "metrics": ("port", "host", "token"),
-    "public_url": ALL_ADAPTERS,  # also a top-level "NAME=URL,..." string
-    "public_fp": ALL_ADAPTERS,
 }.items()}
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def schema_for(parts: Sequence[FrontEndPart]) -> dict[str, frozenset]:
+    """The whole schema: the core's sections, each front end's, and the front ends' names under
+    ``[public_url]`` and ``[public_fp]`` (also top-level ``NAME=URL,...`` strings)."""
+    names = frozenset(p.name for p in parts)
+    return {**CORE_SCHEMA, **{p.name: frozenset(p.keys) for p in parts}, "public_url": names, "public_fp": names}
 
 
 @attrs.define
 class Config:
     data_dir: str
     agent: str = "demo"
-    adapters: tuple[str, ...] = ALL_ADAPTERS
+    adapters: tuple[str, ...] = ()  # the front ends to start
     host: str = "127.0.0.1"
-    ports: dict = attrs.field(factory=lambda: dict(DEFAULT_PORTS))
+    ports: dict = attrs.field(factory=dict)  # front end -> its port
     tls_cert: Optional[str] = None
     tls_key: Optional[str] = None
-    pheby_secret: str = attrs.field(default="", repr=False)
-    lvmh_token: str = attrs.field(default="", repr=False)
-    loomi_allow_insecure_bind: bool = False
-    loomi_public_url: Optional[str] = None  # = public_urls["loomi"] (the --loomi-public-url alias)
-    loomi_pair_ttl: float = 300.0
+    secrets: dict = attrs.field(factory=dict, repr=False)  # front end -> its shared secret (FrontEndPart.secret)
+    frontends: dict = attrs.field(factory=dict)  # front end -> its settings (FrontEndPart.parse)
+    allow_insecure_bind: bool = False  # a plain non-loopback bind (INSECURE_BIND_ENV)
     retention_days: float = 7.0
     approval_timeout: float = 300.0
-    gitlab_url: str = "https://gitlab.com"
-    docker_url: Optional[str] = None  # unix:///var/run/docker.sock or http://host:port
-    worker_quota_mb: float = DEFAULT_WORKER_QUOTA_MB  # [lvmh]: events a plugin session may store (0: no limit)
     log_level: str = "INFO"
     log_format: str = "text"  # --log-format: text or json (one object per line, docs/operations.md)
     metrics: MetricsConfig = attrs.field(factory=MetricsConfig)  # [metrics]
@@ -187,6 +248,7 @@ class Config:
     bus_key: str = attrs.field(default="", repr=False)  # the cluster key's material when set ("": from the secrets)
     node_id: str = ""
     extra: dict = attrs.field(factory=dict)  # the raw TOML, for adapters' own sections
+    schema: dict = attrs.field(factory=lambda: dict(CORE_SCHEMA), repr=False)  # what ``extra`` may hold
     secret_paths: dict = attrs.field(factory=dict)  # which secrets were generated, and where
     # --- remote access (docs/remote-access.md) ---
     public_urls: dict = attrs.field(factory=dict)  # front end -> validated public URL (--public-url)
@@ -202,9 +264,17 @@ class Config:
         return os.path.join(self.data_dir, "run")
 
     def section(self, name: str) -> dict:
-        """``[name]`` of the config file (empty when absent); reading a key SCHEMA lacks raises."""
+        """``[name]`` of the config file (empty when absent); reading a key the schema lacks raises."""
         val = self.extra.get(name)
-        return Section(name, val if isinstance(val, dict) else {}, SCHEMA)
+        return Section(name, val if isinstance(val, dict) else {}, self.schema)
+
+    def frontend(self, name: str) -> Any:
+        """Front end ``name``'s settings, as its part parsed them (None when it declares none)."""
+        return self.frontends.get(name)
+
+    def secret(self, name: str) -> str:
+        """Front end ``name``'s shared secret ("" when not loaded: ``build_config(with_secrets=False)``)."""
+        return self.secrets.get(name, "")
 
 
 def default_data_dir() -> str:
@@ -215,9 +285,9 @@ def _truthy(value: Any) -> bool:
     return str(value).strip().lower() in ("1", "true", "yes", "on")
 
 
-def read_toml(path: str) -> dict:
+def read_toml(path: str, schema: Mapping[str, frozenset]) -> dict:
     """The config file at ``path``; ConfigError (one line) when unreadable, not TOML, or naming a
-    section or key ``SCHEMA`` lacks (with the nearest valid name)."""
+    section or key ``schema`` lacks (with the nearest valid name)."""
     try:
         with open(path, "rb") as f:
             toml = tomllib.load(f)
@@ -229,7 +299,7 @@ def read_toml(path: str) -> dict:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}")
     except OSError as exc:
         raise ConfigError(f"config file {path} unreadable: {exc.strerror}")
-    wrong = unknown_name(toml, SCHEMA, path)
+    wrong = unknown_name(toml, schema, path)
     if wrong:
         raise ConfigError(wrong)
     return toml
@@ -334,98 +404,35 @@ def resolve_data_dir(args: dict, environ: Optional[dict] = None) -> str:
     return os.path.abspath(os.path.expanduser(args.get("data_dir") or env.get("AGENT_BRIDGE_DATA") or default_data_dir()))
 
 
-def build_config(args: dict, environ: Optional[dict] = None, *, with_secrets: bool = True) -> Config:
-    """Merge flags (``args``: None means not given), environment and TOML into a Config."""
+def build_config(args: dict, environ: Optional[Mapping[str, str]] = None, *, parts: Sequence[FrontEndPart] = (),
+                 with_secrets: bool = True) -> Config:
+    """Merge flags (``args``: None means not given), environment and TOML into a Config, with the
+    front ends ``parts`` declare (the host's: ``cli/config.py``)."""
     env = os.environ if environ is None else environ
     data_dir = resolve_data_dir(args, env)
+    schema = schema_for(parts)
     config_path = args.get("config") or env.get("AGENT_BRIDGE_CONFIG")
     toml: dict = {}
     if config_path:
-        toml = read_toml(config_path)
+        toml = read_toml(config_path, schema)
     elif os.path.exists(os.path.join(data_dir, "config.toml")):
-        toml = read_toml(os.path.join(data_dir, "config.toml"))
-
-    def pick(flag: str, *keys: str, default: Any = None) -> Any:
-        declared(SCHEMA, keys)
-        if args.get(flag) is not None:
-            return args[flag]
-        node: Any = toml
-        for k in keys:
-            if not isinstance(node, dict) or k not in node:
-                return default
-            node = node[k]
-        return node
-
-    adapters_raw = pick("adapters", "adapters", default=",".join(ALL_ADAPTERS))
-    if isinstance(adapters_raw, str):
-        adapters = tuple(a.strip() for a in adapters_raw.split(",") if a.strip())
-    else:
-        adapters = tuple(adapters_raw)
-    for a in adapters:
-        if a not in ALL_ADAPTERS:
-            raise ConfigError(f"unknown adapter {a!r}; choose from {', '.join(ALL_ADAPTERS)}")
-    if not adapters:
-        raise ConfigError("no adapters selected")
-
-    ports = {}
-    for name in ALL_ADAPTERS:
-        val = pick(f"{name}_port", name, "port", default=DEFAULT_PORTS[name])
-        try:
-            port = int(val)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{name} port must be a number, not {val!r}")
-        if not 0 <= port <= 65535:
-            raise ConfigError(f"{name} port {port} out of range")
-        ports[name] = port
-
-    def num(flag: str, keys: tuple, default: float) -> float:
-        val = pick(flag, *keys, default=default)
-        try:
-            return float(val)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{'.'.join(keys)} must be a number, not {val!r}")
-
-    wrong_rate = num("wrong_auth_rate", ("security", "wrong_attempts_per_second"), DEFAULT_WRONG_RATE)
-    if not wrong_rate > 0:
-        raise ConfigError("security.wrong_attempts_per_second must be a positive number")
-    unauth_cap = num("unauth_per_address", ("security", "unauthenticated_per_address"), DEFAULT_UNAUTH_PER_ADDRESS)
-    if unauth_cap < 1 or unauth_cap != int(unauth_cap):
-        raise ConfigError("security.unauthenticated_per_address must be a whole number of at least 1")
-    worker_quota = num("worker_quota_mb", ("lvmh", "worker_quota_mb"), DEFAULT_WORKER_QUOTA_MB)
-    if not worker_quota >= 0:
-        raise ConfigError("lvmh.worker_quota_mb must be a number of megabytes, 0 for no limit")
-
+        toml = read_toml(os.path.join(data_dir, "config.toml"), schema)
+    src = Source(args, env, toml, schema)
     cfg = Config(
         data_dir=data_dir,
-        agent=str(pick("agent", "agent", default="demo")),
-        adapters=adapters,
-        host=str(pick("host", "host", default="127.0.0.1")),
-        ports=ports,
-        tls_cert=pick("tls_cert", "tls", "cert"),
-        tls_key=pick("tls_key", "tls", "key"),
-        loomi_allow_insecure_bind=_truthy(
-            env.get("LOOMI_ALLOW_INSECURE_BIND", pick("loomi_allow_insecure_bind", "loomi", "allow_insecure_bind", default=False))
-        ),
-        loomi_pair_ttl=num("loomi_pair_ttl", ("loomi", "pair_ttl"), 300.0),
-        retention_days=num("retention_days", ("attachments", "retention_days"), 7.0),
-        approval_timeout=num("approval_timeout", ("demo", "approval_timeout"), 300.0),
-        gitlab_url=str(env.get("LVMH_GITLAB_URL") or pick("gitlab_url", "lvmh", "gitlab_url", default="https://gitlab.com")),
-        docker_url=env.get("LVMH_DOCKER_URL") or pick("docker_url", "lvmh", "docker_url"),
-        worker_quota_mb=worker_quota,
-        log_level=str(pick("log_level", "log_level", default="INFO")),
-        log_format=str(pick("log_format", "log_format", default="text")),
-        wrong_auth_rate=wrong_rate,
-        unauth_per_address=int(unauth_cap),
-        push=parse_push(toml.get("push")),
+        adapters=_adapters(src, parts),
+        ports=_ports(src, parts),
         extra=toml,
-        store_url=args.get("store") or env.get("AGENT_BRIDGE_STORE") or pick("store", "store", "url"),
-        bus_url=args.get("bus") or env.get("AGENT_BRIDGE_BUS") or pick("bus", "bus", "url"),
+        schema=schema,
+        store_url=args.get("store") or env.get("AGENT_BRIDGE_STORE") or src.pick("store", "store", "url"),
+        bus_url=args.get("bus") or env.get("AGENT_BRIDGE_BUS") or src.pick("bus", "bus", "url"),
     )
+    _core_settings(cfg, src, parts)
     if cfg.log_level.upper() not in LOG_LEVELS:
         raise ConfigError(f"--log-level must be one of {', '.join(LOG_LEVELS)}, not {cfg.log_level!r}")
-    apply_remote_options(cfg, args, toml)
+    apply_remote_options(cfg, args, toml, parts)
     check_engines(cfg.store_url, cfg.bus_url)
-    cfg.bus_key = bus_key_from(env, pick("bus_key", "bus", "key"))
+    cfg.bus_key = bus_key_from(env, src.pick("bus_key", "bus", "key"))
     if bool(cfg.tls_cert) != bool(cfg.tls_key):
         raise ConfigError("--tls-cert and --tls-key go together")
     for path in (cfg.tls_cert, cfg.tls_key):
@@ -435,185 +442,119 @@ def build_config(args: dict, environ: Optional[dict] = None, *, with_secrets: bo
         raise ConfigError(f"unknown log format {cfg.log_format!r}; choose text or json")
     port = args.get("metrics_port")
     port = env.get("AGENT_BRIDGE_METRICS_PORT") or None if port is None else port
-    cfg.metrics = parse_metrics(port, args.get("metrics_host"), toml.get("metrics"), cfg.tls,
-                                cfg.loomi_allow_insecure_bind)
+    cfg.metrics = parse_metrics(port, args.get("metrics_host"), toml.get("metrics"), cfg.tls, cfg.allow_insecure_bind)
     if with_secrets:
-        for var in ("PHEBY_SECRET", "LVMH_TOKEN"):
-            reason = weak_secret_reason(var, env.get(var))
-            if reason:
-                raise ConfigError(reason)
-        try:
-            private_dir(data_dir)  # 0700 even when it existed with wider modes (bridge_core/private.py)
-            cfg.pheby_secret, p1 = load_secret(data_dir, "pheby_secret", env.get("PHEBY_SECRET"))
-            cfg.lvmh_token, p2 = load_secret(data_dir, "lvmh_token", env.get("LVMH_TOKEN"))
-        except OSError as exc:
-            raise ConfigError(f"cannot use the data directory {data_dir}: {exc.strerror or exc}")
-        cfg.secret_paths = {k: v for k, v in (("pheby_secret", p1), ("lvmh_token", p2)) if v}
-        try:
-            cfg.node_id = load_node_id(
-                data_dir, args.get("node_id") or env.get("AGENT_BRIDGE_NODE_ID") or pick("node_id", "node", "id")
-            )
-        except OSError as exc:
-            raise ConfigError(f"cannot keep the node id in {data_dir}: {exc.strerror or exc}")
+        _load_secrets(cfg, src, parts)
     return cfg
+
+
+def _adapters(src: Source, parts: Sequence[FrontEndPart]) -> tuple[str, ...]:
+    """``--adapters``: the front ends to start, each one of ``parts``."""
+    names = tuple(p.name for p in parts)
+    raw = src.pick("adapters", "adapters", default=",".join(names))
+    adapters = tuple(a.strip() for a in raw.split(",") if a.strip()) if isinstance(raw, str) else tuple(raw)
+    for a in adapters:
+        if a not in names:
+            raise ConfigError(f"unknown adapter {a!r}; choose from {', '.join(names)}")
+    if not adapters:
+        raise ConfigError("no adapters selected")
+    return adapters
+
+
+def _ports(src: Source, parts: Sequence[FrontEndPart]) -> dict[str, int]:
+    """``--NAME-port`` / ``[NAME] port`` of every front end (its part's port by default)."""
+    ports = {}
+    for part in parts:
+        name = part.name
+        val = src.pick(f"{name}_port", name, "port", default=part.port)
+        try:
+            port = int(val)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{name} port must be a number, not {val!r}")
+        if not 0 <= port <= 65535:
+            raise ConfigError(f"{name} port {port} out of range")
+        ports[name] = port
+    return ports
+
+
+def _core_settings(cfg: Config, src: Source, parts: Sequence[FrontEndPart]) -> None:
+    """The core's settings (``[security]``, ``[attachments]``, ``[demo]``, ``[push]``, ...), then each
+    front end's (its part's parser)."""
+    wrong_rate = src.num("wrong_auth_rate", ("security", "wrong_attempts_per_second"), DEFAULT_WRONG_RATE)
+    if not wrong_rate > 0:
+        raise ConfigError("security.wrong_attempts_per_second must be a positive number")
+    unauth_cap = src.num("unauth_per_address", ("security", "unauthenticated_per_address"), DEFAULT_UNAUTH_PER_ADDRESS)
+    if unauth_cap < 1 or unauth_cap != int(unauth_cap):
+        raise ConfigError("security.unauthenticated_per_address must be a whole number of at least 1")
+    cfg.wrong_auth_rate, cfg.unauth_per_address = wrong_rate, int(unauth_cap)
+    cfg.frontends = {p.name: p.parse(src) for p in parts}
+    insecure = next((src.pick(f"{p.name}_{p.insecure_bind_key}", p.name, p.insecure_bind_key, default=False)
+                     for p in parts if p.insecure_bind_key), False)  # fmt: skip
+    cfg.allow_insecure_bind = _truthy(src.env.get(INSECURE_BIND_ENV, insecure))
+    cfg.retention_days = src.num("retention_days", ("attachments", "retention_days"), 7.0)
+    cfg.approval_timeout = src.num("approval_timeout", ("demo", "approval_timeout"), 300.0)
+    cfg.agent = str(src.pick("agent", "agent", default="demo"))
+    cfg.host = str(src.pick("host", "host", default="127.0.0.1"))
+    cfg.tls_cert, cfg.tls_key = src.pick("tls_cert", "tls", "cert"), src.pick("tls_key", "tls", "key")
+    cfg.log_level = str(src.pick("log_level", "log_level", default="INFO"))
+    cfg.log_format = str(src.pick("log_format", "log_format", default="text"))
+    cfg.push = parse_push(src.toml.get("push"))
+
+
+def _load_secrets(cfg: Config, src: Source, parts: Sequence[FrontEndPart]) -> None:
+    """The front ends' secrets (from the environment, else stored, generated once) and this node's name."""
+    env, data_dir = src.env, cfg.data_dir
+    declared_secrets = [(p.name, p.secret) for p in parts if p.secret is not None]
+    for _, secret in declared_secrets:
+        reason = weak_secret_reason(secret.env, env.get(secret.env))
+        if reason:
+            raise ConfigError(reason)
+    try:
+        private_dir(data_dir)  # 0700 even when it existed with wider modes (bridge/private.py)
+        for name, secret in declared_secrets:
+            cfg.secrets[name], path = load_secret(data_dir, secret.file, env.get(secret.env))
+            if path:
+                cfg.secret_paths[secret.file] = path
+    except OSError as exc:
+        raise ConfigError(f"cannot use the data directory {data_dir}: {exc.strerror or exc}")
+    try:
+        cfg.node_id = load_node_id(data_dir, src.args.get("node_id") or env.get("AGENT_BRIDGE_NODE_ID")
+                                   or src.pick("node_id", "node", "id"))  # fmt: skip
+    except OSError as exc:
+        raise ConfigError(f"cannot keep the node id in {data_dir}: {exc.strerror or exc}")
 
 
 # --- remote access: public URLs, public fingerprints, trusted proxies (docs/remote-access.md) ---------
 
-PUBLIC_SCHEMES = {"pheby": ("ws", "wss"), "loomi": ("ws", "wss"), "lvmh": ("http", "https")}
-WILDCARD_HOSTS = ("0.0.0.0", "::", "[::]", "")
 
-
-def _pairs(value: Any, what: str) -> dict:
-    """``NAME=VALUE,NAME=VALUE`` (a flag), or a TOML table, as a dict; ConfigError otherwise."""
-    if value is None:
-        return {}
-    if isinstance(value, dict):
-        return {str(k).strip(): v for k, v in value.items()}
-    out: dict = {}
-    for item in str(value).split(","):
-        item = item.strip()
-        if not item:
-            continue
-        name, sep, val = item.partition("=")
-        if not sep or not name.strip() or not val.strip():
-            raise ConfigError(f"{what}: {item!r} is not NAME=VALUE (e.g. {what} loomi=...)")
-        out[name.strip()] = val.strip()
-    return out
-
-
-def validate_public_url(name: str, url: Any) -> str:
-    """A front end's public URL as given, when it is one a client can be told; ConfigError (one line) otherwise.
-
-    pheby and loomi: ``ws://`` or ``wss://``, a host, a path ending in ``/ws``; lvmh: ``http://`` or
-    ``https://``, a host, no path (the web UI and its API live at the root of their origin: one
-    hostname or port per front end, docs/remote-access.md). No user, query or fragment anywhere.
-    """
-    from urllib.parse import urlsplit
-
-    if name not in PUBLIC_SCHEMES:
-        raise ConfigError(f"--public-url: unknown front end {name!r}; choose from {', '.join(ALL_ADAPTERS)}")
-    schemes = PUBLIC_SCHEMES[name]
-    example = "wss://host.example.com/ws" if name != "lvmh" else "https://host.example.com"
-    text = str(url).strip()
-    try:
-        parts = urlsplit(text)
-        port = parts.port
-    except ValueError as exc:
-        raise ConfigError(f"--public-url {name}={text}: not a URL ({exc}); e.g. {name}={example}")
-    if parts.scheme.lower() not in schemes or not parts.hostname:
-        raise ConfigError(f"--public-url {name}={text}: must start with {' or '.join(s + '://' for s in schemes)} "
-                          f"and name a host, e.g. {name}={example}")
-    if parts.username or parts.password or parts.query or parts.fragment:
-        raise ConfigError(f"--public-url {name}={text}: no user, query or fragment allowed; e.g. {name}={example}")
-    if port == 0:
-        raise ConfigError(f"--public-url {name}={text}: port 0 cannot be dialled")
-    if name == "lvmh":
-        if parts.path not in ("", "/"):
-            raise ConfigError(f"--public-url lvmh={text}: no path allowed (the web UI is served at the root of "
-                              "its own hostname or port), e.g. lvmh=https://lvmh.example.com")
-        return f"{parts.scheme.lower()}://{parts.netloc}"
-    if not parts.path.endswith("/ws"):
-        raise ConfigError(f"--public-url {name}={text}: the path must end in /ws, e.g. {name}={example}")
-    return f"{parts.scheme.lower()}://{parts.netloc}{parts.path}"
-
-
-def dialable_host(host: str) -> str:
-    """The host a client is told for a bind address: a wildcard (``0.0.0.0``, ``::``) becomes this
-    machine's primary address (the one its default route leaves from; no packet is sent), else as is."""
-    import socket
-
-    if host not in WILDCARD_HOSTS:
-        return host
-    family, probe = (socket.AF_INET6, "2001:db8::1") if ":" in host else (socket.AF_INET, "192.0.2.1")
-    try:
-        with socket.socket(family, socket.SOCK_DGRAM) as s:
-            s.connect((probe, 9))
-            return str(s.getsockname()[0])
-    except OSError:
-        return socket.gethostname()
-
-
-def bound_url(name: str, host: str, port: int, tls: bool) -> str:
-    """The URL of a front end at its bound address (a wildcard made dialable): ws(s)://H:P/ws, http(s)://H:P."""
-    h = dialable_host(host)
-    h = f"[{h}]" if ":" in h else h
-    if name == "lvmh":
-        return f"{'https' if tls else 'http'}://{h}:{port}"
-    return f"{'wss' if tls else 'ws'}://{h}:{port}/ws"
-
-
-def served_directly(url: str, bound_port: Optional[int]) -> bool:
-    """Whether clients of ``url`` reach the bridge's own listener (its port is the bound one), so they
-    see the bridge's certificate; otherwise a proxy or a port forward presents its own."""
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(url)
-    port = parts.port or (443 if parts.scheme in ("wss", "https") else 80)
-    return port == bound_port
-
-
-def undialable_reason(url: str) -> Optional[str]:
-    """Why a phone elsewhere cannot dial ``url`` (a loopback or wildcard host), or None."""
-    from urllib.parse import urlsplit
-
-    host = (urlsplit(url).hostname or "").strip("[]")
-    if host in WILDCARD_HOSTS or host == "::":
-        return f"{host or 'an empty host'} is a wildcard address, not one a phone can dial"
-    if is_loopback(host):
-        return f"{host} is loopback: only this machine can reach it"
-    return None
-
-
-def _fingerprint_hex(name: str, value: Any) -> str:
-    hexstr = str(value).strip().lower().replace(":", "")
-    if len(hexstr) != 64 or any(c not in "0123456789abcdef" for c in hexstr):
-        raise ConfigError(f"--public-fp {name}=...: must be a SHA-256 fingerprint, 64 hex digits (colons allowed)")
-    return hexstr
-
-
-def parse_trusted_proxies(value: Any) -> tuple:
-    """``CIDR,CIDR`` (a flag) or a TOML list as ``ipaddress`` networks; ConfigError naming the bad one."""
-    import ipaddress
-
-    if value is None:
-        return ()
-    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
-    nets = []
-    for item in items:
-        item = str(item).strip()
-        if not item:
-            continue
-        try:
-            nets.append(ipaddress.ip_network(item, strict=False))
-        except ValueError:
-            raise ConfigError(f"--trusted-proxy: {item!r} is not an address or CIDR (e.g. 127.0.0.1/32,10.0.0.0/8)")
-    return tuple(nets)
-
-
-def apply_remote_options(cfg: Config, args: dict, toml: dict) -> None:
-    """``--public-url`` (and its alias ``--loomi-public-url``, and ``[loomi]``/``[lvmh] public_url``),
-    ``--public-fp`` and ``--trusted-proxy``, flags over the file, validated into ``cfg``.
+def apply_remote_options(cfg: Config, args: Mapping[str, Any], toml: Mapping[str, Any],
+                         parts: Sequence[FrontEndPart]) -> None:  # fmt: skip
+    """``--public-url`` (and the older ``--NAME-public-url`` and ``[NAME] public_url`` of a front end that
+    has them), ``--public-fp`` and ``--trusted-proxy``, flags over the file, validated into ``cfg``
+    (the rules: remote.py).
 
     In the file: ``public_url = "pheby=...,loomi=..."`` or a ``[public_url]`` table, likewise
     ``public_fp``; ``trusted_proxy = ["127.0.0.1/32"]`` (or a comma-separated string)."""
     urls: dict = {}
-    for name in ("loomi", "lvmh"):  # the older per-front-end keys, overridden by everything below
-        sec = toml.get(name)
-        if isinstance(sec, dict) and sec.get("public_url"):
-            urls[name] = sec["public_url"]
-    urls.update(_pairs(toml.get("public_url"), "--public-url"))
-    urls.update(_pairs(args.get("public_url"), "--public-url"))
-    if args.get("loomi_public_url"):
-        urls["loomi"] = args["loomi_public_url"]
-    cfg.public_urls = {name: validate_public_url(name, url) for name, url in urls.items()}
-    cfg.loomi_public_url = cfg.public_urls.get("loomi")
-    fps = dict(_pairs(toml.get("public_fp"), "--public-fp"))
-    fps.update(_pairs(args.get("public_fp"), "--public-fp"))
+    for part in parts:  # the older per-front-end keys, overridden by everything below
+        sec = toml.get(part.name)
+        if "public_url" in part.keys and isinstance(sec, dict) and sec.get("public_url"):
+            urls[part.name] = sec["public_url"]
+    urls.update(pairs(toml.get("public_url"), "--public-url"))
+    urls.update(pairs(args.get("public_url"), "--public-url"))
+    for part in parts:
+        if part.url_flag and args.get(f"{part.name}_public_url"):
+            urls[part.name] = args[f"{part.name}_public_url"]
+    forms = {p.name: p.public for p in parts}
+    cfg.public_urls = {name: validate_public_url(name, url, forms) for name, url in urls.items()}
+    fps = dict(pairs(toml.get("public_fp"), "--public-fp"))
+    fps.update(pairs(args.get("public_fp"), "--public-fp"))
+    pinned = [p for p in parts if p.pinned]
     for name in fps:
-        if name != "loomi":
-            raise ConfigError(f"--public-fp: only loomi=HEX is used (the Loomi QR code carries it), not {name!r}")
-    cfg.public_fp = {name: _fingerprint_hex(name, v) for name, v in fps.items()}
+        if name not in {p.name for p in pinned}:
+            raise ConfigError(f"--public-fp: only {' or '.join(f'{p.name}=HEX' for p in pinned)} is used (the "
+                              f"{' or '.join(p.label for p in pinned)} QR code carries it), not {name!r}")
+    cfg.public_fp = {name: fingerprint_hex(name, v) for name, v in fps.items()}
     raw = args.get("trusted_proxy")
     cfg.trusted_proxies = parse_trusted_proxies(raw if raw is not None else toml.get("trusted_proxy"))
 

@@ -1,12 +1,13 @@
 """The config file's schema at work: which sections and keys exist, checked both ways.
 
-The schema itself (section -> the keys its parser reads) is ``config.SCHEMA``, next to the
-parsing. Here are the two checks that keep it true (docs/usage.md, "The config file"):
+The schema itself (section -> the keys its parser reads) is the core's sections
+(``bridge_core/kit/config.py`` ``CORE_SCHEMA``) and each front end's (its ``config.py``
+``PART``), assembled by the host (``cli/config.py`` ``SCHEMA``). Here are the two checks
+that keep it true (docs/usage.md, "The config file"):
 
 - a file naming a section or key the schema lacks is refused with the nearest valid name
   (``unknown_name``): a misspelt ``[phebby]`` never passes silently;
-- a parser reading a key the schema lacks fails at once (``Section``, and ``config.build_config``'s
-  ``pick``): ``UndeclaredKey``, a programming error any test that reaches the read shows. So a key
+- a parser reading a key the schema lacks fails at once (``Section``, and ``config.Source.pick``): ``UndeclaredKey``, a programming error any test that reaches the read shows. So a key
   cannot be read without being declared, and a declared key is one some parser reads.
 """
 
@@ -16,17 +17,18 @@ import difflib
 from typing import Any, Mapping, Optional
 
 TOP = ""  # the schema's name for the file's top level (keys before any [section])
+WHERE = "the schema (bridge_core/kit/config.py CORE_SCHEMA, or its front end's config.py PART)"
 
 
 class UndeclaredKey(AssertionError):
-    """A parser read a config key ``config.SCHEMA`` does not declare (a bug, never a user's error)."""
+    """A parser read a config key the schema does not declare (a bug, never a user's error)."""
 
 
 def declared(schema: Mapping[str, frozenset], path: tuple) -> None:
     """``UndeclaredKey`` unless ``path`` (``("host",)`` or ``("pheby", "port")``) is in ``schema``."""
     section, key = (TOP, path[0]) if len(path) == 1 else (path[0], path[1])
     if len(path) > 2 or key not in schema.get(section, ()):
-        raise UndeclaredKey(f"config key {'.'.join(path)} is read but not declared in bridge_core/config.py SCHEMA")
+        raise UndeclaredKey(f"config key {'.'.join(path)} is read but not declared in {WHERE}")
 
 
 class Section(dict):
@@ -35,14 +37,13 @@ class Section(dict):
 
     def __init__(self, name: str, values: Mapping[str, Any], schema: Mapping[str, frozenset]):
         if name not in schema or name == TOP:
-            raise UndeclaredKey(f"config section [{name}] is read but not declared in bridge_core/config.py SCHEMA")
+            raise UndeclaredKey(f"config section [{name}] is read but not declared in {WHERE}")
         super().__init__(values)
         self.name, self._keys = name, schema[name]
 
     def _check(self, key: Any) -> None:
         if key not in self._keys:
-            raise UndeclaredKey(f"config key {self.name}.{key} is read but not declared in "
-                                "bridge_core/config.py SCHEMA")
+            raise UndeclaredKey(f"config key {self.name}.{key} is read but not declared in {WHERE}")
 
     def get(self, key: Any, default: Any = None) -> Any:
         self._check(key)

@@ -15,10 +15,11 @@ import logging
 from typing import Any, Optional
 
 from bridge_core.kit import datadir
-from bridge_core.kit.config import Config, build_config, resolve_data_dir
+from bridge_core.kit.config import Config, resolve_data_dir
 from bridge_core.model.errors import ConfigError
 
 from ..app import Service, check_bind, describe, is_available
+from ..config import build_config
 from .compat import HermesApi
 from .source import HermesAgent
 

@@ -6,7 +6,7 @@ import sys
 
 from bridge_core.kit import runtime
 from bridge_core.bridge.demo import DemoAgent
-from bridge_core.kit.config import build_config
+from cli.config import build_config
 from cli.app import Service
 
 

@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from bridge_core.kit.config import build_config
+from cli.config import build_config
 from bridge_core.bridge.sqlite import Store
 from lvmh_adapter.gitlab import PAT_KEY
 from lvmh_adapter.auth import token_hash
@@ -643,7 +643,7 @@ def test_docker_url_defaults(tmp_path, monkeypatch):
     assert docker_url_of(cfg) == "unix:///run/lvmh/docker.sock"
     assert docker_url_of(cfg, {"LVMH_CONTAINER_DOCKER_SOCK": "tcp://10.0.0.1:2375"}) == "http://10.0.0.1:2375"
     # an explicit [lvmh] docker_url / LVMH_DOCKER_URL wins over both
-    cfg.docker_url = "unix:///run/other.sock"
+    cfg.frontend("lvmh").docker_url = "unix:///run/other.sock"
     assert docker_url_of(cfg) == "unix:///run/other.sock"
 
 
