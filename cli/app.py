@@ -120,7 +120,7 @@ class Service:
         self.node: Optional[NodeHeartbeat] = None  # on a shared store: this node's heartbeat
         self.metrics: "MetricsServer | None" = None  # the Prometheus endpoint, unless [metrics] port is off
         self.metrics_port: Optional[int] = None
-        if cfg.bus_url:  # several nodes: the bus wired into the core (bridge_core/cluster.py)
+        if cfg.bus_url:  # several nodes: the bus wired into the core (bridge_core/scale/cluster.py)
             from bridge_core.scale.busauth import derive_key
             from bridge_core.scale.cluster import connect
 
@@ -130,30 +130,8 @@ class Service:
         cfg = self.cfg
         raise_nofile_limit()  # a low soft limit would run the listeners out of descriptors
         classes = {name: frontend_class(name) for name in cfg.adapters}
-        ssl_ctx = None
-        if cfg.tls:  # checked here (one-line errors, never a pass-phrase prompt), reloaded on change
-            try:
-                watch = float(cfg.section("tls").get("watch_interval", 2.0))  # 0: only on SIGHUP
-                self.tls = TLSReloader(cfg.tls_cert, cfg.tls_key, interval=watch)
-            except (OSError, ValueError) as exc:
-                raise ConfigError(f"cannot load TLS certificate/key: {exc}")
-            ssl_ctx = self.tls.context
-        try:
-            self.bridge.store.open()
-        except (sqlite3.Error, OSError) as exc:
-            raise ConfigError(
-                f"cannot open the database in {cfg.data_dir}: {exc} (is the data directory writable, with space left?)"
-            )
-        except BridgeError as exc:  # a shared store that cannot be reached (one line, no password)
-            raise ConfigError(exc.message)
-        if self.bridge.store.shared:  # one live node per shared store, or several on a bus (bridge_core/nodes.py)
-            node = NodeHeartbeat(self.bridge.store, cfg.node_id, alone=not cfg.bus_url)
-            try:
-                await node.start()
-            except BridgeError as exc:
-                self.bridge.store.close()
-                raise ConfigError(exc.message)
-            self.node = node
+        ssl_ctx = self._load_tls()
+        await self._open_store()
         try:  # a new key at every start, before anything listens: a previous run's key never works
             cfg.admin_key = write_admin_key(cfg.data_dir)
         except OSError as exc:
@@ -184,7 +162,47 @@ class Service:
             await self.stop()
             raise ConfigError(listen_failure(cfg, name, exc))
         self.bridge.report_interrupted()  # every front end listens now: runs a crash cut short end as failed
-        tune_for_serving()  # bridge_core/runtime.py: what start-up built is frozen out of GC scans
+        tune_for_serving()  # bridge_core/kit/runtime.py: what start-up built is frozen out of GC scans
+        self._publish_endpoints()
+        return self.ports
+
+    def _load_tls(self) -> Any:
+        """The TLS context every listener serves (None without TLS), checked here (one-line errors, never a
+        pass-phrase prompt) and reloaded when the files change."""
+        cfg = self.cfg
+        if not cfg.tls:
+            return None
+        try:
+            watch = float(cfg.section("tls").get("watch_interval", 2.0))  # 0: only on SIGHUP
+            self.tls = TLSReloader(cfg.tls_cert, cfg.tls_key, interval=watch)
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"cannot load TLS certificate/key: {exc}")
+        return self.tls.context
+
+    async def _open_store(self) -> None:
+        """The store opened (one line when it cannot be), and on a shared one this node's heartbeat."""
+        cfg = self.cfg
+        try:
+            self.bridge.store.open()
+        except (sqlite3.Error, OSError) as exc:
+            raise ConfigError(
+                f"cannot open the database in {cfg.data_dir}: {exc} (is the data directory writable, with space left?)"
+            )
+        except BridgeError as exc:  # a shared store that cannot be reached (one line, no password)
+            raise ConfigError(exc.message)
+        if self.bridge.store.shared:  # one live node per shared store, or several on a bus (bridge_core/scale/nodes.py)
+            node = NodeHeartbeat(self.bridge.store, cfg.node_id, alone=not cfg.bus_url)
+            try:
+                await node.start()
+            except BridgeError as exc:
+                self.bridge.store.close()
+                raise ConfigError(exc.message)
+            self.node = node
+
+    def _publish_endpoints(self) -> None:
+        """``run/endpoints.json`` and ``run/ports.json`` (ready means both are there), kept up to date on a new
+        certificate (the Loomi QR's fp)."""
+        cfg = self.cfg
         os.makedirs(cfg.run_dir, mode=0o700, exist_ok=True)
         if self.tls is not None:
             for fe in self.frontends.values():
@@ -194,7 +212,6 @@ class Service:
         write_endpoints(cfg, self.ports, self.frontends)  # before ports.json: ready means both are there
         listed = self.ports if self.metrics is None else {**self.ports, "metrics": self.metrics_port}
         write_private(os.path.join(cfg.run_dir, "ports.json"), json.dumps(listed))
-        return self.ports
 
     async def _start_metrics(self, ssl_ctx: Any) -> None:
         """The Prometheus endpoint (docs/operations.md): plain HTTP on loopback, the front ends' TLS elsewhere."""
