@@ -5,7 +5,7 @@ call its loopback-only endpoints with the admin key the server wrote to
 ``<data-dir>/run/admin.key`` (so only the owner of the data directory can pair,
 list or revoke: docs/security.md). ``devices`` and ``revoke`` fall back to the
 database when no server is running (``revoke`` then has no socket to close),
-holding the data directory's lock for that work (``bridge_core/datadir.py``): a
+holding the data directory's lock for that work (``bridge_core/kit/datadir.py``): a
 ``serve`` started meanwhile exits at once naming this command's pid (run it
 again: the command takes milliseconds), and a server that holds the directory
 but does not answer (starting, or without a Loomi front end) is never worked
@@ -198,7 +198,7 @@ def _error_text(body: Any) -> str:
 # --- pair -------------------------------------------------------------------------
 
 
-render_qr, _write_qr = qr.render_qr, qr.write_qr  # the one renderer (bridge_core/qr.py)
+render_qr, _write_qr = qr.render_qr, qr.write_qr  # the one renderer (bridge_core/kit/qr.py)
 
 
 def tls_line(url: str, fp: str) -> str:
@@ -212,7 +212,7 @@ def tls_line(url: str, fp: str) -> str:
 
 def cmd_pair(args: argparse.Namespace, build_config: Callable[..., Any]) -> int:
     data_dir = _data_dir(args, build_config)
-    if not server_running(data_dir)[0]:  # a killed server's run/ files are no server (bridge_core/running.py)
+    if not server_running(data_dir)[0]:  # a killed server's run/ files are no server (bridge_core/kit/running.py)
         print(f"agent-bridge: {not_running(data_dir)}", file=sys.stderr)
         return 1
     body = {} if args.ttl is None else {"ttl": args.ttl}

@@ -7,7 +7,7 @@ closed only if its plugin does not come back within ``plugin_return`` (a plugin 
 returns resends and settles its own run).
 
 Several nodes (docs/scale-out.md "A pi run left open when its node dies"): the node a
-plugin says hello to answers for its session's open run (a cluster hold, bridge_core/holds.py,
+plugin says hello to answers for its session's open run (a cluster hold, bridge_core/scale/holds.py,
 kind ``HOLD``), from then until the run is closed or the plugin says hello elsewhere. It
 closes the run as above, in one transaction with letting go of the hold, so a plugin that
 came back to another node meanwhile keeps its run. A node that dies hands its holds to one

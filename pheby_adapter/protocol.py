@@ -8,7 +8,7 @@ frames to write (``frames_to_send``, encoded). It holds:
 
 - the handshake: the first frame must be ``hello`` with the right protocol
   version and secret (checked by the ``secret_ok`` it is given: the server
-  binds ``bridge_core.security.same_secret`` to the configured secret), within
+  binds ``bridge_core.kit.security.same_secret`` to the configured secret), within
   the auth deadline (``tick``); a failed hello says ``AUTH_FAILED`` (the
   input of the per-address lockout, ``security.HelloLockout``), and a hello
   arriving while the address is locked out (``locked``) is not judged;

@@ -46,7 +46,7 @@ class Hub:
 
     def publish_at(self, seq: int, event: Any) -> None:
         """Publish ``event`` as number ``seq`` given elsewhere (the bus's cluster-wide number:
-        bridge_core/cluster.py), not the next local one; the log's number is then ``seq``."""
+        bridge_core/scale/cluster.py), not the next local one; the log's number is then ``seq``."""
         self.seq = seq
         for fn in tuple(self._subs):
             try:

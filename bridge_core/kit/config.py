@@ -317,7 +317,7 @@ def read_stored_secret(data_dir: str, name: str, env_var: str, label: str) -> st
         with open(path, "r", encoding="utf-8") as f:
             value = f.read().strip()
     except FileNotFoundError:
-        # the commands reading it first check that a server runs there (bridge_core/running.py): that one
+        # the commands reading it first check that a server runs there (bridge_core/kit/running.py): that one
         # was given the secret in its environment, and keeps no copy
         raise ConfigError(f"no {label} stored in {data_dir} (its server was given ${env_var}): set {env_var} here too")
     except OSError as exc:
@@ -399,7 +399,7 @@ def load_node_id(data_dir: str, given: Optional[str]) -> str:
 
 def resolve_data_dir(args: dict, environ: Optional[dict] = None) -> str:
     """The data directory ``build_config`` will use (``--data-dir``, ``AGENT_BRIDGE_DATA``, the default),
-    absolute; known before anything in it is read (a host locks it first: bridge_core/datadir.py)."""
+    absolute; known before anything in it is read (a host locks it first: bridge_core/kit/datadir.py)."""
     env = os.environ if environ is None else environ
     return os.path.abspath(os.path.expanduser(args.get("data_dir") or env.get("AGENT_BRIDGE_DATA") or default_data_dir()))
 

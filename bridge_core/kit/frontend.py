@@ -265,12 +265,12 @@ STORE_KEY: web.AppKey = web.AppKey("agent_bridge_store")
 
 class FrontEndCounts:
     """What a front end counted since it started, read by the metrics endpoint at scrape time
-    (bridge_core/metrics.py): plain int adds where the frames are written and replayed."""
+    (bridge_core/kit/metrics.py): plain int adds where the frames are written and replayed."""
 
     __slots__ = ("frames_sent", "replay_events")
 
     def __init__(self) -> None:
-        self.frames_sent = 0  # frames its outboxes wrote (hub.Outbox._sent)
+        self.frames_sent = 0  # frames its outboxes wrote (outbox.Outbox._sent)
         self.replay_events = 0  # events resent to a client catching up (Loomi replay, lvmh ?after=)
 
 
@@ -317,7 +317,7 @@ async def close_listener(runner: Optional[web.AppRunner], listener: Optional[asy
 
 
 class ws_text_sender:
-    """An Outbox sender (``hub.Sender``): pre-encoded JSON bytes as WebSocket text frames.
+    """An Outbox sender (``outbox.Sender``): pre-encoded JSON bytes as WebSocket text frames.
 
     ``sync`` writes a batch of frames synchronously with one transport write
     while the peer keeps up (``aiohttp_compat.FrameWriter``: the Outbox

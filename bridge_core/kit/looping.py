@@ -3,7 +3,7 @@
 An asyncio loop turn runs every callback that is ready, then waits for I/O
 in its selector. ``TurnSelector`` is that selector with one addition: the
 callbacks registered with ``at_end`` run when the turn's callbacks are done,
-just before the wait. The outboxes use it (``bridge_core/hub.py`` ``_Soon``):
+just before the wait. The outboxes use it (``bridge_core/kit/outbox.py`` ``_Soon``):
 everything put during a turn (an event's fan-out, a burst of replies) leaves
 at the end of that turn, in one write per connection, without a turn of the
 loop added for it, which a ``call_soon`` would cost (one more wait for I/O

@@ -5,7 +5,7 @@ bridge keeps anyway (the conversations' pending decisions, each front end's open
 ``FrontEndCounts``, the runs ended by status, the push deliveries' results, the bus's lag and
 drops, the store's state) and yields gauge and counter families from it, on a registry of its
 own (never prometheus_client's global one). The only additions elsewhere are int adds where
-something happens once: a write of frames (``hub.Outbox._sent``), a replay, a run's end, a
+something happens once: a write of frames (``outbox.Outbox._sent``), a replay, a run's end, a
 push attempt, a bus delivery.
 
 ``MetricsServer`` serves ``GET /metrics`` in the Prometheus text format on its own port,

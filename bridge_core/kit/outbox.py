@@ -58,7 +58,7 @@ class SyncWriter(Protocol):
 
 
 class DurableStore(Protocol):
-    """The store whose writes a connection's frames wait for (``bridge_core/store.py``)."""
+    """The store whose writes a connection's frames wait for (``bridge_core/bridge/store.py``)."""
 
     ticket: int  # the last write queued with the barrier
     processed: int  # the last write committed

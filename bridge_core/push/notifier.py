@@ -141,7 +141,7 @@ class Notifier:
             return
         cluster = self.bridge.cluster
         if cluster is not None and not cluster.delivering_own:
-            return  # several nodes: the node that published it (its run's) notifies, once (bridge_core/cluster.py)
+            return  # several nodes: the node that published it (its run's) notifies, once (bridge_core/scale/cluster.py)
         if t is ev.ApprovalResolved or t is ev.ClarifyResolved:
             self._drop_tokens(e.approval_id if t is ev.ApprovalResolved else e.clarify_id)
         cid = getattr(e, "conversation_id", None)

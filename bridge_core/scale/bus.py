@@ -10,11 +10,11 @@ the events but without a number; every other node gets it through ``on_relay(nod
 
 Nodes trust only each other: a bus between processes signs every entry and applies only
 genuine ones, once, from live nodes; what it drops it counts by reason in ``dropped``
-(``bridge_core/busauth.py``).
+(``bridge_core/scale/busauth.py``).
 
 ``LocalBus`` is the in-process bus of a single node: ``publish`` delivers at once, in the
 caller's stack, with no copy and no I/O (the embedded default pays nothing for it).
-``bridge_core/redisbus.py`` is the Redis Streams one.
+``bridge_core/scale/redisbus.py`` is the Redis Streams one.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ class Bus(Protocol):
     seen: int  # the highest event number known given (cluster.py: the number never goes back)
     floor: int  # a reservation above every number given: after a loss of the counter, numbering resumes above it
     on_relay: Optional[OnCommand]
-    dropped: collections.Counter  # entries dropped, by reason (bridge_core/busauth.py WHY)
+    dropped: collections.Counter  # entries dropped, by reason (bridge_core/scale/busauth.py WHY)
 
     async def start(self, deliver: Deliver, on_command: Optional[OnCommand] = None) -> None: ...
 

@@ -27,7 +27,7 @@ bridge signed, once, in its sender's order, while that node is live:
 What is dropped is counted by reason (``Verifier.dropped``) and logged at most once a
 minute per reason, naming no secret; the key itself only ever appears as a fingerprint.
 The cluster-wide number ``n`` is not under the MAC: Redis gives it in the append script,
-after the entry was signed (bridge_core/redisbus.py says what a reader does about it).
+after the entry was signed (bridge_core/scale/redisbus.py says what a reader does about it).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ refreshes its heartbeat every ``HEARTBEAT_EVERY`` seconds; a node whose heartbea
 than ``NODE_TTL`` is dead. Without the bus between nodes (``--bus``), one bridge is one live
 node per store: a second node starting on a store where another one is live is refused, since
 its clients would miss the first one's events; with it, several nodes share the store
-(``alone=False``; bridge_core/cluster.py watches their liveness on the bus). The rule of who is live is ``live_nodes``
+(``alone=False``; bridge_core/scale/cluster.py watches their liveness on the bus). The rule of who is live is ``live_nodes``
 (pure); ``NodeHeartbeat`` only stores it.
 """
 

@@ -82,7 +82,7 @@ class BridgeHost:
                     raise
 
     async def _start(self) -> None:
-        # the data directory is this process's before anything in it is read (bridge_core/datadir.py):
+        # the data directory is this process's before anything in it is read (bridge_core/kit/datadir.py):
         # a serve or another gateway holding it fails the start here, untouched
         owned = datadir.hold(resolve_data_dir({}), "hermes gateway")
         try:

@@ -1,4 +1,4 @@
-"""The bridge's only use of aiohttp internals (bridge_core/aiohttp_compat.py) against the installed aiohttp.
+"""The bridge's only use of aiohttp internals (bridge_core/kit/aiohttp_compat.py) against the installed aiohttp.
 
 These fail loudly when an aiohttp release changes what the batched frame
 writer relies on: then either adapt aiohttp_compat or keep the pin in

@@ -1,4 +1,4 @@
-"""The signed bus entries' pure rules (bridge_core/busauth.py): the cluster key, the MAC over the
+"""The signed bus entries' pure rules (bridge_core/scale/busauth.py): the cluster key, the MAC over the
 whole entry, the checks' verdicts and counters, the log once a minute per reason, and the
 cluster key's configuration (``AGENT_BRIDGE_CLUSTER_KEY`` / ``[bus] key``). The same rules over a
 real Redis: tests/scale/test_bus_auth.py and tests/scale/test_forged_entries.py."""

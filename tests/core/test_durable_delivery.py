@@ -70,7 +70,7 @@ async def test_outbox_holds_frames_for_their_writes_with_grace():
     store = _FakeStore()
     sent = []
 
-    class Sender:  # an Outbox sender (bridge_core/hub.py Sender): no synchronous path, one frame at a time
+    class Sender:  # an Outbox sender (bridge_core/kit/outbox.py Sender): no synchronous path, one frame at a time
         sync = None
         many = None
 

@@ -1,4 +1,4 @@
-"""The bridge's event loop (bridge_core/looping.py): hooks at the end of a turn, and the outboxes on it.
+"""The bridge's event loop (bridge_core/kit/looping.py): hooks at the end of a turn, and the outboxes on it.
 
 The suite's loops are made by ``looping.Policy`` (tests/conftest.py), as
 ``agent-bridge serve``'s are by ``looping.new_event_loop``. A hook runs when

@@ -1,4 +1,4 @@
-"""The Prometheus endpoint (bridge_core/metrics.py, docs/operations.md): scraped over a real socket
+"""The Prometheus endpoint (bridge_core/kit/metrics.py, docs/operations.md): scraped over a real socket
 while a run waits for its approval and after, parsed with prometheus_client's own parser; who may
 read it (loopback Host, the [metrics] token) and what the configuration refuses."""
 

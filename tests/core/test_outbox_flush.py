@@ -1,4 +1,4 @@
-"""When an Outbox writes (bridge_core/hub.py): at the end of the loop's turn, everything put in it together.
+"""When an Outbox writes (bridge_core/kit/outbox.py): at the end of the loop's turn, everything put in it together.
 
 Over a real loopback WebSocket with the front ends' own sender
 (``frontend.ws_text_sender``): an idle connection gets a frame at the end

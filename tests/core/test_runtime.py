@@ -1,4 +1,4 @@
-"""A serving process's interpreter settings (bridge_core/runtime.py), applied by Service.start."""
+"""A serving process's interpreter settings (bridge_core/kit/runtime.py), applied by Service.start."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The pure rules of bridge_core.security: slots for wrong guesses, the unauthenticated pool, Host
+"""The pure rules of bridge_core.kit.security: slots for wrong guesses, the unauthenticated pool, Host
 parsing, the bearer parser, secret strength and the descriptor limit."""
 
 from __future__ import annotations
