@@ -287,11 +287,7 @@ class Cluster:
         def claim(c: Any) -> bool:
             if ended is not None:  # its end was seen here; the row's update may still be on its way
                 c.execute("UPDATE cluster_runs SET state='done' WHERE run_id=?", (ended,))
-            c.execute("INSERT OR IGNORE INTO cluster_runs(run_id, conversation_id, node_id, state) "
-                      "VALUES(?,?,?,'running')", (run_id, cid, me))  # fmt: skip
-            row = c.execute("SELECT run_id FROM cluster_runs WHERE conversation_id=? AND state='running'",
-                            (cid,)).fetchone()  # fmt: skip
-            return row is not None and row[0] == run_id
+            return _holds_conversation(c, run_id, cid, me)
 
         if not await self.bridge.store.write(claim):
             raise RunActive()
@@ -318,11 +314,7 @@ class Cluster:
             if c.execute("SELECT run_id FROM cluster_runs WHERE run_id=?", (run_id,)).fetchone() is not None:
                 return False  # ended
             # a row its node never committed (it died just after starting the run): the run is here now
-            c.execute("INSERT OR IGNORE INTO cluster_runs(run_id, conversation_id, node_id, state) "
-                      "VALUES(?,?,?,'running')", (run_id, cid, me))  # fmt: skip
-            row = c.execute("SELECT run_id FROM cluster_runs WHERE conversation_id=? AND state='running'",
-                            (cid,)).fetchone()  # fmt: skip
-            return row is not None and row[0] == run_id
+            return _holds_conversation(c, run_id, cid, me)
 
         if not await self.bridge.store.write(claim):
             if conv.run is not None and conv.run.run_id == run_id:
@@ -478,6 +470,16 @@ def _run_started(c: Any, run_id: str, cid: str, node: str) -> None:
               (cid, run_id))  # fmt: skip
     c.execute("INSERT OR REPLACE INTO cluster_runs(run_id, conversation_id, node_id, state) VALUES(?,?,?,'running')",
               (run_id, cid, node))  # fmt: skip
+
+
+def _holds_conversation(c: Any, run_id: str, cid: str, node: str) -> bool:
+    """``run_id`` claimed for ``node`` as ``cid``'s running run (a row inserted unless it has one): does it
+    hold the conversation? The unique index on a conversation's running row lets one run in."""
+    c.execute("INSERT OR IGNORE INTO cluster_runs(run_id, conversation_id, node_id, state) "
+              "VALUES(?,?,?,'running')", (run_id, cid, node))  # fmt: skip
+    row = c.execute("SELECT run_id FROM cluster_runs WHERE conversation_id=? AND state='running'",
+                    (cid,)).fetchone()  # fmt: skip
+    return row is not None and row[0] == run_id
 
 
 def _seen(conv: ConversationState, e: Any) -> bool:
