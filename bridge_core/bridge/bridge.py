@@ -80,8 +80,7 @@ class Bridge(CommandHandlers):
         self.push: Any = None
         # how events are numbered and commands routed (sequencing.py): this node alone, or the cluster
         # the composition root gives it with --bus (use_cluster), which front ends then reach as ``cluster``
-        self.sequencing: Sequencing = LocalSequencing(self.hub, self.persister.persist, self.fan_out,
-                                                      self.execute_here)  # fmt: skip
+        self.sequencing: Sequencing = LocalSequencing(self.hub, self.persister.persist, self.execute_here)
         self.cluster: Optional[ClusterLink] = None
         self.add_source(source)
 
@@ -240,18 +239,20 @@ class Bridge(CommandHandlers):
             conv.apply(event)
         if t in DECISION_EVENTS:
             self.decisions.fold(event, conv)
-        return self.sequencing.publish(event)
-
-    def fan_out(self, event: Any, seq: Optional[int] = None) -> int:
-        """``event``, folded, to the hub: its place in the log (``seq`` when the bus numbered it). A deleted
-        conversation's state goes once every subscriber has seen its deletion."""
-        if seq is None:
-            seq = self.hub.publish(event)
-        else:
-            self.hub.publish_at(seq, event)
-        if type(event) is ev.ConversationDeleted:
-            self.conversations.pop(event.conversation_id, None)
+        seq = self.sequencing.publish(event)
+        if t is ev.ConversationDeleted and seq:  # delivered by the hub already (0: as it comes back, fan_out)
+            self._deleted(event)
         return seq
+
+    def fan_out(self, event: Any, seq: int) -> None:
+        """``event``, folded, to the hub as number ``seq``, given elsewhere (the bus's, for every node)."""
+        self.hub.publish_at(seq, event)
+        if type(event) is ev.ConversationDeleted:
+            self._deleted(event)
+
+    def _deleted(self, event: ev.ConversationDeleted) -> None:
+        """A conversation's deletion delivered: its state goes, every subscriber having seen it."""
+        self.conversations.pop(event.conversation_id, None)
 
     def close_run(self, finished: ev.RunFinished) -> None:
         """A run closes what it opened, whatever ends it (docs/conformance.md, Pheby: "run end").

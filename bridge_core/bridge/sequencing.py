@@ -29,7 +29,7 @@ class Sequencing(Protocol):
     def interrupted_here(self, run_id: str) -> bool: ...  # a run the store has running: this node's (a restart's)?
     def joined(self) -> None: ...  # after the bridge loaded the store: persisting and delivering begin
     async def stop(self) -> None: ...  # after the agent sources stopped (what they published last goes out first)
-    def publish(self, event: Any) -> int: ...  # an event folded here: its seq (0: numbered as it comes back)
+    def publish(self, event: Any) -> int: ...  # an event folded here: its seq, delivered (0: as it comes back)
     async def execute(self, command: Any, origin: cmd.Origin) -> Any: ...  # on the node it belongs to
 
     # ``start()`` (the source's send_message) once this node may start a run in ``conv``
@@ -39,11 +39,10 @@ class Sequencing(Protocol):
 class LocalSequencing:
     """One node: the hub numbers the events, every command runs here."""
 
-    def __init__(self, hub: Hub, persist: Subscriber, fan_out: Callable[[Any], int],
-                 execute_here: Callable[[Any, cmd.Origin], Awaitable[Any]]):  # fmt: skip
+    def __init__(self, hub: Hub, persist: Subscriber, execute_here: Callable[[Any, cmd.Origin], Awaitable[Any]]):
         self.hub = hub
         self.persist = persist
-        self.publish = fan_out  # the hub's seq (Bridge.fan_out), called as it is: the hot path
+        self.publish = hub.publish  # the hub's seq, called as it is: the hot path
         self.execute = execute_here
 
     async def join(self) -> None:
