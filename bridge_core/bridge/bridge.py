@@ -32,7 +32,7 @@ from .attachments import AttachmentStore
 from .decisions import EVENTS as DECISION_EVENTS
 from .decisions import DecisionLedger
 from .drafts import DraftSaver
-from .handlers import HANDLERS, CommandHandlers, SendResult, Snapshot  # noqa: F401 (the results, importable here)
+from .handlers import HANDLERS, CommandHandlers
 from .hub import Hub
 from .persist import Persister
 from .provenance import STAMPED, Provenance
