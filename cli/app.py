@@ -20,11 +20,12 @@ from bridge_core.bridge.agent import AgentSource
 from bridge_core.bridge.bridge import Bridge
 from bridge_core.bridge.private import write_private
 from bridge_core.kit.config import ENDPOINTS_FILE, Config, read_endpoints
-from bridge_core.kit.frontend import FrontEnd, PortInUse, TLSReloader, cert_names, name_matches
+from bridge_core.kit.frontend import FrontEnd, PortInUse
 from bridge_core.kit.remote import bound_url, served_directly, undialable_reason
 from bridge_core.kit.running import command_line, holder_of_port
 from bridge_core.kit.runtime import tune_for_serving
 from bridge_core.kit.security import is_loopback, raise_nofile_limit, remove_admin_key, write_admin_key
+from bridge_core.kit.tls import TLSReloader, cert_names, name_matches
 from bridge_core.model.errors import BridgeError, ConfigError, Unavailable
 from bridge_core.model.redact import mask_url
 from bridge_core.push import Notifier

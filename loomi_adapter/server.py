@@ -31,7 +31,8 @@ from bridge_core.model.errors import (
     as_bridge_error,
 )
 from bridge_core.kit.remote import bound_url, served_directly
-from bridge_core.kit.frontend import FrontEnd, cert_fingerprint, chains_to_public_ca, ws_text_sender
+from bridge_core.kit.frontend import FrontEnd, ws_text_sender
+from bridge_core.kit.tls import cert_fingerprint, chains_to_public_ca
 from bridge_core.kit.security import bearer_token, client_address, require_loopback_admin
 from bridge_core.kit.outbox import Outbox
 from bridge_core.bridge.private import write_private
