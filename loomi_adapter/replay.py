@@ -1,18 +1,29 @@
-"""A device's seq numbering and replay window, without I/O (docs/loomi.md, "Seq and replay").
+"""Loomi's seq numbering and replay window, without I/O: the one seq rule (docs/loomi.md, "Seq and replay").
 
 Every frame to a device takes the device's next seq. Events are also kept:
 the last ``size`` of them, as the exact frames sent, for a ``hello`` with
 ``last_seq`` to replay. ``floor`` is the seq of the newest event no longer
 kept: a ``last_seq`` below it missed an event that is gone (``truncated``).
 
-The registry (devices.py) wraps this with the durable side: the seq blocks
-reserved in the database and the window's rows.
+``SeqLog`` is one device's log. ``Numbering`` numbers a node's frames for
+every device it serves, one event at a time: each frame the node stores gets
+the node's next frame number ``k`` (its rows: ``loomi_events.n`` on one node,
+``loomi_frames.m`` with several), and each device's frame is that body with
+the device's next seq spliced in front; a device's seq is ``k + offset``, and
+the *marks* record where a device's offset changed (a reply, a ping or a
+restart took seqs in between), so the stored rows rebuild every frame byte for
+byte. The single node (``devices.Registry``) and several nodes
+(``cluster.ClusterRegistry``) both number through it; they differ only in the
+rows they store and in which devices they number. What makes a seq durable
+(the reservation in the store, the rows' journal) is theirs: ``Numbering``
+calls ``reserve`` when a seq passes its reservation's limit, before any frame
+carrying it is queued.
 """
 
 from __future__ import annotations
 
 import collections
-from typing import Iterable, Optional
+from typing import Any, Callable, Iterable, Mapping, Optional
 
 import attrs
 
@@ -63,6 +74,7 @@ class SeqLog:
         if last_seq > self.seq:
             self.seq = last_seq
             return Resume(last_seq, [], True)
+        # the one place a replay is made (docs/architecture.md): every replayed frame passes here
         frames = [codec.mark_replayed(f) for s, f in self.window if s > last_seq]
         return Resume(last_seq, frames, last_seq < self.floor)
 
@@ -81,3 +93,87 @@ def restored(rows: list[tuple[int, bytes]], seq: int, floor: int, size: int = WI
     if rows:
         seq = max(seq, rows[-1][0])
     return SeqLog(seq=seq, floor=floor, size=size, frames=rows)
+
+
+def frames_of(events: list[tuple[int, bytes]], marks: list[tuple[int, int]]) -> list[tuple[int, bytes]]:
+    """A device's stored frames (seq, frame), rebuilt from the node's stored bodies ``(k, tail)`` and the
+    device's marks ``(from_k, offset)`` (ascending): from a mark on, the body ``k`` had seq ``k + offset``."""
+    if not marks:
+        return []
+    out = []
+    i = 0
+    for k, tail in events:
+        if k < marks[0][0]:
+            continue  # before the device had any event
+        while i + 1 < len(marks) and marks[i + 1][0] <= k:
+            i += 1
+        s = k + marks[i][1]
+        out.append((s, codec.stamp_tail(s, tail)))
+    return out
+
+
+# A numbered device, as ``Numbering`` reads it (devices.Device): ``log`` (its SeqLog), ``seqs`` (its
+# bridge_core.seqalloc.SeqReservation), ``offset`` (its seq minus the frame number of its last mark, None
+# before any) and ``skip_to`` (events up to this number were numbered for it elsewhere: several nodes).
+Numbered = Any
+
+
+class Numbering:
+    """A node's numbering of its devices' frames over the frames it stores: the one seq rule.
+
+    ``streams`` maps a device id to every device this node numbers (one node: every paired device,
+    connected or not; several nodes: the devices connected here). ``k`` is the number of the last frame
+    stored. ``reserve(device)`` is called when a device's seq passed its reservation's limit.
+    """
+
+    __slots__ = ("k", "streams", "reserve")
+
+    def __init__(self, streams: Mapping[str, Numbered], reserve: Callable[[Numbered], None], k: int = 0):
+        self.k = k
+        self.streams = streams
+        self.reserve = reserve
+
+    def record(self, tails: list[bytes], n: int = 0) -> tuple[int, list[tuple[Numbered, int, int]],
+                                                               list[tuple[Numbered, list[bytes]]]]:
+        """Event ``n`` (its bodies without their ``{``) for every device: the frame number before it,
+        the marks ``(device, k, offset)`` of the devices whose offset changed, and each device's frames
+        (its next seqs spliced in), kept in its window. The node stores the rows before any frame leaves."""
+        k0 = self.k
+        self.k = k0 + len(tails)
+        marks: list[tuple[Numbered, int, int]] = []
+        out = []
+        prefix = codec.SEQ_PREFIX
+        reserve = self.reserve
+        # the hot path, per device per event: a seq, a prefix and a concatenation. SeqLog.keep is inlined
+        for d in self.streams.values():
+            if n <= d.skip_to:
+                continue  # numbered for it by another node that was ahead in the stream
+            log = d.log
+            seqs = d.seqs
+            window = log.window
+            s = log.seq
+            if s - k0 != d.offset:  # a frame's seq and number both go up by one: the offset moves only here
+                d.offset = s - k0
+                marks.append((d, k0 + 1, s - k0))
+            frames = []
+            for tail in tails:
+                s += 1
+                log.seq = s
+                if s > seqs.limit:
+                    reserve(d)
+                f = prefix % (s, s) + tail
+                if len(window) == window.maxlen:
+                    log.floor = window[0][0]
+                window.append((s, f))
+                frames.append(f)
+            out.append((d, frames))
+        return k0, marks, out
+
+    def next_seq(self, d: Numbered) -> int:
+        """A seq for a frame that is not replayed (replies, pings)."""
+        log = d.log
+        s = log.seq + 1
+        log.seq = s
+        if s > d.seqs.limit:
+            self.reserve(d)
+        return s
