@@ -107,7 +107,7 @@ class ClusterRegistry(Registry):
         self.position = n
         return self.any_devices or self.poll_devices()
 
-    def record(self, tails: list[bytes], n: int = 0) -> list[tuple[Device, list[bytes]]]:
+    def record(self, tails: list[bytes], n: int = 0) -> list[tuple[Device, bytes]]:
         """Event ``n`` (its bodies without their ``{``): stored once as this source's rows, and
         numbered for every device connected here (the spans it changes queued first)."""
         m0, marks, out = self.numbering.record(tails, n)

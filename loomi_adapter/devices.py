@@ -147,6 +147,11 @@ def hash_secret(secret: str) -> str:
 class Device:
     """A paired device: identity, its seq log (counter + replay window) and request memory."""
 
+    # slots: the fan-out reads a few of these per device per event (replay.Numbering)
+    __slots__ = ("device_id", "credential_hash", "name", "model", "os", "app_version", "paired_at", "last_seen",
+                 "log", "seqs", "reserving", "offset", "epoch", "skip_to", "stored_epoch", "stored_reserved", "conn",
+                 "requests")
+
     def __init__(self, device_id: str, credential_hash: str, *, name=None, model=None, os=None,
                  app_version=None, paired_at: float = 0.0, last_seen: Optional[float] = None,
                  log_: Optional[SeqLog] = None, reserved: int = 0, block: int = SEQ_BLOCK):
@@ -295,7 +300,7 @@ class Registry:
         """Whether event ``n`` is numbered at all (one node: while any device is paired)."""
         return bool(self.devices)
 
-    def record(self, tails: list[bytes], n: int = 0) -> list[tuple[Device, list[bytes]]]:
+    def record(self, tails: list[bytes], n: int = 0) -> list[tuple[Device, bytes]]:
         """An event (its bodies without their ``{``) for every device: each device's frames (its
         next seqs spliced in), kept in its window and, before any frame is queued, in the store."""
         if not self.devices:

@@ -23,6 +23,7 @@ carrying it is queued.
 from __future__ import annotations
 
 import collections
+import itertools
 from typing import Any, Callable, Iterable, Mapping, Optional
 
 import attrs
@@ -42,23 +43,38 @@ class Resume:
 
 
 class SeqLog:
-    __slots__ = ("seq", "floor", "window")
+    """One device's numbering: the last seq given and the window of its last ``size`` events' frames."""
+
+    __slots__ = ("seq", "known_floor", "kept", "size")
 
     def __init__(self, seq: int = 0, floor: int = 0, size: int = WINDOW,
                  frames: Iterable[tuple[int, bytes]] = ()):
         self.seq = seq  # the last seq given out
-        self.floor = floor  # every event with seq <= floor may be gone
-        self.window: collections.deque[tuple[int, bytes]] = collections.deque(frames, maxlen=size)
+        self.size = size
+        self.known_floor = floor  # every event with seq <= it may be gone (what the store or a claim said)
+        # the window and, once it is full, the event it pushed out last before it: that one's seq is the floor.
+        # Keeping it costs nothing per event (the deque drops the one before), where tracking the floor at
+        # each append costs a comparison per device per frame on the hot path
+        self.kept: collections.deque[tuple[int, bytes]] = collections.deque(frames, maxlen=size + 1)
+
+    @property
+    def floor(self) -> int:
+        """Every event with seq <= floor may be gone: a ``last_seq`` below it missed one (``truncated``)."""
+        kept = self.kept
+        if len(kept) > self.size:
+            return max(self.known_floor, kept[0][0])
+        return self.known_floor
+
+    @property
+    def window(self) -> list[tuple[int, bytes]]:
+        """The kept events' (seq, frame), the last ``size`` of them."""
+        return list(itertools.islice(self.kept, max(0, len(self.kept) - self.size), None))
 
     def keep(self, seq: int, frame: bytes) -> Optional[int]:
-        """Keep an event frame for replay; returns the seq of the event it pushed out, if any."""
-        window = self.window
-        evicted = None
-        if len(window) == window.maxlen:
-            evicted = window[0][0]
-            self.floor = evicted
-        window.append((seq, frame))
-        return evicted
+        """Keep an event frame for replay; returns the seq of the event it pushed out of the window, if any."""
+        kept = self.kept
+        kept.append((seq, frame))
+        return kept[0][0] if len(kept) > self.size else None
 
     def resume(self, last_seq: Optional[int]) -> Resume:
         """A hello reporting ``last_seq`` (None: nothing to replay).
@@ -134,39 +150,35 @@ class Numbering:
         self.reserve = reserve
 
     def record(self, tails: list[bytes], n: int = 0) -> tuple[int, list[tuple[Numbered, int, int]],
-                                                               list[tuple[Numbered, list[bytes]]]]:
+                                                               list[tuple[Numbered, bytes]]]:
         """Event ``n`` (its bodies without their ``{``) for every device: the frame number before it,
-        the marks ``(device, k, offset)`` of the devices whose offset changed, and each device's frames
-        (its next seqs spliced in), kept in its window. The node stores the rows before any frame leaves."""
-        k0 = self.k
-        self.k = k0 + len(tails)
+        the marks ``(device, k, offset)`` of the devices whose offset changed, and the frames ``(device,
+        frame)`` (each device's next seq spliced in; a device's frames in order), each kept in its
+        window. The node stores the rows before any frame leaves."""
+        k = k0 = self.k
         marks: list[tuple[Numbered, int, int]] = []
-        out = []
+        out: list[tuple[Numbered, bytes]] = []
         prefix = codec.SEQ_PREFIX
         reserve = self.reserve
-        # the hot path, per device per event: a seq, a prefix and a concatenation. SeqLog.keep is inlined
-        for d in self.streams.values():
-            if n <= d.skip_to:
-                continue  # numbered for it by another node that was ahead in the stream
-            log = d.log
-            seqs = d.seqs
-            window = log.window
-            s = log.seq
-            if s - k0 != d.offset:  # a frame's seq and number both go up by one: the offset moves only here
-                d.offset = s - k0
-                marks.append((d, k0 + 1, s - k0))
-            frames = []
-            for tail in tails:
-                s += 1
+        streams = self.streams.values()
+        # the hot path, per device per frame: a seq, a prefix and a concatenation (SeqLog.keep inlined)
+        for tail in tails:
+            k += 1
+            for d in streams:
+                if n <= d.skip_to:
+                    continue  # numbered for it by another node that was ahead in the stream
+                log = d.log
+                s = log.seq + 1
                 log.seq = s
-                if s > seqs.limit:
+                if s - k != d.offset:  # a reply or a ping took seqs since its last frame
+                    d.offset = s - k
+                    marks.append((d, k, s - k))
+                if s > d.seqs.limit:
                     reserve(d)
                 f = prefix % (s, s) + tail
-                if len(window) == window.maxlen:
-                    log.floor = window[0][0]
-                window.append((s, f))
-                frames.append(f)
-            out.append((d, frames))
+                log.kept.append((s, f))
+                out.append((d, f))
+        self.k = k
         return k0, marks, out
 
     def next_seq(self, d: Numbered) -> int:

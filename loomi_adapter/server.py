@@ -218,12 +218,10 @@ class LoomiFrontEnd(FrontEnd):
         bodies = self._bodies(t, event)
         if not bodies:
             return
-        for d, frames in reg.record([b[1:] for b in bodies], seq):
+        for d, frame in reg.record([b[1:] for b in bodies], seq):
             conn = d.conn
             if conn is not None:
-                put = conn.outbox.put
-                for f in frames:
-                    put(f)
+                conn.outbox.put(frame)
 
     def _remember_final_text(self, event: Any) -> None:
         self._final_text[event.run_id] = event.text

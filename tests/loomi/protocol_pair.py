@@ -64,10 +64,9 @@ class Node:
         self.stored += [(k0 + i + 1, t) for i, t in enumerate(tails)]
         for d, k, offset in marks:
             self.marks.setdefault(d.device_id, []).append((k, offset))
-        for d, frames in out:
+        for d, frame in out:
             if d.phone is not None:
-                for f in frames:
-                    d.phone.proto.out.put(f)
+                d.phone.proto.out.put(frame)
 
     def notify(self, text: str) -> None:
         from bridge_core import events as ev
