@@ -390,7 +390,7 @@ class LoomiFrontEnd(FrontEnd):
                 return  # closed, or an error (too_large included, see LoomiWS) was sent and the socket is closed
 
     def _on_text(self, conn: Connection, data: str, now: float) -> None:
-        if conn.proto.receive(data, now):  # REQUEST: its worker takes it
+        if REQUEST in conn.proto.receive(data, now):  # its worker takes it
             conn.ready.set()
 
     async def _worker(self, conn: Connection) -> None:
