@@ -18,9 +18,9 @@ import orjson
 
 from bridge_core import commands as cmd
 from bridge_core import events as ev
-from bridge_core.attachments import attachment_fields
+from bridge_core.wire import attachment_fields
 from bridge_core.errors import BadRequest, InvalidJson, UnknownType, VersionMismatch
-from bridge_core.push import RegisterPush, UnregisterPush
+from bridge_core.push.model import RegisterPush, UnregisterPush
 from bridge_core.redact import fingerprint
 from bridge_core.wire import prepare_hooks, strict_converter
 
@@ -55,6 +55,11 @@ SEQ_PREFIX = b'{"seq":%d,"event_id":"e_%d",'
 def stamp(body_: bytes, seq: int) -> bytes:
     """Splice a device's ``seq`` and ``event_id`` into an encoded body (``body_[1:]`` drops its ``{``)."""
     return SEQ_PREFIX % (seq, seq) + body_[1:]
+
+
+def stamp_tail(seq: int, tail: bytes) -> bytes:
+    """A device's frame of a body without its ``{`` (as the replay rows store it): the same splice."""
+    return SEQ_PREFIX % (seq, seq) + tail
 
 
 def mark_replayed(frame: bytes) -> bytes:
