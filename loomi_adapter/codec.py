@@ -393,7 +393,7 @@ class TaskList:
     status_filter: Optional[tuple[str, ...]] = None
 
 
-# extensions (docs/push.md, README "Extension frames"): a Web Push / UnifiedPush endpoint for when
+# extensions (docs/push.md, docs/loomi.md): a Web Push / UnifiedPush endpoint for when
 # the app is closed; an app that never sends them sees nothing new
 @_frozen
 class PushKeys:
