@@ -314,7 +314,8 @@ export function renderPanel(state) {
     h("section.panel-section.usage",
       h("h3", "Usage"),
       last ? h("div.usage-line", h("span.muted", "Last run: "), last) : h("div.muted.small", "No usage reported yet."),
-      total && state.totalUsage.runs > 1 ? h("div.usage-line", h("span.muted", `${state.totalUsage.runs} runs: `), total) : null),
+      total && state.totalUsage.runs > 1
+        ? h("div.usage-line", h("span.muted", `${state.totalUsage.runs} runs${state.hasOlder ? " loaded" : ""}: `), total) : null),
   );
   return parts;
 }
