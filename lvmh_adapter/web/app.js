@@ -161,7 +161,7 @@ function scheduleList() {
 
 // --- the open session --------------------------------------------------------------
 
-const loader = new Loader({ api, app, render: () => scheduleRender() });
+const loader = new Loader({ api, app, render: (delay) => scheduleRender(delay) });
 const finder = new Finder({ api, current: () => app.current, reveal: (hit) => revealHit(hit) });
 
 function routeFromHash() {

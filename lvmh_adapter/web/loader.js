@@ -15,7 +15,7 @@ function fresh(id) {
 }
 
 export class Loader {
-  /** `app`: the page's state (`states`, `current`, `rendered`); `render()` draws the open session again. */
+  /** `app`: the page's state (`states`, `current`, `rendered`); `render(delay?)` draws the open session again. */
   constructor({ api, app, render }) {
     this.api = api;
     this.app = app;
@@ -45,6 +45,10 @@ export class Loader {
    */
   async sync(id) {
     const st = this.stateFor(id);
+    if (st.syncing > 0) {
+      st.again = true; // asked again while a read is on its way (the socket reopened): once it is in, what came since
+      return;
+    }
     st.syncing += 1;
     try {
       if (!st.loaded) await this.newest(st);
@@ -69,7 +73,11 @@ export class Loader {
         applyEvents(st, buffered);
       }
       st.loaded = true;
-      if (id === this.app.current) this.render();
+      if (st.again) {
+        st.again = false;
+        this.sync(id);
+      }
+      if (id === this.app.current) this.render(0); // at once: the reader waits for this one
     }
   }
 

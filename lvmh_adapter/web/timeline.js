@@ -95,7 +95,12 @@ export function renderTimeline(view, st, { ctx, footer, schedule, older, newer }
   renderFoot(st, footer, r.detached);
   const pin = r.pin;
   r.pin = null;
-  const { deferred } = vlist.render(st.items, { stick: stick && !pin, pin });
+  const lean = !r.painted; // a conversation's first paint: the screen; the margin around it follows at once
+  const { deferred } = vlist.render(st.items, { stick: stick && !pin, pin, lean });
+  if (lean && st.loaded && st.items.length) {
+    r.painted = true;
+    schedule(0);
+  }
   if (stick && !pin) wrap.scrollTop = wrap.scrollHeight;
   r.stick = false;
   if (!stick && lastMark !== r.lastKey && r.lastKey !== null && st.loaded && !r.detached) view.unseen = true;

@@ -126,15 +126,15 @@ export class VirtualList {
   }
 
   /** The items to draw for a view of `height` px at `viewTop`: those on screen, the overscan, `minItems` at least. */
-  window(viewTop, height) {
+  window(viewTop, height, least) {
     const n = this.items.length;
     let start = this.find(viewTop - this.overscan);
     let end = Math.min(n, this.find(viewTop + height + this.overscan) + 1);
-    const short = this.minItems - (end - start);
+    const short = least - (end - start);
     if (short > 0) {
       start = Math.max(0, start - Math.ceil(short / 2));
-      end = Math.min(n, start + this.minItems);
-      start = Math.max(0, end - this.minItems);
+      end = Math.min(n, start + least);
+      start = Math.max(0, end - least);
     }
     return [start, end];
   }
@@ -159,9 +159,10 @@ export class VirtualList {
 
   /**
    * Draw `items`. `stick`: keep the end in view; `pin`: `{key, offset}` show that item `offset` px below
-   * the scroller's top. Returns `{deferred}`: an item kept its older node (`hold`); render again soon.
+   * the scroller's top; `lean`: the screen and the overscan only, not `minItems` (a first paint).
+   * Returns `{deferred}`: an item kept its older node (`hold`); render again soon.
    */
-  render(items, { stick = false, pin = null } = {}) {
+  render(items, { stick = false, pin = null, lean = false } = {}) {
     const now = performance.now();
     for (const [key, e] of this.entries) this.measure(key, e.node);
     let { box, listTop } = this.geometry();
@@ -175,7 +176,7 @@ export class VirtualList {
     else viewTop = this.scroller.scrollTop - listTop;
     let deferred = false;
     for (let pass = 0; pass < 3; pass += 1) {
-      const [start, end] = this.window(viewTop, view);
+      const [start, end] = this.window(viewTop, view, lean ? 0 : this.minItems);
       deferred = this.place(items, start, end, now) || deferred;
       ({ box, listTop } = this.geometry());
       if (stick && !anchor) {

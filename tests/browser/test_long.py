@@ -62,13 +62,15 @@ async def test_a_long_conversation_opens_at_its_newest_message_with_few_nodes(ui
     p = await filled(ui, sid, 600)
     try:
         requests: list[str] = []
-        page = await ui.page(path=f"/#/s/{sid}")
+        page = await ui.page()
         page.on("request", lambda r: requests.append(r.url))
+        await page.goto(f"{ui.base}/#/s/{sid}")
         await expect(page.locator(".msg-assistant", has_text="answer 599 tok599x")).to_be_in_viewport()
         assert await page.evaluate(DOM_NODES) < 3000
         state = await page.evaluate(STATE)
         assert state["hasOlder"] and state["items"] < 200  # the newest page, not 5,400 events
-        # nothing but the newest page was asked for: no forward read of the whole history
+        # the newest page was asked for once (while the modules loaded: boot.js), and no forward read of the history
+        assert len([u for u in requests if f"/{sid}/events?before=latest" in u]) == 1, [u.split("/", 3)[-1] for u in requests]
         assert not [u for u in requests if "/events?after=0" in u]
         await shot(page, "50-long-conversation")
         # a phone opens it the same way
