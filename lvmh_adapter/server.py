@@ -284,7 +284,7 @@ class LvmhFrontEnd(FrontEnd):
         conv = self.bridge.conversations.get(cid)
         rec = self.records.get(cid)
         if conv is None:
-            return dict(rec.info) if rec is not None else {"id": cid}
+            return dict(rec.info) if rec is not None and rec.info else {"id": cid}
         model, provider = self._model_of(cid)
         return {
             "id": cid,
