@@ -188,3 +188,32 @@ async def test_pages_and_search_after_a_restart(service_factory, tmp_path):
         assert [h["seq"] for h in found["hits"]] == [108, 8]
     finally:
         await api.close()
+
+
+async def test_the_bench_fill_stores_what_the_server_stores(service_factory, tmp_path):
+    """bench/long.py writes long conversations straight into a data dir (its fast path): a server started on
+    it reads them as its own (pages, search), numbers new events above them, and a turn it stores itself has
+    the same events as a filled turn of the same kind."""
+    from bench.long import fill
+    from tests.lvmh.helpers import Api
+
+    data = tmp_path / "data"
+    [(cid, last)] = fill(str(data), [("filled", 30)]).values()
+    svc = await service_factory(adapters=("lvmh",), data_dir=tmp_path)
+    api = Api(svc.ports["lvmh"])
+    try:
+        assert svc.bridge.conversations[cid].name == "filled"
+        status, page, headers = await _get(api, f"/api/sessions/{cid}/events?before=latest&limit=1000")
+        assert [e["seq"] for e in page] == list(range(1, last + 1)) and headers["X-Lvmh-Older"] == "false"
+        status, found, _ = await _get(api, f"/api/sessions/{cid}/search?q=tok29x")
+        assert [h["kind"] for h in found["hits"]] == ["message", "tool", "tool", "message"]  # newest first
+        filled_turn = [e["type"] for e in page if e["seq"] > [x["seq"] for x in page if x["type"] == "agent_settled"][-3]]
+        filled_turn = filled_turn[:filled_turn.index("agent_settled") + 1]  # turn 28: no tool, no approval
+        status, _ = await api.post(f"/api/sessions/{cid}/prompt", {"message": "hello"})
+        assert status == 200
+        evs = await api.wait_events(cid, lambda e: sum(x["type"] == "agent_settled" for x in e) == 31)
+        live = [e for e in evs if e["seq"] > last]
+        assert live[0]["seq"] > last  # numbered above the filled ones
+        assert [e["type"] for e in live] == filled_turn
+    finally:
+        await api.close()
