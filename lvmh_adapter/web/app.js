@@ -13,6 +13,7 @@ import { Loader } from "./loader.js";
 import { SessionBook, LIST_PAGE } from "./book.js";
 import { Finder } from "./find.js";
 import { hitKey, itemFor, phaseOf } from "./history.js";
+import { liveRegion } from "./announce.js";
 import { cardActions } from "./actions.js";
 import { SpawnDialog } from "./spawn.js";
 import { ConversationDialogs, isBridgeConversation } from "./conversations.js";
@@ -245,10 +246,12 @@ function renderView() {
     h("div.session-body",
       h("div.timeline-wrap#timeline-wrap", { onscroll: () => onTimelineScroll(app) },
         h("div.timeline-head#timeline-head", { role: "status" }),
-        h("div.timeline#timeline", { role: "log", "aria-live": "polite", "aria-label": "Conversation" }),
+        // a feed: only what is on screen is in it (virtual.js); what arrives live is said by #timeline-live
+        h("div.timeline#timeline", { role: "feed", "aria-label": "Conversation" }),
         h("div.timeline-foot#timeline-foot"),
         h("button.jump#jump-btn", { type: "button", hidden: true, onclick: () => jumpToLatest(app), "aria-label": "Jump to the latest message" }, "↓ Jump to latest")),
       h("aside.panel#panel", { "aria-label": "Tasks, subagents and usage" })),
+    liveRegion(),
     composer.build());
   renderSession();
 }

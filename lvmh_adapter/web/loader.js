@@ -4,6 +4,7 @@
 
 import { ApiError } from "./api.js";
 import { applyEvents, createSession } from "./reducer.js";
+import { announce } from "./announce.js";
 import { AROUND, FIRST_PAGE, OLDER_PAGE, markPage, mergeOlder, stateOfPage } from "./history.js";
 
 const MAX_KEPT_SESSIONS = 8;
@@ -176,6 +177,9 @@ export class Loader {
       applyEvents(st, frame.events);
       if (gap) this.sync(id); // the stream skipped events we never saw: fetch the persisted ones
     }
-    if (id === this.app.current) this.render();
+    if (id === this.app.current) {
+      announce(frame.events);
+      this.render();
+    }
   }
 }

@@ -93,6 +93,7 @@ export function renderTimeline(view, st, { ctx, footer, schedule, older, newer }
   const lastMark = last ? `${last.key}|${last.rev}` : null;
   renderHead(st);
   renderFoot(st, footer, r.detached);
+  vlist.list.setAttribute("aria-busy", st.loaded && !st.loadingOlder && !st.loadingNewer ? "false" : "true");
   const pin = r.pin;
   r.pin = null;
   const lean = !r.painted; // a conversation's first paint: the screen; the margin around it follows at once

@@ -133,6 +133,14 @@ async def test_scrolling_up_loads_older_pages_and_keeps_the_place(ui):
         tools = await page.evaluate("""() => { const a = window.lvmhApp.app; return a.states.get(a.current).items
           .filter((i) => i.kind === 'tool' && i.status !== 'completed').length; }""")
         assert tools == 0  # a tool started on one page and ended on the next is one completed row
+        # a screen reader hears what arrives live, not the pages read as the reader scrolls (a feed, aria-busy)
+        assert await page.get_attribute("#timeline", "role") == "feed"
+        await expect(page.locator("#timeline")).to_have_attribute("aria-busy", "false")
+        await expect(page.locator("#timeline-live p")).to_have_count(0)
+        await p.event("message_start", message={"role": "assistant", "id": "late"})
+        await p.event("message_end", message={"role": "assistant", "id": "late", "text": "a late answer",
+                                              "thinking": None, "toolCalls": [], "toolCallId": None})
+        await expect(page.locator("#timeline-live p")).to_have_text(["Agent: a late answer"])
     finally:
         await p.close()
 

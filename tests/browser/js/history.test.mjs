@@ -95,3 +95,17 @@ test("a search hit names its item", () => {
   assert.equal(itemFor(st, "t:c2", 0).name, "bash");
   assert.equal(itemFor(st, "m:nope", 13).key, "t:c1"); // unknown key: the item where its seq falls
 });
+
+test("what a screen reader hears of a live conversation: answers, decisions asked, failures", async () => {
+  const { describe } = await import("../../../lvmh_adapter/web/announce.js");
+  assert.equal(describe({ type: "message_end", message: { role: "assistant", text: " done " } }), "Agent: done");
+  assert.equal(describe({ type: "message_end", message: { role: "assistant", text: "" } }), null);
+  assert.equal(describe({ type: "message_end", message: { role: "user", text: "hi" } }), null);
+  assert.equal(describe({ type: "approval_request", command: "make deploy" }), "Approval needed: make deploy");
+  assert.equal(describe({ type: "clarify_request", question: "Ship it?" }), "The agent asks: Ship it?");
+  assert.equal(describe({ type: "agent_end", status: "failed", error: "boom" }), "The run failed: boom");
+  assert.equal(describe({ type: "agent_end", status: "completed" }), null);
+  assert.equal(describe({ type: "message_update", delta: "x" }), null);
+  assert.equal(describe(null), null);
+  assert.equal(describe({ type: "message_end", message: { role: "assistant", text: "x".repeat(1000) } }).length, "Agent: ".length + 300);
+});
