@@ -245,6 +245,8 @@ async def open_conversation(browser: Any, base: str, cid: str, newest: str, view
             out["oldest_s"], out["items"] = await page.evaluate(TO_THE_OLDEST)
             out["oldest_s"] /= 1000
             out["dom_oldest"] = await page.evaluate(DOM_NODES)
+            await cdp.send("HeapProfiler.collectGarbage")
+            out["heap_oldest_mb"] = (await cdp.send("Runtime.getHeapUsage"))["usedSize"] / 1e6
         return out
     finally:
         await ctx.close()
@@ -410,7 +412,8 @@ def report_sizes(res: dict, turns: list[int]) -> bool:
     for vp, label in ((DESKTOP, "desktop"), (PHONE, "phone")):
         rows = [("open, ms", "open_ms", _spread), ("DOM nodes", "dom", lambda v: f"{max(v):,}"),
                 ("JS heap after GC, MB", "heap_mb", lambda v: f"{_med(v):.1f}"), ("send → echo, ms", "send_ms", _spread),
-                ("scroll to the oldest, s", "oldest_s", lambda v: f"{_med(v):.1f}" if v else "-")]
+                ("scroll to the oldest, s", "oldest_s", lambda v: f"{_med(v):.1f}" if v else "-"),
+                ("JS heap after GC there, MB", "heap_oldest_mb", lambda v: f"{_med(v):.1f}" if v else "-")]
         for name, key, fmt in rows:
             cells = [fmt([x[key] for x in got[(n, vp)] if key in x]) for n in turns]
             target = ""
