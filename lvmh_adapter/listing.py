@@ -76,6 +76,7 @@ class Listing:
         self.fe = fe
         self._full_cache: Optional[tuple[int, float, bytes]] = None
         self._page_cache: Optional[tuple[int, float, bytes]] = None
+        self._keys_cache: Optional[tuple[tuple, list]] = None
 
     # --- one session ---------------------------------------------------------------------------
 
@@ -132,7 +133,16 @@ class Listing:
         return len(self.ids())
 
     def keys(self, needle: str = "") -> list[tuple]:
-        """Every listed session's order key ``(0 online | 1 not, -(lastEventAt or startedAt), id)``, sorted."""
+        """Every listed session's order key ``(0 online | 1 not, -(lastEventAt or startedAt), id)``, sorted;
+        kept until the list changes (a sidebar read page after page sorts once)."""
+        version = (self.fe.stream.list_version, needle)
+        if self._keys_cache is not None and self._keys_cache[0] == version:
+            return self._keys_cache[1]
+        out = self._sorted_keys(needle)
+        self._keys_cache = (version, out)
+        return out
+
+    def _sorted_keys(self, needle: str) -> list[tuple]:
         out = []
         for sid in self.ids():
             state = self._state(sid)

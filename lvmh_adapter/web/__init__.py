@@ -3,7 +3,9 @@
 The page holds no data (every API call and the browser WebSocket carry the token),
 so these routes need no auth. Files are served only by name from a fixed list built
 at import time (no path from the request ever reaches the file system), with
-``Cache-Control: no-cache`` and a strict Content-Security-Policy.
+``Cache-Control: no-cache`` and a strict Content-Security-Policy. ``index.html`` is
+served with a ``modulepreload`` link for every module the page imports (``module_graph``),
+so that a page load fetches them at once (docs/web-ui.md, "Long conversations").
 
 Usage in the daemon's app::
 
