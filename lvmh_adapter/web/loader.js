@@ -88,9 +88,18 @@ export class Loader {
     markPage(st, events, older);
   }
 
-  /** The page above the oldest event `st` holds, put in front of it (the reader's place is kept). */
-  async older(st) {
-    if (!st.hasOlder || st.loadingOlder || !st.loaded || st.oldestSeq == null) return;
+  /** The page above the oldest event `st` holds, put in front of it (the reader's place is kept); the one on its
+   * way when one is. */
+  older(st) {
+    if (st.olderLoad) return st.olderLoad;
+    if (!st.hasOlder || !st.loaded || st.oldestSeq == null) return Promise.resolve();
+    st.olderLoad = this.loadOlder(st).finally(() => {
+      st.olderLoad = null;
+    });
+    return st.olderLoad;
+  }
+
+  async loadOlder(st) {
     st.loadingOlder = true;
     this.render();
     try {
@@ -114,7 +123,11 @@ export class Loader {
     const st = this.stateFor(id);
     if (!st.loaded || st.oldestSeq == null || seq >= st.oldestSeq) return st;
     if (st.oldestSeq - seq <= OLDER_PAGE * 2) {
-      while (st.hasOlder && st.oldestSeq > seq) await this.older(st);
+      while (st.hasOlder && st.oldestSeq > seq) {
+        const from = st.oldestSeq;
+        await this.older(st);
+        if (st.oldestSeq >= from) break; // no page came (the daemon away): show what is held
+      }
       return st;
     }
     const before = seq + AROUND;
