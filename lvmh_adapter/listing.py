@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import logging
 import re
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -34,7 +33,6 @@ from .plugin_source import SOURCE_NAME
 if TYPE_CHECKING:
     from .server import LvmhFrontEnd
 
-log = logging.getLogger("agent_bridge.lvmh")
 
 PAGE_DEFAULT = 50
 PAGE_MAX = 200
