@@ -146,6 +146,11 @@ async def pheby_coalescing(clients: int, n: int, rounds: int) -> bool:
 
 
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["chaos"]:  # python -m bench chaos --minutes N (bench/chaos.py)
+        from . import chaos
+
+        return chaos.main(argv[1:])
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--clients", default="1,10,100")
