@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 import attrs
 
-from .checker import WINDOW, Anomaly, Context, compare, draft
+from .verdict import WINDOW, Anomaly, Context, compare, draft
 
 # a Loomi event a phone processes once: its type and the field naming it
 LOOMI_KEYS = {"run.started": "run_id", "run.completed": "run_id", "run.failed": "run_id",
