@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.engines import Postgres
 from tests.scale.conftest import postgres, redis_server  # noqa: F401  (the module's engines)
 
 from .world import CLUSTER, EMBEDDED, World
@@ -17,6 +18,19 @@ def three_nodes(postgres, redis_server, tmp_path_factory):  # noqa: F811
     world = World(str(tmp_path_factory.mktemp("nemesis-cluster")), CLUSTER, pg=postgres, redis=redis_server).boot()
     yield world
     world.shutdown()
+
+
+@pytest.fixture
+def other_three_nodes(postgres, redis_server, tmp_path):  # noqa: F811
+    """Three more nodes for one test whose damage would outlive it, on a PostgreSQL server and a Redis
+    database of their own: the module's nodes go on beside them untouched."""
+    pg = Postgres().start()
+    try:
+        world = World(str(tmp_path / "cluster"), CLUSTER, pg=pg, redis=redis_server, bus_db=1).boot()
+        yield world
+        world.shutdown()
+    finally:
+        pg.stop()
 
 
 @pytest.fixture(scope="module")

@@ -40,22 +40,32 @@ SHORT_SEED = 4111
 # the faults every seed rides out today, besides the clients' own (sockets reset, a frame cut in half):
 # any stop, loss or crash meets one of the bugs the targeted scenarios below keep (see the module's doc)
 RIDDEN_OUT = {"spin": 1}
+# a closing text or a transcript short of the deltas a client got (and those deltas short of it)
+CRASH = frozenset({"transcript_contradicts_client", "deltas_incomplete"})
+# events given again under new seqs (a run's deltas among them: its text then runs longer than the store's)
+DUPLICATES = frozenset({"event_twice", "truncated_under_window"}) | CRASH
 
 
 class Anomalies(AssertionError):
     """The checker found anomalies (the strict xfails expect this, and nothing else)."""
 
 
-def judge(h) -> None:
-    """No anomaly; else the report (and, with ``NEMESIS_KEEP=DIR``, the history as JSON in DIR)."""
+def judge(h, known: frozenset = frozenset()) -> None:
+    """No anomaly; else the report (and, with ``NEMESIS_KEEP=DIR``, the history as JSON in DIR), as
+    ``Anomalies`` when every anomaly is of a ``known`` kind (a strict xfail's bug), else as a plain
+    failure (a strict xfail does not swallow another bug)."""
     anomalies = check(h)
-    if anomalies:
-        keep = os.environ.get("NEMESIS_KEEP")
-        if keep:
-            os.makedirs(keep, exist_ok=True)
-            with open(os.path.join(keep, f"history-{h.seed}-{h.topology}.json"), "w") as f:
-                f.write(h.to_json())
-        raise Anomalies(render(h, anomalies))
+    if not anomalies:
+        return
+    keep = os.environ.get("NEMESIS_KEEP")
+    if keep:
+        os.makedirs(keep, exist_ok=True)
+        with open(os.path.join(keep, f"history-{h.seed}-{h.topology}.json"), "w") as f:
+            f.write(h.to_json())
+    report = render(h, anomalies)
+    if known and {a.kind for a in anomalies} <= known:
+        raise Anomalies(report)
+    raise AssertionError(report)
 
 
 def test_the_plans_are_the_seeds_own():
@@ -76,21 +86,21 @@ async def test_a_short_seeded_run_on_three_nodes(cluster):
     "message with the draft saved at its first delta, while both phones got (live, or replayed from the "
     "journal) 200 deltas: transcript_contradicts_client, deltas_incomplete"))  # fmt: skip
 async def test_kill9_of_the_embedded_default_mid_stream(embedded):
-    judge(await cases.crash_mid_stream(embedded, seed=4102))
+    judge(await cases.crash_mid_stream(embedded, seed=4102), CRASH)
 
 
 @pytest.mark.xfail(strict=True, raises=Anomalies, reason=(
     "issue 41 item 2: a node killed with -9 mid-stream and restarted under its own name closes its run "
     "with its saved draft, not the text the phones and the browser on other nodes got over the bus"))  # fmt: skip
 async def test_kill9_and_restart_of_a_node_mid_stream(cluster):
-    judge(await cases.crash_mid_stream(cluster, seed=4103))
+    judge(await cases.crash_mid_stream(cluster, seed=4103), CRASH)
 
 
 @pytest.mark.xfail(strict=True, raises=Anomalies, reason=(
     "issue 41 (read-your-writes across nodes): a node continued after a stop answers task_not_found to a "
     "session.send into a conversation another node created and acknowledged while it was stopped: stale_read"))
 async def test_a_conversation_made_while_another_node_is_stopped(cluster):
-    judge(await cases.read_your_writes(cluster, seed=4104))
+    judge(await cases.read_your_writes(cluster, seed=4104), frozenset({"stale_read"}))
 
 
 @pytest.mark.xfail(strict=True, raises=Anomalies, reason=(
@@ -98,15 +108,16 @@ async def test_a_conversation_made_while_another_node_is_stopped(cluster):
     "a conversation before folding the run another node ran there meanwhile; its transcript keeps the two "
     "runs in the other order for good: nodes_disagree"))  # fmt: skip
 async def test_a_send_into_a_conversation_a_stopped_node_is_behind_on(cluster):
-    judge(await cases.stall_then_send(cluster, seed=4106))
+    judge(await cases.stall_then_send(cluster, seed=4106), frozenset({"nodes_disagree"}))
 
 
 @pytest.mark.xfail(strict=True, raises=Anomalies, reason=(
     "issue 41 items 1 and 4 (found by this suite): after a PostgreSQL restart a phone reconnecting to its "
-    "node gets hello.ok truncated and, replayed under new seqs, events it had processed: event_twice, "
-    "truncated_under_window"))  # fmt: skip
-async def test_a_store_restart_between_runs(cluster):
-    judge(await cases.store_restart(cluster, seed=4105))
+    "node gets hello.ok truncated and, replayed under new seqs, events it had processed (deltas among them): "
+    "event_twice, truncated_under_window"))  # fmt: skip
+async def test_a_store_restart_between_runs(other_three_nodes):
+    """Nodes and a PostgreSQL of their own: after the restart, phones paired later get events twice too."""
+    judge(await cases.store_restart(other_three_nodes, seed=4105), DUPLICATES)
 
 
 @pytest.mark.xfail(strict=True, raises=Anomalies, reason=(
@@ -114,7 +125,7 @@ async def test_a_store_restart_between_runs(cluster):
     "takes the entries that node had not read; a phone connected to it misses those run.delta with no seq "
     "gap and no truncated, its run.completed whole: deltas_incomplete"))  # fmt: skip
 async def test_redis_losing_its_keys_while_a_node_is_behind(cluster):
-    judge(await cases.redis_loss_mid_stream(cluster, seed=4107))
+    judge(await cases.redis_loss_mid_stream(cluster, seed=4107), CRASH)
 
 
 @pytest.mark.xfail(strict=True, raises=Anomalies, reason=(
@@ -123,7 +134,7 @@ async def test_redis_losing_its_keys_while_a_node_is_behind(cluster):
     "on `after`) from another node while the origin is behind gets nothing, then live events past the "
     "run: the run is missing from its view for good: view_diverged"))  # fmt: skip
 async def test_a_browser_refetching_while_the_origin_node_is_behind(cluster):
-    judge(await cases.refetch_from_a_lagging_origin(cluster, seed=4108))
+    judge(await cases.refetch_from_a_lagging_origin(cluster, seed=4108), frozenset({"view_diverged"}))
 
 
 # --- slow ---------------------------------------------------------------------------------------------

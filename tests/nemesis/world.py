@@ -30,10 +30,11 @@ CONFIG = {"demo": {"approval_timeout": 20}}
 
 class World:
     def __init__(self, base: str, topology: str, nodes: int = 3, pg: Optional[Postgres] = None,
-                 redis: Optional[Redis] = None):
+                 redis: Optional[Redis] = None, bus_db: int = 0):
         self.base = base
         self.topology = topology
         self.pg, self.redis = pg, redis
+        self.bus_db = bus_db  # the Redis database of its bus: two bridges can share one redis-server
         self._own_engines = False
         self.names = ["solo"] if topology == EMBEDDED else [f"n{k + 1}" for k in range(nodes)]
         self.procs: dict[str, BridgeProcess] = {}
@@ -50,7 +51,8 @@ class World:
             if self.pg is None:
                 self._own_engines = True
                 self.pg, self.redis = Postgres().start(), Redis().start()
-            extra = ["--store", self.pg.new_database(), "--bus", self.redis.url]
+            bus = self.redis.url.rsplit("/", 1)[0] + f"/{self.bus_db}"
+            extra = ["--store", self.pg.new_database(), "--bus", bus]
         for name in self.names:
             ports = {front: free_port() for front in FRONTS}
             args = [*extra, "--node-id", name] if extra else []
