@@ -86,8 +86,11 @@ async def _one(seed: int, topology: str, args: argparse.Namespace, engines: tupl
         await world.start()
         h = await Run(plan(seed, topology, args.seconds, args.phones), world).execute()
     finally:
+        errors = world.errors()
         await world.stop()
         shutil.rmtree(os.path.join(base, f"run-{seed}"), ignore_errors=True)
+    if errors:  # the nodes' own error lines: figures of a run whose nodes logged errors say so
+        print(f"    the nodes logged {len(errors)} error lines; the first: {errors[0]}")
     return h, check(h)
 
 
