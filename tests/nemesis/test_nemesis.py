@@ -2,9 +2,10 @@
 by spec-built clients, faults injected, the whole history judged by the checker (checker.py).
 
 In the default run (under 90 s on two cores): one short seeded plan on three nodes with the
-faults every seed rides out today (two CPU spinners; phones resetting their sockets and cutting a
-frame in half), which must show no anomaly; and one targeted scenario for each bug the checker
-found, each a strict xfail with its seed so that the fix flips it:
+faults it rides out but for one intermittent bug (two CPU spinners; phones going from node to node,
+resetting their sockets and cutting a frame in half): any anomaly fails it but the deltas a phone
+misses now and then (a non-strict xfail, see INTERMITTENT); and one targeted scenario for each bug
+the checker found, each a strict xfail with its seed so that the fix flips it:
 
 - kill -9 mid-stream of the embedded default, and of a node restarted under its own name: the
   transcript and the closing frames hold less than the phones got (issue 41 item 2);
@@ -37,8 +38,8 @@ from .scenario import Run, plan
 from .world import CLUSTER
 
 SHORT_SEED = 4111
-# the faults every seed rides out today, besides the clients' own (sockets reset, a frame cut in half):
-# any stop, loss or crash meets one of the bugs the targeted scenarios below keep (see the module's doc)
+# the nemesis's faults these plans ride out today, besides the clients' own (sockets reset, a frame cut in
+# half): any stop, loss or crash meets one of the bugs the targeted scenarios below keep (the module's doc)
 RIDDEN_OUT = {"spin": 1}
 # a closing text or a transcript short of the deltas a client got (and those deltas short of it)
 CRASH = frozenset({"transcript_contradicts_client", "deltas_incomplete"})
@@ -73,12 +74,22 @@ def test_the_plans_are_the_seeds_own():
     assert plan(SHORT_SEED, CLUSTER, 12.0) != plan(SHORT_SEED + 1, CLUSTER, 12.0)
 
 
+# the one bug these plans meet now and then: a phone that went from node to node while runs streamed
+# (replies refused with run_active taking seqs between the events) misses a delta or three, no seq gap,
+# no truncated; about 1 run of this seed's plan in 5 without the spinners, 1 in 14 with them. Not strict:
+# every other anomaly still fails the test (judge), and the fix turns these into passes
+INTERMITTENT = pytest.mark.xfail(strict=False, raises=Anomalies, reason=(
+    "issue 41 (deltas missing without a trace), intermittent: a phone alternating nodes mid-stream misses "
+    "run.delta with no seq gap and no truncated: deltas_incomplete"))  # fmt: skip
+
+
+@INTERMITTENT
 async def test_a_short_seeded_run_on_three_nodes(cluster):
     p = plan(SHORT_SEED, CLUSTER, 12.0, faults=RIDDEN_OUT)
     h = await Run(p, cluster).execute()
     assert set(h.fault_counts()) >= {"spin", "drop", "cut"}, h.fault_counts()
     assert sum(1 for o in h.ops if o.outcome == "ok" and o.result.get("run")) >= 5  # runs happened
-    judge(h)
+    judge(h, CRASH)
 
 
 @pytest.mark.xfail(strict=True, raises=Anomalies, reason=(
@@ -141,9 +152,10 @@ async def test_a_browser_refetching_while_the_origin_node_is_behind(cluster):
 
 
 @pytest.mark.hardening
+@INTERMITTENT
 @pytest.mark.parametrize("seed", [4201, 4202])
 async def test_a_longer_run_of_spinners_and_dropped_sockets(cluster, seed):
-    judge(await Run(plan(seed, CLUSTER, 45.0, phones=3, faults=RIDDEN_OUT), cluster).execute())
+    judge(await Run(plan(seed, CLUSTER, 45.0, phones=3, faults=RIDDEN_OUT), cluster).execute(), CRASH)
 
 
 @pytest.mark.hardening  # waits for the dead node's liveness to expire (10 to 11 s)
