@@ -46,6 +46,7 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "loomi": (),
     "lvmh": (),
     "lvmh/test_extension_interop.py": ("pi",),  # Node 22, which scripts/install-pi.sh installs
+    "nemesis": ("postgresql", "redis"),
     "pheby": (),
     "pi": ("pi",),
     "push": (),

@@ -93,7 +93,7 @@ def test_the_whole_suite_installs_every_peer_with_its_tests_then_finds_them_cach
     assert re.fullmatch(r"installing Hermes \(needed by tests/hermes/test_gateway_data_dir\.py, tests/hermes/test_gateway_e2e\.py\)\.\.\. " + TOOK, lines[0])
     assert re.fullmatch(r"installing pi \(Node 22 \+ the pi coding agent; needed by "
                         r"tests/lvmh/test_extension_interop\.py, tests/pi\)\.\.\. " + TOOK, lines[1])
-    assert re.fullmatch(r"installing PostgreSQL \(Debian's postgresql; needed by tests/scale, tests/store\)\.\.\. "
+    assert re.fullmatch(r"installing PostgreSQL \(Debian's postgresql; needed by tests/nemesis, tests/scale, tests/store\)\.\.\. "
                         + TOOK, lines[3])
     assert len(lines) == len(ALL) + 2 and all(re.search(TOOK + "$", line) for line in lines[:-1])
     assert lines[-1] == "ran: python -m pytest -q"
