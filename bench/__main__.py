@@ -146,6 +146,15 @@ async def pheby_coalescing(clients: int, n: int, rounds: int) -> bool:
 
 
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["long"]:  # python -m bench long: long conversations in the web UI (bench/long.py)
+        from . import long
+
+        return long.main(argv[1:])
+    if argv[:1] == ["chaos"]:  # python -m bench chaos --minutes N (bench/chaos.py)
+        from . import chaos
+
+        return chaos.main(argv[1:])
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--clients", default="1,10,100")

@@ -2,7 +2,7 @@
 
 On a virtual machine the whole guest sometimes stops running for 10-100 ms:
 both CPUs show idle while a task is runnable, and the hypervisor's steal count
-does not show it (README, "Stalls that are the machine's"). Such a freeze
+does not show it (docs/performance.md, "Stalls that are the machine's"). Such a freeze
 delays every server's frames alike and lands in the max latency of whichever
 round it hits. ``python -m bench.canary PATH`` is a process with no work: it
 sleeps a millisecond at a time and notes each wake-up that came ``FREEZE`` or

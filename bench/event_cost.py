@@ -31,7 +31,7 @@ the state a team load's deltas meet: between two events of paced runs the
 clients and the other processes run on the same two cores. Hot, the loop
 runs a delta's code thousands of times in a row and the figure is the
 least the work can cost; cold is what it costs the server at a run's pace
-(README "Performance", "What a delta costs cold").
+(docs/performance.md, "Loomi's CPU at few runs").
 """
 
 from __future__ import annotations

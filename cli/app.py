@@ -158,6 +158,7 @@ class Service:
         try:
             for name, fe in self.frontends.items():
                 self.ports[name] = await fe.start(cfg.host, cfg.ports[name], ssl_ctx)
+            name = "metrics"
             await self._start_metrics(ssl_ctx)
         except PortInUse as exc:
             await self.stop()
@@ -263,7 +264,8 @@ def listen_failure(cfg: Config, name: str, exc: PortInUse) -> str:
     another agent-bridge (named, with its pid, when it is one a user starts without --data-dir), or
     another program; and the flag that picks a free port."""
     text = str(exc.args[1] if len(exc.args) > 1 else exc)
-    port, flag = cfg.ports.get(name, 0), f"--{name}-port"
+    port = cfg.metrics.port if name == "metrics" else cfg.ports.get(name, 0)
+    flag = f"--{name}-port"
     if exc.errno == errno.EADDRINUSE:
         other = holder_of_port(port, cfg.data_dir)
         if other is not None:

@@ -26,8 +26,6 @@ from __future__ import annotations
 import collections
 import logging
 import secrets
-import sqlite3
-import threading
 import time
 from typing import Any, Optional
 
@@ -36,53 +34,16 @@ from bridge_core.bridge.store import BaseStore
 
 from . import codec
 from .devices import _DEVICE_COLUMNS, _DUMMY_HASH, MIGRATIONS, Device, Registry, hash_secret
-from .history import Epoch, History, Span, plan_catchup, rebuild, stamp
-from .replay import Resume, SeqLog
+from .history import Epoch, History, Span, plan_catchup, rebuild
+from .replay import Numbering, Resume, SeqLog
+from .rows import RowQueue, write_cluster_rows
 
 log = logging.getLogger("agent_bridge.loomi.cluster")
 
 PRUNE_EVERY = 64
 CHECK_DEVICES_EVERY = 5.0  # s between two looks for a first paired device while there is none
 
-_FRAME_SQL = "INSERT OR IGNORE INTO loomi_frames(source, m, n, body) VALUES(?,?,?,?)"
-_SPAN_SQL = "INSERT OR REPLACE INTO loomi_spans(device_id, epoch, source, from_m, to_m, seq_offset) VALUES(?,?,?,?,?,?)"
 _REPLY_SQL = "UPDATE loomi_epochs SET reply_seq=MAX(reply_seq, ?) WHERE device_id=? AND epoch=?"
-
-
-class _Batch:
-    """A tick's rows and spans as ONE store write, open until the writer thread takes it
-    (submitted when it opens, so every frame queued after a row was added waits for it)."""
-
-    __slots__ = ("frames", "spans", "sql", "taken", "lock")
-
-    def __init__(self) -> None:
-        self.frames: list[tuple] = []
-        self.spans: list[tuple] = []
-        self.sql: list[tuple[str, tuple]] = []  # anything else, in order (sources, prunes)
-        self.taken = False
-        self.lock = threading.Lock()
-
-    def add(self, frames: list, spans: list, sql: Optional[list] = None) -> bool:
-        with self.lock:
-            if self.taken:
-                return False
-            if frames:
-                self.frames.extend(frames)
-            if spans:
-                self.spans.extend(spans)
-            if sql:
-                self.sql.extend(sql)
-            return True
-
-    def __call__(self, c: sqlite3.Connection) -> None:
-        with self.lock:
-            self.taken = True
-        if self.frames:
-            c.executemany(_FRAME_SQL, self.frames)
-        if self.spans:
-            c.executemany(_SPAN_SQL, self.spans)
-        for stmt, params in self.sql:
-            c.execute(stmt, params)
 
 
 class Claim:
@@ -103,14 +64,20 @@ class ClusterRegistry(Registry):
         super().__init__(store, **kw)
         self.node_id = node_id
         self.source = f"{node_id}:{secrets.token_hex(6)}"  # this process's rows
-        self.m = 0  # this source's last frame number
         self.position = -1  # the cluster-wide number of the last event seen
         self.own_from: Optional[int] = None  # the first event all of whose frames ``recent`` holds
         self.recent: collections.deque[tuple[int, int, bytes]] = collections.deque(maxlen=self.window + 1)
         self.attached: dict[str, Device] = {}  # devices connected here, numbered here
+        # the one seq rule (replay.py), over this source's frames ``m``, for the devices connected here only
+        self.numbering = Numbering(self.attached, self._reserve)
+        self._rows = RowQueue(store.write_later, write_cluster_rows)
         self.any_devices = False
         self._next_check = 0.0
-        self._batch: Optional[_Batch] = None  # type: ignore[assignment]
+
+    @property
+    def m(self) -> int:
+        """This source's last frame number."""
+        return self.numbering.k
 
     # --- lifecycle ------------------------------------------------------------------
 
@@ -135,10 +102,15 @@ class ClusterRegistry(Registry):
 
     # --- the hot path ------------------------------------------------------------------
 
-    def record_at(self, n: int, tails: list[bytes]) -> list[tuple[Device, list[bytes]]]:
+    def wants(self, n: int) -> bool:
+        """Event ``n`` arrived: whether it is stored and numbered (while any device is paired, on any node)."""
+        self.position = n
+        return self.any_devices or self.poll_devices()
+
+    def record(self, tails: list[bytes], n: int = 0) -> list[tuple[Device, bytes]]:
         """Event ``n`` (its bodies without their ``{``): stored once as this source's rows, and
         numbered for every device connected here (the spans it changes queued first)."""
-        m0 = self.m
+        m0, marks, out = self.numbering.record(tails, n)
         src = self.source
         recent = self.recent
         rows = []
@@ -149,7 +121,6 @@ class ClusterRegistry(Registry):
             if len(recent) == recent.maxlen:
                 self.own_from = recent[0][1] + 1
             recent.append((m, n, tail))
-        self.m = m
         sql = None
         if self.own_from is None:
             self.own_from = n
@@ -158,33 +129,8 @@ class ClusterRegistry(Registry):
         elif m - self._pruned_at >= PRUNE_EVERY:
             self._pruned_at = m
             sql = self._prune()
-        out = []
-        spans: list[tuple] = []
-        prefix = codec.SEQ_PREFIX
-        for d in self.attached.values():
-            if n <= d.skip_to:
-                continue  # numbered for it by another node that was ahead in the stream
-            log_ = d.log
-            seqs = d.seqs
-            window = log_.window
-            frames = []
-            m = m0
-            for tail in tails:
-                m += 1
-                s = log_.seq + 1
-                log_.seq = s
-                if s > seqs.limit:
-                    self._reserve(d)
-                if s - m != d.offset:
-                    d.offset = s - m
-                    spans.append((d.device_id, d.epoch, src, m, None, s - m))
-                f = prefix % (s, s) + tail
-                if len(window) == window.maxlen:
-                    log_.floor = window[0][0]
-                window.append((s, f))
-                frames.append(f)
-            out.append((d, frames))
-        self._queue(rows, spans, sql)
+        spans = [(d.device_id, d.epoch, src, k, None, off) for d, k, off in marks]
+        self._rows.add(rows, spans, sql=sql)
         return out
 
     def _prune(self) -> list[tuple[str, tuple]]:
@@ -200,29 +146,16 @@ class ClusterRegistry(Registry):
             ("UPDATE loomi_sources SET kept_from_n=? WHERE source=?", (kept, src)),
         ]
 
-    def _queue(self, frames: list, spans: list, sql: Optional[list] = None) -> None:
-        b = self._batch
-        if b is None or not b.add(frames, spans, sql):
-            # filled before it is queued: the writer thread may take a queued batch at once (then an add
-            # is refused), and these rows would be lost
-            b = self._batch = _Batch()
-            b.add(frames, spans, sql)
-            self.store.write_later(b)
-
     def next_seq(self, d: Device) -> int:
         """A reply's or a ping's seq, recorded before the frame leaves: a span starting one above it
         over this node's next rows (while those are still skipped for it, the epoch's reply seq)."""
-        log_ = d.log
-        s = log_.seq + 1
-        log_.seq = s
-        if s > d.seqs.limit:
-            self._reserve(d)
+        s = self.numbering.next_seq(d)
         if d.epoch:
             if d.skip_to > self.position:
-                self._queue([], [], [(_REPLY_SQL, (s, d.device_id, d.epoch))])
+                self._rows.add([], [], sql=[(_REPLY_SQL, (s, d.device_id, d.epoch))])
             else:
                 d.offset = s - self.m
-                self._queue([], [(d.device_id, d.epoch, self.source, self.m + 1, None, d.offset)])
+                self._rows.add([], [(d.device_id, d.epoch, self.source, self.m + 1, None, d.offset)])
         return s
 
     # --- hello: load, claim, attach ---------------------------------------------------------
@@ -329,7 +262,7 @@ class ClusterRegistry(Registry):
         gap = False
         if 0 <= h.cursor < self.position:
             spans, gap = self._catch_up(d, log_, h.cursor)
-            self._queue([], spans)
+            self._rows.add([], spans)
             d.skip_to = self.position
         elif h.cursor < 0:
             d.skip_to = self.position  # a device never numbered: it starts with the next event
@@ -368,7 +301,7 @@ class ClusterRegistry(Registry):
             for m, _n, body in rows:
                 s = m + offset
                 log_.seq = s
-                log_.keep(s, stamp(s, body))
+                log_.keep(s, codec.stamp_tail(s, body))
             live = source == self.source
             spans.append((did, d.epoch, source, rows[0][0], None if live else rows[-1][0], offset))
             if live:

@@ -20,7 +20,7 @@ from bridge_core.model import commands as cmd
 from bridge_core.model import events as ev
 from bridge_core.model.wire import attachment_fields
 from bridge_core.model.errors import BadRequest, InvalidJson, UnknownType, VersionMismatch
-from bridge_core.push import RegisterPush, UnregisterPush
+from bridge_core.push.model import RegisterPush, UnregisterPush
 from bridge_core.model.redact import fingerprint
 from bridge_core.model.wire import prepare_hooks, strict_converter
 
@@ -55,6 +55,11 @@ SEQ_PREFIX = b'{"seq":%d,"event_id":"e_%d",'
 def stamp(body_: bytes, seq: int) -> bytes:
     """Splice a device's ``seq`` and ``event_id`` into an encoded body (``body_[1:]`` drops its ``{``)."""
     return SEQ_PREFIX % (seq, seq) + body_[1:]
+
+
+def stamp_tail(seq: int, tail: bytes) -> bytes:
+    """A device's frame of a body without its ``{`` (as the replay rows store it): the same splice."""
+    return SEQ_PREFIX % (seq, seq) + tail
 
 
 def mark_replayed(frame: bytes) -> bytes:
@@ -388,7 +393,7 @@ class TaskList:
     status_filter: Optional[tuple[str, ...]] = None
 
 
-# extensions (docs/push.md, README "Extension frames"): a Web Push / UnifiedPush endpoint for when
+# extensions (docs/push.md, docs/loomi.md): a Web Push / UnifiedPush endpoint for when
 # the app is closed; an app that never sends them sees nothing new
 @_frozen
 class PushKeys:

@@ -4,7 +4,8 @@ Security: tokens and credentials exist in clear only in the frame that
 carries them; the store keeps their SHA-256, compared in constant time.
 
 Seq and replay (docs/loomi.md, "Seq across restarts"): numbering and the
-window themselves are pure (replay.SeqLog); this registry makes them
+window themselves are pure (replay.SeqLog, numbered by replay.Numbering,
+the rule several nodes share: cluster.py); this registry makes them
 durable without a write per event on the loop's critical path, and without
 ever waiting for the disk:
 
@@ -16,7 +17,7 @@ ever waiting for the disk:
   each device a row of ``loomi_segments`` only when the device's offset
   ``seq - n`` changed (a reply or a restart took seqs in between), so a
   device's frame of event ``n`` is rebuilt exactly as it was sent. The rows
-  of one loop tick form one write (``_RowBatch``); old events and
+  of one loop tick form one write (``rows.RowBatch``); old events and
   superseded segments are pruned now and then, keeping the newest
   ``window + 1`` events (the one before a device's window gives its floor).
 
@@ -42,7 +43,6 @@ import logging
 import os
 import secrets
 import sqlite3
-import threading
 import time
 from typing import Any, Optional
 
@@ -55,7 +55,8 @@ from bridge_core.bridge.store import BaseStore
 from . import codec
 from .idempotency import RequestCache
 from .journal import Journal
-from .replay import SeqLog, restored
+from .replay import Numbering, SeqLog, frames_of, restored
+from .rows import RowBatch, RowQueue
 
 log = logging.getLogger("agent_bridge.loomi.devices")
 
@@ -139,82 +140,17 @@ MIGRATIONS = [
 _DEVICE_COLUMNS = ("device_id, credential_hash, name, model, os, app_version, paired_at, last_seen, seq_reserved, "
                    "replay_floor")
 _DUMMY_HASH = hashlib.sha256(b"no such device").hexdigest()
-# the insert of k event rows as one statement, not a step per row: each step of the store's writer thread
-# gives the GIL to the loop and waits to get it back. Statements of 1..32 rows and of 256 (33 texts cached)
-_EVENTS_SQL = {k: "INSERT OR REPLACE INTO loomi_events(n, body) VALUES" + ",".join(["(?,?)"] * k)
-               for k in (*range(1, 33), 256)}
-
-
-def _event_chunks(k: int) -> list[int]:
-    """How many rows each insert of a batch of ``k`` takes (sizes that have a statement)."""
-    out = [256] * (k // 256)
-    k %= 256
-    out += [32] * (k // 32)
-    return out + [k % 32] if k % 32 else out
-_SEGMENT_SQL = "INSERT OR REPLACE INTO loomi_segments(device_id, from_n, seq_offset) VALUES(?,?,?)"
-_PRUNE_SQL = (
-    "DELETE FROM loomi_events WHERE n < ?1;"
-    # a segment is superseded once a later one of its device starts at or below the oldest event kept
-    "DELETE FROM loomi_segments WHERE from_n < ?1 AND EXISTS (SELECT 1 FROM loomi_segments t"
-    " WHERE t.device_id = loomi_segments.device_id AND t.from_n > loomi_segments.from_n AND t.from_n <= ?1)"
-)
-
-
-class _RowBatch:
-    """Replay rows as ONE store write, open for more rows until the writer thread takes it.
-
-    The batch is submitted when it opens, before its first row is added, so every frame queued
-    after a row was added carries a later ticket and leaves only once the batch committed. Rows
-    offered after the writer took the batch go into a new one (submitted then, hence later).
-    """
-
-    __slots__ = ("events", "segments", "prune", "taken", "lock")
-
-    def __init__(self, keep: Optional[int] = None) -> None:
-        # keep: only the newest ``keep`` events' rows (the journaled batch: older ones are pruned anyway)
-        self.events: Any = collections.deque(maxlen=keep) if keep else []
-        self.segments: list[tuple] = []
-        self.prune: Optional[int] = None
-        self.taken = False
-        self.lock = threading.Lock()
-
-    def add(self, events: list[tuple], segments: list[tuple], prune: Optional[int]) -> bool:
-        """More rows, unless the writer thread took the batch (False: they go into a new one)."""
-        with self.lock:
-            if self.taken:
-                return False
-            self.extend(events, segments, prune)
-            return True
-
-    def extend(self, events: list[tuple], segments: list[tuple], prune: Optional[int]) -> None:
-        """More rows, no lock: for a batch no other thread sees yet (the journaled one, until submitted)."""
-        self.events.extend(events)
-        if segments:
-            self.segments.extend(segments)
-        if prune is not None:
-            self.prune = prune
-
-    def __call__(self, c: sqlite3.Connection) -> None:
-        with self.lock:
-            self.taken = True
-        events = list(self.events)
-        i = 0
-        for k in _event_chunks(len(events)):
-            c.execute(_EVENTS_SQL[k], [v for row in events[i:i + k] for v in row])
-            i += k
-        if self.segments:
-            c.executemany(_SEGMENT_SQL, self.segments)
-        if self.prune is not None:  # after the rows: a batch may hold rows it prunes
-            for stmt in _PRUNE_SQL.split(";"):
-                c.execute(stmt, (self.prune,))
-
-
 def hash_secret(secret: str) -> str:
     return hashlib.sha256(secret.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 class Device:
     """A paired device: identity, its seq log (counter + replay window) and request memory."""
+
+    # slots: the fan-out reads a few of these per device per event (replay.Numbering)
+    __slots__ = ("device_id", "credential_hash", "name", "model", "os", "app_version", "paired_at", "last_seen",
+                 "log", "seqs", "reserving", "offset", "epoch", "skip_to", "stored_epoch", "stored_reserved", "conn",
+                 "requests")
 
     def __init__(self, device_id: str, credential_hash: str, *, name=None, model=None, os=None,
                  app_version=None, paired_at: float = 0.0, last_seen: Optional[float] = None,
@@ -233,7 +169,7 @@ class Device:
         self.seqs = SeqReservation(block, reserved)
         # the next block's write queued behind no frame, and the reservation recorded before it (_reserve)
         self.reserving: Optional[tuple[int, int]] = None
-        self.offset: Optional[int] = None  # seq - event number of its last stored segment
+        self.offset: Optional[int] = None  # seq - frame number of its last mark (replay.Numbering)
         # several nodes (cluster.py): the epoch this node numbers it in, the last event numbered for it
         # elsewhere (skipped here), and its row as last read
         self.epoch = 0
@@ -268,9 +204,10 @@ class Registry:
         self.window = window
         self.devices: dict[str, Device] = {}
         self._tokens: dict[str, float] = {}  # token hash -> expires_at
-        self._batch: Optional[_RowBatch] = None  # the replay rows' open write (without a journal)
-        self._jbatch: Optional[_RowBatch] = None  # the journaled rows not yet handed to the store
-        self.event_no = 0  # the number of the last event stored
+        # the one seq rule (replay.py): one node numbers every paired device, connected or not
+        self.numbering = Numbering(self.devices, self._reserve)
+        self._rows = RowQueue(store.write_later)  # the replay rows' open write (without a journal)
+        self._jbatch: Optional[RowBatch] = None  # the journaled rows not yet handed to the store
         self._pruned_at = 0
         # the replay rows' journal (an embedded store's directory only)
         self.journal: Optional[Journal] = None
@@ -284,15 +221,15 @@ class Registry:
             journal = Journal(self.store.local_dir)
             events, segments = journal.recover()  # what a crash left before it reached the database
             if events or segments:
-                b = _RowBatch()
-                b.extend(events, segments, None)
+                b = RowBatch()
+                b.extend(events, segments)
                 await self.store.write(b)
                 log.info("replay rows of %d events recovered from the journal", len(events))
             if journal.open():
                 self.journal = journal
         now = time.time()
         events = [(n, bytes(b)) for n, b in self.store.query("SELECT n, body FROM loomi_events ORDER BY n")]
-        self.event_no = self._pruned_at = events[-1][0] if events else 0
+        self.numbering.k = self._pruned_at = events[-1][0] if events else 0
         segments: dict[str, list[tuple[int, int]]] = collections.defaultdict(list)
         for did, from_n, off in self.store.query(
                 "SELECT device_id, from_n, seq_offset FROM loomi_segments ORDER BY device_id, from_n"):
@@ -305,8 +242,8 @@ class Registry:
                 floors.append((floor, did))
             self.devices[did] = Device(did, chash, name=name, model=model, os=os_, app_version=app,
                                        paired_at=paired, last_seen=seen, reserved=reserved, block=self.block,
-                                       log_=restored(_frames_of(events, segments.get(did, [])), reserved, floor,
-                                                     self.window))
+                                       log_=restored(frames_of(events, segments.get(did, [])), reserved, floor,
+                                                    self.window))
         for h, exp in self.store.query("SELECT token_hash, expires_at FROM loomi_pair_tokens"):
             if exp > now:
                 self._tokens[h] = exp
@@ -350,50 +287,32 @@ class Registry:
 
     # --- seq and the window ----------------------------------------------------------
 
+    @property
+    def event_no(self) -> int:
+        """The number of the last event stored."""
+        return self.numbering.k
+
     def next_seq(self, d: Device) -> int:
         """A seq for a frame that is not replayed (replies, pings)."""
-        log_ = d.log
-        s = log_.seq + 1
-        log_.seq = s
-        if s > d.seqs.limit:
-            self._reserve(d)
-        return s
+        return self.numbering.next_seq(d)
 
-    def record(self, tails: list[bytes]) -> list[tuple[Device, list[bytes]]]:
+    def wants(self, n: int) -> bool:
+        """Whether event ``n`` is numbered at all (one node: while any device is paired)."""
+        return bool(self.devices)
+
+    def record(self, tails: list[bytes], n: int = 0) -> list[tuple[Device, bytes]]:
         """An event (its bodies without their ``{``) for every device: each device's frames (its
         next seqs spliced in), kept in its window and, before any frame is queued, in the store."""
-        n0 = self.event_no
-        out = []
-        segments: list[tuple] = []
-        prefix = codec.SEQ_PREFIX
-        for d in self.devices.values():
-            log_ = d.log
-            seqs = d.seqs
-            window = log_.window  # SeqLog.keep, inlined: this loop runs per device per event
-            frames = []
-            n = n0
-            for tail in tails:
-                n += 1
-                s = log_.seq + 1
-                log_.seq = s
-                if s > seqs.limit:
-                    self._reserve(d)
-                if s - n != d.offset:
-                    d.offset = s - n
-                    segments.append((d.device_id, n, s - n))
-                f = prefix % (s, s) + tail
-                if len(window) == window.maxlen:
-                    log_.floor = window[0][0]
-                window.append((s, f))
-                frames.append(f)
-            out.append((d, frames))
-        if out:
-            self.event_no = n = n0 + len(tails)
-            prune = None
-            if n - self._pruned_at >= PRUNE_EVERY:
-                self._pruned_at = n
-                prune = n - self.window  # keeps the newest window + 1 events
-            self._store_rows([(n0 + i + 1, t) for i, t in enumerate(tails)], segments, prune)
+        if not self.devices:
+            return []
+        n0, marks, out = self.numbering.record(tails, n)
+        n = n0 + len(tails)
+        prune = None
+        if n - self._pruned_at >= PRUNE_EVERY:
+            self._pruned_at = n
+            prune = n - self.window  # keeps the newest window + 1 events
+        segments = [(d.device_id, k, off) for d, k, off in marks] if marks else marks
+        self._store_rows([(n0 + i + 1, t) for i, t in enumerate(tails)], segments, prune)
         return out
 
     def _store_rows(self, events: list[tuple], segments: list[tuple], prune: Optional[int]) -> None:
@@ -404,18 +323,14 @@ class Registry:
             # are kept for it: what a restart reads back (the older ones' frames are out of every window)
             b = self._jbatch
             if b is None:  # record() runs on the loop (the hub's fan-out)
-                b = self._jbatch = _RowBatch(keep=self.window + 1)
+                b = self._jbatch = RowBatch(keep=self.window + 1)
             b.extend(events, segments, prune)
             if journal.due():
                 self._submit_rows()
             return
         if self._jbatch is not None:  # no room in the journal: what it took goes to the store first
             self._submit_rows()
-        b = self._batch
-        if b is None or not b.add(events, segments, prune):
-            b = self._batch = _RowBatch()
-            b.extend(events, segments, prune)  # before it is queued: the writer may take it at once (cluster.py)
-            self.store.write_later(b)
+        self._rows.add(events, segments, prune)
 
     def _submit_rows(self) -> Any:
         """Hand the journaled rows' batch to the store (its future; None without one)."""
@@ -568,22 +483,6 @@ class Registry:
     def device_ids(self) -> list[str]:
         """Every paired device's id (push drops what it holds for any other: revocation.py)."""
         return list(self.devices)
-
-
-def _frames_of(events: list[tuple[int, bytes]], segments: list[tuple[int, int]]) -> list[tuple[int, bytes]]:
-    """A device's stored frames (seq, frame), rebuilt from the shared events and its segments."""
-    if not segments:
-        return []
-    out = []
-    i = 0
-    for n, body in events:
-        if n < segments[0][0]:
-            continue  # before the device had any event
-        while i + 1 < len(segments) and segments[i + 1][0] <= n:
-            i += 1
-        s = n + segments[i][1]
-        out.append((s, codec.SEQ_PREFIX % (s, s) + body))
-    return out
 
 
 # --- the CLI's fallback when no server is running ------------------------------------

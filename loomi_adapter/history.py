@@ -26,6 +26,8 @@ from typing import Callable, Iterable, Optional
 
 import attrs
 
+from .codec import stamp_tail
+
 # (source, lo, hi or None, limit) -> rows (m, n, body) with lo <= m <= hi, newest first, at most limit
 Fetch = Callable[[str, int, Optional[int], int], list[tuple[int, int, bytes]]]
 # source -> (min m, max m) of its stored rows, or None when it has none
@@ -65,9 +67,8 @@ class History:
     epochs_used: int  # the oldest epoch with a frame in the window (older ones may be dropped)
 
 
-def stamp(seq: int, body: bytes) -> bytes:
-    """The device's frame of a stored body (the body without its opening brace, as stored)."""
-    return b'{"seq":%d,"event_id":"e_%d",' % (seq, seq) + body
+# the device's frame of a stored body (the body without its opening brace, as stored): the one splice
+stamp = stamp_tail
 
 
 def rebuild(epochs: list[Epoch], spans: Iterable[Span], fetch: Fetch, extent: Extent, window: int,
@@ -90,12 +91,7 @@ def rebuild(epochs: list[Epoch], spans: Iterable[Span], fetch: Fetch, extent: Ex
         ep_n = ep.start_n
         for j in range(len(sp) - 1, -1, -1):
             s = sp[j]
-            hi = s.to_m
-            if hi is None and j + 1 < len(sp) and sp[j + 1].source == s.source:
-                hi = sp[j + 1].from_m - 1
-            if ep.last_seq is not None:
-                cap = ep.last_seq - s.offset
-                hi = cap if hi is None else min(hi, cap)
+            hi = _last_row(s, sp[j + 1] if j + 1 < len(sp) else None, ep)
             if ep_seq < s.first_seq - 1:
                 ep_seq = s.first_seq - 1  # a reply or ping took the seq just below the span
             if complete or (hi is not None and hi < s.from_m):
@@ -113,16 +109,10 @@ def rebuild(epochs: list[Epoch], spans: Iterable[Span], fetch: Fetch, extent: Ex
             if len(newest) >= need:
                 complete = True
                 continue
-            lowest = rows[-1][0] if rows else None
-            if lowest is not None and lowest > s.from_m:  # rows are consecutive: the ones below were pruned
-                floor = max(floor, lowest - 1 + s.offset)
+            gone = _pruned(s, hi, rows, extent)
+            if gone is not None:
+                floor = max(floor, gone + s.offset)
                 complete = True
-            elif lowest is None:
-                ext = extent(s.source)
-                if ext is not None and ext[1] >= s.from_m and ext[0] > s.from_m:
-                    gone = ext[0] - 1 if hi is None else min(hi, ext[0] - 1)
-                    floor = max(floor, gone + s.offset)
-                    complete = True
         if ep.last_seq is not None:
             ep_seq = ep.last_seq
         if seq is None:
@@ -134,6 +124,28 @@ def rebuild(epochs: list[Epoch], spans: Iterable[Span], fetch: Fetch, extent: Ex
     used = newest[0][2] if newest else epochs[-1].epoch
     return History(seq=seq or 0, cursor=cursor if cursor is not None else -1, floor=floor, frames=newest,
                    epochs_used=used)
+
+
+def _last_row(s: Span, after: Optional[Span], ep: Epoch) -> Optional[int]:
+    """The last row ``m`` of span ``s`` (None: open), bounded by the next span of its source and the epoch's end."""
+    hi = s.to_m
+    if hi is None and after is not None and after.source == s.source:
+        hi = after.from_m - 1
+    if ep.last_seq is not None:
+        cap = ep.last_seq - s.offset
+        hi = cap if hi is None else min(hi, cap)
+    return hi
+
+
+def _pruned(s: Span, hi: Optional[int], rows: list[tuple[int, int, bytes]], extent: Extent) -> Optional[int]:
+    """The highest row ``m`` of span ``s`` known gone (pruned), or None when none is known gone."""
+    lowest = rows[-1][0] if rows else None
+    if lowest is not None:
+        return lowest - 1 if lowest > s.from_m else None  # rows are consecutive: the ones below were pruned
+    ext = extent(s.source)
+    if ext is not None and ext[1] >= s.from_m and ext[0] > s.from_m:
+        return ext[0] - 1 if hi is None else min(hi, ext[0] - 1)
+    return None
 
 
 @attrs.frozen

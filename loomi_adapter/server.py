@@ -1,5 +1,8 @@
-"""The Loomi front end: WS ``/ws``, ``GET /health``, pairing and devices (loopback only),
-authenticated attachment downloads. A thin aiohttp layer over codec, session and devices.
+"""The Loomi front end: WS ``/ws`` and the HTTP routes (routes.py). A thin aiohttp layer: it accepts
+sockets, feeds each one's protocol object (protocol.py: every rule of a connection), executes the
+commands it hands out through ``Bridge.execute``, writes its frames and runs its timers. The event
+fan-out renders each event once (codec.py), numbers it for every device at once (the registry,
+through replay.Numbering) and puts each connected device's frames into its outbox.
 """
 
 from __future__ import annotations
@@ -17,42 +20,26 @@ import orjson
 from aiohttp import WSCloseCode, WSMsgType, web
 
 from bridge_core.model import events as ev
-from bridge_core.kit.downloads import file_response
 from bridge_core.model.commands import Origin
-from bridge_core.model.errors import (
-    AuthTimeout,
-    BadRequest,
-    BridgeError,
-    RateLimited,
-    SlowConsumer,
-    TooLarge,
-    Unauthorized,
-    Unavailable,
-    as_bridge_error,
-)
+from bridge_core.model.errors import BridgeError, SlowConsumer, TooLarge, Unauthorized, Unavailable, as_bridge_error
 from bridge_core.kit.remote import bound_url, served_directly
 from bridge_core.kit.frontend import FrontEnd, ws_text_sender
 from bridge_core.kit.tls import cert_fingerprint, chains_to_public_ca
-from bridge_core.kit.security import bearer_token, client_address, require_loopback_admin
+from bridge_core.kit.security import client_address
 from bridge_core.kit.outbox import Outbox
 from bridge_core.bridge.private import write_private
 from bridge_core.model.redact import fingerprint
 
-from . import codec
+from . import codec, routes
 from .cluster import ClusterRegistry
 from .config import PART
 from .devices import Device, Registry
-from .errors import Replaced, Revoked, close_code, error_payload
+from .protocol import CHECK, REQUEST, Authenticate, Close, Job, LoomiProtocol, PairHello, Settings
 from .revocation import Revocations
-from .session import PairHello, Session
 
 log = logging.getLogger("agent_bridge.loomi")
 
 MAX_FRAME = 2 * 1024 * 1024
-MAX_QUEUED_REQUESTS = 64
-# requests that change something: a repeated request_id returns the first ack
-IDEMPOTENT = (codec.SessionSend, codec.ApprovalResolve, codec.ClarifyResolve, codec.RunCancel,
-              codec.RunPause, codec.RunResume)
 
 
 def qr_fingerprint(public_fp: str, public_url: Optional[str], served_fp: str, served_public_ca: bool,
@@ -102,18 +89,17 @@ class LoomiWS(web.WebSocketResponse):
 
 
 class Connection:
-    """One socket: its outbox, protocol session, device (once authenticated) and tasks."""
+    """One socket: its protocol object, outbox, device (once authenticated) and tasks."""
 
-    def __init__(self, ws: web.WebSocketResponse, addr: str, session: Session, transport: Any = None):
+    def __init__(self, ws: web.WebSocketResponse, addr: str, transport: Any = None):
         self.ws = ws
         self.transport = transport
         self.addr = addr
-        self.session = session
         self.outbox: Outbox = None  # type: ignore[assignment]
+        self.proto: LoomiProtocol = None  # type: ignore[assignment]
         self.device: Optional[Device] = None
-        self.queue: asyncio.Queue = asyncio.Queue(MAX_QUEUED_REQUESTS)
+        self.ready = asyncio.Event()  # a request was queued (the protocol holds the queue)
         self.tasks: list[asyncio.Task] = []
-        self.closing = False
         self.closer: Optional[asyncio.Task] = None  # a close started from elsewhere (_kick)
 
 
@@ -142,6 +128,11 @@ class LoomiFrontEnd(FrontEnd):
         self._stopped = False
         self.revocations = Revocations(self)
 
+    def settings(self) -> Settings:
+        return Settings(hello_timeout=self.hello_timeout, ping_interval=self.ping_interval,
+                        pong_timeout=self.pong_timeout, max_missed=self.max_missed, rate=self.rate,
+                        burst=self.burst, server_name=self.server_name, server_version=self.server_version)
+
     def watching(self, conversation_id: str) -> bool:
         """Whether a device would see ``conversation_id`` now (push: docs/push.md); a connected device sees every task."""
         return any(d.conn is not None for d in self.registry.devices.values())
@@ -156,7 +147,6 @@ class LoomiFrontEnd(FrontEnd):
         cluster = getattr(self.bridge, "cluster", None)
         if cluster is not None:  # several nodes: numbering by the node a device is connected to (cluster.py)
             self.registry = ClusterRegistry(self.bridge.store, cluster.node_id)
-            self.on_event = self._on_cluster_event  # type: ignore[method-assign]
         await self.registry.prepare()
         await self.revocations.prepare()
 
@@ -205,11 +195,7 @@ class LoomiFrontEnd(FrontEnd):
     def build_app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024)
         app.router.add_get("/ws", self.handle_ws)
-        app.router.add_get("/health", self.handle_health)
-        app.router.add_post("/internal/pair/new", self.handle_pair_new)
-        app.router.add_get("/internal/devices", self.handle_devices)
-        app.router.add_post("/internal/devices/revoke", self.handle_revoke)
-        app.router.add_get("/attachments/{attachment_id}", self.handle_attachment)
+        routes.add_routes(app, self)
         return app
 
     def pair_url(self) -> str:
@@ -217,47 +203,30 @@ class LoomiFrontEnd(FrontEnd):
         return self.config.public_urls.get("loomi") or bound_url(PART.public, self.config.host, self.port or 0,
                                                                  self.config.tls)
 
+    async def revoke(self, device_id: str) -> Optional[Device]:
+        """Forget a device everywhere, with what push gave it, and close its sockets on every node (revocation.py)."""
+        return await self.revocations.revoke(device_id)
+
     # --- the event fan-out ----------------------------------------------------------
 
     def on_event(self, seq: int, event: Any) -> None:
+        """Every event of the hub, ``seq`` its number (cluster-wide with several nodes): rendered once,
+        numbered for every device the registry numbers, and put into each connected device's outbox.
+        The registry stores the event's rows before it returns (the durability barrier: docs/loomi.md),
+        so once one device has the event it is durable for all of them."""
         t = type(event)
         if t is ev.MessageCompleted and event.run_id is not None:
             self._remember_final_text(event)
-        if not self.registry.devices:
-            return
-        bodies = self._bodies(t, event)
-        if not bodies:
-            return
-        # the hot path: per device a seq, a small prefix and a concatenation, kept for replay. Every
-        # device's rows are queued (one batched write) before any frame is (devices.py), so once one
-        # device has the event it is durable for all of them
-        for d, frames in self.registry.record([b[1:] for b in bodies]):
-            conn = d.conn
-            if conn is not None:
-                put = conn.outbox.put
-                for f in frames:
-                    put(f)
-
-    def _on_cluster_event(self, seq: int, event: Any) -> None:
-        """``on_event`` with several nodes: ``seq`` is the cluster-wide event number. Every event is
-        stored once as this node's rows (for devices that will reconnect here or elsewhere) and
-        numbered for the devices connected here only (cluster.py)."""
         reg = self.registry
-        reg.position = seq
-        t = type(event)
-        if t is ev.MessageCompleted and event.run_id is not None:
-            self._remember_final_text(event)
-        if not reg.any_devices and not reg.poll_devices():
+        if not reg.wants(seq):
             return
         bodies = self._bodies(t, event)
         if not bodies:
             return
-        for d, frames in reg.record_at(seq, [b[1:] for b in bodies]):
+        for d, frame in reg.record([b[1:] for b in bodies], seq):
             conn = d.conn
             if conn is not None:
-                put = conn.outbox.put
-                for f in frames:
-                    put(f)
+                conn.outbox.put(frame)
 
     def _remember_final_text(self, event: Any) -> None:
         self._final_text[event.run_id] = event.text
@@ -277,28 +246,16 @@ class LoomiFrontEnd(FrontEnd):
             extra = _NO_EXTRA
         return render(event, extra)
 
-    def _send(self, conn: Connection, type_: str, payload: dict) -> None:
-        """A reply frame (not replayed): the device's next seq, or 0 before authentication."""
-        d = conn.device
-        seq = self.registry.next_seq(d) if d is not None else 0
-        conn.outbox.put(codec.frame(seq, type_, payload))
-
-    def _error(self, conn: Connection, exc: BaseException, request_id: Optional[str] = None) -> None:
-        if not isinstance(exc, BridgeError):
-            log.error("loomi request failed", exc_info=exc)
-        self._send(conn, "error", error_payload(exc, request_id))
-
-    # --- WebSocket -------------------------------------------------------------------
+    # --- a socket ----------------------------------------------------------------------
 
     async def handle_ws(self, request: web.Request) -> web.StreamResponse:
-        addr = client_address(request)
         ws = LoomiWS(max_msg_size=MAX_FRAME, heartbeat=None, autoping=True, compress=False)
         await ws.prepare(request)
-        session = Session(self.max_missed, pong_timeout=self.pong_timeout, rate=self.rate, burst=self.burst)
-        conn = Connection(ws, addr, session, request.transport)
+        conn = Connection(ws, client_address(request), request.transport)
         conn.outbox = Outbox(ws_text_sender(ws, request), max_items=self.outbox_items,
                              on_overflow=lambda: self._overflow(conn))
-        ws.on_too_large = lambda: self._direct_error(conn, TooLarge(f"Frame larger than {MAX_FRAME} bytes"))
+        conn.proto = LoomiProtocol(self.settings(), now=asyncio.get_running_loop().time(), out=conn.outbox)
+        ws.on_too_large = lambda: self._too_large(conn)
         self.sockets.add(ws)
         writer = self.tasks.spawn(self._write(conn), name="loomi-writer")
         try:
@@ -306,9 +263,8 @@ class LoomiFrontEnd(FrontEnd):
                 self.limiter.passed(request)  # authenticated: no longer counted as unauthenticated
                 await self._serve(conn)
         finally:
-            conn.closing = True
             self._detach(conn)
-            conn.session.closed()
+            conn.proto.closed()
             for t in conn.tasks:
                 t.cancel()
             if conn.closer is not None and not conn.closer.done():
@@ -327,19 +283,51 @@ class LoomiFrontEnd(FrontEnd):
             conn.outbox.close()
 
     async def _handshake(self, conn: Connection) -> bool:
+        """The hello: the protocol checks it, the registry looks its token or credential up."""
+        p = conn.proto
+        loop = asyncio.get_running_loop()
         try:
-            msg = await conn.ws.receive(timeout=self.hello_timeout)
+            msg = await conn.ws.receive(timeout=max(0.0, p.hello_deadline - loop.time()))
         except asyncio.TimeoutError:
-            await self._fatal(conn, AuthTimeout())
+            cmds = p.tick(p.hello_deadline)
+        else:
+            if msg.type is WSMsgType.TEXT:
+                cmds = p.receive(msg.data, loop.time())
+            elif msg.type is WSMsgType.BINARY:
+                cmds = p.receive_binary(loop.time())
+            else:
+                return False
+        cmd = cmds[0]
+        if isinstance(cmd, Close):
+            if cmd.reason == "unauthorized" and msg.type is WSMsgType.TEXT:
+                log.warning("loomi: refused hello from %s: %s", conn.addr, cmd.payload["message"])
+            await self._fatal(conn, cmd)
             return False
-        if msg.type is not WSMsgType.TEXT:
-            if msg.type is WSMsgType.BINARY:
-                await self._fatal(conn, Unauthorized("The first frame must be a hello"))
+        assert isinstance(cmd, Authenticate)
+        found = await self._authenticate(conn, cmd)
+        if found is None or conn.ws.closed:
             return False
+        device, credential, last_seq = found
+        if isinstance(self.registry, ClusterRegistry):
+            claim = await self._claim(device, last_seq)
+            if claim is None:
+                await self._fatal(conn, p.fail(Unavailable("The device is being connected elsewhere; try again")))
+                return False
+            if conn.ws.closed:
+                return False
+            res = self.registry.attach(device, claim, last_seq)
+        else:
+            res = self.registry.resume(device, last_seq)
+        self._open(conn, device, credential, res, cmd.hello.info)
+        return True
+
+    async def _authenticate(self, conn: Connection, cmd: Authenticate) -> Optional[tuple]:
+        """The registry's answer to a hello: (device, its new credential or None, last_seq), or None
+        once the refusal was sent. A wrong token or credential waits for a slot of its address."""
+        hs = cmd.hello
         token_fp = None
         guessed = False  # a token or credential was checked against the registry, and was wrong
         try:
-            hs = conn.session.receive_hello(msg.data)
             if isinstance(hs, PairHello):
                 token_fp = fingerprint(hs.token)
                 if not await self.registry.take_token(hs.token):
@@ -348,42 +336,27 @@ class LoomiFrontEnd(FrontEnd):
                 device, credential = await self.registry.pair(hs.info)
                 log.info("loomi: paired device %s (%s), pairing token fingerprint %s", device.device_id,
                          device.model or "unknown model", token_fp)
-                last_seq = None
-            else:
-                found = self.registry.authenticate(hs.device_id, hs.credential)
-                if found is None:
-                    guessed = True
-                    raise Unauthorized("Unknown device or wrong credential")
-                device, credential, last_seq = found, None, hs.last_seq
+                return device, credential, None
+            found = self.registry.authenticate(hs.device_id, hs.credential)
+            if found is None:
+                guessed = True
+                raise Unauthorized("Unknown device or wrong credential")
+            return found, None, hs.last_seq
         except BridgeError as exc:
             if guessed:  # never a lockout (a valid credential always passes): the answer waits for a slot
                 await self.limiter.wrong(conn.addr)
             if exc.code == "unauthorized":
                 log.warning("loomi: refused hello from %s%s: %s", conn.addr,
                             f" (token {token_fp})" if token_fp else "", exc.message)
-            await self._fatal(conn, exc)
-            return False
-        if conn.ws.closed:
-            return False
-        if isinstance(self.registry, ClusterRegistry):
-            claim = await self._claim(device, last_seq)
-            if claim is None:
-                await self._fatal(conn, Unavailable("The device is being connected elsewhere; try again"))
-                return False
-            if conn.ws.closed:
-                return False
-            res = self.registry.attach(device, claim, last_seq)
-        else:
-            res = self.registry.resume(device, last_seq)
-        self._open(conn, device, credential, res, hs.info)
-        return True
+            await self._fatal(conn, conn.proto.refuse(exc))
+            return None
 
     async def _claim(self, d: Device, last_seq: Optional[int]):
         """Several nodes: take the device from wherever it was numbered (cluster.py). Its older
         socket on this node is closed first, so nothing numbers it while the store is read."""
         old = d.conn
         if old is not None:
-            self._kick(old, Replaced())
+            self._apply(old, old.proto.replaced())
         for _ in range(3):
             claim = await self.registry.claim(d, last_seq)
             if claim is not None:
@@ -392,20 +365,15 @@ class LoomiFrontEnd(FrontEnd):
 
     def _open(self, conn: Connection, d: Device, credential: Optional[str], res, info) -> None:
         """Synchronous: hello.ok, then the replayed gap, then live frames, in this order."""
-        old = d.conn
-        if old is not None and old is not conn:
-            self._kick(old, Replaced())
+        old = d.conn if d.conn is not conn else None
         conn.device = d
-        conn.session.opened(d.device_id)
+        cmds = conn.proto.open(d.device_id, res, next_seq=lambda: self.registry.next_seq(d), requests=d.requests,
+                               now=asyncio.get_running_loop().time(), credential=credential,
+                               previous=old.proto if old is not None else None)
+        if old is not None:
+            self._apply(old, cmds)
         self.registry.seen(d, info)
-        # hello.ok carries the seq the app reported (docs/loomi.md "Handshake"): the replay follows above it
-        conn.outbox.put(codec.frame(res.seq, "hello.ok", codec.hello_ok(
-            device_id=d.device_id, credential=credential, server_name=self.server_name,
-            server_version=self.server_version, truncated=res.truncated,
-        )))
-        for f in res.frames:
-            conn.outbox.put(f)
-        self.counts.replay_events += len(res.frames)
+        self.counts.replay_events += len(res.frames)  # the replay open() wrote (metrics)
         d.conn = conn
         conn.tasks.append(self.tasks.spawn(self._worker(conn), name="loomi-worker"))
         conn.tasks.append(self.tasks.spawn(self._heartbeat(conn), name="loomi-heartbeat"))
@@ -414,140 +382,85 @@ class LoomiFrontEnd(FrontEnd):
 
     async def _serve(self, conn: Connection) -> None:
         ws = conn.ws
-        while not conn.closing:
+        p = conn.proto
+        loop = asyncio.get_running_loop()
+        while not p.closing:
             msg = await ws.receive()
             if msg.type is WSMsgType.TEXT:
-                self._on_text(conn, msg.data)
+                self._on_text(conn, msg.data, loop.time())
                 if len(conn.outbox) > self.outbox_items // 2:
                     await conn.outbox.wait_room(self.outbox_items // 4)  # a burst is answered as fast as it is read
             elif msg.type is WSMsgType.BINARY:
-                self._error(conn, BadRequest("Binary frames are reserved"))
-            elif msg.type is WSMsgType.ERROR:
-                return  # the error (too_large included, see LoomiWS) was sent and the socket is closed
+                p.receive_binary(loop.time())
             else:
-                return
+                return  # closed, or an error (too_large included, see LoomiWS) was sent and the socket is closed
 
-    def _on_text(self, conn: Connection, data: str) -> None:
-        now = asyncio.get_running_loop().time()
-        try:
-            frame = codec.parse_frame(data)
-        except BridgeError as exc:
-            if exc.fatal:  # one bad frame on an open socket is answered, never a reason to close it
-                exc = BridgeError(exc.message, code=exc.code, fatal=False)
-            self._error(conn, exc if conn.session.allow(now) else RateLimited("Too many frames; slow down"))
-            return
-        if frame.type != "pong" and not conn.session.allow(now):
-            self._error(conn, RateLimited("Too many frames; slow down"), frame.request_id)
-            return
-        try:
-            req = conn.session.request(frame)
-        except BridgeError as exc:
-            self._error(conn, exc, frame.request_id)
-            return
-        t = type(req)
-        if t is codec.Ping:
-            self._send(conn, "pong", {})
-        elif t is codec.Pong:
-            pass
-        else:
-            try:
-                conn.queue.put_nowait(req)
-            except asyncio.QueueFull:
-                self._error(conn, RateLimited("Too many requests in flight"), getattr(req, "request_id", None))
+    def _on_text(self, conn: Connection, data: str, now: float) -> None:
+        if REQUEST in conn.proto.receive(data, now):  # its worker takes it
+            conn.ready.set()
 
     async def _worker(self, conn: Connection) -> None:
+        p = conn.proto
         while True:
-            req = await conn.queue.get()
+            job = p.next_request()
+            if job is None:
+                conn.ready.clear()
+                await conn.ready.wait()
+                continue
             try:
-                await self._handle(conn, req)
+                await self._run(conn, job)
             except Exception as exc:  # never let one request end the socket
-                self._error(conn, exc, getattr(req, "request_id", None))
+                p.failed(job, _bridge_error(exc))
             # a queue of requests read in one go (a burst of new tasks) would run back to back without the
             # loop turning: every other connection's frames wait for all of them (docs/architecture.md)
             await asyncio.sleep(0)
 
-    async def _handle(self, conn: Connection, req: Any) -> None:
-        d = conn.device
-        assert d is not None
-        rid = getattr(req, "request_id", None)
-        origin = Origin(surface="loomi", connection=d.device_id, decided_by="remote")
-        try:
-            if type(req) is codec.TaskList:
-                convs = await self.bridge.execute(codec.to_command(req), origin)
-                self._send(conn, "task.list.result", {"request_id": rid, "tasks": [codec.task_dict(c) for c in convs]})
-                return
-            if rid is None:
-                await self.bridge.execute(codec.to_command(req), origin)
-                return
-            result = await self._execute_once(d, (codec.TYPE_OF[type(req)], rid), req, origin)
-        except BridgeError as exc:
-            self._error(conn, exc, rid)
+    async def _run(self, conn: Connection, job: Job) -> None:
+        """Execute one request's command (or wait for the same request running elsewhere)."""
+        p = conn.proto
+        if job.joined is not None:
+            fut = asyncio.get_running_loop().create_future()
+            job.joined.then(lambda ok, value: fut.done() or fut.set_result((ok, value)))
+            ok, value = await fut
+            p.joined(job, ok, value)
             return
-        self._send(conn, "ack", {"request_id": rid, "ok": True, "result": result})
-
-    async def _execute_once(self, d: Device, key: tuple, req: Any, origin: Origin) -> Any:
-        """Run a request once per (type, request_id) per device; a repeat gets the first result.
-
-        What was seen is the device's ``RequestCache`` (idempotency.py); here only the running and awaiting.
-        """
-        entry = d.requests.lookup(key)
-        if entry is not None:
-            if entry.done:
-                return entry.value
-            ok, value = await asyncio.shield(entry.value)
-            if ok:
-                return value
-            raise value
-        fut = asyncio.get_running_loop().create_future()
-        d.requests.start(key, fut)
+        if job.command is None:
+            return  # answered already
+        origin = Origin(surface="loomi", connection=p.device_id, decided_by="remote")
         try:
-            result = codec.result_of(req, await self.bridge.execute(codec.to_command(req), origin))
+            result = await self.bridge.execute(job.command, origin)
         except Exception as exc:
-            err = exc if isinstance(exc, BridgeError) else error_from(exc)
-            self._forget(d, key, fut, err)  # a failed request did nothing: a retry may run it
-            raise err
+            p.failed(job, _bridge_error(exc))  # a failed request did nothing: a retry may run it
+            return
         except BaseException:
-            self._forget(d, key, fut, Unavailable("Request interrupted"))
+            p.interrupted(job)
             raise
-        d.requests.succeeded(key, fut, result)
-        fut.set_result((True, result))
-        return result
-
-    @staticmethod
-    def _forget(d: Device, key: tuple, fut: asyncio.Future, err: BridgeError) -> None:
-        d.requests.failed(key, fut)
-        fut.set_result((False, err))
+        p.done(job, result)
 
     async def _heartbeat(self, conn: Connection) -> None:
-        """A ping every ``ping_interval``; each pong deadline is checked when it passes (session.expire)."""
+        """The protocol's timers: a ping every ``ping_interval``, each pong deadline checked when it passes."""
         loop = asyncio.get_running_loop()
-        session = conn.session
-        next_ping = loop.time() + self.ping_interval
-        deadline: Optional[float] = None
-        while not conn.closing:
-            wake = next_ping if deadline is None else min(next_ping, deadline)
+        p = conn.proto
+        while not p.closing:
+            wake = p.next_tick()
+            if wake is None:
+                return
             await asyncio.sleep(max(0.0, wake - loop.time()))
-            if conn.closing:
+            if p.closing:
                 return
             now = loop.time()
-            try:
-                deadline = session.expire(now)
-            except BridgeError as exc:
-                log.info("loomi: device %s missed %d pings in a row; disconnecting", session.device_id,
-                         session.missed)
-                self._kick(conn, exc)
-                return
-            if now >= next_ping:
+            cmds = p.tick(now)
+            if CHECK in cmds:
                 gone = self.registry.check(conn.device) if conn.device is not None else None
                 if gone is not None:  # revoked, or connected to another node since (several nodes)
-                    log.info("loomi: device %s is %s elsewhere; closing this socket", session.device_id, gone)
-                    self._kick(conn, Revoked() if gone == "revoked" else Replaced())
-                    return
-                self._send(conn, "ping", {})
-                session.ping_sent(now)
-                next_ping = now + self.ping_interval
-                if deadline is None:
-                    deadline = now + self.pong_timeout
+                    log.info("loomi: device %s is %s elsewhere; closing this socket", p.device_id, gone)
+                cmds = p.checked(now, gone)
+            elif cmds:
+                log.info("loomi: device %s missed %d pings in a row; disconnecting", p.device_id,
+                         p.heartbeat.missed)
+            if cmds:
+                self._apply(conn, cmds)
+                return
 
     # --- closing -----------------------------------------------------------------------
 
@@ -563,44 +476,45 @@ class LoomiFrontEnd(FrontEnd):
                     pass
 
     def _overflow(self, conn: Connection) -> None:
-        log.warning("loomi: device %s could not keep up; disconnected (it recovers by replay)",
-                    conn.session.device_id)
+        log.warning("loomi: device %s could not keep up; disconnected (it recovers by replay)", conn.proto.device_id)
         self._kick(conn, SlowConsumer())
 
     def _kick(self, conn: Connection, exc: BridgeError) -> None:
-        """Close a socket from synchronous code (revoke, replace, overflow, heartbeat)."""
-        if conn.closing:
-            return
-        conn.closing = True
-        self._detach(conn)
-        conn.closer = self.tasks.spawn(self._fatal(conn, exc), name="loomi-kick")
+        """Close a socket from synchronous code (revoke, overflow)."""
+        if not conn.proto.closing:
+            self._apply(conn, [conn.proto.fail(exc)])
 
-    async def _fatal(self, conn: Connection, exc: BridgeError) -> None:
-        """Send ``error`` (fatal) and close with its close code."""
-        conn.closing = True
-        payload = error_payload(exc)
-        payload["fatal"] = True
+    def _apply(self, conn: Connection, cmds: list) -> None:
+        """A fatal error the protocol decided for ``conn`` (a takeover, the heartbeat, a kick): detach it at
+        once, write the error and close in a task of its own."""
+        for cmd in cmds:
+            if isinstance(cmd, Close):
+                self._detach(conn)
+                conn.closer = self.tasks.spawn(self._fatal(conn, cmd), name="loomi-kick")
+
+    async def _fatal(self, conn: Connection, close: Close) -> None:
+        """Send the fatal ``error`` and close with its close code."""
         if not conn.outbox.closed:
-            self._send(conn, "error", payload)
+            conn.outbox.put(conn.proto.farewell(close))
             await conn.outbox.flush(1.0 if conn.device is not None else 0.3)
         else:  # overflowed: write the error past the dropped queue (uncompressed frames are atomic)
             try:
-                data = await asyncio.wait_for(self._direct_error(conn, exc), 1.0)
+                data = await asyncio.wait_for(self._synced(conn.proto.farewell(close)), 1.0)
                 await asyncio.wait_for(conn.ws.send_frame(data, WSMsgType.TEXT), 1.0)
             except Exception:
                 pass
-        await self._close(conn, close_code(payload["code"]), payload["code"])
+        await self._close(conn, close.code, close.reason)
 
-    async def _direct_error(self, conn: Connection, exc: BridgeError) -> bytes:
-        """A fatal error frame to write past the outbox (dropped or closing). It takes a seq like any
-        reply, so it waits for the store as the outbox would (devices.py: a sent seq is reserved)."""
-        conn.closing = True
-        payload = error_payload(exc)
-        payload["fatal"] = True
-        d = conn.device
-        seq = self.registry.next_seq(d) if d is not None else 0
+    async def _too_large(self, conn: Connection) -> bytes:
+        """The fatal ``too_large`` error, written past the outbox by the socket's close (LoomiWS)."""
+        p = conn.proto
+        return await self._synced(p.farewell(p.fail(TooLarge(f"Frame larger than {MAX_FRAME} bytes"))))
+
+    async def _synced(self, frame: bytes) -> bytes:
+        """A frame to write past the outbox: it took a seq like any reply, so it waits for the store as
+        the outbox would (devices.py: a sent seq is reserved)."""
         await self.bridge.store.synced()
-        return codec.frame(seq, "error", payload)
+        return frame
 
     async def _close(self, conn: Connection, code: int, reason: str) -> None:
         # an unauthenticated peer gets little time to answer the close: it is gone by 10 s
@@ -611,94 +525,11 @@ class LoomiFrontEnd(FrontEnd):
             if conn.transport is not None:
                 conn.transport.abort()
 
-    # --- HTTP ------------------------------------------------------------------------------
 
-    async def handle_health(self, request: web.Request) -> web.Response:
-        return web.Response(body=b'{"ok":true,"v":1}', content_type="application/json")
-
-    async def _refuse_non_local(self, request: web.Request) -> Optional[web.Response]:
-        """The loopback-only endpoints: the shared check (loopback peer and Host, no Origin,
-        no forwarding header, the admin key), or its 403."""
-        return await require_loopback_admin(request, self.config.admin_key, self.limiter, log)
-
-    async def _json_body(self, request: web.Request) -> dict:
-        raw = await request.read()
-        if not raw.strip():
-            return {}
-        try:
-            body = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            raise BadRequest("body is not JSON")
-        if not isinstance(body, dict):
-            raise BadRequest("body must be a JSON object")
-        return body
-
-    async def handle_pair_new(self, request: web.Request) -> web.Response:
-        refused = await self._refuse_non_local(request)
-        if refused is not None:
-            return refused
-        try:
-            body = await self._json_body(request)
-            ttl = body.get("ttl", self.pair_ttl)
-            if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not 0 < ttl <= 86400:
-                raise BadRequest("ttl must be a number of seconds in (0, 86400]")
-        except BridgeError as exc:
-            return _json({"error": error_payload(exc)}, status=400)
-        token, expires = await self.registry.create_token(float(ttl))
-        payload = {"v": 1, "url": self.pair_url(), "token": token, "name": self.server_name, "fp": self.fp}
-        return _json({"payload": payload, "expires_at": expires, "ttl": ttl})
-
-    async def handle_devices(self, request: web.Request) -> web.Response:
-        refused = await self._refuse_non_local(request)
-        if refused is not None:
-            return refused
-        return _json({"devices": self.registry.list()})
-
-    async def handle_revoke(self, request: web.Request) -> web.Response:
-        refused = await self._refuse_non_local(request)
-        if refused is not None:
-            return refused
-        try:
-            body = await self._json_body(request)
-            device_id = body.get("device_id")
-            if not isinstance(device_id, str) or not device_id:
-                raise BadRequest("device_id required")
-        except BridgeError as exc:
-            return _json({"error": error_payload(exc)}, status=400)
-        d = await self.revoke(device_id)
-        return _json({"revoked": d is not None, "device_id": device_id}, status=200 if d else 404)
-
-    async def revoke(self, device_id: str) -> Optional[Device]:
-        """Forget a device everywhere, with what push gave it, and close its sockets on every node (revocation.py)."""
-        return await self.revocations.revoke(device_id)
-
-    async def handle_attachment(self, request: web.Request) -> web.StreamResponse:
-        device_id, _, credential = (bearer_token(request) or "").partition(":")
-        d = None
-        if device_id and credential:
-            d = self.registry.authenticate(device_id, credential)
-            if d is None:  # a wrong credential is slowed; none at all is a plain 401
-                await self.limiter.wrong(client_address(request))
-        if d is None:
-            return _json({"error": {"code": "unauthorized", "message": "Unauthorized"}}, status=401,
-                         headers={"WWW-Authenticate": 'Bearer realm="loomi"'})
-        self.limiter.passed(request)
-        found = self.bridge.attachments.get(request.match_info["attachment_id"])
-        if found is None:
-            return _json({"error": {"code": "not_found", "message": "Attachment not found"}}, status=404)
-        return file_response(*found)
-
-
-def error_from(exc: BaseException) -> BridgeError:
-    log.error("loomi request failed", exc_info=exc)
+def _bridge_error(exc: BaseException) -> BridgeError:
+    if not isinstance(exc, BridgeError):
+        log.error("loomi request failed", exc_info=exc)
     return as_bridge_error(exc)
-
-
-def _json(obj: Any, status: int = 200, headers: Optional[dict] = None) -> web.Response:
-    h = {"Cache-Control": "no-store"}
-    if headers:
-        h.update(headers)
-    return web.Response(body=orjson.dumps(obj), status=status, content_type="application/json", headers=h)
 
 
 __all__ = ["LoomiFrontEnd", "cert_fingerprint", "qr_fingerprint"]

@@ -7,7 +7,7 @@
 The login link is ``http://127.0.0.1:<port>/#token=<LVMH_TOKEN>``: the token travels in
 the URL fragment, which a browser never sends in a request line (so no server or proxy
 log sees it); the page stores it and clears the fragment. The link is the secret: this
-command prints it on request only, never ``serve`` into a log. See README, "The web UI".
+command prints it on request only, never ``serve`` into a log. See docs/usage.md, "The web UI".
 ``open`` needs a server running on the data directory (else one line says how to start it),
 and with ``--browser`` exits 1 when no browser starts (the link is printed all the same).
 """

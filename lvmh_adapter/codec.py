@@ -276,18 +276,24 @@ def events_frame(session_id: str, after: int, raws: Iterable[str]) -> str:
     )
 
 
-def session_list_frame(sessions: list) -> bytes:
-    return orjson.dumps({"type": "session_list", "sessions": sessions})
+def session_list_frame(sessions: list, **page: Any) -> bytes:
+    """The spec's full list; with ``page`` (``total``, ``next``, ``attention``), the first page of it
+    that a browser opened with ``ext=list-deltas`` gets (lvmh_adapter/listing.py)."""
+    return orjson.dumps({"type": "session_list", "sessions": sessions, **page})
 
 
 ENTRY_CHANGES = ("added", "changed", "removed")
 
 
-def session_entry_frame(change: str, session: dict) -> bytes:
-    """One entry of the session list: ``added`` or ``changed`` (the whole entry), ``removed`` (``{"id"}``).
+def session_entry_frame(change: str, session: dict, total: Optional[int] = None) -> bytes:
+    """One entry of the session list: ``added`` or ``changed`` (the whole entry), ``removed`` (``{"id"}``);
+    ``total``: how many sessions are listed now (sent with a change of the list itself).
     An extension frame (docs/web-ui.md, "The live session list"); spec clients ignore it."""
     assert change in ENTRY_CHANGES
-    return orjson.dumps({"type": "session_entry", "change": change, "session": session})
+    frame: dict = {"type": "session_entry", "change": change, "session": session}
+    if total is not None:
+        frame["total"] = total
+    return orjson.dumps(frame)
 
 
 def spawn_status_frame(jobs: list) -> bytes:

@@ -27,6 +27,7 @@ from aiohttp import web
 from bridge_core.model import commands as cmd
 from bridge_core.model.errors import BadRequest, BridgeError, Conflict, NotImplementedByAgent
 from . import codec
+from .listing import matches, needle_of
 from .errors import SessionNotFound, json_response, rest_error
 from .rest import _origin, read_json  # one Origin and one body reader for every lvmh REST route
 
@@ -34,20 +35,11 @@ if TYPE_CHECKING:
     from .server import LvmhFrontEnd
 
 MAX_NAME = 200
-MAX_QUERY = 200
 
 
 def _name(body: dict, required: bool) -> Optional[str]:
     name = codec.body_string(body, "name", max_len=MAX_NAME, required=required)
     return name.strip() if name is not None else None
-
-
-def _matches(view: dict, needle: str) -> bool:
-    for key in ("name", "repo", "cwd", "id"):
-        value = view.get(key)
-        if isinstance(value, str) and needle in value.casefold():
-            return True
-    return False
 
 
 class Conversations:
@@ -72,13 +64,13 @@ class Conversations:
         raise SessionNotFound()
 
     async def search(self, request: web.Request) -> web.Response:
-        q = request.query.get("q", "")
-        if len(q) > MAX_QUERY:
-            return rest_error(BadRequest(f"q longer than {MAX_QUERY} characters"))
-        needle = q.strip().casefold()
-        views = self.fe.session_list()
+        try:
+            needle = needle_of(request.query.get("q", ""))
+        except BadRequest as exc:
+            return rest_error(exc)
+        views = self.fe.listing.full()
         if needle:
-            views = [v for v in views if _matches(v, needle)]
+            views = [v for v in views if matches((v.get("name"), v.get("repo"), v.get("cwd"), v.get("id")), needle)]
         return json_response(views)
 
     async def create(self, request: web.Request) -> web.Response:
@@ -97,7 +89,7 @@ class Conversations:
                 await self.fe.bridge.execute(cmd.SetModel(model=model, provider=provider, conversation_id=cid), origin)
             if reasoning is not None:
                 await self.fe.bridge.execute(cmd.SetReasoning(effort=reasoning, conversation_id=cid), origin)
-            return json_response(self.fe.session_view(cid) or {"id": cid}, status=201)
+            return json_response(self.fe.listing.view(cid) or {"id": cid}, status=201)
         except Exception as exc:
             return rest_error(exc)
 
@@ -120,7 +112,7 @@ class Conversations:
             name = _name(await read_json(request), required=True)
             assert name is not None
             await self.fe.bridge.execute(cmd.RenameConversation(conversation_id=cid, name=name), _origin(request))
-            return json_response(self.fe.session_view(cid) or {"id": cid, "name": name})
+            return json_response(self.fe.listing.view(cid) or {"id": cid, "name": name})
         except Exception as exc:
             return rest_error(exc)
 

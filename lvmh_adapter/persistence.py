@@ -169,10 +169,13 @@ class EventLog:
     def _stored(self, sql: str, params: tuple = ()) -> list[StoredSession]:
         out = []
         for sid, info, last_seq, last_at, source, reserved, stored in self.store.query(sql, params):
-            try:
-                data = orjson.loads(info)
-            except orjson.JSONDecodeError:
-                data = {}
+            if source == "bridge":  # its conversation says what it is (server.bridge_info): not kept twice
+                data: Any = {}
+            else:
+                try:
+                    data = orjson.loads(info)
+                except orjson.JSONDecodeError:
+                    data = {}
             if not isinstance(data, dict):
                 data = {}
             if int(last_seq or 0) > self.committed.get(sid, 0):

@@ -61,7 +61,9 @@ class SessionRecord:
         # bridge: handed out, reserved half a block early; plugin: seen, recorded once a seq passes it
         self.seqs = SeqReservation(SEQ_BLOCK, high, margin=SEQ_BLOCK // 2 if source == "bridge" else 0)
         self.top = high
-        self.run = OpenRun()  # plugin: what its stored events leave open (a run, message, tools)
+        # plugin: what its stored events leave open (a run, message, tools); a bridge conversation's runs are
+        # the core's (none is kept per conversation: thousands of them cost nothing here)
+        self.run: Any = OpenRun() if source == "plugin" else None
         self.abandon: Any = None  # plugin: the front end's timer that closes its open run if it never returns
         self.stored = 0  # plugin: bytes of events stored (persisted with the session, so a restart keeps it)
 

@@ -171,7 +171,7 @@ class PluginRelay:
                     self.carried.pop(sid, None)
             if self.elsewhere.get(sid) == node:  # type: ignore[arg-type]
                 del self.elsewhere[sid]  # type: ignore[arg-type]
-                self.fe.stream.list_changed()
+                self.fe.stream.list_changed(sid)
                 waiting = self._handover.get(sid)  # type: ignore[arg-type]
                 if waiting is not None:
                     waiting.set()
@@ -196,7 +196,7 @@ class PluginRelay:
             cutshort.returned(rec)  # that node answers for its open run now
         self.carried.pop(rec.id, None)  # that node took the run over, if there was one
         self.elsewhere[rec.id] = node
-        self.fe.stream.list_changed()
+        self.fe.stream.list_changed(rec.id)
 
     def _frame(self, data: dict) -> None:
         rec = self._record(data.get("s"))
@@ -216,7 +216,7 @@ class PluginRelay:
                 rec.last_event_at = ts
             if etype == "session_info":
                 rec.info = codec.session_info(obj.get("session"), rec.id, rec.info)
-                fe.stream.list_changed()
+                fe.stream.list_changed(rec.id)
         fe.inflight.feed(rec.id, etype, seq, obj)
         fe.stream.push(rec.id, seq, raw)
 
@@ -237,4 +237,4 @@ class PluginRelay:
                     waiting = self._handover.get(sid)
                     if waiting is not None:
                         waiting.set()
-                self.fe.stream.list_changed()
+                    self.fe.stream.list_changed(sid)

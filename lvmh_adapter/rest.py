@@ -19,7 +19,7 @@ from bridge_core.kit.downloads import file_response
 from bridge_core.model.errors import Conflict, NotFound, TooLarge
 from bridge_core.kit.frontend import peer_host
 
-from . import codec
+from . import codec, history, listing
 from .errors import SessionNotFound, error_response, json_response, rest_error
 from .relay import PluginAbort, PluginPrompt
 
@@ -50,7 +50,9 @@ class Rest:
     def routes(self) -> list[web.RouteDef]:
         return [
             web.get("/api/sessions", self.sessions),
+            web.get("/api/sessions/{id}", self.session),
             web.get("/api/sessions/{id}/events", self.events),
+            web.get("/api/sessions/{id}/search", self.search),
             web.post("/api/sessions/{id}/prompt", self.prompt),
             web.post("/api/sessions/{id}/abort", self.abort),
             web.post("/api/approvals/{id}", self.approval),
@@ -75,19 +77,48 @@ class Rest:
     # --- sessions --------------------------------------------------------------------------------------
 
     async def sessions(self, request: web.Request) -> web.Response:
-        return json_response(self.fe.session_list())
+        """The spec's full list; with ``limit``, ``cursor`` or ``q``, a page of it (listing.py)."""
+        query = request.query
+        if not listing.wants_page(query):
+            return json_response(self.fe.listing.full())
+        try:
+            limit = codec.query_int(query, "limit", listing.PAGE_DEFAULT, 1, listing.PAGE_MAX, clamp_high=True)
+            return json_response(self.fe.listing.page(limit, query.get("cursor") or None, query.get("q", "")))
+        except Exception as exc:
+            return rest_error(exc)
+
+    async def session(self, request: web.Request) -> web.Response:
+        view = self.fe.listing.view(request.match_info["id"])
+        return json_response(view) if view is not None else rest_error(SessionNotFound())
 
     async def events(self, request: web.Request) -> web.Response:
+        """The spec's forward read (``after``), or a page backward (``before``: history.py)."""
         sid = request.match_info["id"]
         try:
-            after, limit = codec.events_query(request.query)
+            page = history.page_query(request.query)
             self._known(sid)
         except Exception as exc:
             return rest_error(exc)
         await self.fe.log.settle(sid)  # what the stream already showed is readable here
-        raws = self.fe.log.read(sid, after, limit)
+        headers = None
+        if page.before is None:
+            raws = self.fe.log.read(sid, page.after, page.limit)
+        else:
+            raws, older = history.read_before(self.fe.log.store, sid, page.before, page.limit)
+            headers = {"X-Lvmh-Older": "true" if older else "false"}
         self.fe.counts.replay_events += len(raws)
-        return web.Response(text=codec.json_array(raws), content_type="application/json")
+        return web.Response(text=codec.json_array(raws), content_type="application/json", headers=headers)
+
+    async def search(self, request: web.Request) -> web.Response:
+        """Find in a conversation: the stored events whose text contains ``q`` (history.py)."""
+        sid = request.match_info["id"]
+        try:
+            query = history.search_query(request.query)
+            self._known(sid)
+        except Exception as exc:
+            return rest_error(exc)
+        await self.fe.log.settle(sid)
+        return json_response(await history.search(self.fe.log.store, sid, query))
 
     async def prompt(self, request: web.Request) -> web.Response:
         sid = request.match_info["id"]

@@ -26,11 +26,12 @@ from bridge_core.kit.security import bearer_token, client_address
 from bridge_core.kit.outbox import Outbox
 from bridge_core.model.ids import new_id
 
-from . import activity, codec, cutshort, errors
+from . import codec, cutshort, errors
 from .auth import PRINCIPAL_KEY as PRINCIPAL
 from .auth import Authenticator, Principal, WorkerCredentials, check_origin, principal_of, public_url
 from .errors import error_frame, error_response
 from .inflight import InFlight
+from .listing import EXT_LIST_DELTAS, Listing
 from .persistence import EventLog
 from .plugin_source import SOURCE_NAME, PluginSource
 from .push import PUSH_DECIDE, push_routes
@@ -85,8 +86,8 @@ class LvmhFrontEnd(FrontEnd):
         self.log = EventLog(bridge.store)
         self.registry = SessionRegistry()  # the seq books and ownership of every session (registry.py)
         self.records = self.registry.records
-        self.stream = EventStream(self.session_list, self.spawn_jobs, self.session_view)
-        self._list_cache: Optional[tuple[int, float, bytes]] = None
+        self.listing = Listing(self)  # entries, the full list, the list in pages (listing.py)
+        self.stream = EventStream(self.listing, self.spawn_jobs)
         self.renderer = Renderer(self.bridge_info)
         self.inflight = InFlight()  # open messages' text for browsers subscribing mid-stream
         self.source = PluginSource(self)
@@ -283,7 +284,7 @@ class LvmhFrontEnd(FrontEnd):
         conv = self.bridge.conversations.get(cid)
         rec = self.records.get(cid)
         if conv is None:
-            return dict(rec.info) if rec is not None else {"id": cid}
+            return dict(rec.info) if rec is not None and rec.info else {"id": cid}
         model, provider = self._model_of(cid)
         return {
             "id": cid,
@@ -295,54 +296,6 @@ class LvmhFrontEnd(FrontEnd):
             "repo": None,
             "startedAt": int(conv.created_at * 1000),
         }
-
-    def session_view(self, sid: str) -> Optional[dict]:
-        """A session's entry: the spec's fields, then what it is doing (``activity.fields``)."""
-        rec = self.records.get(sid)
-        conv = self.bridge.conversations.get(sid)
-        if rec is not None and rec.source == "plugin":
-            out = dict(rec.info)
-            out["online"] = self.relay.is_online(rec)
-            out["lastEventAt"] = rec.last_event_at
-        elif conv is None or conv.source == SOURCE_NAME:
-            return None
-        else:
-            out = self.bridge_info(sid)
-            try:
-                online = bool(self.bridge.source_for(conv).is_online(conv))
-            except Exception:
-                online = False
-            out["online"] = online
-            out["lastEventAt"] = rec.last_event_at if rec is not None else None
-        if conv is not None:
-            out.update(activity.fields(conv, self.bridge.source_for(conv)))
-        return out
-
-    def session_list(self) -> list:
-        ids = [sid for sid, r in self.records.items() if r.source == "plugin"]
-        ids += [cid for cid, c in self.bridge.conversations.items() if c.source != SOURCE_NAME]
-        out = []
-        seen = set()
-        for sid in ids:
-            if sid in seen:
-                continue
-            seen.add(sid)
-            view = self.session_view(sid)
-            if view is not None:
-                out.append(view)
-        out.sort(key=lambda s: (s.get("lastEventAt") or s.get("startedAt") or 0), reverse=True)
-        return out
-
-    def _session_list_frame(self) -> bytes:
-        """The encoded list for a browser that just connected: rebuilt when the list changed
-        (or after a second, for lastEventAt), not once per connection: a reconnect storm of
-        browsers costs one encoding, not one each."""
-        now = asyncio.get_running_loop().time()
-        cached = self._list_cache
-        if cached is None or cached[0] != self.stream.list_version or now - cached[1] > 1.0:
-            cached = (self.stream.list_version, now, codec.session_list_frame(self.session_list()))
-            self._list_cache = cached
-        return cached[2]
 
     def spawn_jobs(self) -> Optional[list]:
         if self.spawn is None:
@@ -516,7 +469,7 @@ class LvmhFrontEnd(FrontEnd):
                 self.relay.offline(sid)
                 self.source.disconnected(sid)
                 cutshort.watch_abandoned(self, rec)
-                self.stream.list_changed()
+                self.stream.list_changed(sid)
             return
         if not self._take_over(rec, conn):  # a concurrent hello of the same credential: the last one wins
             await self._refuse_takeover(conn)
@@ -532,7 +485,7 @@ class LvmhFrontEnd(FrontEnd):
             self.log.set_online(sid, True)
             self.source.connected(sid)
             self.relay.online(rec)
-            self.stream.list_changed()
+            self.stream.list_changed(sid)
             if not rebind:
                 log.info("lvmh: plugin session %s connected from %s (lastSeq %d)", sid, conn.peer, last)
 
@@ -587,7 +540,7 @@ class LvmhFrontEnd(FrontEnd):
         rec.info = info
         self.log.upsert_session(rec.id, info, "plugin")
         self.source.info_changed(rec.id, display_name(info), before, info)  # the shared events come from the source
-        self.stream.list_changed()
+        self.stream.list_changed(rec.id)
 
     def _ingest(self, rec: SessionRecord, frame: codec.PluginFrame, charged: int = 0) -> None:
         etype = frame.type
@@ -625,7 +578,7 @@ class LvmhFrontEnd(FrontEnd):
         self.relay.offline(rec.id)
         self.source.disconnected(rec.id)
         cutshort.watch_abandoned(self, rec)
-        self.stream.list_changed()
+        self.stream.list_changed(rec.id)
         log.info("lvmh: plugin session %s disconnected", rec.id)
 
     # --- browser socket ------------------------------------------------------------------------------
@@ -636,13 +589,14 @@ class LvmhFrontEnd(FrontEnd):
         ws = web.WebSocketResponse(max_msg_size=codec.MAX_BROWSER_FRAME, heartbeat=HEARTBEAT, compress=False)
         await ws.prepare(request)
         conn = BrowserConn(
-            ws, Outbox(ws_text_sender(ws, request), on_overflow=lambda: self._close_later(ws, b"slow consumer; reconnect"))
+            ws, Outbox(ws_text_sender(ws, request), on_overflow=lambda: self._close_later(ws, b"slow consumer; reconnect")),
+            deltas=EXT_LIST_DELTAS in request.query.get("ext", "").split(","),
         )
         writer = self.tasks.spawn(conn.outbox.run(), name="lvmh-browser-writer")
         state = BrowserSession()
         self.sockets.add(ws)
         self.stream.add(conn)
-        conn.outbox.put(self._session_list_frame(), key="session_list")
+        conn.outbox.put(self.listing.first_frame(conn.deltas), key="session_list")
         jobs = self.spawn_jobs()
         if jobs is not None:
             conn.outbox.put(codec.spawn_status_frame(jobs), key="spawn_status")
@@ -740,7 +694,7 @@ class LvmhFrontEnd(FrontEnd):
                         self.log.upsert_session(cid, rec.info, "bridge")
             elif self.cluster is not None and not self._writes():
                 self.plugin_record(cid)  # a pi session connected to another node: listed here too
-            self.stream.list_changed()
+            self.stream.list_changed(cid, "added" if t is ev.ConversationCreated else "changed")
             return
         if t is ev.ConversationDeleted:
             self._forget(e.conversation_id, store=self._writes())  # several nodes: by the deletion's node
@@ -750,7 +704,7 @@ class LvmhFrontEnd(FrontEnd):
                 self._models.clear()
             else:
                 self._models.pop(e.conversation_id, None)
-            self.stream.list_changed()
+            self.stream.list_changed(e.conversation_id)  # None: every conversation's model
         cid = getattr(e, "conversation_id", None)
         if cid is None:
             return
@@ -770,4 +724,4 @@ class LvmhFrontEnd(FrontEnd):
         self.stream.forget(sid)
         if rec is not None and store:
             self.log.delete_session(sid)
-        self.stream.list_changed()
+        self.stream.list_changed(sid, "removed")

@@ -13,6 +13,12 @@ preview or its waiting decisions) sends every browser that one entry, not the
 whole list: ``{"type": "session_entry", "change": "changed", "session": {...}}``,
 at most one per session and tick, coalesced per session in each outbox
 (docs/web-ui.md, "The live session list").
+
+A change of the list itself (a session added, renamed, online or offline, removed)
+sends a spec client the whole ``session_list``, as the spec says. A browser that
+opened the socket with ``ext=list-deltas`` (the web UI; ``listing.py``) gets that one
+entry instead, ``added``, ``changed`` or ``removed``, with the list's ``total``; a
+change of every entry at once (the default model) sends it the first page again.
 """
 
 from __future__ import annotations
@@ -34,28 +40,35 @@ _ids = itertools.count(1)
 
 
 class BrowserConn:
-    __slots__ = ("ws", "outbox", "subscription", "id")
+    __slots__ = ("ws", "outbox", "subscription", "id", "deltas")
 
-    def __init__(self, ws: web.WebSocketResponse, outbox: Outbox):
+    def __init__(self, ws: web.WebSocketResponse, outbox: Outbox, deltas: bool = False):
         self.ws = ws
         self.outbox = outbox
         self.subscription: Optional[str] = None
         self.id = next(_ids)
+        self.deltas = deltas  # opened with ext=list-deltas: list changes as entries (module docstring)
+
+
+def merge_change(before: Optional[str], change: str) -> str:
+    """Two changes of one entry within a tick as one: an entry added then changed is still new to a browser."""
+    if before == "added" and change == "changed":
+        return "added"
+    return change
 
 
 class EventStream:
-    def __init__(self, session_list: Callable[[], list], spawn_jobs: Callable[[], Optional[list]],
-                 session_entry: Callable[[str], Optional[dict]] = lambda sid: None):
+    def __init__(self, listing: Any, spawn_jobs: Callable[[], Optional[list]]):
         self.browsers: set[BrowserConn] = set()
         self.subs: dict[str, set[BrowserConn]] = {}
         self.last: dict[str, int] = {}  # sid -> seq of the last event pushed on the stream
         self._pending: dict[str, list] = {}  # sid -> [after, [(seq, raw), ...]]
         self._scheduled = False
-        self._list_dirty = False
+        self._list_dirty = False  # every entry may have changed (no one session said)
+        self._list_changes: dict[str, str] = {}  # sid -> added | changed | removed, since the last flush
         self._spawn_dirty = False
         self._entries_dirty: set[str] = set()  # sessions whose entry changed since the last flush
-        self._session_list = session_list
-        self._session_entry = session_entry
+        self.listing = listing  # listing.Listing: entries, the full list, the first page
         self.list_version = 0  # bumped on every change; lets a reader cache the encoded list
         self._spawn_jobs = spawn_jobs
 
@@ -108,9 +121,13 @@ class EventStream:
         self.last.pop(sid, None)
         self._pending.pop(sid, None)
 
-    def list_changed(self) -> None:
+    def list_changed(self, sid: Optional[str] = None, change: str = "changed") -> None:
+        """The list changed: ``sid``'s entry (``added``, ``changed``, ``removed``), or every entry (None)."""
         self.list_version += 1
-        self._list_dirty = True
+        if sid is None:
+            self._list_dirty = True
+        else:
+            self._list_changes[sid] = merge_change(self._list_changes.get(sid), change)
         self._schedule()
 
     def entry_changed(self, sid: str) -> None:
@@ -141,21 +158,51 @@ class EventStream:
                     for frame in frames:
                         if not conn.outbox.put(frame):
                             break
-        if self._list_dirty:  # the whole list holds every entry that changed meanwhile
-            self._list_dirty = False
-            self._entries_dirty.clear()
-            self.broadcast(codec.session_list_frame(self._session_list()), key="session_list")
+        if self._list_dirty or self._list_changes:
+            self._flush_list()
         elif self._entries_dirty:
             dirty, self._entries_dirty = self._entries_dirty, set()
-            for sid in dirty:
-                entry = self._session_entry(sid)
-                if entry is not None:  # a session gone meanwhile: the list that follows its removal says so
-                    self.broadcast(codec.session_entry_frame("changed", entry), key=("session_entry", sid))
+            self._send_entries(dirty, tuple(self.browsers))
         if self._spawn_dirty:
             self._spawn_dirty = False
             jobs = self._spawn_jobs()
             if jobs is not None:
                 self.broadcast(codec.spawn_status_frame(jobs), key="spawn_status")
+
+    def _flush_list(self) -> None:
+        refresh, changes, dirty = self._list_dirty, self._list_changes, self._entries_dirty
+        self._list_dirty, self._list_changes, self._entries_dirty = False, {}, set()
+        spec = [c for c in self.browsers if not c.deltas]
+        deltas = [c for c in self.browsers if c.deltas]
+        if spec:  # the whole list holds every entry that changed meanwhile
+            frame = codec.session_list_frame(self.listing.full())
+            for conn in spec:
+                conn.outbox.put(frame, key="session_list")
+        if not deltas:
+            return
+        if refresh:  # after what is queued (no key: an entry behind an older list must not win over it)
+            frame = self.listing.page_frame()
+            for conn in deltas:
+                conn.outbox.put(frame)
+            return
+        total = self.listing.total()
+        for sid, change in changes.items():
+            entry = self.listing.view(sid) if change != "removed" else None
+            if entry is None:
+                change, entry = "removed", {"id": sid}
+            frame = codec.session_entry_frame(change, entry, total=total)
+            for conn in deltas:
+                conn.outbox.put(frame, key=("session_entry", sid))
+        self._send_entries(dirty - changes.keys(), deltas)
+
+    def _send_entries(self, sids: Any, conns: Any) -> None:
+        for sid in sids:
+            entry = self.listing.view(sid)
+            if entry is None:  # a session gone meanwhile: its removal says so
+                continue
+            frame = codec.session_entry_frame("changed", entry)
+            for conn in conns:
+                conn.outbox.put(frame, key=("session_entry", sid))
 
     def broadcast(self, frame: Any, key: Optional[str] = None) -> None:
         for conn in tuple(self.browsers):

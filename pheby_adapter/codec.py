@@ -30,7 +30,7 @@ CLIENT_TYPES = (
     "clarify.respond", "models.list", "model.set", "models.current", "reasoning.set",
     "reasoning.current", "yolo.set", "yolo.current",
 )  # fmt: skip
-# the bridge's extension frames (README, "Extension frames"): an app that never sends them sees nothing new
+# the bridge's extension frames (docs/pheby.md, "Push"): an app that never sends them sees nothing new
 EXTENSION_TYPES = ("push.register", "push.unregister")
 
 _conv = strict_converter()

@@ -41,10 +41,12 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "fakes": (),
     "hardening": (),
     "hermes": (),  # the plugin's unit tests import no Hermes
+    "hermes/test_gateway_data_dir.py": ("hermes",),
     "hermes/test_gateway_e2e.py": ("hermes",),
     "loomi": (),
     "lvmh": (),
     "lvmh/test_extension_interop.py": ("pi",),  # Node 22, which scripts/install-pi.sh installs
+    "nemesis": ("postgresql", "redis"),
     "pheby": (),
     "pi": ("pi",),
     "push": (),
@@ -55,11 +57,12 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "security": (),
     "store": ("postgresql",),
     "test_architecture.py": (),
+    "test_docs.py": (),
 }
 
 # the peer markers of pyproject.toml: the entries holding the tests that carry each one
 MARKED: dict[str, tuple[str, ...]] = {
-    "hermes": ("hermes/test_gateway_e2e.py",),
+    "hermes": ("hermes/test_gateway_data_dir.py", "hermes/test_gateway_e2e.py"),
     "pi": ("pi",),
     "browser": ("browser", "remote/test_proxy_browser.py"),
 }

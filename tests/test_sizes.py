@@ -23,9 +23,6 @@ DECLARATIVE: dict[str, str] = {}  # "path:function" -> why it is a table, not lo
 SPLITTING: dict[str, str] = {  # "path" (a module) or "path:function" -> the issue splitting it
     "lvmh_adapter/server.py": "issue 40, item 3: the lvmh split (LvmhFrontEnd into a session book and thin modules)",
     "lvmh_adapter/spawn.py": "issue 40, item 3: the lvmh split",
-    "loomi_adapter/server.py": "issue 40, item 2: Loomi's sans-I/O protocol object (the server only moves bytes)",
-    "loomi_adapter/devices.py": "issue 40, item 2: Loomi's one SeqLog (the stamping devices.py inlines)",
-    "loomi_adapter/history.py:rebuild": "issue 40, item 2: Loomi's one SeqLog (the replay rows rebuilt once)",
 }
 
 

@@ -443,7 +443,7 @@ class StoredSettings:
         self.default_provider = default_provider
         # Every agent.* setting, read once, when this process is the store's only writer of them (SQLite):
         # every run start reads three (one per conversation among them), and a read on the loop waited up
-        # to 21 ms for the GIL behind a busy writer thread (README, "Team load"). A shared store (several
+        # to 21 ms for the GIL behind a busy writer thread (docs/performance.md, "Team load"). A shared store (several
         # nodes) is read each time.
         self._cache: Optional[dict[str, Any]] = None
 

@@ -1,4 +1,4 @@
-"""Configuration: the options, environment variables and TOML file of README.md ("Running it").
+"""Configuration: the options, environment variables and TOML file of docs/usage.md ("Running it", "The config file").
 
 Precedence: command-line flags, then environment variables, then the TOML
 file (``--config`` or ``<data-dir>/config.toml``), then defaults. Missing

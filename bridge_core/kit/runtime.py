@@ -1,8 +1,8 @@
 """Interpreter settings for a serving process (docs/architecture.md, "Where each rule lives").
 
 Two things stall the event loop of a busy bridge that a minimal server does
-not have (measured with ``python -m bench --only team -v``, see README
-"Performance"):
+not have (measured with ``python -m bench --only team -v``, see docs/performance.md,
+"Team load"):
 
 - the GIL hand-off to the store's writer thread. Each SQLite step releases
   the GIL and takes it back; while the loop runs Python code, taking it back
@@ -12,8 +12,8 @@ not have (measured with ``python -m bench --only team -v``, see README
   it costs nothing while only one thread runs. At 0.5 ms a run's first
   frames still waited about 20 ms for their commit while the loop streamed
   an unpaced ``/bench 2000`` (a commit is some twenty hand-offs); at 0.1 ms,
-  3 ms, with the CPU per frame unchanged within the noise (README
-  "Performance", a team's start).
+  3 ms, with the CPU per frame unchanged within the noise (docs/performance.md,
+  "A team's start").
 - full garbage collections over everything imported and built at start
   (tens of thousands of objects that never die). ``gc.freeze`` after start
   moves them out of the collector's view, so a collection scans only what

@@ -5,8 +5,8 @@ from the operating system's CSPRNG, as ``secrets.token_hex`` gives them, but
 read 4 KiB at a time (``_Pool``): ``os.urandom`` releases the GIL around its
 system call, and on a serving bridge the store's writer thread, woken by the
 writes a run's start queues, takes it there; the loop then waits up to the
-switch interval for it back, three times per run started (README
-"Performance", the team load's run starts). The pool hands out each byte
+switch interval for it back, three times per run started (docs/performance.md,
+"A team's start"). The pool hands out each byte
 once, under a lock, and a forked child starts a pool of its own.
 """
 

@@ -8,6 +8,15 @@ export class ApiError extends Error {
   }
 }
 
+/** The response boot.js asked for this very request while the page loaded (same token), once; else null. */
+function takeEarly(method, path, token) {
+  const early = typeof window !== "undefined" ? window.lvmhEarly : null;
+  if (!early || method !== "GET" || early.token !== token) return null;
+  const response = early.responses.get(path);
+  if (response) early.responses.delete(path);
+  return response || null;
+}
+
 export class Api {
   constructor(getToken, onUnauthorized) {
     this.getToken = getToken;
@@ -20,7 +29,8 @@ export class Api {
 
   /** The request and its response headers: `{data, headers}`. */
   async exchange(method, path, body) {
-    const headers = { Authorization: `Bearer ${this.getToken() || ""}` };
+    const token = this.getToken() || "";
+    const headers = { Authorization: `Bearer ${token}` };
     const init = { method, headers, cache: "no-store" };
     if (body !== undefined) {
       headers["Content-Type"] = "application/json";
@@ -28,7 +38,7 @@ export class Api {
     }
     let res;
     try {
-      res = await fetch(path, init);
+      res = await (takeEarly(method, path, token) || fetch(path, init));
     } catch (err) {
       throw new ApiError(0, "The daemon cannot be reached.", null);
     }
@@ -49,26 +59,35 @@ export class Api {
     return { data, headers: res.headers };
   }
 
+  /** The spec's full list (GET /api/sessions). */
   sessions() {
     return this.request("GET", "/api/sessions");
   }
 
-  /** Persisted events after `after`, all pages (limit per request). */
-  async events(id, after = 0, limit = 1000) {
-    const out = [];
-    let cursor = after;
-    for (let page = 0; page < 10000; page += 1) {
-      const batch = await this.request(
-        "GET",
-        `/api/sessions/${encodeURIComponent(id)}/events?after=${cursor}&limit=${limit}`,
-      );
-      if (!Array.isArray(batch) || batch.length === 0) break;
-      out.push(...batch);
-      const last = Math.max(...batch.map((e) => (typeof e.seq === "number" ? e.seq : cursor)));
-      if (batch.length < limit || last <= cursor) break;
-      cursor = last;
-    }
-    return out;
+  /** A page of the list, in the web UI's order: `{sessions, total, next}` (docs/lvmh.md, "The session list in pages"). */
+  sessionsPage({ limit = 50, cursor = null, q = "" } = {}) {
+    const query = new URLSearchParams({ limit: String(limit) });
+    if (cursor) query.set("cursor", cursor);
+    if (q) query.set("q", q);
+    return this.request("GET", `/api/sessions?${query}`);
+  }
+
+  /** One session's entry. */
+  session(id) {
+    return this.request("GET", `/api/sessions/${encodeURIComponent(id)}`);
+  }
+
+  /** The newest `limit` stored events below `before` ("latest": the newest page): `{events, older}`. */
+  async eventsPage(id, { before = "latest", limit = 200 } = {}) {
+    const { data, headers } = await this.exchange("GET", `/api/sessions/${encodeURIComponent(id)}/events?before=${before}&limit=${limit}`);
+    return { events: Array.isArray(data) ? data : [], older: headers.get("X-Lvmh-Older") === "true" };
+  }
+
+  /** Find in a conversation: `{hits: [{seq, type, kind, id, snippet, match}], next}`, newest first. */
+  search(id, q, { before = null, limit = 100 } = {}) {
+    const query = new URLSearchParams({ q, limit: String(limit) });
+    if (before !== null) query.set("before", String(before));
+    return this.request("GET", `/api/sessions/${encodeURIComponent(id)}/search?${query}`);
   }
 
   prompt(id, message) {

@@ -4,17 +4,22 @@
 
 import { Api, ApiError } from "./api.js";
 import { h, replaceChildren } from "./dom.js";
-import { applyEvents, createSession, pendingDecisions } from "./reducer.js";
+import { pendingDecisions } from "./reducer.js";
 import { relativeTime } from "./format.js";
 import { LiveSocket } from "./socket.js";
 import { renderPanel, untilLine } from "./view.js";
-import { jumpToLatest, onTimelineScroll, renderTimeline } from "./timeline.js";
+import { jumpToLatest, onTimelineScroll, pinItem, renderTimeline } from "./timeline.js";
+import { Loader } from "./loader.js";
+import { SessionBook, LIST_PAGE } from "./book.js";
+import { Finder } from "./find.js";
+import { hitKey, itemFor, phaseOf } from "./history.js";
+import { liveRegion } from "./announce.js";
 import { cardActions } from "./actions.js";
 import { SpawnDialog } from "./spawn.js";
 import { ConversationDialogs, isBridgeConversation } from "./conversations.js";
 import { isPiSession, sessionTitle } from "./labels.js";
 import { drawHead } from "./head.js";
-import { applyEntry, pageTitle, sortSessions, waitingEverywhere } from "./sessions.js";
+import { pageTitle, waitingEverywhere } from "./sessions.js";
 import { renderList as drawList } from "./sidebar.js";
 import { attentionBanner, setFavicon } from "./attention.js";
 import { Composer } from "./composer.js";
@@ -24,16 +29,12 @@ import { forgetPush, notifyMe } from "./push.js";
 import { THEME_KEY, TOKEN_KEY, applyTheme, cycleTheme, readStorage, writeStorage } from "./prefs.js";
 import { toast } from "./toast.js";
 
-const MAX_KEPT_SESSIONS = 8;
 const CLOCK_MS = 5000; // relative times and expiry countdowns are redrawn this often
 
 const $ = (id) => document.getElementById(id);
 
 const app = {
   token: readStorage(TOKEN_KEY),
-  sessions: [],
-  sessionsById: new Map(),
-  listLoaded: false,
   current: null, // id of the open session
   states: new Map(), // id -> reducer state (most recently used last)
   conn: "idle",
@@ -46,10 +47,11 @@ const app = {
     errors: new Map(),
     answeredHere: new Set(),
     previews: new Map(), // attachment id -> object URL
+    found: null, // the key of the item a search hit is about (find.js)
   },
-  rendered: { sessionId: null, structureRev: -1, nodes: new Map(), panelRev: -1, headKey: "", bannerKey: "" },
+  rendered: {},
   renderTimer: null,
-  filter: "",
+  listTimer: null,
   unseen: false, // content arrived below while the user was scrolled up
   notified: new Set(), // decision keys a browser notification was shown for
 };
@@ -98,11 +100,11 @@ async function submitToken(e) {
   const previous = app.token;
   app.token = value;
   try {
-    const list = await new Api(() => value, () => {}).sessions();
+    const page = await new Api(() => value, () => {}).sessionsPage({ limit: LIST_PAGE });
     writeStorage(TOKEN_KEY, value);
     $("gate").hidden = true;
     document.body.classList.remove("gated");
-    setSessions(list);
+    book.setPage(page);
     start();
   } catch (err) {
     app.token = previous;
@@ -122,20 +124,22 @@ async function signOut() {
 
 // --- sessions list -----------------------------------------------------------------
 
-function setSessions(list) {
-  const before = app.current ? app.sessionsById.get(app.current) : null;
-  app.sessions = sortSessions(list);
-  app.sessionsById = new Map(app.sessions.map((s) => [String(s.id), s]));
-  app.listLoaded = true;
-  if (before && isBridgeConversation(before) && !app.sessionsById.has(app.current)) {
+const book = new SessionBook({
+  api,
+  onChange: listChanged,
+  onRemoved: (id, before) => {
+    if (id !== app.current || !before || !isBridgeConversation(before)) return;
     // the open conversation was deleted (here or from another client): back to the list
-    app.states.delete(app.current);
+    app.states.delete(id);
     toast(`“${sessionTitle(before)}” was deleted.`, "info", 4000);
     location.hash = "#";
-  }
+  },
+});
+
+function listChanged() {
   // a session we could not load (spawned, not connected yet) has appeared: load it now
   const st = app.current ? app.states.get(app.current) : null;
-  if (st && st.notFound && app.sessionsById.has(app.current) && !st.syncing) syncSession(app.current);
+  if (st && st.notFound && book.get(app.current) && !st.syncing) loader.sync(app.current);
   renderList();
   renderHead();
   composer.render();
@@ -143,35 +147,23 @@ function setSessions(list) {
   spawn.renderJobs();
 }
 
-/** One `session_entry` frame: a session's entry added, changed (its activity) or removed. */
-function onSessionEntry(frame) {
-  setSessions(applyEntry(app.sessions, frame));
+function renderList() {
+  drawList($("session-list"), $("session-count"), { book, current: app.current, more: () => book.more(),
+                                                    onResize: () => scheduleList() });
 }
 
-function renderList() {
-  drawList($("session-list"), $("session-count"), app);
+function scheduleList() {
+  if (app.listTimer) return;
+  app.listTimer = setTimeout(() => {
+    app.listTimer = null;
+    renderList();
+  }, 16);
 }
 
 // --- the open session --------------------------------------------------------------
 
-function stateFor(id) {
-  let st = app.states.get(id);
-  if (st) {
-    app.states.delete(id); // move to most-recent
-  } else {
-    st = createSession(id);
-    st.syncing = 0;
-    st.buffer = [];
-    st.notFound = false;
-  }
-  app.states.set(id, st);
-  while (app.states.size > MAX_KEPT_SESSIONS) {
-    const oldest = app.states.keys().next().value;
-    if (oldest === app.current) break;
-    app.states.delete(oldest);
-  }
-  return st;
-}
+const loader = new Loader({ api, app, render: (delay) => scheduleRender(delay) });
+const finder = new Finder({ api, current: () => app.current, reveal: (hit) => revealHit(hit) });
 
 function routeFromHash() {
   const m = location.hash.match(/^#\/s\/(.+)$/);
@@ -184,6 +176,8 @@ function openSession(id) {
   if (prev) socket.send({ type: "unsubscribe", sessionId: prev });
   app.current = id;
   app.menuOpen = false;
+  app.ui.found = null;
+  finder.reset();
   document.body.classList.toggle("has-session", Boolean(id));
   resetRendered();
   renderList();
@@ -192,56 +186,34 @@ function openSession(id) {
     renderView();
     return;
   }
-  stateFor(id);
+  loader.stateFor(id);
+  book.ensure(id);
   renderView();
   socket.send({ type: "subscribe", sessionId: id });
-  syncSession(id);
+  loader.sync(id);
 }
 
-/** Fetch persisted events after the last seen seq; live frames that arrive meanwhile wait, then apply. */
-async function syncSession(id) {
-  const st = stateFor(id);
-  st.syncing += 1;
-  try {
-    const events = await api.events(id, st.lastSeq);
-    applyEvents(st, events);
-    st.notFound = false;
-    st.loadError = null;
-  } catch (err) {
-    if (err instanceof ApiError && err.status === 404) st.notFound = true;
-    else if (!(err instanceof ApiError && err.status === 401)) st.loadError = err.message || String(err);
-  } finally {
-    st.syncing -= 1;
-    if (st.syncing === 0 && st.buffer.length) {
-      const buffered = st.buffer;
-      st.buffer = [];
-      applyEvents(st, buffered);
-    }
-    st.loaded = true;
-    if (id === app.current) scheduleRender();
-  }
-}
-
-function onInflightFrame(frame) {
-  onEventsFrame({ sessionId: frame.sessionId, events: [frame] });
-}
-
-function onEventsFrame(frame) {
-  const id = String(frame.sessionId ?? "");
-  const st = app.states.get(id);
-  if (!st || !Array.isArray(frame.events)) return;
-  if (st.syncing > 0) {
-    st.buffer.push(...frame.events);
-  } else {
-    const gap = typeof frame.after === "number" && frame.after > st.lastAny && st.loaded;
-    applyEvents(st, frame.events);
-    if (gap) syncSession(id); // the stream skipped events we never saw: fetch the persisted ones
-  }
-  if (id === app.current) scheduleRender();
+/** Show the item a search hit is about: in what is held, or in the history around it (loader.js). */
+async function revealHit(hit) {
+  const id = app.current;
+  const key = hitKey(hit);
+  const live = app.states.get(id);
+  if (!live) return;
+  let shown = live;
+  if (live.byKey.has(key) || (live.oldestSeq != null && hit.seq >= live.oldestSeq)) app.rendered.detached = null;
+  else if (app.rendered.detached && app.rendered.detached.byKey.has(key)) shown = app.rendered.detached;
+  else shown = await loader.reveal(id, hit.seq);
+  if (id !== app.current) return;
+  const item = itemFor(shown, key, hit.seq);
+  app.ui.found = item ? item.key : null;
+  if (item) pinItem(app, item.key);
+  scheduleRender(0);
 }
 
 function resetRendered() {
-  app.rendered = { sessionId: null, structureRev: -1, nodes: new Map(), panelRev: -1, headKey: "" };
+  app.rendered?.vlist?.destroy();
+  app.rendered = { sessionId: null, panelRev: -1, headKey: "", bannerKey: "", detached: null,
+                   onScroll: () => scheduleRender(0), backToLatest: () => loader.leaveHistory() };
 }
 
 function scheduleRender(delay = 16) {
@@ -270,12 +242,16 @@ function renderView() {
   replaceChildren(view,
     h("div#attention-slot"),
     h("header.session-head#session-head"),
+    finder.build(),
     h("div.session-body",
       h("div.timeline-wrap#timeline-wrap", { onscroll: () => onTimelineScroll(app) },
-        h("div.timeline#timeline", { role: "log", "aria-live": "polite", "aria-label": "Conversation" }),
+        h("div.timeline-head#timeline-head", { role: "status" }),
+        // a feed: only what is on screen is in it (virtual.js); what arrives live is said by #timeline-live
+        h("div.timeline#timeline", { role: "feed", "aria-label": "Conversation" }),
         h("div.timeline-foot#timeline-foot"),
         h("button.jump#jump-btn", { type: "button", hidden: true, onclick: () => jumpToLatest(app), "aria-label": "Jump to the latest message" }, "↓ Jump to latest")),
       h("aside.panel#panel", { "aria-label": "Tasks, subagents and usage" })),
+    liveRegion(),
     composer.build());
   renderSession();
 }
@@ -285,13 +261,15 @@ function renderSession() {
   const st = app.states.get(app.current);
   if (!st) return;
   renderHead();
-  renderTimeline(app, st, { ctx: { ...app.ui, ...cards }, footer: timelineFooter, schedule: scheduleRender });
+  const shown = app.rendered.detached || st; // a view of older history around a search hit, or the live one
+  renderTimeline(app, shown, { ctx: { ...app.ui, ...cards }, footer: timelineFooter, schedule: scheduleRender,
+                               older: () => loader.older(shown), newer: () => loader.newer(shown) });
   renderPanelIfChanged(st);
   composer.render();
 }
 
 function currentSession() {
-  return app.current ? app.sessionsById.get(app.current) || null : null;
+  return app.current ? book.get(app.current) : null;
 }
 
 function renderHead() {
@@ -300,7 +278,7 @@ function renderHead() {
   const s = currentSession();
   const st = app.states.get(app.current);
   const info = s || (st && st.info) || { id: app.current };
-  const phase = st ? st.phase : "idle";
+  const phase = phaseOf(st, s);
   const online = Boolean(s && s.online) && app.conn === "open";
   const outcome = st ? (st.aborted ? "cancelled" : st.lastStatus === "failed" || st.lastError ? "failed" : "done") : "done";
   // what the header shows (not the entry's activity fields, which change with every event)
@@ -312,6 +290,7 @@ function renderHead() {
   drawHead(head, {
     info, phase, outcome, online, known: Boolean(s || (st && st.info)), connOpen: app.conn === "open",
     menuOpen: Boolean(app.menuOpen), stopArmed: Boolean(app.stopArmed),
+    onFind: () => finder.open(),
     onRename: s && isBridgeConversation(s) ? () => dialogs.rename(s) : null,
     onDelete: s && isBridgeConversation(s) ? () => dialogs.remove(s) : null,
     onStopContainer: info.agent ? stopContainer : null,
@@ -337,7 +316,7 @@ function timelineFooter(st) {
 /** Every decision waiting, in every session (the open one's from its events once loaded). */
 function waitingNow() {
   const st = app.current ? app.states.get(app.current) : null;
-  return waitingEverywhere(app.sessions, app.current, st && st.loaded ? pendingDecisions(st) : null);
+  return waitingEverywhere(book.all(), app.current, st && st.loaded ? pendingDecisions(st) : null);
 }
 
 /** The tab's title and icon say what waits, wherever it waits; a notification too while the page is hidden. */
@@ -345,7 +324,7 @@ function updateTitle() {
   const st = app.current ? app.states.get(app.current) : null;
   const waiting = waitingNow();
   const openName = app.current ? sessionTitle(currentSession() || (st && st.info) || { id: app.current }) : null;
-  const title = pageTitle({ openName, running: Boolean(st && st.phase === "running"), waiting });
+  const title = pageTitle({ openName, running: phaseOf(st, currentSession()) === "running", waiting });
   if (document.title !== title) document.title = title;
   setFavicon(waiting.length);
   notifyPending(waiting, app.notified);
@@ -378,7 +357,7 @@ function renderPanelIfChanged(st) {
 
 function offlineReason() {
   const s = currentSession();
-  if (!app.listLoaded) return "Loading…";
+  if (!book.loaded) return "Loading…";
   if (app.conn === "waiting") return "Not connected to the daemon: reconnecting… Prompts can be sent once the connection is back.";
   if (app.conn !== "open") return "Connecting to the daemon…";
   if (!s) return "This session is not connected to the daemon, so prompts cannot be delivered.";
@@ -397,7 +376,7 @@ const composer = new Composer({
   session: () => {
     const st = app.current ? app.states.get(app.current) : null;
     const s = currentSession();
-    return { id: app.current, reason: app.current ? offlineReason() : "", running: Boolean(st && st.phase === "running"),
+    return { id: app.current, reason: app.current ? offlineReason() : "", running: phaseOf(st, s) === "running",
              queues: Boolean(s && isPiSession(s)) };
   },
 });
@@ -426,13 +405,14 @@ async function stopContainer() {
   }
 }
 
-const cards = cardActions({ api, ui: app.ui, rerender: () => scheduleRender(), resync: () => app.current && syncSession(app.current) });
+const cards = cardActions({ api, ui: app.ui, rerender: () => scheduleRender(), resync: () => app.current && loader.sync(app.current) });
 
 // --- the live socket ------------------------------------------------------------------
 
 function wsUrl() {
   const scheme = location.protocol === "https:" ? "wss" : "ws";
-  return `${scheme}://${location.host}/ws?token=${encodeURIComponent(app.token)}`;
+  // ext=list-deltas: the list's first page, then one entry per change (docs/web-ui.md, "Thousands of conversations")
+  return `${scheme}://${location.host}/ws?token=${encodeURIComponent(app.token)}&ext=list-deltas`;
 }
 
 const socket = new LiveSocket({
@@ -440,7 +420,7 @@ const socket = new LiveSocket({
   // the upgrade is tried only once a plain request succeeds (see socket.js): no token in console errors
   probe: async () => {
     try {
-      setSessions(await api.sessions());
+      book.setPage(await api.sessionsPage({ limit: LIST_PAGE }));
       return true;
     } catch {
       return false;
@@ -450,22 +430,22 @@ const socket = new LiveSocket({
     loadAgent(); // the daemon may have restarted with another agent
     if (app.current) {
       socket.send({ type: "subscribe", sessionId: app.current });
-      syncSession(app.current);
+      loader.sync(app.current);
     }
   },
   onFrame: (frame) => {
     switch (frame.type) {
       case "session_list":
-        if (Array.isArray(frame.sessions)) setSessions(frame.sessions);
+        if (Array.isArray(frame.sessions)) book.setPage(frame);
         break;
       case "session_entry":
-        onSessionEntry(frame);
+        book.apply(frame);
         break;
       case "events":
-        onEventsFrame(frame);
+        loader.onEvents(frame);
         break;
       case "inflight":
-        onInflightFrame(frame);
+        loader.onEvents({ sessionId: frame.sessionId, events: [frame] });
         break;
       case "spawn_status":
         if (Array.isArray(frame.jobs)) spawn.setJobs(frame.jobs);
@@ -533,7 +513,7 @@ const spawn = new SpawnDialog({
   openSession: (id) => {
     location.hash = `#/s/${encodeURIComponent(id)}`;
   },
-  sessionKnown: (id) => app.sessionsById.has(String(id)),
+  sessionKnown: (id) => Boolean(book.get(id)),
 });
 
 // --- start -------------------------------------------------------------------------
@@ -550,10 +530,12 @@ function init() {
   applyTheme(readStorage(THEME_KEY) || "auto", $("theme-btn"));
   $("new-conv-btn").addEventListener("click", () => dialogs.openNew());
   $("notify-btn").addEventListener("click", () => notifyMe(api, $("notify-btn"), toast));
+  let searchTimer = null;
   $("session-search").addEventListener("input", (e) => {
-    app.filter = e.target.value;
-    renderList();
+    clearTimeout(searchTimer); // the list is searched on the server, once typing pauses
+    searchTimer = setTimeout(() => book.search(e.target.value), 150);
   });
+  $("sidebar").addEventListener("scroll", () => scheduleList(), { passive: true });
   renderNotifyButton($("notify-btn"));
   $("theme-btn").addEventListener("click", () => cycleTheme($("theme-btn")));
   $("signout-btn").addEventListener("click", signOut);
@@ -587,6 +569,6 @@ function init() {
 }
 
 // exposed for tests and debugging (read-only use)
-window.lvmhApp = { app, socket, pendingDecisions };
+window.lvmhApp = { app, book, socket, pendingDecisions };
 
 init();

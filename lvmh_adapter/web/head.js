@@ -7,7 +7,7 @@ import { isPiSession, presence, sessionTitle, shortPath } from "./labels.js";
 
 /**
  * `o`: {info, phase, outcome, online, known, connOpen, menuOpen, stopArmed} and the actions offered
- * (`onRename`, `onDelete`, `onStopContainer`: null when the session has none), `onMenu` toggles "⋯".
+ * (`onFind`, `onRename`, `onDelete`, `onStopContainer`: null when the session has none), `onMenu` toggles "⋯".
  */
 export function drawHead(head, o) {
   const { info } = o;
@@ -26,6 +26,7 @@ export function drawHead(head, o) {
     : !o.known ? "not connected yet"
     : `${pi ? "pi" : `${info.agentLabel || "The"} agent`} · ${presence({ ...info, online: o.online })}`;
   const actions = h("div.head-actions#head-actions", { class: o.menuOpen ? "open" : "" });
+  if (o.onFind) actions.appendChild(h("button#find-btn", { type: "button", onclick: o.onFind, title: "Find in this conversation (Ctrl+F)", "aria-keyshortcuts": "Control+F" }, "Find"));
   if (o.onRename) actions.appendChild(h("button#rename-btn", { type: "button", onclick: o.onRename, title: "Rename this conversation" }, "Rename"));
   if (o.onDelete) actions.appendChild(h("button.danger#delete-btn", { type: "button", onclick: o.onDelete, title: "Delete this conversation" }, "Delete"));
   if (o.onStopContainer) {

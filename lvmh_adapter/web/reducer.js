@@ -366,6 +366,7 @@ export function applyEvent(state, ev) {
       tool.resultPreview = str(pick(ev, "resultPreview", "result_preview"), tool.resultPreview);
       const err = pick(ev, "error");
       if (err) tool.error = str(err);
+      tool.endedAt = ts;
       tool.durationMs = num(pick(ev, "durationMs", "duration_ms"));
       if (tool.durationMs === null && tool.startedAt && ts) tool.durationMs = Math.max(0, ts - tool.startedAt);
       touch(state, tool);

@@ -1,10 +1,12 @@
 // The conversation list on the left: every session, live (order, times, previews), each with what
-// waits in it (a badge with the count, the soonest expiry in its tooltip) and whether it runs.
+// waits in it (a badge with the count, the soonest expiry in its tooltip) and whether it runs. Only
+// the entries on screen are in the DOM; the list's pages are loaded as it scrolls (book.js).
 
-import { h, clear } from "./dom.js";
-import { agentBadge, isPiSession, presenceLabel, sessionMatches, sessionTitle, shortPath } from "./labels.js";
+import { h } from "./dom.js";
+import { agentBadge, isPiSession, presenceLabel, sessionTitle, shortPath } from "./labels.js";
 import { waitingBadge, waitingIn } from "./sessions.js";
 import { timeEl, untilLine } from "./view.js";
+import { VirtualList } from "./virtual.js";
 
 function whenEl(ts) {
   return timeEl(ts, ".when") || h("span.when");
@@ -38,26 +40,59 @@ function item(s, active) {
         running ? h("span.when.running", h("span.spinner.small", { "aria-hidden": "true" }), " running") : whenEl(s.lastEventAt ?? s.startedAt))));
 }
 
-/** Draw the list into `ul` (and the count into `countEl`) from the app's sessions. */
-export function renderList(ul, countEl, { sessions, listLoaded, filter, current }) {
-  // the list is redrawn on every activity: a link focused from the keyboard keeps the focus
+const ITEM_ESTIMATE = 72;
+let vlist = null;
+let empty = null;
+
+/** The sidebar's list, drawn as the virtual list it is (virtual.js): only the entries on screen are in the DOM. */
+function listOf(ul, onResize) {
+  if (vlist && vlist.list === ul) return vlist;
+  vlist = new VirtualList({
+    scroller: ul.closest(".sidebar") || ul.parentElement,
+    list: ul,
+    keyOf: (s) => String(s.id),
+    versionOf: (s) => s.version,
+    render: (s) => item(s.entry, s.active),
+    estimate: () => ITEM_ESTIMATE,
+    onResize,
+    overscan: 400,
+    minItems: 40, // a short list is drawn whole
+  });
+  return vlist;
+}
+
+/**
+ * Draw the sessions into `ul` (and the count into `countEl`): `book` (book.js) holds them, `current` is the
+ * open one. `onResize` draws again; `more()` loads the next page when the reader nears the end.
+ */
+export function renderList(ul, countEl, { book, current, onResize, more }) {
+  // a link focused from the keyboard keeps the focus when its entry is redrawn
   const focused = ul.contains(document.activeElement) ? document.activeElement.closest("[data-session-id]") : null;
   const refocus = focused ? focused.dataset.sessionId : null;
-  clear(ul);
-  countEl.textContent = sessions.length ? String(sessions.length) : "";
-  if (!sessions.length) {
-    ul.appendChild(h("li.empty-list", listLoaded ? "No conversations yet. Start one with “New conversation”." : "Loading…"));
-    return;
+  const list = listOf(ul, onResize);
+  countEl.textContent = book.total ? String(book.total) : "";
+  const rows = book.entries.map((s) => {
+    const active = String(s.id) === current;
+    return { id: s.id, entry: s, active, version: `${active ? 1 : 0}${JSON.stringify(s)}` };
+  });
+  list.render(rows);
+  empty?.remove();
+  empty = null;
+  if (!rows.length) {
+    const q = book.filter.trim();
+    empty = !book.loaded ? h("li.empty-list", "Loading…")
+      : q ? h("li.empty-list", "No conversation matches “", q, "”.")
+        : h("li.empty-list", "No conversations yet. Start one with “New conversation”.");
+    ul.appendChild(empty);
   }
-  const needle = filter.trim().toLowerCase();
-  const shown = sessions.filter((s) => sessionMatches(s, needle));
-  if (!shown.length) {
-    ul.appendChild(h("li.empty-list", "No conversation matches “", filter.trim(), "”."));
-    return;
+  // where each shown entry is in the whole list, for a screen reader that sees only these
+  for (const [key, e] of list.entries) {
+    e.node.setAttribute("aria-setsize", String(Math.max(book.total, rows.length)));
+    e.node.setAttribute("aria-posinset", String(list.index.get(key) + 1));
   }
-  for (const s of shown) ul.appendChild(item(s, String(s.id) === current));
-  if (refocus !== null) {
-    const again = [...ul.querySelectorAll("[data-session-id]")].find((li) => li.dataset.sessionId === refocus);
+  if (refocus !== null && (!document.activeElement || !ul.contains(document.activeElement))) {
+    const again = list.nodeOf(refocus);
     if (again) again.querySelector("a").focus({ preventScroll: true });
   }
+  if (book.next && list.range[1] >= rows.length - 10) more();
 }

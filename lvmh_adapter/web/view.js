@@ -16,12 +16,15 @@ const STATUS_LABELS = {
   cancelled: "cancelled",
 };
 
+// one formatter for every timestamp's tooltip (toLocaleString with options builds a new one per call)
+const FULL_DATE = new Intl.DateTimeFormat([], { dateStyle: "full", timeStyle: "medium" });
+
 /** A <time> showing "5 min ago" (refreshed by app.js), the full date and time on hover. */
 export function timeEl(ts, cls = "") {
   const ms = toMillis(ts);
   if (ms === null) return null;
   const d = new Date(ms);
-  const full = d.toLocaleString([], { dateStyle: "full", timeStyle: "medium" });
+  const full = FULL_DATE.format(d);
   return h(`time.rel${cls}`, { datetime: d.toISOString(), title: full, "data-ts": String(ms) }, relativeTime(ms));
 }
 
@@ -31,7 +34,7 @@ export function expiryEl(expiresAt, what = "expires") {
   if (ms === null) return null;
   const d = new Date(ms);
   return h("time.until", { datetime: d.toISOString(), "data-until": String(ms), "data-what": what,
-                           title: d.toLocaleString([], { dateStyle: "full", timeStyle: "medium" }) },
+                           title: FULL_DATE.format(d) },
     untilLine(ms, what));
 }
 
@@ -314,7 +317,8 @@ export function renderPanel(state) {
     h("section.panel-section.usage",
       h("h3", "Usage"),
       last ? h("div.usage-line", h("span.muted", "Last run: "), last) : h("div.muted.small", "No usage reported yet."),
-      total && state.totalUsage.runs > 1 ? h("div.usage-line", h("span.muted", `${state.totalUsage.runs} runs: `), total) : null),
+      total && state.totalUsage.runs > 1
+        ? h("div.usage-line", h("span.muted", `${state.totalUsage.runs} runs${state.hasOlder ? " loaded" : ""}: `), total) : null),
   );
   return parts;
 }

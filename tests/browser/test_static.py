@@ -34,6 +34,27 @@ async def test_index_served_without_auth_and_not_cached(client):
     assert '<script type="module" src="/static/app.js">' in body
 
 
+async def test_index_preloads_every_module_the_page_imports(client):
+    """The page's modules are fetched at once (modulepreload), not level by level of the import graph:
+    every module app.js imports, directly or not, is listed, served, and nothing else is."""
+    from lvmh_adapter.web import module_graph
+
+    body = await (await client.get("/")).text()
+    listed = re.findall(r'<link rel="modulepreload" href="/static/([^"]+)">', body)
+    graph = module_graph()
+    assert graph[0] == "app.js" and sorted(listed) == sorted(graph[1:])
+    assert {"markdown.js", "virtual.js", "vendor/marked.esm.js", "vendor/hljs-core.min.js"} <= set(listed)
+    for name in listed:
+        assert (await client.get(f"/static/{name}")).status == 200, name
+    # every import of every listed module is listed too
+    for name in ["app.js", *listed]:
+        for spec in re.findall(r'from\s+"\./([^"]+)"', (WEB_DIR / name).read_text()):
+            dep = str(Path(name).parent / spec) if "/" in name else spec
+            assert dep in listed, (name, dep)
+    # the first requests start while the modules load (boot.js, async, before app.js)
+    assert body.index('src="/static/boot.js"') < body.index('src="/static/app.js"')
+
+
 async def test_every_shipped_file_is_served_with_its_type(client):
     types = {".js": "text/javascript", ".mjs": "text/javascript", ".css": "text/css", ".svg": "image/svg+xml"}
     for name in web_files():

@@ -90,10 +90,10 @@ def test_the_whole_suite_installs_every_peer_with_its_tests_then_finds_them_cach
     done = _test(root, "-q", AGENT_BRIDGE_CI="1")  # what .ci/run runs
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
-    assert re.fullmatch(r"installing Hermes \(needed by tests/hermes/test_gateway_e2e\.py\)\.\.\. " + TOOK, lines[0])
+    assert re.fullmatch(r"installing Hermes \(needed by tests/hermes/test_gateway_data_dir\.py, tests/hermes/test_gateway_e2e\.py\)\.\.\. " + TOOK, lines[0])
     assert re.fullmatch(r"installing pi \(Node 22 \+ the pi coding agent; needed by "
                         r"tests/lvmh/test_extension_interop\.py, tests/pi\)\.\.\. " + TOOK, lines[1])
-    assert re.fullmatch(r"installing PostgreSQL \(Debian's postgresql; needed by tests/scale, tests/store\)\.\.\. "
+    assert re.fullmatch(r"installing PostgreSQL \(Debian's postgresql; needed by tests/nemesis, tests/scale, tests/store\)\.\.\. "
                         + TOOK, lines[3])
     assert len(lines) == len(ALL) + 2 and all(re.search(TOOK + "$", line) for line in lines[:-1])
     assert lines[-1] == "ran: python -m pytest -q"
@@ -121,7 +121,7 @@ def test_a_failed_peer_is_a_note_outside_ci_and_stops_the_run_under_ci(tmp_path)
     root = _checkout(tmp_path)
     done = _test(root, "tests/hermes", FAIL="hermes")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert re.match(r"installing Hermes \(needed by tests/hermes/test_gateway_e2e\.py\)\.\.\. failed, \d", done.stdout)
+    assert re.match(r"installing Hermes \(needed by tests/hermes/test_gateway_data_dir\.py, tests/hermes/test_gateway_e2e\.py\)\.\.\. failed, \d", done.stdout)
     assert "note: peer Hermes is not installed: scripts/install-hermes.sh failed: install-hermes: error: no network" \
         in done.stderr
     assert done.stdout.endswith("ran: python -m pytest tests/hermes\n")  # its tests skip, with the reason

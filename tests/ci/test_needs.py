@@ -47,7 +47,7 @@ def test_the_whole_suite_needs_every_peer(args):
 
 def test_the_whole_suite_says_which_tests_need_each_peer():
     where = judge(["-q"], ROOT).peers  # what .ci/run's ./scripts/test -q installs
-    assert where["hermes"] == ["tests/hermes/test_gateway_e2e.py"]
+    assert where["hermes"] == ["tests/hermes/test_gateway_data_dir.py", "tests/hermes/test_gateway_e2e.py"]
     assert where["pi"] == ["tests/lvmh/test_extension_interop.py", "tests/pi"]
     assert where["caddy"] == ["tests/remote/test_proxies.py"]
 

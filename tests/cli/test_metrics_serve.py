@@ -59,4 +59,5 @@ def test_a_metrics_port_in_use_is_a_one_line_error(tmp_path):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.startswith("agent-bridge:")]
     assert len(lines) == 1 and f"metrics: cannot listen on 127.0.0.1:{port}" in lines[0]
+    assert f"using port {port}?" in lines[0] and "--metrics-port 0 picks a free one" in lines[0]  # its own flag
     assert not (data / "run" / "ports.json").exists()

@@ -72,6 +72,7 @@ class LoomiApp:
         self._reader: Optional[asyncio.Task] = None
         self._changed = asyncio.Event()
         self._rid = 0
+        self.on_frame: Optional[Callable[[dict], None]] = None  # sees every frame received (a test's recorder)
 
     # --- connecting -------------------------------------------------------------------------------
 
@@ -194,6 +195,8 @@ class LoomiApp:
 
     def _process(self, frame: dict) -> None:
         """§2: in seq order; a frame whose seq is below what was processed is dropped."""
+        if self.on_frame is not None:
+            self.on_frame(frame)
         seq = frame.get("seq")
         if self.connections and isinstance(seq, int):
             self.connections[-1].append(seq)

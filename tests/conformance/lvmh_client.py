@@ -215,6 +215,7 @@ class Browser:
         self.frames: list[dict] = []
         self.close_code: Optional[int] = None
         self.twice: list[tuple[str, int]] = []  # (sessionId, seq) the socket delivered more than once
+        self.on_frame: Optional[Callable[[dict], None]] = None  # sees every frame received (a test's recorder)
 
     def view(self, sid: str) -> SessionView:
         v = self.views.get(sid)
@@ -239,6 +240,8 @@ class Browser:
             if msg.type != aiohttp.WSMsgType.TEXT:
                 continue
             frame = json.loads(msg.data)
+            if self.on_frame is not None:
+                self.on_frame(frame)
             self.frames.append(frame)
             t = frame.get("type")
             if t == "session_list":

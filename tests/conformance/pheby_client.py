@@ -70,6 +70,7 @@ class PhebyApp:
         self._changed = asyncio.Condition()
         self._turn_states: dict[str, str] = {}  # run_id -> last state of the spec's state machine
         self._sent_texts: dict[str, str] = {}  # chat.send request_id -> text
+        self.on_frame: Optional[Callable[[dict], None]] = None  # sees every frame received (a test's recorder)
 
     # --- connection -----------------------------------------------------------------
 
@@ -119,6 +120,8 @@ class PhebyApp:
             msg = await ws.receive()  # (not ``async for``: it hides the server's CLOSE frame and its code)
             if msg.type == aiohttp.WSMsgType.TEXT:
                 frame = json.loads(msg.data)
+                if self.on_frame is not None:
+                    self.on_frame(frame)
                 self.frames.append(frame)
                 self.conn_frames.append(frame)
                 self._apply(frame)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
-from loomi_adapter import codec
+import orjson
+
 from tests.waiting import until
 
 from .helpers import pair
@@ -18,16 +19,17 @@ async def test_a_burst_of_requests_lets_the_loop_turn_between_them(loomi):
     fe = loomi.frontends["loomi"]
     conn = fe.registry.devices[creds["device_id"]].conn
     order: list = []
-    handle = fe._handle
+    run = fe._run
 
-    async def recorded(conn_, req):
-        order.append(req.request_id)
-        await handle(conn_, req)
+    async def recorded(conn_, job):
+        order.append(job.request_id)
+        await run(conn_, job)
 
-    fe._handle = recorded
+    fe._run = recorded
     loop = asyncio.get_running_loop()
-    for i in range(5):  # what _on_text queues for frames read in one go
-        conn.queue.put_nowait(codec.TaskList(request_id=f"r{i}"))
+    for i in range(5):  # frames read in one go: each queued for the connection's worker
+        frame = orjson.dumps({"v": 1, "type": "task.list", "payload": {"request_id": f"r{i}"}}).decode()
+        fe._on_text(conn, frame, loop.time())
     loop.call_soon(order.append, "turn")  # runs at the loop's next turn
     await until(lambda: len(order) == 6)
     assert order.index("turn") < 5, order  # not after the whole burst

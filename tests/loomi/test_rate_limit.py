@@ -30,7 +30,7 @@ async def test_a_burst_of_frames_is_answered_with_rate_limited(loomi):
         assert limited and all(not f["payload"]["fatal"] for f in limited)
         # still open and serving once the bucket refills
         conn = next(iter(loomi.frontends["loomi"].registry.devices.values())).conn
-        assert conn.session.rate_limited == len(limited)
+        assert conn.proto.rate_limited == len(limited)
     finally:
         await client.ws.close()
         await client.http.close()

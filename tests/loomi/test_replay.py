@@ -394,9 +394,9 @@ async def test_frames_rebuilt_after_a_restart_are_the_frames_sent_to_each_device
 
 def test_replay_rows_go_in_as_few_statements_of_known_sizes():
     """A batch of k events is inserted in statements of 1..32 or 256 rows (cached texts), all of them."""
-    from loomi_adapter.devices import _EVENTS_SQL, _event_chunks
+    from loomi_adapter.rows import _EVENTS_SQL, event_chunks
 
     for k in (1, 7, 32, 33, 255, 256, 257, 700, 5000):
-        chunks = _event_chunks(k)
+        chunks = event_chunks(k)
         assert sum(chunks) == k and all(c in _EVENTS_SQL for c in chunks)
         assert len(chunks) <= k // 256 + 8

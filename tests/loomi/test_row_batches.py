@@ -50,8 +50,8 @@ def test_a_new_batch_of_replay_rows_keeps_its_first_rows():
 def test_a_new_batch_of_a_nodes_frames_keeps_its_first_rows():
     store = EagerStore()
     reg = ClusterRegistry(store, "n1")
-    reg.record_at(7, [b'"type":"run.delta","n":7}'])
-    reg.record_at(8, [b'"type":"run.delta","n":8}'])
+    reg.record([b'"type":"run.delta","n":7}'], 7)
+    reg.record([b'"type":"run.delta","n":8}'], 8)
     assert store.rows("SELECT m, n, body FROM loomi_frames ORDER BY m") == [
         (1, 7, b'"type":"run.delta","n":7}'), (2, 8, b'"type":"run.delta","n":8}')]
     assert store.rows("SELECT source, kept_from_n FROM loomi_sources") == [(reg.source, 7)]

@@ -1,4 +1,4 @@
-"""The pure parts of seq/replay (replay.SeqLog) and of the heartbeat (session.Session), without sockets."""
+"""The pure parts of seq/replay (replay.SeqLog) and of the heartbeat (protocol.Heartbeat), without sockets."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from loomi_adapter import codec
 from loomi_adapter.errors import HeartbeatTimeout
 from loomi_adapter.replay import SeqLog, restored
-from loomi_adapter.session import Session
+from loomi_adapter.protocol import Heartbeat
 
 
 def event(log: SeqLog, text: str) -> int:
@@ -55,7 +55,7 @@ def test_restored_window_keeps_the_floor_from_the_row_before_it():
 
 
 def test_heartbeat_counts_a_miss_only_when_the_deadline_passes():
-    s = Session(max_missed=3, pong_timeout=10.0)
+    s = Heartbeat(max_missed=3, pong_timeout=10.0)
     s.ping_sent(25.0)
     assert s.expire(34.9) == 35.0 and s.missed == 0
     assert s.expire(35.0) is None and s.missed == 1
@@ -75,7 +75,8 @@ def test_heartbeat_counts_a_miss_only_when_the_deadline_passes():
 def test_pruning_keeps_the_events_and_the_segments_the_window_needs():
     import sqlite3
 
-    from loomi_adapter import devices
+    from loomi_adapter import devices, rows
+    from loomi_adapter.replay import frames_of
 
     c = sqlite3.connect(":memory:")
     for stmt in devices.MIGRATIONS[1].split(";")[1:]:  # the two tables of the stored window
@@ -84,7 +85,7 @@ def test_pruning_keeps_the_events_and_the_segments_the_window_needs():
     c.executemany("INSERT INTO loomi_segments VALUES(?,?,?)",
                   [("d", 1, 0), ("d", 5, 2), ("d", 10, 5), ("d", 20, 7), ("e", 3, 1), ("e", 30, 2)])
     c.executemany("INSERT INTO loomi_events VALUES(?,?)", [(n, b"x") for n in range(1, 40)])
-    batch = devices._RowBatch()
+    batch = rows.RowBatch()
     batch.add([], [], 15)
     batch(c)
     assert c.execute("SELECT MIN(n), COUNT(*) FROM loomi_events").fetchone() == (15, 25)
@@ -92,5 +93,5 @@ def test_pruning_keeps_the_events_and_the_segments_the_window_needs():
     assert c.execute("SELECT device_id, from_n FROM loomi_segments ORDER BY 1, 2").fetchall() == [
         ("d", 10), ("d", 20), ("e", 3), ("e", 30)]
     # and a device's frames are rebuilt from them
-    frames = devices._frames_of([(n, b'"x":1}') for n in (15, 20)], [(10, 5), (20, 7)])
+    frames = frames_of([(n, b'"x":1}') for n in (15, 20)], [(10, 5), (20, 7)])
     assert frames == [(20, b'{"seq":20,"event_id":"e_20","x":1}'), (27, b'{"seq":27,"event_id":"e_27","x":1}')]

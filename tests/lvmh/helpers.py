@@ -145,14 +145,16 @@ BROWSER_SYNC_ANSWER = b'"code":"unknown_type"'
 class Browser:
     """The web UI's /ws: session_list, events, spawn_status frames."""
 
-    def __init__(self, port: int, token: str = LVMH_TOKEN):
+    def __init__(self, port: int, token: str = LVMH_TOKEN, ext: str = ""):
         self.port = port
         self.token = token
+        self.ext = ext  # extensions named on /ws (``list-deltas``: the web UI's list; docs/lvmh.md)
         self.frames: list[dict] = []
 
     async def open(self) -> "Browser":
         self.http = aiohttp.ClientSession()
-        self.ws = await self.http.ws_connect(f"http://127.0.0.1:{self.port}/ws?token={self.token}")
+        ext = f"&ext={self.ext}" if self.ext else ""
+        self.ws = await self.http.ws_connect(f"http://127.0.0.1:{self.port}/ws?token={self.token}{ext}")
         return self
 
     async def send(self, frame: Any) -> None:

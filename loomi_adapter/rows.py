@@ -1,0 +1,130 @@
+"""The replay rows as store writes: one batch per loop tick, whatever the number of events (no I/O here:
+the batch is a function of a database connection, run by the store's writer thread).
+
+The rows are what ``replay.Numbering`` numbered: each frame body the node stores once, and the marks
+where a device's offset changed. One node keeps them as ``loomi_events`` and ``loomi_segments``
+(devices.py); several nodes as ``loomi_frames`` and ``loomi_spans`` (cluster.py). Both queue them
+through ``RowQueue``, the one place of the rule that a new batch holds its first rows before it is
+queued (a writer thread taking it at once would otherwise commit it empty and lose them).
+"""
+
+from __future__ import annotations
+
+import collections
+import sqlite3
+import threading
+from typing import Any, Callable, Optional
+
+# the insert of k event rows as one statement, not a step per row: each step of the store's writer thread
+# gives the GIL to the loop and waits to get it back. Statements of 1..32 rows and of 256 (33 texts cached)
+_EVENTS_SQL = {k: "INSERT OR REPLACE INTO loomi_events(n, body) VALUES" + ",".join(["(?,?)"] * k)
+               for k in (*range(1, 33), 256)}
+_SEGMENT_SQL = "INSERT OR REPLACE INTO loomi_segments(device_id, from_n, seq_offset) VALUES(?,?,?)"
+_PRUNE_SQL = (
+    "DELETE FROM loomi_events WHERE n < ?1;"
+    # a segment is superseded once a later one of its device starts at or below the oldest event kept
+    "DELETE FROM loomi_segments WHERE from_n < ?1 AND EXISTS (SELECT 1 FROM loomi_segments t"
+    " WHERE t.device_id = loomi_segments.device_id AND t.from_n > loomi_segments.from_n AND t.from_n <= ?1)"
+)
+FRAME_SQL = "INSERT OR IGNORE INTO loomi_frames(source, m, n, body) VALUES(?,?,?,?)"
+SPAN_SQL = ("INSERT OR REPLACE INTO loomi_spans(device_id, epoch, source, from_m, to_m, seq_offset) "
+            "VALUES(?,?,?,?,?,?)")
+
+
+def event_chunks(k: int) -> list[int]:
+    """How many rows each insert of a batch of ``k`` takes (sizes that have a statement)."""
+    out = [256] * (k // 256)
+    k %= 256
+    out += [32] * (k // 32)
+    return out + [k % 32] if k % 32 else out
+
+
+def write_node_rows(c: sqlite3.Connection, b: "RowBatch") -> None:
+    """One node's tables: the events, the segments, then the prune (a batch may hold rows it prunes)."""
+    events = list(b.events)
+    i = 0
+    for k in event_chunks(len(events)):
+        c.execute(_EVENTS_SQL[k], [v for row in events[i:i + k] for v in row])
+        i += k
+    if b.segments:
+        c.executemany(_SEGMENT_SQL, b.segments)
+    if b.prune is not None:
+        for stmt in _PRUNE_SQL.split(";"):
+            c.execute(stmt, (b.prune,))
+
+
+def write_cluster_rows(c: sqlite3.Connection, b: "RowBatch") -> None:
+    """Several nodes' tables: this source's frames, the spans, then the rest in order (sources, prunes)."""
+    if b.events:
+        c.executemany(FRAME_SQL, b.events)
+    if b.segments:
+        c.executemany(SPAN_SQL, b.segments)
+    for stmt, params in b.sql:
+        c.execute(stmt, params)
+
+
+class RowBatch:
+    """Replay rows as ONE store write, open for more rows until the writer thread takes it.
+
+    The batch is submitted when it opens, after its first rows were added (``RowQueue``), so every frame
+    queued after a row was added carries a later ticket and leaves only once the batch committed. Rows
+    offered after the writer took the batch go into a new one (submitted then, hence later).
+    """
+
+    __slots__ = ("events", "segments", "sql", "prune", "taken", "lock", "_write")
+
+    def __init__(self, write: Callable[[sqlite3.Connection, "RowBatch"], None] = write_node_rows,
+                 keep: Optional[int] = None) -> None:
+        # keep: only the newest ``keep`` events' rows (the journaled batch: older ones are pruned anyway)
+        self.events: Any = collections.deque(maxlen=keep) if keep else []
+        self.segments: list[tuple] = []
+        self.sql: list[tuple[str, tuple]] = []  # statements after the rows, in order
+        self.prune: Optional[int] = None  # one node: the oldest event kept (the last one asked for wins)
+        self.taken = False
+        self.lock = threading.Lock()
+        self._write = write
+
+    def add(self, events: list, segments: list, prune: Optional[int] = None, sql: Optional[list] = None) -> bool:
+        """More rows, unless the writer thread took the batch (False: they go into a new one)."""
+        with self.lock:
+            if self.taken:
+                return False
+            self.extend(events, segments, prune, sql)
+            return True
+
+    def extend(self, events: list, segments: list, prune: Optional[int] = None, sql: Optional[list] = None) -> None:
+        """More rows, no lock: for a batch no other thread sees yet (the journaled one, until submitted)."""
+        if events:
+            self.events.extend(events)
+        if segments:
+            self.segments.extend(segments)
+        if prune is not None:
+            self.prune = prune
+        if sql:
+            self.sql.extend(sql)
+
+    def __call__(self, c: sqlite3.Connection) -> None:
+        with self.lock:
+            self.taken = True
+        self._write(c, self)
+
+
+class RowQueue:
+    """The open batch queued to the store: rows added while the writer has not taken it join it."""
+
+    __slots__ = ("_batch", "_write", "_write_later")
+
+    def __init__(self, write_later: Callable[[Callable[[sqlite3.Connection], Any]], None],
+                 write: Callable[[sqlite3.Connection, RowBatch], None] = write_node_rows) -> None:
+        self._batch: Optional[RowBatch] = None
+        self._write = write
+        self._write_later = write_later  # Store.write_later: behind the barrier, every later frame waits for it
+
+    def add(self, events: list, segments: list, prune: Optional[int] = None, sql: Optional[list] = None) -> None:
+        b = self._batch
+        if b is None or not b.add(events, segments, prune, sql):
+            b = self._batch = RowBatch(self._write)
+            # filled before it is queued: the writer thread may take a queued batch at once (then an add is
+            # refused), and these rows would be lost
+            b.extend(events, segments, prune, sql)
+            self._write_later(b)

@@ -1,0 +1,252 @@
+// A list that keeps in the DOM only the items on screen and a margin around them: a conversation of
+// 10,000 turns or a sidebar of 10,000 conversations costs the page what a screenful does.
+//
+// Plain DOM. `list` is a flex column (CSS `gap` between items) inside the scrolling element
+// `scroller`, and holds only items; two spacers just before and after it (aria-hidden) stand for the
+// items not in the DOM, so the scrollbar is the whole list's. Heights are measured when an item is in the DOM (and again
+// when it resizes: an image loaded, a tool row opened) and cached by key; an item never shown counts
+// with an estimate (the average of its kind so far). Across a render the first visible item stays
+// where it was on screen (older items loaded above, heights measured, a message growing), unless the
+// list is held at its bottom (`stick`) or told which item to show where (`pin`).
+
+export class VirtualList {
+  /**
+   * `keyOf(item)`, `versionOf(item)` (a new version redraws the item), `render(item)` -> Node,
+   * `estimate(item)` -> px before it is measured, `kindOf(item)` (items of a kind share an average),
+   * `hold(item, entry, now)` -> true to keep its current node for now (a streaming message is redrawn
+   * at most so often), `onResize()` (an item changed height: render again), `overscan` (px each side),
+   * `minItems` (at least this many items around the screen: a short list is drawn whole).
+   */
+  constructor({ scroller, list, keyOf, versionOf, render, estimate, kindOf, hold, onResize, overscan, minItems }) {
+    this.scroller = scroller;
+    this.list = list;
+    this.keyOf = keyOf;
+    this.versionOf = versionOf;
+    this.renderItem = render;
+    this.estimateOf = estimate || (() => 60);
+    this.kindOf = kindOf || (() => "");
+    this.hold = hold || (() => false);
+    this.onResize = onResize || (() => {});
+    this.overscan = overscan || 0;
+    this.minItems = minItems || 0;
+    this.entries = new Map(); // key -> {node, version, at, item}
+    this.heights = new Map(); // key -> measured px
+    this.kinds = new Map(); // kind -> [sum, count] of measured heights
+    this.items = [];
+    this.index = new Map(); // key -> position in items
+    this.offs = [0];
+    this.gap = null;
+    this.range = [0, 0];
+    this.top = document.createElement("div");
+    this.bottom = document.createElement("div");
+    for (const s of [this.top, this.bottom]) {
+      s.className = "vspacer";
+      s.setAttribute("aria-hidden", "true");
+    }
+    list.before(this.top);
+    list.after(this.bottom);
+    list.replaceChildren();
+    this.observer = typeof ResizeObserver === "function" ? new ResizeObserver((changes) => this.resized(changes)) : null;
+  }
+
+  /** Forget every node (a new session, a new search): the next render starts afresh. */
+  reset() {
+    for (const e of this.entries.values()) this.observer?.unobserve(e.node);
+    this.entries.clear();
+    this.list.replaceChildren();
+    this.range = [0, 0];
+  }
+
+  destroy() {
+    this.reset();
+    this.observer?.disconnect();
+    this.top.remove();
+    this.bottom.remove();
+  }
+
+  resized(changes) {
+    let moved = false;
+    for (const c of changes) {
+      const key = c.target.dataset.vkey;
+      if (key === undefined || !this.entries.has(key)) continue;
+      if (this.measure(key, c.target)) moved = true;
+    }
+    if (moved) this.onResize();
+  }
+
+  measure(key, node) {
+    const h = node.getBoundingClientRect().height;
+    if (!h) return false; // not laid out (hidden): keep what was known
+    const before = this.heights.get(key);
+    if (before !== undefined && Math.abs(before - h) < 0.5) return false;
+    const entry = this.entries.get(key);
+    const kind = entry ? this.kindOf(entry.item) : "";
+    const stat = this.kinds.get(kind) || [0, 0];
+    if (before === undefined) stat[1] += 1;
+    stat[0] += h - (before || 0);
+    this.kinds.set(kind, stat);
+    this.heights.set(key, h);
+    return true;
+  }
+
+  heightOf(item, key) {
+    const h = this.heights.get(key);
+    if (h !== undefined) return h;
+    const stat = this.kinds.get(this.kindOf(item));
+    return stat && stat[1] ? stat[0] / stat[1] : this.estimateOf(item);
+  }
+
+  layout(items) {
+    if (this.gap === null || Number.isNaN(this.gap)) this.gap = parseFloat(getComputedStyle(this.list).rowGap) || 0;
+    const n = items.length;
+    const offs = new Array(n + 1);
+    const index = new Map();
+    offs[0] = 0;
+    for (let i = 0; i < n; i += 1) {
+      const key = String(this.keyOf(items[i]));
+      index.set(key, i);
+      offs[i + 1] = offs[i] + this.heightOf(items[i], key) + this.gap;
+    }
+    this.items = items;
+    this.index = index;
+    this.offs = offs;
+  }
+
+  /** The first item whose bottom is below `y` (list coordinates). */
+  find(y) {
+    const offs = this.offs;
+    let lo = 0;
+    let hi = this.items.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (offs[mid + 1] - this.gap <= y) lo = mid + 1;
+      else hi = mid;
+    }
+    return lo;
+  }
+
+  /** The items to draw for a view of `height` px at `viewTop`: those on screen, the overscan, `minItems` at least. */
+  window(viewTop, height, least) {
+    const n = this.items.length;
+    let start = this.find(viewTop - this.overscan);
+    let end = Math.min(n, this.find(viewTop + height + this.overscan) + 1);
+    const short = least - (end - start);
+    if (short > 0) {
+      start = Math.max(0, start - Math.ceil(short / 2));
+      end = Math.min(n, start + least);
+      start = Math.max(0, end - least);
+    }
+    return [start, end];
+  }
+
+  /** Where the whole list (its top spacer) starts in the scroller's content, and the scroller's box. */
+  geometry() {
+    const box = this.scroller.getBoundingClientRect();
+    const listTop = this.top.getBoundingClientRect().top - box.top + this.scroller.scrollTop;
+    return { box, listTop };
+  }
+
+  /** The first item on screen and how far below the scroller's top it is (none: the screen shows a spacer). */
+  visibleAnchor(box) {
+    for (const child of this.list.children) {
+      const key = child.dataset.vkey;
+      if (key === undefined) continue;
+      const r = child.getBoundingClientRect();
+      if (r.bottom > box.top + 1) return r.top < box.bottom ? { key, offset: r.top - box.top } : null;
+    }
+    return null;
+  }
+
+  /**
+   * Draw `items`. `stick`: keep the end in view; `pin`: `{key, offset}` show that item `offset` px below
+   * the scroller's top; `lean`: the screen and the overscan only, not `minItems` (a first paint).
+   * Returns `{deferred}`: an item kept its older node (`hold`); render again soon.
+   */
+  render(items, { stick = false, pin = null, lean = false } = {}) {
+    const now = performance.now();
+    for (const [key, e] of this.entries) this.measure(key, e.node);
+    let { box, listTop } = this.geometry();
+    const anchor = pin && pin.key !== undefined ? pin : stick ? null : this.visibleAnchor(box);
+    this.layout(items);
+    const n = items.length;
+    const view = this.scroller.clientHeight;
+    let viewTop;
+    if (anchor && this.index.has(String(anchor.key))) viewTop = this.offs[this.index.get(String(anchor.key))] - anchor.offset;
+    else if (stick) viewTop = this.offs[n] - view;
+    else viewTop = this.scroller.scrollTop - listTop;
+    let deferred = false;
+    for (let pass = 0; pass < 3; pass += 1) {
+      const [start, end] = this.window(viewTop, view, lean ? 0 : this.minItems);
+      deferred = this.place(items, start, end, now) || deferred;
+      ({ box, listTop } = this.geometry());
+      if (stick && !anchor) {
+        this.scroller.scrollTop = this.scroller.scrollHeight;
+      } else if (anchor) {
+        const e = this.entries.get(String(anchor.key));
+        if (e) this.scroller.scrollTop += e.node.getBoundingClientRect().top - box.top - anchor.offset;
+      }
+      // what is on screen now: drawn, or is the window short of it (estimates far off)?
+      viewTop = this.scroller.scrollTop - listTop;
+      const shown = [this.offs[start], this.offs[end] - this.gap];
+      if (end - start === n || (shown[0] <= Math.max(0, viewTop) && shown[1] >= Math.min(this.offs[n] - this.gap, viewTop + view))) break;
+    }
+    return { deferred };
+  }
+
+  /** Put items [start, end) in the DOM between the spacers; the others out. Returns whether one was held. */
+  place(items, start, end, now) {
+    let held = false;
+    const keep = new Set();
+    let prev = null;
+    for (let i = start; i < end; i += 1) {
+      const item = items[i];
+      const key = String(this.keyOf(item));
+      keep.add(key);
+      const version = this.versionOf(item);
+      let e = this.entries.get(key);
+      if (!e || e.version !== version) {
+        if (e && this.hold(item, e, now)) {
+          held = true;
+        } else {
+          const node = this.renderItem(item);
+          node.dataset.vkey = key;
+          if (e) {
+            this.observer?.unobserve(e.node);
+            if (e.node.parentNode === this.list) e.node.replaceWith(node);
+          }
+          e = { node, version, at: now, item };
+          this.entries.set(key, e);
+          this.observer?.observe(node);
+        }
+      }
+      e.item = item;
+      const at = prev ? prev.nextSibling : this.list.firstChild;
+      if (at !== e.node) this.list.insertBefore(e.node, at);
+      prev = e.node;
+    }
+    for (const [key, e] of this.entries) {
+      if (!keep.has(key)) {
+        this.observer?.unobserve(e.node);
+        e.node.remove();
+        this.entries.delete(key);
+      }
+    }
+    let measured = false;
+    for (const key of keep) {
+      if (!this.heights.has(key)) measured = this.measure(key, this.entries.get(key).node) || measured;
+    }
+    if (measured) this.layout(items); // the spacers stand for the others; the drawn ones are laid out by the page
+    const above = this.offs[start]; // the items above, each with the gap after it
+    const below = this.offs[items.length] - this.offs[end]; // the items below, each with the gap before it
+    this.top.style.height = `${Math.max(0, above)}px`;
+    this.bottom.style.height = `${Math.max(0, below)}px`;
+    this.range = [start, end];
+    return held;
+  }
+
+  /** The node of `key` if it is in the DOM. */
+  nodeOf(key) {
+    const e = this.entries.get(String(key));
+    return e ? e.node : null;
+  }
+}

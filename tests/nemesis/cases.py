@@ -1,0 +1,209 @@
+"""Targeted scenarios: the faults the random plans meet by chance, made to happen. Each one sets
+up the same clients as a plan (scenario.Run), does its few steps, then heals, settles, catches up
+and reads every node exactly as a plan does, so the same checker judges it.
+
+- ``crash_mid_stream``: a run streaming 2,000 deltas a second, its node killed with -9 once a
+  connected phone got ``deltas`` of them (within the run's first second), restarted at once on
+  its data dir (the embedded default) or under its own name (a node of several); a second phone
+  was away and replays the run afterwards, the Pheby client reconnects.
+- ``read_your_writes``: a node stopped (SIGSTOP) while a stream goes on and a conversation is
+  created on another node; a phone connected to the stopped node sends into it, and the node
+  answers once continued.
+- ``stall_then_send``: the same, a run starting and ending in an existing conversation while the
+  node is stopped, the phone sending into that conversation.
+- ``store_restart``: PostgreSQL restarted between runs a connected phone watched; the phone then
+  reconnects to its node.
+- ``redis_loss_mid_stream``: Redis losing its keys while a node is behind in the stream, a phone
+  connected to that node watching a run to its end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from .history import History
+from .scenario import Plan, Run
+from .world import CLUSTER, World
+
+CRASH_RATE = 2000  # deltas a second: the issue's stream
+PAUSE = 1.0  # s: how long the node stays stopped in ``read_your_writes``
+
+
+def _plan(seed: int, topology: str, phones: int = 2) -> Plan:
+    nodes = ("n1", "n2", "n3") if topology == CLUSTER else ("solo",)
+    return Plan(seed, topology, 0.0, nodes, tuple(f"phone-{k + 1}" for k in range(phones)), ())
+
+
+async def crash_mid_stream(world: World, seed: int, deltas: int = 200, sweep: bool = False) -> History:
+    """``sweep``: the killed node stays down until another node closed its run (a node of several)."""
+    run = Run(_plan(seed, world.topology), world)
+    h = run.h
+    try:
+        await run.setup()
+        live, away = run.phones["phone-1"], run.phones["phone-2"]
+        await away.close()  # away for the whole run: it replays it afterwards
+        node = run.chat.node  # the run executes where its command arrived
+        run_id = await run.chat.chat(run.conversations[0], f"/bench {CRASH_RATE * 3} {CRASH_RATE}")
+        assert run_id is not None, "the stream was refused"
+
+        def streamed() -> int:
+            return sum(1 for f in live.app.events if f["type"] == "run.delta" and f["run_id"] == run_id)
+
+        await live.app.until(lambda: streamed() >= deltas, 15)
+        fault = h.fault("kill9", node)
+        world.kill9(node)
+        if sweep:  # the survivors notice the dead node (10 to 11 s) and close its run
+            await live.app.until(lambda: live.app.completed(run_id), 30)
+        await world.restart(node)
+        h.healed(fault)
+        await run.finish()
+    finally:
+        await run.close()
+    return h
+
+
+async def read_your_writes(world: World, seed: int) -> History:
+    run = Run(_plan(seed, world.topology), world)
+    h = run.h
+    try:
+        await run.setup()
+        phone = run.phones["phone-1"]  # paired on the second node
+        stalled = phone.node
+        assert stalled != run.chat.node
+        stream = await run.chat.chat(run.conversations[0], f"/bench {CRASH_RATE * 4} {CRASH_RATE}")
+        assert stream is not None
+        fault = h.fault("pause", stalled)
+        world.pause(stalled)
+        await asyncio.sleep(PAUSE)  # the stop's length (the fault's shape): the stream goes on meanwhile
+        cid = await run.chat.create("made while another node is stopped")
+        assert cid is not None
+        sent = asyncio.ensure_future(phone.send("into the conversation just made", cid))
+        await asyncio.sleep(0.1)  # the rest of the stop: the phone's frame waits in the node's socket
+        world.resume(stalled)
+        h.healed(fault)
+        await sent
+        run.conversations.append(cid)
+        await run.finish()
+    finally:
+        await run.close()
+    return h
+
+
+async def store_restart(world: World, seed: int) -> History:
+    """PostgreSQL restarted (stopped at once, as a crash) between runs a connected phone watched;
+    then the phone reconnects to the node it was on."""
+    run = Run(_plan(seed, world.topology), world)
+    h = run.h
+    try:
+        await run.setup()
+        phone = run.phones["phone-1"]
+        for k in range(2):
+            await _watched_run(run, phone, f"before the restart {k}")
+        fault = h.fault("pg_restart", "postgresql")
+        await asyncio.to_thread(world.pg.restart)
+        h.healed(fault)
+        for k in range(2):
+            await _watched_run(run, phone, f"after the restart {k}")
+        await phone.connect(phone.node)
+        await run.finish()
+    finally:
+        await run.close()
+    return h
+
+
+async def _watched_run(run: Run, phone, text: str) -> None:
+    """A run of the Pheby client into its conversation, until the phone has seen it end."""
+    run_id = await run.chat.chat(run.conversations[-1], text)
+    if run_id is not None:
+        await phone.app.until(lambda: phone.app.completed(run_id) or not phone.connected, 15)
+
+
+async def stall_then_send(world: World, seed: int) -> History:
+    """A node stopped while a run in a conversation starts and ends on another node; a phone on the
+    stopped node sends into that conversation, and the node answers once continued."""
+    run = Run(_plan(seed, world.topology), world)
+    h = run.h
+    try:
+        await run.setup()
+        phone = run.phones["phone-1"]  # paired on the second node
+        stalled = phone.node
+        cid = run.conversations[0]
+        stream = await run.chat.chat(run.conversations[1], f"/bench {CRASH_RATE * 4} {CRASH_RATE}")
+        assert stream is not None  # what the stopped node will have to catch up with first
+        fault = h.fault("pause", stalled)
+        world.pause(stalled)
+        await asyncio.sleep(PAUSE)  # the stop's length (the fault's shape): the stream goes on meanwhile
+        run_id = await run.chat.chat(cid, "a short run while a node is stopped")
+        assert run_id is not None
+        await run.chat.app.wait_frame(lambda f: f["type"] == "run.finished" and f["run_id"] == run_id, 15)
+        sent = asyncio.ensure_future(phone.send("after the run this node has not seen yet", cid))
+        await asyncio.sleep(0.1)  # the rest of the stop: the phone's frame waits in the node's socket
+        world.resume(stalled)
+        h.healed(fault)
+        await sent
+        await run.finish()
+    finally:
+        await run.close()
+    return h
+
+
+async def redis_loss_mid_stream(world: World, seed: int, deltas: int = 200) -> History:
+    """Redis losing its keys (FLUSHALL) while a run streams 2,000 deltas a second to phones connected
+    to the other nodes, one of which is behind in the stream (stopped for ``PAUSE``: what it has not
+    read yet goes with the keys); the phones stay connected to the end of the run."""
+    run = Run(_plan(seed, world.topology), world)
+    h = run.h
+    try:
+        await run.setup()
+        live = run.phones["phone-1"]
+        run_id = await run.chat.chat(run.conversations[0], f"/bench {CRASH_RATE * 2} {CRASH_RATE}")
+        assert run_id is not None, "the stream was refused"
+
+        def streamed() -> int:
+            return sum(1 for f in live.app.events if f["type"] == "run.delta" and f["run_id"] == run_id)
+
+        await live.app.until(lambda: streamed() >= deltas, 15)
+        behind = live.node
+        stop = h.fault("pause", behind)
+        world.pause(behind)
+        await asyncio.sleep(PAUSE / 2)  # the stop's length: the stream goes on without this node reading it
+        fault = h.fault("redis_flush", "redis")
+        await asyncio.to_thread(world.redis.flush)
+        h.healed(fault)
+        world.resume(behind)
+        h.healed(stop)
+        for phone in run.phones.values():
+            await phone.app.until(lambda p=phone: p.app.completed(run_id) or not p.connected, 30)
+        await run.finish()
+    finally:
+        await run.close()
+    return h
+
+
+async def refetch_from_a_lagging_origin(world: World, seed: int) -> History:
+    """An lvmh browser reconnecting (re-subscribe, refetch ``after`` its last seq) on one node right
+    after a run whose origin node is behind in the stream (stopped, then catching up): only the
+    origin stores a run's events, and it does so as it reads them back."""
+    run = Run(_plan(seed, world.topology), world)
+    h = run.h
+    try:
+        await run.setup()
+        origin_phone = run.phones["phone-2"]  # paired on the third node
+        origin = origin_phone.node
+        await run.watcher.drop()
+        stream = await run.chat.chat(run.conversations[1], f"/bench {CRASH_RATE * 6} {CRASH_RATE}")
+        assert stream is not None  # what the stopped node will have to catch up with
+        fault = h.fault("pause", origin)
+        world.pause(origin)
+        await asyncio.sleep(2 * PAUSE)  # the stop's length (the fault's shape): the stream goes on meanwhile
+        world.resume(origin)
+        h.healed(fault)
+        res = await origin_phone.send("a run on the node that is behind", run.conversations[0])
+        assert res is not None
+        await run.chat.app.wait_frame(lambda f: f["type"] == "run.finished" and f["run_id"] == res["run_id"], 15)
+        await run.watcher.connect(run.plan.nodes[1])  # not the origin: it has the run, the origin's rows not yet
+        await run.chat.chat(run.conversations[0], "the next run, live in the browser")
+        await run.finish()
+    finally:
+        await run.close()
+    return h

@@ -1,0 +1,163 @@
+"""The nemesis suite: seeded runs against real `agent-bridge serve` processes, every frame recorded
+by spec-built clients, faults injected, the whole history judged by the checker (checker.py).
+
+In the default run (under 90 s on two cores): one short seeded plan on three nodes with the
+faults it rides out but for one intermittent bug (two CPU spinners; phones going from node to node,
+resetting their sockets and cutting a frame in half): any anomaly fails it but the deltas a phone
+misses now and then (a non-strict xfail, see INTERMITTENT); and one targeted scenario for each bug
+the checker found, each a strict xfail with its seed so that the fix flips it:
+
+- kill -9 mid-stream of the embedded default, and of a node restarted under its own name: the
+  transcript and the closing frames hold less than the phones got (issue 41 item 2);
+- a conversation created while another node is stopped: that node answers ``task_not_found``
+  (read-your-writes); a send into one it is behind on: its transcript keeps the runs in another
+  order for good;
+- a PostgreSQL restart between runs: a phone is told ``truncated`` and given again, under new
+  seqs, events it had processed;
+- Redis losing its keys while a node is behind in the stream: a phone on that node misses deltas
+  without a trace;
+- an lvmh browser refetching from one node while the run's origin node is behind: the run is
+  missing from its view for good.
+
+Slow (marker ``hardening``): longer plans of the same faults, and a killed node whose run the
+others close (which holds). Plans with every fault mixed (kill -9, stops, spinners, Redis
+restarted and flushed, PostgreSQL restarted) are ``python -m bench chaos --minutes N``
+(bench/chaos.py): each meets some of the bugs above.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from . import cases
+from .checker import check
+from .report import render
+from .scenario import Run, plan
+from .world import CLUSTER
+
+SHORT_SEED = 4111
+# the nemesis's faults these plans ride out today, besides the clients' own (sockets reset, a frame cut in
+# half): any stop, loss or crash meets one of the bugs the targeted scenarios below keep (the module's doc)
+RIDDEN_OUT = {"spin": 1}
+# a closing text or a transcript short of the deltas a client got (and those deltas short of it)
+CRASH = frozenset({"transcript_contradicts_client", "deltas_incomplete"})
+# events given again under new seqs (a run's deltas among them: its text then runs longer than the store's)
+DUPLICATES = frozenset({"event_twice", "truncated_under_window"}) | CRASH
+
+
+class Anomalies(AssertionError):
+    """The checker found anomalies (the strict xfails expect this, and nothing else)."""
+
+
+def judge(h, known: frozenset = frozenset()) -> None:
+    """No anomaly; else the report (and, with ``NEMESIS_KEEP=DIR``, the history as JSON in DIR), as
+    ``Anomalies`` when every anomaly is of a ``known`` kind (a strict xfail's bug), else as a plain
+    failure (a strict xfail does not swallow another bug)."""
+    anomalies = check(h)
+    if not anomalies:
+        return
+    keep = os.environ.get("NEMESIS_KEEP")
+    if keep:
+        os.makedirs(keep, exist_ok=True)
+        with open(os.path.join(keep, f"history-{h.seed}-{h.topology}.json"), "w") as f:
+            f.write(h.to_json())
+    report = render(h, anomalies)
+    if known and {a.kind for a in anomalies} <= known:
+        raise Anomalies(report)
+    raise AssertionError(report)
+
+
+def test_the_plans_are_the_seeds_own():
+    assert plan(SHORT_SEED, CLUSTER, 12.0) == plan(SHORT_SEED, CLUSTER, 12.0)
+    assert plan(SHORT_SEED, CLUSTER, 12.0) != plan(SHORT_SEED + 1, CLUSTER, 12.0)
+
+
+# the one bug these plans meet now and then: a phone that went from node to node while runs streamed
+# (replies refused with run_active taking seqs between the events) misses a delta or three, no seq gap,
+# no truncated; about 1 run of this seed's plan in 5 without the spinners, 1 in 14 with them. Not strict:
+# every other anomaly still fails the test (judge), and the fix turns these into passes
+INTERMITTENT = pytest.mark.xfail(strict=False, raises=Anomalies, reason=(
+    "issue 41 (deltas missing without a trace), intermittent: a phone alternating nodes mid-stream misses "
+    "run.delta with no seq gap and no truncated: deltas_incomplete"))  # fmt: skip
+
+
+@INTERMITTENT
+async def test_a_short_seeded_run_on_three_nodes(cluster):
+    p = plan(SHORT_SEED, CLUSTER, 12.0, faults=RIDDEN_OUT)
+    h = await Run(p, cluster).execute()
+    assert set(h.fault_counts()) >= {"spin", "drop", "cut"}, h.fault_counts()
+    assert sum(1 for o in h.ops if o.outcome == "ok" and o.result.get("run")) >= 5  # runs happened
+    judge(h, CRASH)
+
+
+@pytest.mark.xfail(strict=True, raises=Anomalies, reason=(
+    "issue 41 item 2: after a kill -9 within the run's first second the restarted node completes the "
+    "message with the draft saved at its first delta, while both phones got (live, or replayed from the "
+    "journal) 200 deltas: transcript_contradicts_client, deltas_incomplete"))  # fmt: skip
+async def test_kill9_of_the_embedded_default_mid_stream(embedded):
+    judge(await cases.crash_mid_stream(embedded, seed=4102), CRASH)
+
+
+@pytest.mark.xfail(strict=True, raises=Anomalies, reason=(
+    "issue 41 item 2: a node killed with -9 mid-stream and restarted under its own name closes its run "
+    "with its saved draft, not the text the phones and the browser on other nodes got over the bus"))  # fmt: skip
+async def test_kill9_and_restart_of_a_node_mid_stream(cluster):
+    judge(await cases.crash_mid_stream(cluster, seed=4103), CRASH)
+
+
+@pytest.mark.xfail(strict=True, raises=Anomalies, reason=(
+    "issue 41 (read-your-writes across nodes): a node continued after a stop answers task_not_found to a "
+    "session.send into a conversation another node created and acknowledged while it was stopped: stale_read"))
+async def test_a_conversation_made_while_another_node_is_stopped(cluster):
+    judge(await cases.read_your_writes(cluster, seed=4104), frozenset({"stale_read"}))
+
+
+@pytest.mark.xfail(strict=True, raises=Anomalies, reason=(
+    "issue 41 (read-your-writes, found by this suite): a node continued after a stop starts a phone's run in "
+    "a conversation before folding the run another node ran there meanwhile; its transcript keeps the two "
+    "runs in the other order for good: nodes_disagree"))  # fmt: skip
+async def test_a_send_into_a_conversation_a_stopped_node_is_behind_on(cluster):
+    judge(await cases.stall_then_send(cluster, seed=4106), frozenset({"nodes_disagree"}))
+
+
+@pytest.mark.xfail(strict=True, raises=Anomalies, reason=(
+    "issue 41 items 1 and 4 (found by this suite): after a PostgreSQL restart a phone reconnecting to its "
+    "node gets hello.ok truncated and, replayed under new seqs, events it had processed (deltas among them): "
+    "event_twice, truncated_under_window"))  # fmt: skip
+async def test_a_store_restart_between_runs(other_three_nodes):
+    """Nodes and a PostgreSQL of their own: after the restart, phones paired later get events twice too."""
+    judge(await cases.store_restart(other_three_nodes, seed=4105), DUPLICATES)
+
+
+@pytest.mark.xfail(strict=True, raises=Anomalies, reason=(
+    "issue 41 (deltas missing without a trace): Redis losing its keys while a node is behind in the stream "
+    "takes the entries that node had not read; a phone connected to it misses those run.delta with no seq "
+    "gap and no truncated, its run.completed whole: deltas_incomplete"))  # fmt: skip
+async def test_redis_losing_its_keys_while_a_node_is_behind(cluster):
+    judge(await cases.redis_loss_mid_stream(cluster, seed=4107), CRASH)
+
+
+@pytest.mark.xfail(strict=True, raises=Anomalies, reason=(
+    "issue 41 (found by this suite): only a run's origin node stores its lvmh events, as it reads them "
+    "back from the stream; a browser refetching after its last seq (the spec's reconnect, and its gap "
+    "on `after`) from another node while the origin is behind gets nothing, then live events past the "
+    "run: the run is missing from its view for good: view_diverged"))  # fmt: skip
+async def test_a_browser_refetching_while_the_origin_node_is_behind(cluster):
+    judge(await cases.refetch_from_a_lagging_origin(cluster, seed=4108), frozenset({"view_diverged"}))
+
+
+# --- slow ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.hardening
+@INTERMITTENT
+@pytest.mark.parametrize("seed", [4201, 4202])
+async def test_a_longer_run_of_spinners_and_dropped_sockets(cluster, seed):
+    judge(await Run(plan(seed, CLUSTER, 45.0, phones=3, faults=RIDDEN_OUT), cluster).execute(), CRASH)
+
+
+@pytest.mark.hardening  # waits for the dead node's liveness to expire (10 to 11 s)
+async def test_a_node_killed_mid_stream_whose_run_the_others_close(cluster):
+    judge(await cases.crash_mid_stream(cluster, seed=4204, sweep=True))

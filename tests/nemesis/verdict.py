@@ -1,0 +1,118 @@
+"""What the checker's rules share (checker.py lists the rules): the anomaly, the facts every rule
+derives from a history once (Context), and the two text comparisons. Pure."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import attrs
+
+from .history import History
+
+WINDOW = 512  # Loomi §2: the server keeps the last 512 events sent
+LOSS_BOUND = 2.0  # s: a streaming draft is saved every second (DRAFT_SAVE_INTERVAL), plus its write under load
+
+KINDS = ("hello_seq", "seq_not_increasing", "seq_gap", "truncated_under_window", "event_twice",
+         "deltas_incomplete", "transcript_contradicts_client", "text_diverged", "transcript_shorter_than_sent",
+         "event_missing", "run_not_closed", "decision_not_once", "stale_read", "nodes_disagree",
+         "view_diverged", "turn_out_of_order")  # fmt: skip
+
+
+@attrs.frozen
+class Anomaly:
+    kind: str
+    client: str  # who saw it ("store" for the final reads)
+    detail: str
+    frames: tuple = ()  # indices into History.frames
+    ops: tuple = ()  # indices into History.ops
+
+
+class Context:
+    """What every check derives from the history once: the final texts, runs, faults."""
+
+    def __init__(self, h: History):
+        self.h = h
+        self.reference = self._reference_transcripts()
+        self.texts = {m["message_id"]: m["text"] for msgs in self.reference.values() for m in msgs}
+        self.message_of: dict[str, str] = {}  # run -> its message id (Pheby's message.start says it)
+        for r in h.frames:
+            f = r.frame
+            if r.surface == "pheby" and f.get("type") == "message.start" and f.get("run_id"):
+                self.message_of[f["run_id"]] = f["message_id"]
+        self.kills = sorted(f.start for f in h.faults if f.kind == "kill9")
+        self.pauses = [(f.start, f.end if f.end is not None else f.start) for f in h.faults if f.kind == "pause"]
+
+    def _reference_transcripts(self) -> dict:
+        """Per conversation, the transcript of the first node (by name) that read it at the end."""
+        out: dict = {}
+        for node in sorted(self.h.final.transcripts):
+            for cid, msgs in self.h.final.transcripts[node].items():
+                out.setdefault(cid, msgs)
+        return out
+
+    def final_text(self, run_id: str) -> Optional[str]:
+        """The store's final text of the run's message ("" when it kept none); None: no final read."""
+        if not self.reference:
+            return None
+        return self.texts.get(self.message_of.get(run_id, f"draft-{run_id}"), "")
+
+    def message_text(self, message_id: str) -> Optional[str]:
+        return self.texts.get(message_id) if self.reference else None
+
+    def loss_allowed(self, t: float) -> bool:
+        """Text shown at ``t`` may be missing from the store: a kill -9 within the bound of it, after
+        it (the time nodes spent paused in between does not count: nothing was saved then either) or
+        before it (text in flight when its node died reaches clients just after)."""
+        for k in self.kills:
+            paused = sum(max(0.0, min(e, k) - max(s, t)) for s, e in self.pauses)
+            if -LOSS_BOUND <= k - t <= LOSS_BOUND + paused:
+                return True
+        return False
+
+    def final_reached(self, client: str) -> bool:
+        """The client's last step (its final reconnect and barrier) succeeded: closure can be judged."""
+        return any(o.process == client and o.f == "final" and o.outcome == "ok" for o in self.h.ops)
+
+    def connect_op(self, client: str, conn: int) -> Any:
+        for o in self.h.ops:
+            if o.process == client and o.value.get("conn") == conn and o.f in ("pair", "connect", "final-connect"):
+                return o
+        return None
+
+    def accepted_runs(self) -> list[tuple[str, str, float]]:
+        """(run, conversation, time accepted) of every run a request started."""
+        out = []
+        for o in self.h.ops:
+            if o.outcome == "ok" and o.result.get("run") and o.complete is not None:
+                out.append((o.result["run"], o.result.get("conversation", ""), o.complete))
+        return out
+
+    def frames_of(self, client: str) -> list[tuple[int, Any]]:
+        return [(i, r) for i, r in enumerate(self.h.frames) if r.client == client]
+
+
+def compare(ctx: Context, client: str, got: str, want: Optional[str], what: str, refs: tuple) -> list[Anomaly]:
+    """A closing text (or a phone's deltas) against the store's final text."""
+    if want is None or got == want:
+        return []
+    return [Anomaly("transcript_contradicts_client", client,
+                    f"{what}: {_clip(got)} where the store holds {_clip(want)}", refs)]
+
+
+def draft(ctx: Context, client: str, text: str, want: Optional[str], t: float, what: str, ref: int) -> list[Anomaly]:
+    """A text shown while streaming (a Pheby draft, a snapshot's run text) against the final text."""
+    if want is None or want.startswith(text):
+        return []
+    if text.startswith(want):
+        if ctx.loss_allowed(t):
+            return []
+        return [Anomaly("transcript_shorter_than_sent", client,
+                        f"{what} showed {_clip(text)} at {t:.2f}s; the store kept {_clip(want)} and no kill -9 "
+                        f"followed within {LOSS_BOUND:g}s", (ref,))]
+    return [Anomaly("text_diverged", client, f"{what} showed {_clip(text)}; the store holds {_clip(want)}", (ref,))]
+
+
+def _clip(text: str, n: int = 60) -> str:
+    if len(text) <= n:
+        return repr(text)
+    return f"{text[:24]!r}...{text[-24:]!r} ({len(text)} chars)"
