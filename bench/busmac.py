@@ -26,8 +26,8 @@ import time
 
 import orjson
 
-from bridge_core import busauth
-from bridge_core.busauth import Signer, Verifier, derive_key
+from bridge_core.scale import busauth
+from bridge_core.scale.busauth import Signer, Verifier, derive_key
 
 DELTA = {"event": "TextDelta", "conversation_id": "c" * 32, "run_id": "r" * 32, "message_id": "m" * 40,
          "text": "tok ", "ts": 1800000000.0, "origin": None}  # fmt: skip
@@ -79,7 +79,7 @@ def _no_hmac():
 def bus_alone(seconds: float, rate: float, rounds: int) -> dict[str, list[float]]:
     """CPU µs per event of the Redis bus alone, with and without the HMAC, A B A B ..."""
     from bench.scale import bus_overhead
-    from bridge_core.redisbus import RedisBus
+    from bridge_core.scale.redisbus import RedisBus
     from tests.engines import Redis, redis_missing
 
     if redis_missing():

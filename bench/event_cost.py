@@ -88,12 +88,12 @@ class Evictor:
 
 
 async def _measure(devices: int, n: int, cold_n: int = COLD) -> dict:
-    from bridge_core import commands as cmd
-    from bridge_core import events as ev
-    from bridge_core.agents.base import RunContext
-    from bridge_core.agents.demo import DemoAgent
-    from bridge_core.config import build_config
-    from bridge_core.ids import new_id
+    from bridge_core.model import commands as cmd
+    from bridge_core.model import events as ev
+    from bridge_core.bridge.agent import RunContext
+    from bridge_core.bridge.demo import DemoAgent
+    from cli.config import build_config
+    from bridge_core.model.ids import new_id
     from cli.serve import Service
     from loomi_adapter import codec
 
@@ -182,7 +182,7 @@ def run(quick: bool, rounds: int) -> bool:
 
 
 def main() -> None:
-    from bridge_core import looping
+    from bridge_core.kit import looping
 
     devices, n = int(sys.argv[1]), int(sys.argv[2])
     cold_n = int(sys.argv[3]) if len(sys.argv) > 3 else COLD

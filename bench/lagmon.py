@@ -233,8 +233,8 @@ def install(path: str) -> LagMonitor:
     mon = LagMonitor(path)
     policy = _Policy(mon)
     asyncio.set_event_loop_policy(policy)  # the baseline's asyncio.run
-    try:  # the bridge's own loop (agent-bridge serve makes it with bridge_core.looping, not the policy)
-        from bridge_core import looping
+    try:  # the bridge's own loop (agent-bridge serve makes it with bridge_core.kit.looping, not the policy)
+        from bridge_core.kit import looping
     except ImportError:
         looping = None
     if looping is not None:

@@ -59,8 +59,8 @@ TARGET_LIST_BYTES, TARGET_PAGE_MS, TARGET_RSS_RATIO = 2048, 5.0, 1.2
 
 def turn_events(cid: str, t: int, ts: float) -> list:
     """The shared events of one demo turn ``t`` of ``cid`` at ``ts`` (seconds), in order."""
-    from bridge_core import events as ev
-    from bridge_core.ids import draft_message_id
+    from bridge_core.model import events as ev
+    from bridge_core.model.ids import draft_message_id
 
     run = f"{cid[:8]}r{t}"
     draft = draft_message_id(run)
@@ -87,7 +87,7 @@ def turn_events(cid: str, t: int, ts: float) -> list:
 
 def _conversation_rows(cid: str, name: str, turns: int, start: float, out: dict) -> None:
     """Every row one conversation of ``turns`` turns leaves in the core's and lvmh's tables."""
-    from bridge_core import events as ev
+    from bridge_core.model import events as ev
     from lvmh_adapter import codec
     from lvmh_adapter.render import Renderer
 
@@ -127,7 +127,7 @@ def fill(data_dir: str, convs: list[tuple[str, int]], progress: bool = False) ->
     """Write conversations ``[(name, turns)]`` into ``data_dir``'s store; ``{name: (id, last seq)}``."""
     import sqlite3
 
-    from bridge_core.store import open_store
+    from bridge_core.scale.engines import open_store
     from lvmh_adapter.persistence import MIGRATIONS
 
     store = open_store(None, data_dir).open()

@@ -22,8 +22,8 @@ ROUNDS = 7
 
 
 def _outbox(counted: bool):
-    from bridge_core.frontend import FrontEndCounts
-    from bridge_core.hub import Outbox
+    from bridge_core.kit.frontend import FrontEndCounts
+    from bridge_core.kit.outbox import Outbox
 
     async def send(data: bytes) -> None:  # never awaited: _sent is what is timed
         pass
@@ -61,8 +61,8 @@ def deliver_ns(n: int = 1_000_000) -> float:
 
 
 def from_dict_ns(n: int = 100_000) -> float:
-    from bridge_core import events as ev
-    from bridge_core.serialize import from_dict, to_dict
+    from bridge_core.model import events as ev
+    from bridge_core.model.serialize import from_dict, to_dict
 
     data = to_dict(ev.TextDelta(conversation_id="c1", run_id="r1", message_id="m1", delta="word ", draft="a word "))
     return round(min(timeit.repeat(lambda: from_dict(data), number=n, repeat=ROUNDS)) / n * 1e9, 1)
@@ -71,7 +71,7 @@ def from_dict_ns(n: int = 100_000) -> float:
 def scrape_ms(conversations: int) -> float:
     from prometheus_client import generate_latest
 
-    from bridge_core.metrics import bridge_registry
+    from bridge_core.kit.metrics import bridge_registry
 
     now = time.time()
     convs = {f"c{i}": SimpleNamespace(approvals={"a": SimpleNamespace(ts=now)} if i % 10 == 0 else {},

@@ -11,7 +11,7 @@ import tempfile
 import time
 from typing import Optional
 
-from bridge_core.security import raise_nofile_limit, read_admin_key
+from bridge_core.kit.security import raise_nofile_limit, read_admin_key
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH_SECRET = "bench-pheby-secret-0123456789abcdef"

@@ -324,8 +324,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     if reason:
         print(f"bench.scale: {reason}", file=sys.stderr)
         return 2
-    from bridge_core.bus import LocalBus
-    from bridge_core.redisbus import RedisBus
+    from bridge_core.scale.bus import LocalBus
+    from bridge_core.scale.redisbus import RedisBus
 
     from .proc import raise_fd_limit
 

@@ -16,22 +16,26 @@ import os
 import sqlite3
 from typing import TYPE_CHECKING, Any, Optional
 
-from bridge_core.agents.base import AgentSource
-from bridge_core.bridge import Bridge
-from bridge_core.config import (ENDPOINTS_FILE, Config, ConfigError, bound_url, is_loopback, mask_url, read_endpoints,
-                                served_directly, undialable_reason)
-from bridge_core.frontend import FrontEnd, PortInUse, TLSReloader, cert_names, name_matches
+from bridge_core.bridge.agent import AgentSource
+from bridge_core.bridge.bridge import Bridge
+from bridge_core.bridge.private import write_private
+from bridge_core.kit.config import ENDPOINTS_FILE, Config, read_endpoints
+from bridge_core.kit.frontend import FrontEnd, PortInUse
+from bridge_core.kit.remote import bound_url, served_directly, undialable_reason
+from bridge_core.kit.running import command_line, holder_of_port
+from bridge_core.kit.runtime import tune_for_serving
+from bridge_core.kit.security import is_loopback, raise_nofile_limit, remove_admin_key, write_admin_key
+from bridge_core.kit.tls import TLSReloader, cert_names, name_matches
+from bridge_core.model.errors import BridgeError, ConfigError, Unavailable
+from bridge_core.model.redact import mask_url
 from bridge_core.push import Notifier
-from bridge_core.runtime import tune_for_serving
-from bridge_core.errors import BridgeError, Unavailable
-from bridge_core.nodes import NodeHeartbeat
-from bridge_core.private import write_private
-from bridge_core.running import command_line, holder_of_port
-from bridge_core.store import open_store
-from bridge_core.security import raise_nofile_limit, remove_admin_key, write_admin_key
+from bridge_core.scale.engines import open_store
+from bridge_core.scale.nodes import NodeHeartbeat
+
+from .config import PART
 
 if TYPE_CHECKING:
-    from bridge_core.metrics import MetricsServer
+    from bridge_core.kit.metrics import MetricsServer
 
 log = logging.getLogger("agent_bridge")
 
@@ -78,7 +82,7 @@ def make_agent(cfg: Config) -> AgentSource:
     """The agent source ``agent-bridge serve`` runs: the demo agent. The Hermes agent runs only inside
     Hermes's gateway, so it is named only where Hermes is installed (docs/hermes.md)."""
     if cfg.agent == "demo":
-        from bridge_core.agents.demo import DemoAgent
+        from bridge_core.bridge.demo import DemoAgent
 
         return DemoAgent(approval_timeout=cfg.approval_timeout or None)
     gateway = ("the Hermes agent runs inside Hermes's own gateway: enable the agent-bridge plugin and run "
@@ -94,7 +98,7 @@ def make_agent(cfg: Config) -> AgentSource:
 
 def check_bind(cfg: Config) -> None:
     """Refuse a non-loopback bind without TLS unless explicitly allowed (docs/security.md)."""
-    if not is_loopback(cfg.host) and not cfg.tls and not cfg.loomi_allow_insecure_bind:
+    if not is_loopback(cfg.host) and not cfg.tls and not cfg.allow_insecure_bind:
         raise ConfigError(
             f"refusing to bind {cfg.host} without TLS: pass --tls-cert/--tls-key, "
             "or set LOOMI_ALLOW_INSECURE_BIND=true to allow plain ws:// on a non-loopback address (every front end; "
@@ -117,40 +121,18 @@ class Service:
         self.node: Optional[NodeHeartbeat] = None  # on a shared store: this node's heartbeat
         self.metrics: "MetricsServer | None" = None  # the Prometheus endpoint, unless [metrics] port is off
         self.metrics_port: Optional[int] = None
-        if cfg.bus_url:  # several nodes: the bus wired into the core (bridge_core/cluster.py)
-            from bridge_core.busauth import derive_key
-            from bridge_core.cluster import connect
+        if cfg.bus_url:  # several nodes: the bus wired into the core (bridge_core/scale/cluster.py)
+            from bridge_core.scale.busauth import derive_key
+            from bridge_core.scale.cluster import connect
 
-            connect(self.bridge, cfg.bus_url, cfg.node_id, derive_key(cfg.pheby_secret, cfg.lvmh_token, cfg.bus_key))
+            connect(self.bridge, cfg.bus_url, cfg.node_id, derive_key(cfg.secret("pheby"), cfg.secret("lvmh"), cfg.bus_key))
 
     async def start(self) -> dict[str, int]:
         cfg = self.cfg
         raise_nofile_limit()  # a low soft limit would run the listeners out of descriptors
         classes = {name: frontend_class(name) for name in cfg.adapters}
-        ssl_ctx = None
-        if cfg.tls:  # checked here (one-line errors, never a pass-phrase prompt), reloaded on change
-            try:
-                watch = float(cfg.section("tls").get("watch_interval", 2.0))  # 0: only on SIGHUP
-                self.tls = TLSReloader(cfg.tls_cert, cfg.tls_key, interval=watch)
-            except (OSError, ValueError) as exc:
-                raise ConfigError(f"cannot load TLS certificate/key: {exc}")
-            ssl_ctx = self.tls.context
-        try:
-            self.bridge.store.open()
-        except (sqlite3.Error, OSError) as exc:
-            raise ConfigError(
-                f"cannot open the database in {cfg.data_dir}: {exc} (is the data directory writable, with space left?)"
-            )
-        except BridgeError as exc:  # a shared store that cannot be reached (one line, no password)
-            raise ConfigError(exc.message)
-        if self.bridge.store.shared:  # one live node per shared store, or several on a bus (bridge_core/nodes.py)
-            node = NodeHeartbeat(self.bridge.store, cfg.node_id, alone=not cfg.bus_url)
-            try:
-                await node.start()
-            except BridgeError as exc:
-                self.bridge.store.close()
-                raise ConfigError(exc.message)
-            self.node = node
+        ssl_ctx = self._load_tls()
+        await self._open_store()
         try:  # a new key at every start, before anything listens: a previous run's key never works
             cfg.admin_key = write_admin_key(cfg.data_dir)
         except OSError as exc:
@@ -182,7 +164,47 @@ class Service:
             await self.stop()
             raise ConfigError(listen_failure(cfg, name, exc))
         self.bridge.report_interrupted()  # every front end listens now: runs a crash cut short end as failed
-        tune_for_serving()  # bridge_core/runtime.py: what start-up built is frozen out of GC scans
+        tune_for_serving()  # bridge_core/kit/runtime.py: what start-up built is frozen out of GC scans
+        self._publish_endpoints()
+        return self.ports
+
+    def _load_tls(self) -> Any:
+        """The TLS context every listener serves (None without TLS), checked here (one-line errors, never a
+        pass-phrase prompt) and reloaded when the files change."""
+        cfg = self.cfg
+        if not cfg.tls:
+            return None
+        try:
+            watch = float(cfg.section("tls").get("watch_interval", 2.0))  # 0: only on SIGHUP
+            self.tls = TLSReloader(cfg.tls_cert, cfg.tls_key, interval=watch)
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"cannot load TLS certificate/key: {exc}")
+        return self.tls.context
+
+    async def _open_store(self) -> None:
+        """The store opened (one line when it cannot be), and on a shared one this node's heartbeat."""
+        cfg = self.cfg
+        try:
+            self.bridge.store.open()
+        except (sqlite3.Error, OSError) as exc:
+            raise ConfigError(
+                f"cannot open the database in {cfg.data_dir}: {exc} (is the data directory writable, with space left?)"
+            )
+        except BridgeError as exc:  # a shared store that cannot be reached (one line, no password)
+            raise ConfigError(exc.message)
+        if self.bridge.store.shared:  # one live node per shared store, or several on a bus (bridge_core/scale/nodes.py)
+            node = NodeHeartbeat(self.bridge.store, cfg.node_id, alone=not cfg.bus_url)
+            try:
+                await node.start()
+            except BridgeError as exc:
+                self.bridge.store.close()
+                raise ConfigError(exc.message)
+            self.node = node
+
+    def _publish_endpoints(self) -> None:
+        """``run/endpoints.json`` and ``run/ports.json`` (ready means both are there), kept up to date on a new
+        certificate (the Loomi QR's fp)."""
+        cfg = self.cfg
         os.makedirs(cfg.run_dir, mode=0o700, exist_ok=True)
         if self.tls is not None:
             for fe in self.frontends.values():
@@ -192,14 +214,13 @@ class Service:
         write_endpoints(cfg, self.ports, self.frontends)  # before ports.json: ready means both are there
         listed = self.ports if self.metrics is None else {**self.ports, "metrics": self.metrics_port}
         write_private(os.path.join(cfg.run_dir, "ports.json"), json.dumps(listed))
-        return self.ports
 
     async def _start_metrics(self, ssl_ctx: Any) -> None:
         """The Prometheus endpoint (docs/operations.md): plain HTTP on loopback, the front ends' TLS elsewhere."""
         m = self.cfg.metrics
         if m.port is None:
             return
-        from bridge_core.metrics import MetricsServer, bridge_registry
+        from bridge_core.kit.metrics import MetricsServer, bridge_registry
 
         registry = bridge_registry(self.bridge, self.frontends, self.notifier, self.cfg.node_id)
         self.metrics = MetricsServer(registry, self.cfg)
@@ -269,7 +290,8 @@ PHONES = ("pheby", "loomi")  # the front ends a phone dials (lvmh is a browser's
 def endpoint_urls(cfg: Config, ports: dict[str, int]) -> dict[str, str]:
     """Each started front end's URL for a client: its ``--public-url``, else its bound address
     (a wildcard bind shown as this machine's primary address, never ``0.0.0.0``)."""
-    return {name: cfg.public_urls.get(name) or bound_url(name, cfg.host, port, cfg.tls) for name, port in ports.items()}
+    return {name: cfg.public_urls.get(name) or bound_url(PART[name].public, cfg.host, port, cfg.tls)
+            for name, port in ports.items()}
 
 
 def _http_base(url: str) -> str:

@@ -34,9 +34,11 @@ from urllib.parse import urlsplit
 import aiohttp
 import attrs
 
-from bridge_core.config import Config, ConfigError, build_config, read_endpoints
-from bridge_core.security import read_admin_key
+from bridge_core.kit.config import Config, read_endpoints
+from bridge_core.model.errors import ConfigError
+from bridge_core.kit.security import read_admin_key
 
+from .config import build_config
 from .doctor_trust import DOCS, Channel, Seen, admin_note, channel_for, credential_verdict, loopback_host
 
 TIMEOUT = 10.0
@@ -258,7 +260,7 @@ class Doctor:
     async def pheby(self, http: aiohttp.ClientSession, url: str, channel: Channel) -> None:
         if not self.credential("pheby", channel):
             return
-        secret, tls = self.cfg.pheby_secret, self.ssl_for(channel)
+        secret, tls = self.cfg.secret("pheby"), self.ssl_for(channel)
         await self.upgrade(http, "pheby", url, tls, hello={"type": "hello", "secret": secret, "protocol_version": 1},
                            expect="ready")
         await self.attachment(http, "pheby", _http_base(url) + f"/attachments/{UNKNOWN_ID}", tls,
@@ -293,7 +295,7 @@ class Doctor:
 
     async def lvmh(self, http: aiohttp.ClientSession, url: str, channel: Channel) -> None:
         if self.credential("lvmh", channel):
-            token, tls = self.cfg.lvmh_token, self.ssl_for(channel)
+            token, tls = self.cfg.secret("lvmh"), self.ssl_for(channel)
             await self.upgrade(http, "lvmh", _ws_url(url, "/agent/ws"), tls,
                                headers={"Authorization": f"Bearer {token}"})
             await self.attachment(http, "lvmh", url + f"/api/attachments/{UNKNOWN_ID}", tls,

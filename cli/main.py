@@ -8,9 +8,10 @@ import os
 import sys
 from typing import Any, Optional
 
-from bridge_core.config import ConfigError
+from bridge_core.model.errors import ConfigError
 
-# Subcommand groups contributed by the front ends: module with add_parser(subparsers, common), in --help's order.
+# Subcommand groups contributed by the front ends: module with add_parser(subparsers, common, build_config), in
+# --help's order (build_config: the host's, cli/config.py)
 COMMAND_MODULES = ("pheby_adapter.cli", "loomi_adapter.cli", "lvmh_adapter.cli")
 GLOBAL_OPTIONS = ("config", "data_dir")  # accepted by every command, before or after its name
 GIVEN = "given:"  # namespace attributes recording each place a global option was given (_Given)
@@ -133,13 +134,14 @@ def build_parser() -> Parser:
     # --- end operations ---
     serve.set_defaults(func=_serve)
     from . import doctor  # remote access: agent-bridge doctor (docs/remote-access.md)
+    from .config import build_config
 
     for modname in COMMAND_MODULES:
         try:
             mod = importlib.import_module(modname)
         except ImportError:
             continue
-        mod.add_parser(sub, common_options)
+        mod.add_parser(sub, common_options, build_config)
     doctor.add_parser(sub, common_options)
     return parser
 

@@ -15,12 +15,14 @@ import sys
 from datetime import datetime, timezone
 from typing import Any
 
-from bridge_core import datadir, looping
-from bridge_core.config import Config, ConfigError, build_config, resolve_data_dir
-from bridge_core.redact import REDACTED, is_secret_key, redact
-from bridge_core.terminal import PrintableFormatter
+from bridge_core.kit import datadir, looping
+from bridge_core.kit.config import Config, resolve_data_dir
+from bridge_core.model.errors import ConfigError
+from bridge_core.model.redact import REDACTED, is_secret_key, redact
+from bridge_core.model.terminal import PrintableFormatter
 
 from .app import Service, check_bind, describe, make_agent
+from .config import build_config
 
 log = logging.getLogger("agent_bridge")
 
@@ -83,7 +85,7 @@ _RECORD_FIELDS = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "as
 
 class JsonFormatter(logging.Formatter):
     """``--log-format json``: one object per line, ``time`` (UTC, ISO 8601), ``level``, ``logger``,
-    ``message``, then the record's extra fields (a secret-looking key's value redacted, bridge_core/redact.py)
+    ``message``, then the record's extra fields (a secret-looking key's value redacted, bridge_core/model/redact.py)
     and ``exc`` for a traceback. Every line is printable ASCII: JSON escapes the control characters and
     ``ensure_ascii`` the rest (C1 controls, bidirectional overrides), so a client's string cannot drive the
     terminal that tails it either (terminal.py)."""
@@ -143,12 +145,12 @@ def run_serve(args: argparse.Namespace) -> int:
     cfg: "Config | None" = None
     try:
         # one process per data directory, taken before anything in it is read or written (its config,
-        # secrets, journal, run/): a second serve exits here naming the holder (bridge_core/datadir.py)
+        # secrets, journal, run/): a second serve exits here naming the holder (bridge_core/kit/datadir.py)
         with datadir.hold(resolve_data_dir(flags), "agent-bridge serve"):
             cfg = build_config(flags)
             setup_logging(cfg.log_level, cfg.log_format)
             check_bind(cfg)
-            # the bridge's own loop: outboxes flush at the end of each turn, with no turn added (bridge_core/looping.py)
+            # the bridge's own loop: outboxes flush at the end of each turn, with no turn added (bridge_core/kit/looping.py)
             with asyncio.Runner(loop_factory=looping.new_event_loop) as runner:
                 return runner.run(serve_async(cfg))
     except ConfigError as exc:

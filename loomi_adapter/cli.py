@@ -5,7 +5,7 @@ call its loopback-only endpoints with the admin key the server wrote to
 ``<data-dir>/run/admin.key`` (so only the owner of the data directory can pair,
 list or revoke: docs/security.md). ``devices`` and ``revoke`` fall back to the
 database when no server is running (``revoke`` then has no socket to close),
-holding the data directory's lock for that work (``bridge_core/datadir.py``): a
+holding the data directory's lock for that work (``bridge_core/kit/datadir.py``): a
 ``serve`` started meanwhile exits at once naming this command's pid (run it
 again: the command takes milliseconds), and a server that holds the directory
 but does not answer (starting, or without a Loomi front end) is never worked
@@ -16,6 +16,7 @@ and decision tokens with it (revocation.py).
 from __future__ import annotations
 
 import argparse
+import functools
 import datetime
 import json
 import os
@@ -25,12 +26,12 @@ import http.client
 import ssl
 from typing import Any, Callable, Optional, TypeVar
 
-from bridge_core.config import build_config, undialable_reason
-from bridge_core import datadir, qr
-from bridge_core.running import command_line, not_running, server_running
-from bridge_core.redact import fingerprint
-from bridge_core.security import admin_key_path, is_loopback, read_admin_key
-from bridge_core.terminal import printable
+from bridge_core.kit import datadir, qr
+from bridge_core.kit.remote import undialable_reason
+from bridge_core.kit.running import command_line, not_running, server_running
+from bridge_core.model.redact import fingerprint
+from bridge_core.kit.security import admin_key_path, is_loopback, read_admin_key
+from bridge_core.model.terminal import printable
 
 from . import devices as devices_mod
 from .revocation import offline_revoke
@@ -47,7 +48,8 @@ class ServerError(Exception):
     pass
 
 
-def add_parser(subparsers: Any, common_options: Any) -> None:
+def add_parser(subparsers: Any, common_options: Any, build_config: Callable[..., Any]) -> None:
+    """``agent-bridge loomi ...``; ``build_config``: the host's (its front ends' parts assembled)."""
     loomi = subparsers.add_parser("loomi", help="Loomi phones: pair a device, list and revoke devices",
                                   description="Loomi phones (Android, paired by a QR code): pair, list, revoke.")
     common_options(loomi)
@@ -59,20 +61,20 @@ def add_parser(subparsers: Any, common_options: Any) -> None:
     pair.add_argument("--json", action="store_true", help="print only the QR payload, as one JSON line")
     pair.add_argument("--ttl", type=float, default=None, metavar="SECONDS",
                       help="token lifetime (default 300, or [loomi] pair_ttl)")
-    pair.set_defaults(func=cmd_pair)
+    pair.set_defaults(func=functools.partial(cmd_pair, build_config=build_config))
 
     devs = sub.add_parser("devices", help="list paired devices",
                           description="List the paired devices (from the database when the server is not running).")
     common_options(devs)
     devs.add_argument("--json", action="store_true", help="print a JSON list")
-    devs.set_defaults(func=cmd_devices)
+    devs.set_defaults(func=functools.partial(cmd_devices, build_config=build_config))
 
     revoke = sub.add_parser("revoke", help="revoke a device; its open sockets close at once",
                             description="Revoke a device: its credential, push subscriptions and decision links "
                                         "stop working, and its open sockets close at once.")
     common_options(revoke)
     revoke.add_argument("device_id", metavar="DEVICE_ID")
-    revoke.set_defaults(func=cmd_revoke)
+    revoke.set_defaults(func=functools.partial(cmd_revoke, build_config=build_config))
 
     def usage(args: argparse.Namespace) -> int:
         loomi.print_help()
@@ -84,7 +86,7 @@ def add_parser(subparsers: Any, common_options: Any) -> None:
 # --- talking to the running server -------------------------------------------------
 
 
-def _data_dir(args: argparse.Namespace) -> str:
+def _data_dir(args: argparse.Namespace, build_config: Callable[..., Any]) -> str:
     cfg = build_config({"data_dir": getattr(args, "data_dir", None), "config": getattr(args, "config", None)},
                        with_secrets=False)
     return cfg.data_dir
@@ -196,7 +198,7 @@ def _error_text(body: Any) -> str:
 # --- pair -------------------------------------------------------------------------
 
 
-render_qr, _write_qr = qr.render_qr, qr.write_qr  # the one renderer (bridge_core/qr.py)
+render_qr, _write_qr = qr.render_qr, qr.write_qr  # the one renderer (bridge_core/kit/qr.py)
 
 
 def tls_line(url: str, fp: str) -> str:
@@ -208,9 +210,9 @@ def tls_line(url: str, fp: str) -> str:
     return "wss, no pin: the certificate must chain to a public CA"
 
 
-def cmd_pair(args: argparse.Namespace) -> int:
-    data_dir = _data_dir(args)
-    if not server_running(data_dir)[0]:  # a killed server's run/ files are no server (bridge_core/running.py)
+def cmd_pair(args: argparse.Namespace, build_config: Callable[..., Any]) -> int:
+    data_dir = _data_dir(args, build_config)
+    if not server_running(data_dir)[0]:  # a killed server's run/ files are no server (bridge_core/kit/running.py)
         print(f"agent-bridge: {not_running(data_dir)}", file=sys.stderr)
         return 1
     body = {} if args.ttl is None else {"ttl": args.ttl}
@@ -253,8 +255,8 @@ def _when(ts: Optional[float]) -> str:
     return datetime.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def cmd_devices(args: argparse.Namespace) -> int:
-    data_dir = _data_dir(args)
+def cmd_devices(args: argparse.Namespace, build_config: Callable[..., Any]) -> int:
+    data_dir = _data_dir(args, build_config)
     note = None
     try:
         status, answer = _call(data_dir, "GET", "/internal/devices")
@@ -294,8 +296,8 @@ def cmd_devices(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_revoke(args: argparse.Namespace) -> int:
-    data_dir = _data_dir(args)
+def cmd_revoke(args: argparse.Namespace, build_config: Callable[..., Any]) -> int:
+    data_dir = _data_dir(args, build_config)
     device_id = args.device_id
     try:
         status, answer = _call(data_dir, "POST", "/internal/devices/revoke", {"device_id": device_id})

@@ -29,8 +29,8 @@ import secrets
 import time
 from typing import Any, Optional
 
-from bridge_core.security import same_secret
-from bridge_core.store import BaseStore
+from bridge_core.kit.security import same_secret
+from bridge_core.bridge.store import BaseStore
 
 from . import codec
 from .devices import _DEVICE_COLUMNS, _DUMMY_HASH, MIGRATIONS, Device, Registry, hash_secret

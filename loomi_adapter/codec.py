@@ -16,13 +16,13 @@ import attrs
 import cattrs
 import orjson
 
-from bridge_core import commands as cmd
-from bridge_core import events as ev
-from bridge_core.wire import attachment_fields
-from bridge_core.errors import BadRequest, InvalidJson, UnknownType, VersionMismatch
+from bridge_core.model import commands as cmd
+from bridge_core.model import events as ev
+from bridge_core.model.wire import attachment_fields
+from bridge_core.model.errors import BadRequest, InvalidJson, UnknownType, VersionMismatch
 from bridge_core.push.model import RegisterPush, UnregisterPush
-from bridge_core.redact import fingerprint
-from bridge_core.wire import prepare_hooks, strict_converter
+from bridge_core.model.redact import fingerprint
+from bridge_core.model.wire import prepare_hooks, strict_converter
 
 PROTOCOL_VERSION = 1
 REPLAY_WINDOW = 512

@@ -46,11 +46,11 @@ import sqlite3
 import time
 from typing import Any, Optional
 
-from bridge_core.ids import new_id
-from bridge_core.security import same_secret
-from bridge_core.redact import fingerprint
-from bridge_core.seqalloc import SeqReservation
-from bridge_core.store import Store
+from bridge_core.model.ids import new_id
+from bridge_core.kit.security import same_secret
+from bridge_core.model.redact import fingerprint
+from bridge_core.model.seqalloc import SeqReservation
+from bridge_core.bridge.store import BaseStore
 
 from . import codec
 from .idempotency import RequestCache
@@ -198,7 +198,7 @@ class Device:
 
 
 class Registry:
-    def __init__(self, store: Store, *, block: int = SEQ_BLOCK, window: int = codec.REPLAY_WINDOW):
+    def __init__(self, store: BaseStore, *, block: int = SEQ_BLOCK, window: int = codec.REPLAY_WINDOW):
         self.store = store
         self.block = block
         self.window = window

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from bridge_core.errors import BridgeError, as_bridge_error
+from bridge_core.model.errors import BridgeError, as_bridge_error
 
 # Close codes (4000-4999 are free for applications, RFC 6455 §7.4.2).
 CLOSE_NORMAL = 1000

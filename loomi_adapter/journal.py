@@ -47,7 +47,7 @@ import time
 import zlib
 from typing import Optional
 
-from bridge_core.private import open_private
+from bridge_core.bridge.private import open_private
 
 log = logging.getLogger("agent_bridge.loomi.journal")
 

@@ -37,9 +37,9 @@ from typing import Any, Callable, Optional, Union
 
 import attrs
 
-from bridge_core.errors import (AuthTimeout, BadRequest, BridgeError, RateLimited, Unauthorized, Unavailable,
+from bridge_core.model.errors import (AuthTimeout, BadRequest, BridgeError, RateLimited, Unauthorized, Unavailable,
                                 VersionMismatch)
-from bridge_core.ratelimit import TokenBucket
+from bridge_core.model.ratelimit import TokenBucket
 
 from . import codec
 from .errors import HeartbeatTimeout, Replaced, Revoked, close_code, error_payload

@@ -129,7 +129,7 @@ def frames_of(events: list[tuple[int, bytes]], marks: list[tuple[int, int]]) -> 
 
 
 # A numbered device, as ``Numbering`` reads it (devices.Device): ``log`` (its SeqLog), ``seqs`` (its
-# bridge_core.seqalloc.SeqReservation), ``offset`` (its seq minus the frame number of its last mark, None
+# bridge_core.model.seqalloc.SeqReservation), ``offset`` (its seq minus the frame number of its last mark, None
 # before any) and ``skip_to`` (events up to this number were numbered for it elsewhere: several nodes).
 Numbered = Any
 

@@ -21,23 +21,30 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional, Protocol
 
+from bridge_core.model.errors import BridgeError
 from bridge_core.push import device_owner, drop_owner_rows
 
-from .devices import Device, _offline_connect
+from .devices import Device, Registry, _offline_connect
 from .errors import Revoked
-
-if TYPE_CHECKING:
-    from .server import LoomiFrontEnd
 
 log = logging.getLogger("agent_bridge.loomi")
 
-RELAY = "loomi"  # this front end's relays between nodes (bridge_core/cluster.py): {"t": "revoked", "d": device_id}
+RELAY = "loomi"  # its relays between nodes (bridge_core/scale/cluster.py): {"t": "revoked", "d": device_id}
+
+
+class RevokingFrontEnd(Protocol):
+    """What revocations use of the Loomi front end (``server.LoomiFrontEnd``)."""
+
+    bridge: Any
+    registry: Registry
+
+    def _kick(self, conn: Any, exc: BridgeError) -> None: ...  # close a socket with the error's frame
 
 
 class Revocations:
-    def __init__(self, fe: "LoomiFrontEnd"):
+    def __init__(self, fe: RevokingFrontEnd):
         self.fe = fe
 
     async def prepare(self) -> None:

@@ -5,24 +5,37 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional, Protocol
 
 import orjson
 from aiohttp import web
 
-from bridge_core.attachments import file_response
-from bridge_core.errors import BadRequest, BridgeError
-from bridge_core.security import bearer_token, client_address, require_loopback_admin
+from bridge_core.kit.downloads import file_response
+from bridge_core.model.errors import BadRequest, BridgeError
+from bridge_core.kit.security import bearer_token, client_address, require_loopback_admin
 
 from .errors import error_payload
 
-if TYPE_CHECKING:
-    from .server import LoomiFrontEnd
+class RoutesHost(Protocol):
+    """What the routes use of the Loomi front end (``server.LoomiFrontEnd``): named here so this
+    module imports nothing above it (no import cycle, docs/architecture.md, Layers)."""
+
+    bridge: Any
+    config: Any
+    registry: Any
+    limiter: Any
+    fp: str
+    pair_ttl: float
+    server_name: str
+
+    def pair_url(self) -> str: ...
+
+    async def revoke(self, device_id: str) -> Any: ...
 
 log = logging.getLogger("agent_bridge.loomi")
 
 
-def add_routes(app: web.Application, fe: "LoomiFrontEnd") -> None:
+def add_routes(app: web.Application, fe: RoutesHost) -> None:
     """Every route but the protocol socket."""
     app.router.add_get("/health", health)
     app.router.add_post("/internal/pair/new", functools.partial(pair_new, fe))
@@ -35,7 +48,7 @@ async def health(request: web.Request) -> web.Response:
     return web.Response(body=b'{"ok":true,"v":1}', content_type="application/json")
 
 
-async def _refuse_non_local(fe: "LoomiFrontEnd", request: web.Request) -> Optional[web.Response]:
+async def _refuse_non_local(fe: RoutesHost, request: web.Request) -> Optional[web.Response]:
     """The loopback-only endpoints: the shared check (loopback peer and Host, no Origin,
     no forwarding header, the admin key), or its 403."""
     return await require_loopback_admin(request, fe.config.admin_key, fe.limiter, log)
@@ -54,7 +67,7 @@ async def _json_body(request: web.Request) -> dict:
     return body
 
 
-async def pair_new(fe: "LoomiFrontEnd", request: web.Request) -> web.Response:
+async def pair_new(fe: RoutesHost, request: web.Request) -> web.Response:
     refused = await _refuse_non_local(fe, request)
     if refused is not None:
         return refused
@@ -70,14 +83,14 @@ async def pair_new(fe: "LoomiFrontEnd", request: web.Request) -> web.Response:
     return _json({"payload": payload, "expires_at": expires, "ttl": ttl})
 
 
-async def devices(fe: "LoomiFrontEnd", request: web.Request) -> web.Response:
+async def devices(fe: RoutesHost, request: web.Request) -> web.Response:
     refused = await _refuse_non_local(fe, request)
     if refused is not None:
         return refused
     return _json({"devices": fe.registry.list()})
 
 
-async def revoke(fe: "LoomiFrontEnd", request: web.Request) -> web.Response:
+async def revoke(fe: RoutesHost, request: web.Request) -> web.Response:
     refused = await _refuse_non_local(fe, request)
     if refused is not None:
         return refused
@@ -92,7 +105,7 @@ async def revoke(fe: "LoomiFrontEnd", request: web.Request) -> web.Response:
     return _json({"revoked": d is not None, "device_id": device_id}, status=200 if d else 404)
 
 
-async def attachment(fe: "LoomiFrontEnd", request: web.Request) -> web.StreamResponse:
+async def attachment(fe: RoutesHost, request: web.Request) -> web.StreamResponse:
     device_id, _, credential = (bearer_token(request) or "").partition(":")
     d = None
     if device_id and credential:

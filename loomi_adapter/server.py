@@ -19,18 +19,20 @@ from typing import Any, Awaitable, Callable, Optional
 import orjson
 from aiohttp import WSCloseCode, WSMsgType, web
 
-from bridge_core import events as ev
-from bridge_core.commands import Origin
-from bridge_core.config import bound_url, served_directly
-from bridge_core.errors import BridgeError, SlowConsumer, TooLarge, Unauthorized, Unavailable, as_bridge_error
-from bridge_core.frontend import FrontEnd, cert_fingerprint, chains_to_public_ca, ws_text_sender
-from bridge_core.hub import Outbox
-from bridge_core.private import write_private
-from bridge_core.redact import fingerprint
-from bridge_core.security import client_address
+from bridge_core.model import events as ev
+from bridge_core.model.commands import Origin
+from bridge_core.model.errors import BridgeError, SlowConsumer, TooLarge, Unauthorized, Unavailable, as_bridge_error
+from bridge_core.kit.remote import bound_url, served_directly
+from bridge_core.kit.frontend import FrontEnd, ws_text_sender
+from bridge_core.kit.tls import cert_fingerprint, chains_to_public_ca
+from bridge_core.kit.security import client_address
+from bridge_core.kit.outbox import Outbox
+from bridge_core.bridge.private import write_private
+from bridge_core.model.redact import fingerprint
 
 from . import codec, routes
 from .cluster import ClusterRegistry
+from .config import PART
 from .devices import Device, Registry
 from .protocol import CHECK, REQUEST, Authenticate, Close, Job, LoomiProtocol, PairHello, Settings
 from .revocation import Revocations
@@ -115,7 +117,7 @@ class LoomiFrontEnd(FrontEnd):
         self.outbox_items = int(sec.get("outbox_items", 2048))
         self.rate = float(sec.get("rate", 100.0))  # frames per second per socket (pongs exempt)
         self.burst = float(sec.get("burst", 200.0))
-        self.pair_ttl = float(config.loomi_pair_ttl)
+        self.pair_ttl = float(config.frontend("loomi").pair_ttl)
         self.registry = Registry(bridge.store)
         self.server_name = socket.gethostname()
         self.server_version = _version()
@@ -198,7 +200,7 @@ class LoomiFrontEnd(FrontEnd):
 
     def pair_url(self) -> str:
         """The QR's URL: the loomi public URL, else the bound address (a wildcard made dialable)."""
-        return self.config.public_urls.get("loomi") or bound_url("loomi", self.config.host, self.port or 0,
+        return self.config.public_urls.get("loomi") or bound_url(PART.public, self.config.host, self.port or 0,
                                                                  self.config.tls)
 
     async def revoke(self, device_id: str) -> Optional[Device]:

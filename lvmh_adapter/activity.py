@@ -28,7 +28,7 @@ def _ms(ts: Optional[float]) -> Optional[int]:
 
 
 def waiting(conv: Any) -> list:
-    """The decisions waiting in ``conv`` (a ``bridge_core.state.ConversationState``), oldest first."""
+    """The decisions waiting in ``conv`` (a ``bridge_core.model.state.ConversationState``), oldest first."""
     out = [(a.ts, {"kind": "approval", "id": a.approval_id, "text": a.command[:MAX_TEXT],
                    "expiresAt": _ms(a.deadline_ts)}) for a in conv.approvals.values()]
     out += [(c.ts, {"kind": "clarify", "id": c.clarify_id, "text": c.question[:MAX_TEXT],

@@ -31,7 +31,7 @@ import attrs
 from aiohttp import web
 from yarl import URL
 
-from bridge_core.security import same_secret
+from bridge_core.kit.security import same_secret
 
 from . import codec
 

@@ -15,12 +15,13 @@ and with ``--browser`` exits 1 when no browser starts (the link is printed all t
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import urllib.parse
-from typing import Any
+from typing import Any, Callable
 
-from bridge_core.private import open_private, private_dir
+from bridge_core.bridge.private import open_private, private_dir
 
 PLUGIN_FILE = "lvmh-agent.mjs"
 
@@ -31,7 +32,8 @@ def plugin_path() -> str:
     return os.path.join(here, "pi_extension", PLUGIN_FILE)
 
 
-def add_parser(subparsers: Any, common_options: Any) -> None:
+def add_parser(subparsers: Any, common_options: Any, build_config: Callable[..., Any]) -> None:
+    """``agent-bridge lvmh ...``; ``build_config``: the host's (its front ends' parts assembled)."""
     lvmh = subparsers.add_parser("lvmh", help="lvmh: log in to the web UI (lvmh open); the pi extension's path",
                                  description="lvmh: the web UI (`agent-bridge lvmh open` prints its login link) "
                                              "and the pi extension that mirrors pi sessions into it.")
@@ -43,7 +45,7 @@ def add_parser(subparsers: Any, common_options: Any) -> None:
     opener.add_argument("--browser", action="store_true",
                         help="also open it in the default browser (through an owner-only file, not the command line); "
                              "exit status 1 when none starts")
-    opener.set_defaults(func=cmd_open)
+    opener.set_defaults(func=functools.partial(cmd_open, build_config=build_config))
     what = "print the absolute path of the pi extension (pi -e <path>)"
     path = sub.add_parser("plugin-path", help=what, description=what[0].upper() + what[1:] + ".")
     common_options(path)
@@ -66,9 +68,11 @@ def cmd_plugin_path(args: argparse.Namespace) -> int:
 
 
 def _read_token(data_dir: str) -> str:
-    from bridge_core.config import read_stored_secret
+    from bridge_core.kit.config import read_stored_secret
 
-    return read_stored_secret(data_dir, "lvmh_token", "LVMH_TOKEN", "lvmh token")
+    from .config import SECRET
+
+    return read_stored_secret(data_dir, SECRET.file, SECRET.env, SECRET.label)
 
 
 class NotServing(Exception):
@@ -79,8 +83,8 @@ def _base_url(cfg: Any) -> str:
     """The web UI's base URL as the server running on ``cfg``'s data directory serves it (its
     ``--public-url lvmh=``, or ``[lvmh] public_url``, else its bound port on this machine);
     ``NotServing`` with the one line to print when no server runs there, or it has no lvmh."""
-    from bridge_core.config import read_endpoints
-    from bridge_core.running import command_line, not_running, run_ports, server_running
+    from bridge_core.kit.config import read_endpoints
+    from bridge_core.kit.running import command_line, not_running, run_ports, server_running
 
     from .auth import public_url
 
@@ -110,8 +114,8 @@ def login_link(cfg: Any) -> str:
     return f"{base}/#token={urllib.parse.quote(token, safe='')}"
 
 
-def cmd_open(args: argparse.Namespace) -> int:
-    from bridge_core.config import ConfigError, build_config
+def cmd_open(args: argparse.Namespace, build_config: Callable[..., Any]) -> int:
+    from bridge_core.model.errors import ConfigError
 
     try:
         cfg = build_config({"data_dir": getattr(args, "data_dir", None), "config": getattr(args, "config", None)},

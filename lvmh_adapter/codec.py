@@ -19,9 +19,9 @@ from typing import Any, Iterable, Optional, Union
 import attrs
 import orjson
 
-from bridge_core.redact import redact
-
-from bridge_core.errors import BadRequest, BridgeError, TooLarge
+from bridge_core.model.errors import BadRequest, BridgeError, TooLarge
+from bridge_core.model.limits import MAX_TEXT
+from bridge_core.model.redact import redact_tool_args
 
 PROTOCOL_VERSION = 1
 MAX_PLUGIN_FRAME = 4 * 1024 * 1024  # bytes; aiohttp closes the socket (1009) above this
@@ -30,7 +30,6 @@ MAX_PLUGIN_FRAME = 4 * 1024 * 1024  # bytes; aiohttp closes the socket (1009) ab
 MAX_WORKER_FRAME = 1024 * 1024
 MAX_BROWSER_FRAME = 64 * 1024
 MAX_BODY = 1024 * 1024  # bytes of a REST body (413 above)
-MAX_PROMPT = 64_000  # characters, as the core's MAX_TEXT
 MAX_SEQ = 2**53 - 1  # JavaScript's safe integers: the plugin counts with them
 EVENTS_LIMIT_DEFAULT = 1000
 EVENTS_LIMIT_MAX = 1000
@@ -148,7 +147,7 @@ def _redact_tool_args(obj: dict) -> bool:
     changed = False
     args = obj.get("args")
     if isinstance(args, (dict, list)):
-        safe = redact(args)
+        safe = redact_tool_args(args)
         if safe != args:
             obj["args"] = safe
             changed = True
@@ -164,7 +163,7 @@ def _redact_tool_args(obj: dict) -> bool:
             except orjson.JSONDecodeError:
                 continue
             if isinstance(parsed, (dict, list)):
-                safe = redact(parsed)
+                safe = redact_tool_args(parsed)
                 if safe != parsed:
                     call["argsJson"] = orjson.dumps(safe).decode()
                     changed = True
@@ -372,7 +371,7 @@ def json_body(data: bytes, *, allow_empty: bool = False) -> dict:
     return obj
 
 
-def body_string(obj: dict, name: str, *, max_len: int = MAX_PROMPT, required: bool = True,
+def body_string(obj: dict, name: str, *, max_len: int = MAX_TEXT, required: bool = True,
                 allow_empty: bool = False) -> Optional[str]:
     value = obj.get(name)
     if value is None and not required:

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Optional
 
 from aiohttp import web
 
-from bridge_core import commands as cmd
-from bridge_core.errors import BadRequest, BridgeError, Conflict, NotImplementedByAgent
+from bridge_core.model import commands as cmd
+from bridge_core.model.errors import BadRequest, BridgeError, Conflict, NotImplementedByAgent
 from . import codec
 from .listing import matches, needle_of
 from .errors import SessionNotFound, json_response, rest_error

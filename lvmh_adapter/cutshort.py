@@ -7,7 +7,7 @@ closed only if its plugin does not come back within ``plugin_return`` (a plugin 
 returns resends and settles its own run).
 
 Several nodes (docs/scale-out.md "A pi run left open when its node dies"): the node a
-plugin says hello to answers for its session's open run (a cluster hold, bridge_core/holds.py,
+plugin says hello to answers for its session's open run (a cluster hold, bridge_core/scale/holds.py,
 kind ``HOLD``), from then until the run is closed or the plugin says hello elsewhere. It
 closes the run as above, in one transaction with letting go of the hold, so a plugin that
 came back to another node meanwhile keeps its run. A node that dies hands its holds to one
@@ -20,8 +20,8 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Optional
 
-from bridge_core import events as ev
-from bridge_core.ids import new_id
+from bridge_core.model import events as ev
+from bridge_core.model.ids import new_id
 
 from . import codec
 
@@ -31,7 +31,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("agent_bridge.lvmh")
 
-INTERRUPTED = "interrupted by a restart"
 GONE = "the pi session did not reconnect"
 HOLD = "lvmh-plugin"  # several nodes: the node answering for a pi session's open run (holds.py)
 
@@ -57,7 +56,7 @@ def restore_open_runs(fe: "LvmhFrontEnd") -> None:
         if run.run_id not in reported:
             # the core closed it before the old process stopped (a clean stop cancels runs) but
             # this log missed the close: its open message ends with the text the core kept
-            finished = ev.RunFinished(conversation_id=sid, run_id=run.run_id, status="failed", error=INTERRUPTED,
+            finished = ev.RunFinished(conversation_id=sid, run_id=run.run_id, status="failed", error=ev.RUN_INTERRUPTED,
                                       text=kept_text(fe, sid, fe.renderer.open_message(sid)))
             for etype, payload in fe.renderer.render(finished):
                 fe._emit(sid, etype, payload, finished.ts)

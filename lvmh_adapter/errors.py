@@ -15,7 +15,7 @@ from typing import Optional
 import orjson
 from aiohttp import web
 
-from bridge_core.errors import BridgeError, as_bridge_error
+from bridge_core.model.errors import BridgeError, as_bridge_error
 
 log = logging.getLogger("agent_bridge.lvmh")
 

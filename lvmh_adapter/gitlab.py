@@ -26,8 +26,8 @@ from typing import Any, Optional
 import aiohttp
 from aiohttp import web
 
-from bridge_core.errors import BridgeError
-from bridge_core.redact import fingerprint
+from bridge_core.model.errors import BridgeError
+from bridge_core.model.redact import fingerprint
 
 from .errors import HttpError, rest_error
 from .rest import read_json

@@ -33,7 +33,7 @@ from typing import Any, Optional
 import attrs
 import orjson
 
-from bridge_core.errors import BadRequest
+from bridge_core.model.errors import BadRequest
 
 from . import codec
 

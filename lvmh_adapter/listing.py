@@ -25,7 +25,7 @@ import bisect
 import re
 from typing import TYPE_CHECKING, Any, Optional
 
-from bridge_core.errors import BadRequest
+from bridge_core.model.errors import BadRequest
 
 from . import activity, codec
 from .plugin_source import SOURCE_NAME

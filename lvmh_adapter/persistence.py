@@ -27,7 +27,7 @@ from typing import Any, Optional
 
 import orjson
 
-from bridge_core.store import Store
+from bridge_core.bridge.store import BaseStore
 
 log = logging.getLogger("agent_bridge.lvmh.store")
 
@@ -107,7 +107,7 @@ class _Batch:
 
 
 class EventLog:
-    def __init__(self, store: Store):
+    def __init__(self, store: BaseStore):
         self.store = store
         self.committed: dict[str, int] = {}
         self._fail_cap: dict[str, int] = {}

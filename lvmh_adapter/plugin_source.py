@@ -35,14 +35,14 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any, Optional
 
-from bridge_core import events as ev
-from bridge_core.agents.base import AgentSource, ModelCurrent, ModelsSnapshot, Provider
-from bridge_core.errors import BadRequest, Conflict, NotFound, Unavailable
-from bridge_core.ids import draft_message_id, new_id
-from bridge_core.redact import redact
+from bridge_core.model import events as ev
+from bridge_core.bridge.agent import AgentSource, ModelCurrent, ModelsSnapshot, Provider
+from bridge_core.model.errors import BadRequest, Conflict, NotFound, Unavailable
+from bridge_core.model.ids import draft_message_id, new_id
+from bridge_core.model.redact import redact_tool_args
 
 if TYPE_CHECKING:
-    from bridge_core.state import ConversationState
+    from bridge_core.model.state import ConversationState
 
     from .server import LvmhFrontEnd
 
@@ -395,7 +395,7 @@ class PluginSource(AgentSource):
                 run_id=run.run_id,
                 call_id=call_id,
                 tool_name=_s(obj.get("toolName"), 200) or "tool",
-                args=redact(obj.get("args")),
+                args=redact_tool_args(obj.get("args")),
             )
         )
 

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from aiohttp import web
 
-from bridge_core.errors import BadRequest, Unavailable
+from bridge_core.model.errors import BadRequest, Unavailable
 from bridge_core.push import RegisterPush, UnregisterPush
-from bridge_core.security import client_address
+from bridge_core.kit.security import client_address
 
 from .auth import public_url
 from .errors import error_response, json_response

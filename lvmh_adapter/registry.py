@@ -22,7 +22,7 @@ from __future__ import annotations
 import enum
 from typing import Any, Iterable, Optional
 
-from bridge_core.seqalloc import SeqReservation
+from bridge_core.model.seqalloc import SeqReservation
 
 from .render import OpenRun
 

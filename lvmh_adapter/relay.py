@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import attrs
 import orjson
 
-from bridge_core import commands as cmd
+from bridge_core.model import commands as cmd
 
 from . import codec, cutshort
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-from bridge_core import events as ev
+from bridge_core.model import events as ev
 
 Rendered = list[tuple[str, dict]]
 

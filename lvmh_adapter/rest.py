@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from bridge_core import commands as cmd
-from bridge_core.attachments import file_response
-from bridge_core.errors import Conflict, NotFound, TooLarge
-from bridge_core.frontend import peer_host
+from bridge_core.model import commands as cmd
+from bridge_core.kit.downloads import file_response
+from bridge_core.model.errors import Conflict, NotFound, TooLarge
+from bridge_core.kit.frontend import peer_host
 
 from . import codec, history, listing
 from .errors import SessionNotFound, error_response, json_response, rest_error

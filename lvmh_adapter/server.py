@@ -19,12 +19,12 @@ from typing import Any, Optional
 
 from aiohttp import WSMsgType, web
 
-from bridge_core import events as ev
-from bridge_core.errors import BridgeError
-from bridge_core.frontend import FrontEnd, ws_text_sender
-from bridge_core.security import bearer_token, client_address
-from bridge_core.hub import Outbox
-from bridge_core.ids import new_id
+from bridge_core.model import events as ev
+from bridge_core.model.errors import BridgeError
+from bridge_core.kit.frontend import FrontEnd, ws_text_sender
+from bridge_core.kit.security import bearer_token, client_address
+from bridge_core.kit.outbox import Outbox
+from bridge_core.model.ids import new_id
 
 from . import codec, cutshort, errors
 from .auth import PRINCIPAL_KEY as PRINCIPAL
@@ -80,7 +80,7 @@ class LvmhFrontEnd(FrontEnd):
         super().__init__(bridge, config)
         self.workers = WorkerCredentials(bridge.store)
         self.workers.on_revoke(self._worker_revoked)
-        self.auth = Authenticator(config.lvmh_token or "", self.workers)
+        self.auth = Authenticator(config.secret("lvmh"), self.workers)
         self.public_url = public_url(config)
         self.plugin_conns: set[PluginConn] = set()
         self.log = EventLog(bridge.store)
@@ -98,7 +98,7 @@ class LvmhFrontEnd(FrontEnd):
         sec = config.section("lvmh") if hasattr(config, "section") else {}
         self.plugin_return = float(sec.get("plugin_return_seconds") or PLUGIN_RETURN)
         # what each plugin session may store ([lvmh] worker_quota_mb; docs/security.md "What a worker may store")
-        self.quota_mb = float(config.worker_quota_mb)
+        self.quota_mb = float(config.frontend("lvmh").worker_quota_mb)
         self.quota = int(self.quota_mb * 1024 * 1024)
         self.cluster: Any = None  # several nodes (docs/scale-out.md): set in prepare
         self.seq_base = 0  # several nodes: where bridge sessions' derived seqs start (registry.cluster_seq)
@@ -126,7 +126,7 @@ class LvmhFrontEnd(FrontEnd):
         except ImportError:
             GitLabClient = None  # type: ignore[assignment]
         if GitLabClient is not None:
-            self.gitlab = GitLabClient(self.bridge.store, self.config.gitlab_url)
+            self.gitlab = GitLabClient(self.bridge.store, self.config.frontend("lvmh").gitlab_url)
         try:
             from .spawn import SpawnManager
         except ImportError:

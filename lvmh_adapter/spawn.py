@@ -56,9 +56,10 @@ import attrs
 from aiohttp import web
 from yarl import URL
 
-from bridge_core.config import ConfigError, is_loopback
-from bridge_core.errors import BridgeError
-from bridge_core.tasks import TaskSet
+from bridge_core.kit.security import is_loopback
+from bridge_core.model.errors import ConfigError
+from bridge_core.model.errors import BridgeError
+from bridge_core.bridge.tasks import TaskSet
 
 from .auth import WorkerCredentials
 from .errors import HttpError, rest_error
@@ -257,7 +258,7 @@ def docker_url_of(config: Any, env: Any = None) -> str:
     sock = env.get("LVMH_CONTAINER_DOCKER_SOCK") or ""
     if sock and "://" not in sock:
         sock = "unix://" + sock
-    url = getattr(config, "docker_url", None) or sock or env.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    url = config.frontend("lvmh").docker_url or sock or env.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
     if url.startswith("tcp://"):
         url = "http://" + url[len("tcp://"):]
     return url
@@ -509,7 +510,7 @@ class SpawnManager:
         self._set(job, "exited", exit_code=code, error=error)
 
     def _clone_url(self, repo: str) -> str:
-        base = str(getattr(self.config, "gitlab_url", "https://gitlab.com")).rstrip("/")
+        base = str(self.config.frontend("lvmh").gitlab_url).rstrip("/")
         return f"{base}/{repo}.git"
 
     async def _fetch(self, docker: Any, job: Job, mirror: str) -> None:
@@ -566,7 +567,7 @@ class SpawnManager:
         except Exception:
             return ""
         text = "".join(lines).strip()
-        for s in secrets + (getattr(self.config, "lvmh_token", None), os.environ.get("ZAI_RENAUD_API_KEY")):
+        for s in secrets + (self.config.secret("lvmh"), os.environ.get("ZAI_RENAUD_API_KEY")):
             if s:
                 text = text.replace(s, "***")
         text = _WORKER_TOKEN.sub("***", text)

@@ -29,7 +29,7 @@ from typing import Any, Callable, Optional
 
 from aiohttp import web
 
-from bridge_core.hub import Outbox
+from bridge_core.kit.outbox import Outbox
 
 from . import codec
 

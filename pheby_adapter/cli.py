@@ -15,15 +15,17 @@ loopback URL: the command warns (docs/remote-access.md).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
-from typing import Any
+from typing import Any, Callable
 
 QR_VERSION = 1
 
 
-def add_parser(subparsers: Any, common_options: Any) -> None:
+def add_parser(subparsers: Any, common_options: Any, build_config: Callable[..., Any]) -> None:
+    """``agent-bridge pheby ...``; ``build_config``: the host's (its front ends' parts assembled)."""
     pheby = subparsers.add_parser("pheby", help="Pheby (Android app): connect it to this bridge",
                                   description="The Pheby app: `agent-bridge pheby connect` shows what it needs.")
     common_options(pheby)
@@ -33,7 +35,7 @@ def add_parser(subparsers: Any, common_options: Any) -> None:
     common_options(connect)
     connect.add_argument("--json", action="store_true",
                          help='print only the QR payload {"v":1,"url":...,"secret":...} on one line')
-    connect.set_defaults(func=cmd_connect)
+    connect.set_defaults(func=functools.partial(cmd_connect, build_config=build_config))
 
     def usage(args: argparse.Namespace) -> int:
         pheby.print_help()
@@ -43,9 +45,11 @@ def add_parser(subparsers: Any, common_options: Any) -> None:
 
 
 def _secret(data_dir: str) -> str:
-    from bridge_core.config import read_stored_secret
+    from bridge_core.kit.config import read_stored_secret
 
-    return read_stored_secret(data_dir, "pheby_secret", "PHEBY_SECRET", "Pheby secret")
+    from .config import SECRET
+
+    return read_stored_secret(data_dir, SECRET.file, SECRET.env, SECRET.label)
 
 
 class NoUrl(Exception):
@@ -55,8 +59,8 @@ class NoUrl(Exception):
 def pheby_url(data_dir: str) -> str:
     """The URL the app dials, as the server running on ``data_dir`` tells clients; ``NoUrl`` with
     the one line to print when no server runs there, or it has no Pheby front end."""
-    from bridge_core.config import read_endpoints
-    from bridge_core.running import command_line, not_running, server_running
+    from bridge_core.kit.config import read_endpoints
+    from bridge_core.kit.running import command_line, not_running, server_running
 
     running, pid = server_running(data_dir)
     if not running:
@@ -72,8 +76,9 @@ def pheby_url(data_dir: str) -> str:
     return url
 
 
-def cmd_connect(args: argparse.Namespace) -> int:
-    from bridge_core.config import ConfigError, build_config, undialable_reason
+def cmd_connect(args: argparse.Namespace, build_config: Callable[..., Any]) -> int:
+    from bridge_core.kit.remote import undialable_reason
+    from bridge_core.model.errors import ConfigError
 
     try:
         cfg = build_config({"data_dir": getattr(args, "data_dir", None), "config": getattr(args, "config", None)},
@@ -98,7 +103,7 @@ def cmd_connect(args: argparse.Namespace) -> int:
     if args.json:
         print(payload, flush=True)
         return 0
-    from bridge_core.qr import render_qr, write_qr
+    from bridge_core.kit.qr import render_qr, write_qr
 
     write_qr(render_qr(payload), sys.stdout)
     print("Scan this code with the Pheby app, or enter these by hand (the secret is a password: do not share it):")

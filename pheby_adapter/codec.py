@@ -12,11 +12,11 @@ from typing import Any, Callable, Optional
 
 import attrs
 
-from bridge_core import commands as cmd
-from bridge_core.errors import BadRequest, InvalidJson, UnknownType
-from bridge_core.limits import HISTORY_CAP, check_text
+from bridge_core.model import commands as cmd
+from bridge_core.model.errors import BadRequest, InvalidJson, UnknownType
+from bridge_core.model.limits import HISTORY_CAP, check_text
 from bridge_core.push.model import RegisterPush, UnregisterPush
-from bridge_core.wire import prepare_hooks, strict_converter, structure
+from bridge_core.model.wire import prepare_hooks, strict_converter, structure
 
 PROTOCOL_VERSION = 1
 MAX_FRAME = 2 * 1024 * 1024

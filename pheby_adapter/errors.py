@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from bridge_core import commands as cmd
-from bridge_core.errors import (
+from bridge_core.model import commands as cmd
+from bridge_core.model.errors import (
     ApprovalNotFound,
     BridgeError,
     ClarifyNotFound,

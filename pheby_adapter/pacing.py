@@ -30,7 +30,7 @@ draft alone always goes out), since ``message.complete`` follows.
 While several messages stream at once, their later pushes go on the ticks
 of one clock (``tick``, 5 ms: the first tick at or after a push is due), so
 the pushes of every message due within a tick are made in one turn of the
-loop and leave in one write per connection (bridge_core/hub.py), not one
+loop and leave in one write per connection (bridge_core/kit/outbox.py), not one
 write per message. A message streaming alone is pushed exactly when due.
 A draft waits at most one tick longer than its interval, never less.
 
@@ -49,8 +49,8 @@ from typing import Any, Hashable, Mapping, Optional
 
 import attrs
 
-from bridge_core import events as ev
-from bridge_core.wire import dumps
+from bridge_core.model import events as ev
+from bridge_core.model.wire import dumps
 
 from .render import delta_frame
 

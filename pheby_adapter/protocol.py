@@ -8,7 +8,7 @@ frames to write (``frames_to_send``, encoded). It holds:
 
 - the handshake: the first frame must be ``hello`` with the right protocol
   version and secret (checked by the ``secret_ok`` it is given: the server
-  binds ``bridge_core.security.same_secret`` to the configured secret), within
+  binds ``bridge_core.kit.security.same_secret`` to the configured secret), within
   the auth deadline (``tick``); a failed hello says ``AUTH_FAILED`` (the
   input of the per-address lockout, ``security.HelloLockout``), and a hello
   arriving while the address is locked out (``locked``) is not judged;
@@ -36,9 +36,9 @@ from typing import Any, Callable, Hashable, Optional, Sequence
 
 import attrs
 
-from bridge_core import commands as cmd
-from bridge_core import events as ev
-from bridge_core.errors import (
+from bridge_core.model import commands as cmd
+from bridge_core.model import events as ev
+from bridge_core.model.errors import (
     AuthTimeout,
     BadRequest,
     BridgeError,
@@ -48,9 +48,9 @@ from bridge_core.errors import (
     Unauthorized,
     VersionMismatch,
 )
-from bridge_core.ids import draft_message_id
-from bridge_core.ratelimit import TokenBucket
-from bridge_core.wire import dumps, loads_object
+from bridge_core.model.ids import draft_message_id
+from bridge_core.model.ratelimit import TokenBucket
+from bridge_core.model.wire import dumps, loads_object
 
 from . import render
 from .codec import HELLO_DEADLINE, MAX_FRAME, PROTOCOL_VERSION, Hello, Ping, decode_request, request_id_of

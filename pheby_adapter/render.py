@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional, Sequence
 
-from bridge_core import commands as cmd
-from bridge_core import events as ev
-from bridge_core.errors import BridgeError
+from bridge_core.model import commands as cmd
+from bridge_core.model import events as ev
+from bridge_core.model.errors import BridgeError
 from bridge_core.push.model import Registered, RegisterPush, UnregisterPush
-from bridge_core.wire import attachment_fields, dumps, iso
+from bridge_core.model.wire import attachment_fields, dumps, iso
 
 from .codec import PROTOCOL_VERSION
 

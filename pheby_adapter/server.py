@@ -17,13 +17,13 @@ from typing import Any, Optional, Sequence
 
 from aiohttp import WSMsgType, web
 
-from bridge_core import commands as cmd
-from bridge_core import events as ev
-from bridge_core.attachments import file_response
-from bridge_core.errors import BridgeError
-from bridge_core.frontend import FrontEnd, ws_text_sender
-from bridge_core.hub import Outbox
-from bridge_core.security import HelloLockout, bearer_token, client_address, same_secret
+from bridge_core.model import commands as cmd
+from bridge_core.model import events as ev
+from bridge_core.kit.downloads import file_response
+from bridge_core.model.errors import BridgeError
+from bridge_core.kit.frontend import FrontEnd, ws_text_sender
+from bridge_core.kit.outbox import Outbox
+from bridge_core.kit.security import HelloLockout, bearer_token, client_address, same_secret
 
 from . import codec, pacing
 from .protocol import (
@@ -112,7 +112,7 @@ class PhebyFrontEnd(FrontEnd):
 
     @property
     def secret(self) -> str:
-        return self.config.pheby_secret
+        return self.config.secret("pheby")
 
     def build_app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024)

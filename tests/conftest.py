@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from bridge_core import looping
-from bridge_core.config import build_config
+from bridge_core.kit import looping
+from cli.config import build_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
@@ -47,7 +47,7 @@ def make_config(tmp_path, adapters=("pheby", "loomi", "lvmh"), **overrides):
 @pytest.fixture
 async def service_factory(tmp_path):
     """Start a Service (demo agent by default) with the given adapters on port 0; stopped after the test."""
-    from bridge_core.agents.demo import DemoAgent
+    from bridge_core.bridge.demo import DemoAgent
     from cli.serve import Service
 
     started = []

@@ -6,7 +6,7 @@ import string
 
 from hypothesis import strategies as st
 
-from bridge_core import events as ev
+from bridge_core.model import events as ev
 
 text = st.text(max_size=40)
 ids = st.text(alphabet=string.hexdigits.lower(), min_size=1, max_size=32)

@@ -28,7 +28,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from py_vapid import Vapid02
 
-from ..config import PUSH_RETRY_FLOOR
+from ..kit.config import PUSH_RETRY_FLOOR
 from .model import b64url, b64url_decode
 
 VAPID_FILE = "vapid_private.pem"

@@ -29,11 +29,11 @@ from typing import Any, Callable, Optional
 import aiohttp
 import attrs
 
-from ..config import PUSH_RETRY_FLOOR, PushConfig
-from ..errors import BadRequest
-from ..ids import new_id
-from ..redact import fingerprint
-from ..tasks import TaskSet
+from ..kit.config import PUSH_RETRY_FLOOR, PushConfig
+from ..model.errors import BadRequest
+from ..model.ids import new_id
+from ..model.redact import fingerprint
+from ..bridge.tasks import TaskSet
 from . import channels
 from .model import check_endpoint
 from .model import topic as topic_of

@@ -16,7 +16,7 @@ from urllib.parse import quote
 import attrs
 from yarl import URL
 
-from ..errors import BadRequest
+from ..model.errors import BadRequest
 
 Kind = Literal["approval", "clarify", "run_finished", "notify", "withdraw"]
 KINDS = ("approval", "clarify", "run_finished", "notify", "withdraw")

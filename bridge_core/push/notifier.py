@@ -24,11 +24,11 @@ import secrets
 import time
 from typing import Any, Callable, Iterable, Optional
 
-from .. import commands as cmd
-from .. import events as ev
-from ..config import PushConfig
-from ..errors import BridgeError, NotFound, TooLarge, Unavailable
-from ..tasks import TaskSet
+from ..model import commands as cmd
+from ..model import events as ev
+from ..kit.config import PushConfig
+from ..model.errors import BridgeError, NotFound, TooLarge, Unavailable
+from ..bridge.tasks import TaskSet
 from . import channels
 from .delivery import MIGRATIONS, Deliveries, Target, drop_owner_rows
 from .model import (
@@ -141,7 +141,7 @@ class Notifier:
             return
         cluster = self.bridge.cluster
         if cluster is not None and not cluster.delivering_own:
-            return  # several nodes: the node that published it (its run's) notifies, once (bridge_core/cluster.py)
+            return  # several nodes: the node that published it (its run's) notifies, once (bridge_core/scale/cluster.py)
         if t is ev.ApprovalResolved or t is ev.ClarifyResolved:
             self._drop_tokens(e.approval_id if t is ev.ApprovalResolved else e.clarify_id)
         cid = getattr(e, "conversation_id", None)

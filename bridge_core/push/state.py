@@ -19,7 +19,7 @@ from typing import Any, Optional, Union
 
 import attrs
 
-from .. import events as ev
+from ..model import events as ev
 
 
 @attrs.frozen

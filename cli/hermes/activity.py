@@ -14,9 +14,9 @@ import os
 import time
 from typing import Any, Optional
 
-from bridge_core import events as ev
-from bridge_core.ids import short_id
-from bridge_core.redact import redact
+from bridge_core.model import events as ev
+from bridge_core.model.ids import short_id
+from bridge_core.model.redact import redact_tool_args
 
 from .chats import Chats
 from .runs import ERROR_MAX
@@ -24,11 +24,6 @@ from .runs import ERROR_MAX
 TOOL_PREVIEW_MAX = 80
 RESULT_MAX = 2048  # characters of a tool's result kept as its preview
 FAILED = ("error", "failed", "failure", "blocked")  # Hermes's tool statuses that mean it failed
-
-
-def safe_args(args: Any) -> Any:
-    """A tool's arguments as they may leave Hermes: secret-looking keys redacted, anything but a dict or list dropped."""
-    return redact(args) if isinstance(args, (dict, list)) else {}
 
 
 def tool_preview(args: Any) -> str:
@@ -55,7 +50,7 @@ class Activity:
             return
         run.tool_index += 1
         call_id = str(call_id) if call_id else f"t-{short_id()}"
-        safe = safe_args(args)
+        safe = redact_tool_args(args)
         run.tool_started_ms[call_id] = time.monotonic()
         self.chats.bridge.publish(
             ev.ToolStarted(

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Optional
 
-from bridge_core.errors import ConversationNotFound, Unavailable
+from bridge_core.model.errors import ConversationNotFound, Unavailable
 
 from .compat import DEFAULT_CURSOR, HermesApi
 
 if TYPE_CHECKING:
-    from bridge_core.bridge import Bridge
+    from bridge_core.bridge.bridge import Bridge
 
     from .runs import HermesRun
 

@@ -31,7 +31,7 @@ class _OneParser:
 def _exit_with(fn: Callable[[argparse.Namespace], Any]) -> Callable[[argparse.Namespace], Any]:
     @functools.wraps(fn)
     def run(args: argparse.Namespace) -> Any:
-        from bridge_core.config import ConfigError
+        from bridge_core.model.errors import ConfigError
 
         try:
             rc = fn(args)
@@ -58,6 +58,7 @@ def _wrap_funcs(parser: argparse.ArgumentParser) -> None:
 
 
 def setup_loomi(parser: argparse.ArgumentParser) -> None:
+    from ..config import build_config
     from ..main import common_options
 
     try:
@@ -65,7 +66,7 @@ def setup_loomi(parser: argparse.ArgumentParser) -> None:
     except ImportError:
         parser.set_defaults(func=_unavailable)
         return
-    loomi_cli.add_parser(_OneParser(parser), common_options)
+    loomi_cli.add_parser(_OneParser(parser), common_options, build_config)
     _wrap_funcs(parser)
     if "func" not in parser._defaults:
         parser.set_defaults(func=lambda args: (parser.print_help(), sys.exit(2)))

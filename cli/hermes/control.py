@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Optional
 
-from bridge_core.errors import Unavailable
-from bridge_core.ids import short_id
+from bridge_core.model.errors import Unavailable
+from bridge_core.model.ids import short_id
 
 from .chats import Chats
 

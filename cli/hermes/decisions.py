@@ -18,9 +18,9 @@ from typing import Optional
 
 import attrs
 
-from bridge_core import events as ev
-from bridge_core.errors import ClarifyNotFound, NotFound
-from bridge_core.ids import short_id
+from bridge_core.model import events as ev
+from bridge_core.model.errors import ClarifyNotFound, NotFound
+from bridge_core.model.ids import short_id
 
 from .chats import Chats
 

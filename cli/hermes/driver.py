@@ -14,8 +14,8 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any, Optional
 
-from bridge_core import events as ev
-from bridge_core.errors import NotFound, Unavailable
+from bridge_core.model import events as ev
+from bridge_core.model.errors import NotFound, Unavailable
 
 from .chats import Chats, chat_of_event
 from .control import Controls
@@ -24,7 +24,7 @@ from .sessions import Sessions
 from .settings import HermesSettings
 
 if TYPE_CHECKING:
-    from bridge_core.state import ConversationState
+    from bridge_core.model.state import ConversationState
 
 log = logging.getLogger("agent_bridge.hermes")
 

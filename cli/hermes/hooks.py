@@ -15,7 +15,9 @@ import functools
 import logging
 from typing import Any, Callable, Optional
 
-from .activity import RESULT_MAX, safe_args
+from bridge_core.model.redact import redact_tool_args
+
+from .activity import RESULT_MAX
 from .chats import chat_from_key, on_platform
 from .compat import STREAM_HOOKS
 
@@ -97,7 +99,7 @@ class HookSet:
         t = self._target(kw)
         if t is not None:  # arguments redacted here, before they leave the agent's thread
             host, platform, chat = t
-            args = safe_args(kw.get("args"))
+            args = redact_tool_args(kw.get("args"))
             self._post(host, host.source.tool_started, platform, chat, kw.get("tool_name") or "tool", args, kw.get("tool_call_id"))
 
     @observer

@@ -14,10 +14,12 @@ import asyncio
 import logging
 from typing import Any, Optional
 
-from bridge_core import datadir
-from bridge_core.config import Config, ConfigError, build_config, resolve_data_dir
+from bridge_core.kit import datadir
+from bridge_core.kit.config import Config, resolve_data_dir
+from bridge_core.model.errors import ConfigError
 
 from ..app import Service, check_bind, describe, is_available
+from ..config import build_config
 from .compat import HermesApi
 from .source import HermesAgent
 
@@ -80,7 +82,7 @@ class BridgeHost:
                     raise
 
     async def _start(self) -> None:
-        # the data directory is this process's before anything in it is read (bridge_core/datadir.py):
+        # the data directory is this process's before anything in it is read (bridge_core/kit/datadir.py):
         # a serve or another gateway holding it fails the start here, untouched
         owned = datadir.hold(resolve_data_dir({}), "hermes gateway")
         try:

@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Optional
 
-from bridge_core import events as ev
-from bridge_core.ids import draft_message_id
+from bridge_core.model import events as ev
+from bridge_core.model.ids import draft_message_id
 
 SEGMENT_JOIN = "\n\n"
 ERROR_MAX = 500  # characters of a run's or a tool's error, and of a refusal Hermes explains

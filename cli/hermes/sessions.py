@@ -13,13 +13,13 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Optional
 
-from bridge_core import events as ev
-from bridge_core.ids import is_hex32
+from bridge_core.model import events as ev
+from bridge_core.model.ids import is_hex32
 
 from .chats import SOURCE, Chats, session_key
 
 if TYPE_CHECKING:
-    from bridge_core.state import ConversationState
+    from bridge_core.model.state import ConversationState
 
     from .runs import HermesRun
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from bridge_core import events as ev
-from bridge_core.agents.base import ModelCurrent, ModelsSnapshot, Provider, ReasoningSnapshot, YoloSnapshot
-from bridge_core.errors import BadRequest
+from bridge_core.model import events as ev
+from bridge_core.bridge.agent import ModelCurrent, ModelsSnapshot, Provider, ReasoningSnapshot, YoloSnapshot
+from bridge_core.model.errors import BadRequest
 
 from .chats import Chats
 from .compat import parse_effort

@@ -33,8 +33,8 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any, Optional
 
-from bridge_core.agents.base import AgentSource
-from bridge_core.ids import short_id
+from bridge_core.bridge.agent import AgentSource
+from bridge_core.model.ids import short_id
 
 from .activity import Activity, tool_preview
 from .chats import SOURCE, Chats
@@ -47,8 +47,8 @@ from .settings import HermesSettings
 from .stream import Stream
 
 if TYPE_CHECKING:
-    from bridge_core.bridge import Bridge
-    from bridge_core.state import ConversationState
+    from bridge_core.bridge.bridge import Bridge
+    from bridge_core.model.state import ConversationState
 
 log = logging.getLogger("agent_bridge.hermes")
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 import logging
 from typing import Optional
 
-from bridge_core import events as ev
-from bridge_core.ids import new_id
+from bridge_core.model import events as ev
+from bridge_core.model.ids import new_id
 
 from .chats import SOURCE, Chats
 from .runs import ERROR_MAX, HermesRun, strip_cursor

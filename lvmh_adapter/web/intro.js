@@ -1,5 +1,5 @@
 // The empty state's list of what the agent can do: its commands, as the daemon describes them
-// (GET /api/agent, from the agent itself: the demo's table in bridge_core/agents/demo.py).
+// (GET /api/agent, from the agent itself: the demo's table in bridge_core/bridge/demo.py).
 
 import { h } from "./dom.js";
 

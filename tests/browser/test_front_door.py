@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from bridge_core.commands import DeleteConversation, Origin, SendMessage
+from bridge_core.model.commands import DeleteConversation, Origin, SendMessage
 from cli.main import main
 from tests.conftest import LVMH_TOKEN
 from tests.waiting import until

@@ -208,6 +208,8 @@ async def test_a_long_list_holds_a_screenful_and_changes_arrive_as_one_entry(ui)
     for i in range(300):
         ui.svc.bridge.create_conversation(f"chat {i:03d}")
     page = await ui.page()
+    # the first load's socket opened before the watch starts: only the reload's socket is counted
+    await expect(page.locator("#conn")).to_contain_text("live")
     frames: list[dict] = []
 
     def watch(ws):

@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from bridge_core.commands import Origin, SendMessage
-from bridge_core.agents.demo import COMMANDS
+from bridge_core.model.commands import Origin, SendMessage
+from bridge_core.bridge.demo import COMMANDS
 
 from .conftest import shot
 from .test_front_door import CONTRAST_JS, SMALL_TARGETS_JS, run_over

@@ -14,7 +14,7 @@ import time
 import aiohttp
 import pytest
 
-from bridge_core.commands import Origin, ResolveApproval, SendMessage
+from bridge_core.model.commands import Origin, ResolveApproval, SendMessage
 from tests.conftest import LVMH_TOKEN
 from tests.waiting import until
 

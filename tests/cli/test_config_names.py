@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from bridge_core.config import Config, ConfigError, build_config
+from bridge_core.kit.config import Config
+from cli.config import build_config
+from bridge_core.model.errors import ConfigError
 from tests.cli.clirun import FREE_PORTS, one_line, run
 
 REFUSED = [
@@ -59,13 +61,31 @@ def test_every_documented_section_is_accepted(tmp_path):
 
 def test_a_parser_cannot_read_an_undeclared_key(tmp_path):
     """The other half of one schema: a key read anywhere is a key the file check accepts."""
-    from bridge_core.config import SCHEMA
-    from bridge_core.config_schema import UndeclaredKey
+    from cli.config import SCHEMA
+    from bridge_core.model.config_schema import UndeclaredKey
 
-    cfg = Config(data_dir=str(tmp_path), extra={"pheby": {"port": 1, "prot": 2}})
+    cfg = Config(data_dir=str(tmp_path), extra={"pheby": {"port": 1, "prot": 2}}, schema=SCHEMA)
     assert cfg.section("pheby").get("port") == 1 and cfg.section("pheby")["port"] == 1
     with pytest.raises(UndeclaredKey):
         cfg.section("pheby").get("prot")  # even set in the file: nobody declared it
     with pytest.raises(UndeclaredKey):
         cfg.section("phebby")
     assert set(SCHEMA["metrics"]) == {"port", "host", "token"}  # [metrics] (the metrics endpoint) is known
+
+
+def test_each_front_end_declares_its_own_section_and_the_core_none(tmp_path):
+    """The core's schema names no front end: each front end's part (its config.py) brings its section,
+    its port and its settings, and the host assembles them (cli/config.py)."""
+    from bridge_core.kit import config as core
+    from cli.config import PARTS
+    from loomi_adapter.config import PART as LOOMI
+
+    names = [p.name for p in PARTS]
+    assert names == ["pheby", "loomi", "lvmh"] and not set(names) & set(core.CORE_SCHEMA)
+    path = tmp_path / "config.toml"
+    path.write_text("[loomi]\nport = 9\npair_ttl = 60\n")
+    flags = {"data_dir": str(tmp_path / "d"), "config": str(path)}
+    with pytest.raises(ConfigError, match=r"unknown section \[loomi\]"):
+        core.build_config(flags, {}, with_secrets=False)  # the core alone
+    cfg = core.build_config(flags, {}, parts=[LOOMI], with_secrets=False)
+    assert cfg.adapters == ("loomi",) and cfg.ports == {"loomi": 9} and cfg.frontend("loomi").pair_ttl == 60.0

@@ -11,7 +11,7 @@ import subprocess
 import aiohttp
 import orjson
 
-from bridge_core.security import read_admin_key
+from bridge_core.kit.security import read_admin_key
 from tests.cli.test_serve import EXE, _env, _wait_ports
 from tests.conftest import ROOT
 from tests.pheby.client import PhebyClient

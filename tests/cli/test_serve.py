@@ -141,7 +141,7 @@ def test_non_loopback_bind_without_tls_refused(tmp_path):
 
 
 def test_config_file_and_flags(tmp_path):
-    from bridge_core.config import build_config
+    from cli.config import build_config
 
     data = tmp_path / "d"
     data.mkdir()
@@ -149,5 +149,5 @@ def test_config_file_and_flags(tmp_path):
     cfg = build_config({"data_dir": str(data)}, {"PHEBY_SECRET": "s" * 16, "LVMH_TOKEN": "t" * 16})
     assert cfg.adapters == ("pheby",) and cfg.ports["pheby"] == 9999 and cfg.retention_days == 0
     cfg = build_config({"data_dir": str(data), "pheby_port": 1234}, {"PHEBY_SECRET": "s" * 16, "LVMH_TOKEN": "t" * 16})
-    assert cfg.ports["pheby"] == 1234 and cfg.pheby_secret == "s" * 16
+    assert cfg.ports["pheby"] == 1234 and cfg.secret("pheby") == "s" * 16
     assert "pheby_secret=" not in repr(cfg) and "lvmh_token=" not in repr(cfg)  # never in a repr or a log line

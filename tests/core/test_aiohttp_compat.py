@@ -1,4 +1,4 @@
-"""The bridge's only use of aiohttp internals (bridge_core/aiohttp_compat.py) against the installed aiohttp.
+"""The bridge's only use of aiohttp internals (bridge_core/kit/aiohttp_compat.py) against the installed aiohttp.
 
 These fail loudly when an aiohttp release changes what the batched frame
 writer relies on: then either adapt aiohttp_compat or keep the pin in
@@ -12,8 +12,8 @@ import asyncio
 import aiohttp
 from aiohttp import web
 
-from bridge_core import aiohttp_compat
-from bridge_core.frontend import STORE_KEY, ws_text_sender
+from bridge_core.kit import aiohttp_compat
+from bridge_core.kit.frontend import STORE_KEY, ws_text_sender
 
 
 def test_the_installed_aiohttp_has_what_the_batched_writer_needs():
@@ -110,7 +110,7 @@ async def test_batched_writes_keep_aiohttps_buffered_count():
     """The count aiohttp's flow control reads (``_output_size``) grows with a batched write at least as much
     as aiohttp's own ``send_frame`` makes it grow (at most 8 bytes a frame more: a header counted at its
     largest), and starts again past ``_limit`` as aiohttp's does."""
-    from bridge_core.aiohttp_compat import FrameWriter, _writer, write_text_frames
+    from bridge_core.kit.aiohttp_compat import FrameWriter, _writer, write_text_frames
 
     seen: dict = {}
     done = asyncio.get_running_loop().create_future()

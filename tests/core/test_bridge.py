@@ -7,11 +7,11 @@ import threading
 
 import pytest
 
-from bridge_core import commands as cmd
-from bridge_core import events as ev
-from bridge_core.agents.demo import DemoAgent, demo_png
-from bridge_core.bridge import Bridge
-from bridge_core.errors import AlreadyResolved, ApprovalNotFound, BadRequest, ConversationNotFound, RunActive
+from bridge_core.model import commands as cmd
+from bridge_core.model import events as ev
+from bridge_core.bridge.demo import DemoAgent, demo_png
+from bridge_core.bridge.bridge import Bridge
+from bridge_core.model.errors import AlreadyResolved, ApprovalNotFound, BadRequest, ConversationNotFound, RunActive
 from tests.waiting import turns, until
 
 PHEBY = cmd.Origin(surface="pheby")
@@ -194,6 +194,6 @@ async def test_a_finished_run_leaves_no_pending_decision_ids(bridge):
     await until(lambda: bridge.conversation(res.conversation_id).approvals, what="the approval request")
     (aid,) = bridge.conversation(res.conversation_id).approvals
     await bridge.execute(cmd.CancelRun(conversation_id=res.conversation_id, run_id=res.run_id), PHEBY)
-    assert aid not in bridge._approvals
+    assert aid not in bridge.decisions.approvals
     with pytest.raises(AlreadyResolved):  # the run's end resolved it (deny, decided_by cancelled)
         await bridge.execute(cmd.ResolveApproval(approval_id=aid, choice="once"), PHEBY)

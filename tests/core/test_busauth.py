@@ -1,4 +1,4 @@
-"""The signed bus entries' pure rules (bridge_core/busauth.py): the cluster key, the MAC over the
+"""The signed bus entries' pure rules (bridge_core/scale/busauth.py): the cluster key, the MAC over the
 whole entry, the checks' verdicts and counters, the log once a minute per reason, and the
 cluster key's configuration (``AGENT_BRIDGE_CLUSTER_KEY`` / ``[bus] key``). The same rules over a
 real Redis: tests/scale/test_bus_auth.py and tests/scale/test_forged_entries.py."""
@@ -10,8 +10,9 @@ import logging
 
 import pytest
 
-from bridge_core.busauth import LEARN_BACK, LiveNodes, Signer, Verifier, derive_key, fingerprint
-from bridge_core.config import ConfigError, bus_key_from
+from bridge_core.scale.busauth import LEARN_BACK, LiveNodes, Signer, Verifier, derive_key, fingerprint
+from bridge_core.kit.config import bus_key_from
+from bridge_core.model.errors import ConfigError
 
 P, L = "pheby-secret-0123456789", "lvmh-token-0123456789"
 STREAM = "agent-bridge:inbox:b"

@@ -36,7 +36,7 @@ async def test_frames_wait_for_the_writes_before_them(service_factory):
 
 
 async def test_synced_returns_at_once_without_pending_writes(tmp_path):
-    from bridge_core.store import Store
+    from bridge_core.bridge.sqlite import Store
 
     s = Store(str(tmp_path / "b.db")).open()
     try:
@@ -65,12 +65,12 @@ class _FakeStore:
 
 
 async def test_outbox_holds_frames_for_their_writes_with_grace():
-    from bridge_core.hub import Outbox
+    from bridge_core.kit.outbox import Outbox
 
     store = _FakeStore()
     sent = []
 
-    class Sender:  # an Outbox sender (bridge_core/hub.py Sender): no synchronous path, one frame at a time
+    class Sender:  # an Outbox sender (bridge_core/kit/outbox.py Sender): no synchronous path, one frame at a time
         sync = None
         many = None
 

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from bridge_core.wire import prepare_hooks, strict_converter
+from bridge_core.model.wire import prepare_hooks, strict_converter
 from loomi_adapter import codec as loomi_codec
 from pheby_adapter import codec as pheby_codec
 from tests.loomi.helpers import pair

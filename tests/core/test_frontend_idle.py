@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from bridge_core.frontend import FrontEnd
+from bridge_core.kit.frontend import FrontEnd
 
 
 async def test_idle_and_slowloris_connections_are_closed(service_factory, monkeypatch):

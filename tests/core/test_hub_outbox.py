@@ -6,7 +6,8 @@ import asyncio
 
 import pytest
 
-from bridge_core.hub import Hub, Outbox
+from bridge_core.bridge.hub import Hub
+from bridge_core.kit.outbox import Outbox
 
 from tests.waiting import turns, until
 
@@ -182,7 +183,7 @@ async def test_drop_forgets_an_unsent_keyed_frame():
 
 
 def test_a_sender_declares_what_it_can_do():
-    """An Outbox reads a sender's capabilities (bridge_core/hub.py Sender), never guesses them: an object
+    """An Outbox reads a sender's capabilities (bridge_core/kit/outbox.py Sender), never guesses them: an object
     that leaves one out is refused at once (a bare coroutine function is a sender with none)."""
 
     class Partial:

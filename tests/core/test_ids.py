@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from bridge_core import ids
+from bridge_core.model import ids
 
 
 def test_ids_have_their_shapes_and_do_not_repeat_across_several_refills():

@@ -1,4 +1,4 @@
-"""The bridge's event loop (bridge_core/looping.py): hooks at the end of a turn, and the outboxes on it.
+"""The bridge's event loop (bridge_core/kit/looping.py): hooks at the end of a turn, and the outboxes on it.
 
 The suite's loops are made by ``looping.Policy`` (tests/conftest.py), as
 ``agent-bridge serve``'s are by ``looping.new_event_loop``. A hook runs when
@@ -16,8 +16,8 @@ import logging
 import selectors
 import types
 
-from bridge_core import looping
-from bridge_core.hub import Outbox
+from bridge_core.kit import looping
+from bridge_core.kit.outbox import Outbox
 from tests.core.test_outbox_flush import SyncSender
 from tests.waiting import turns
 

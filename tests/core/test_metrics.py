@@ -1,4 +1,4 @@
-"""The Prometheus endpoint (bridge_core/metrics.py, docs/operations.md): scraped over a real socket
+"""The Prometheus endpoint (bridge_core/kit/metrics.py, docs/operations.md): scraped over a real socket
 while a run waits for its approval and after, parsed with prometheus_client's own parser; who may
 read it (loopback Host, the [metrics] token) and what the configuration refuses."""
 
@@ -8,7 +8,7 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from bridge_core.config import ConfigError
+from bridge_core.model.errors import ConfigError
 from tests.conftest import LVMH_TOKEN, make_config
 from tests.loomi.helpers import pair, resume
 from tests.pheby.client import PhebyClient
@@ -226,7 +226,7 @@ def test_the_oldest_pending_approval_is_the_age_to_alert_on():
 
     from prometheus_client import generate_latest
 
-    from bridge_core.metrics import bridge_registry
+    from bridge_core.kit.metrics import bridge_registry
 
     now = time.time()
     conv = SimpleNamespace(approvals={"a1": SimpleNamespace(ts=now - 900), "a2": SimpleNamespace(ts=now - 5)},

@@ -1,4 +1,4 @@
-"""When an Outbox writes (bridge_core/hub.py): at the end of the loop's turn, everything put in it together.
+"""When an Outbox writes (bridge_core/kit/outbox.py): at the end of the loop's turn, everything put in it together.
 
 Over a real loopback WebSocket with the front ends' own sender
 (``frontend.ws_text_sender``): an idle connection gets a frame at the end
@@ -18,9 +18,9 @@ import asyncio
 import aiohttp
 from aiohttp import web
 
-from bridge_core.frontend import STORE_KEY, ws_text_sender
-from bridge_core.hub import BATCH_BYTES, Outbox
-from bridge_core.tasks import TaskSet
+from bridge_core.kit.frontend import STORE_KEY, ws_text_sender
+from bridge_core.kit.outbox import BATCH_BYTES, Outbox
+from bridge_core.bridge.tasks import TaskSet
 
 from tests.waiting import turns
 
@@ -246,7 +246,7 @@ async def test_connections_held_by_one_commit_are_written_from_one_wake(tmp_path
     from that waiter's wake (each one write, none through its own writer task)."""
     import threading
 
-    from bridge_core.store import Store
+    from bridge_core.bridge.sqlite import Store
 
     store = Store(str(tmp_path / "s.db")).open()
     gate = threading.Event()

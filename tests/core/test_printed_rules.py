@@ -1,5 +1,5 @@
-"""The two rules for what is printed (pure): ``mask_url`` (bridge_core/config.py) masks every password
-form of a store or bus URL, ``printable`` (bridge_core/terminal.py) strips what a terminal obeys.
+"""The two rules for what is printed (pure): ``mask_url`` (bridge_core/model/redact.py) masks every password
+form of a store or bus URL, ``printable`` (bridge_core/model/terminal.py) strips what a terminal obeys.
 Their uses are tested over real processes in tests/security/test_printed_strings.py."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import logging
 
 import pytest
 
-from bridge_core.config import mask_url
-from bridge_core.terminal import PrintableFormatter, printable
+from bridge_core.model.redact import mask_url
+from bridge_core.model.terminal import PrintableFormatter, printable
 
 
 @pytest.mark.parametrize("url, shown", [

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import attrs
 
-from bridge_core import commands as cmd
-from bridge_core import events as ev
-from bridge_core.serialize import from_dict, to_dict
+from bridge_core.model import commands as cmd
+from bridge_core.model import events as ev
+from bridge_core.model.serialize import from_dict, to_dict
 from tests.loomi.helpers import pair
 from tests.pheby.client import PhebyClient
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bridge_core.redact import REDACTED, fingerprint, is_secret_key, redact
+from bridge_core.model.redact import REDACTED, fingerprint, is_secret_key, redact
 
 
 def test_redacts_nested_secret_keys():

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import pytest
 
-from bridge_core import commands as cmd
-from bridge_core import events as ev
-from bridge_core.agents.base import AgentSource
-from bridge_core.agents.demo import DemoAgent
-from bridge_core.bridge import Bridge
-from bridge_core.errors import AlreadyResolved
-from bridge_core.ids import draft_message_id
+from bridge_core.model import commands as cmd
+from bridge_core.model import events as ev
+from bridge_core.bridge.agent import AgentSource
+from bridge_core.bridge.demo import DemoAgent
+from bridge_core.bridge.bridge import Bridge
+from bridge_core.model.errors import AlreadyResolved
+from bridge_core.model.ids import draft_message_id
 from tests.waiting import until
 
 PHEBY = cmd.Origin(surface="pheby")

@@ -1,12 +1,12 @@
-"""A serving process's interpreter settings (bridge_core/runtime.py), applied by Service.start."""
+"""A serving process's interpreter settings (bridge_core/kit/runtime.py), applied by Service.start."""
 
 from __future__ import annotations
 
 import sys
 
-from bridge_core import runtime
-from bridge_core.agents.demo import DemoAgent
-from bridge_core.config import build_config
+from bridge_core.kit import runtime
+from bridge_core.bridge.demo import DemoAgent
+from cli.config import build_config
 from cli.app import Service
 
 

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bridge_core import events as ev
-from bridge_core.errors import BadRequest
-from bridge_core.serialize import UnknownEvent, from_dict, to_dict
+from bridge_core.model import events as ev
+from bridge_core.model.errors import BadRequest
+from bridge_core.model.serialize import UnknownEvent, from_dict, to_dict
 from tests.strategies import EVENT_STRATEGIES, ids
 
 

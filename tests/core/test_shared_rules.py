@@ -9,18 +9,14 @@ import aiohttp
 import attrs
 import pytest
 
-from bridge_core import events as ev
-from bridge_core.attachments import (
-    ATTACHMENT_CSP,
-    attachment_fields,
-    content_disposition,
-    download_headers,
-)
-from bridge_core.errors import BadRequest
-from bridge_core.ratelimit import TokenBucket
-from bridge_core.security import parse_bearer, same_secret
-from bridge_core.seqalloc import SeqReservation
-from bridge_core.wire import strict_converter, structure
+from bridge_core.model import events as ev
+from bridge_core.kit.downloads import ATTACHMENT_CSP, content_disposition, download_headers
+from bridge_core.model.errors import BadRequest
+from bridge_core.model.ratelimit import TokenBucket
+from bridge_core.model.redact import redact_tool_args
+from bridge_core.kit.security import parse_bearer, same_secret
+from bridge_core.model.seqalloc import SeqReservation
+from bridge_core.model.wire import attachment_fields, strict_converter, structure
 from tests.conftest import LVMH_TOKEN, PHEBY_SECRET
 from tests.loomi.helpers import pair
 
@@ -60,6 +56,18 @@ def test_attachment_fields_key_order_and_stamps():
     loomi = attachment_fields(a, with_conversation=False, path_key="url")
     assert "conversation_id" not in loomi and loomi["url"] == a.download_path and loomi["created_at"] == 10.0
     assert attachment_fields(a, stamp=lambda t: None if t is None else f"t{t}")["expires_at"] == "t20.0"
+
+
+def test_tool_arguments_leave_an_agent_redacted_by_one_rule():
+    """Every agent source (the managed runs' RunContext, Hermes's hooks, pi's plugin sessions) and lvmh's
+    stored pi frames pass a tool's arguments through ``redact_tool_args``: secret-looking keys at any depth,
+    and a value that is not arguments (none, a bare string) becomes ``{}``."""
+    args = {"command": "ls", "env": {"API_KEY": "k", "list": [{"password": "p", "user": "me"}]}}
+    assert redact_tool_args(args) == {"command": "ls", "env": {"API_KEY": "<redacted>",
+                                                               "list": [{"password": "<redacted>", "user": "me"}]}}
+    assert args["env"]["API_KEY"] == "k"  # a copy: the agent's own arguments are untouched
+    assert redact_tool_args([{"token": "t"}]) == [{"token": "<redacted>"}]
+    assert redact_tool_args(None) == {} and redact_tool_args("rm -rf /") == {}
 
 
 # --- credentials -------------------------------------------------------------------------------------

@@ -6,8 +6,8 @@ import sqlite3
 
 import pytest
 
-from bridge_core.errors import Unavailable
-from bridge_core.store import Store
+from bridge_core.model.errors import Unavailable
+from bridge_core.bridge.sqlite import Store
 from tests.waiting import until
 
 
@@ -102,10 +102,10 @@ async def test_settings(tmp_path):
 async def test_disk_full_refuses_sends_clearly_and_recovers(tmp_path):
     """A write SQLite cannot make (here: max_page_count, as a full disk) makes the next send fail with
     ``unavailable`` instead of running a turn nothing keeps; once writes work again, sends work."""
-    from bridge_core import commands as cmd
-    from bridge_core.agents.demo import DemoAgent
-    from bridge_core.bridge import Bridge
-    from bridge_core.errors import Unavailable
+    from bridge_core.model import commands as cmd
+    from bridge_core.bridge.demo import DemoAgent
+    from bridge_core.bridge.bridge import Bridge
+    from bridge_core.model.errors import Unavailable
 
     b = Bridge(str(tmp_path / "d"), DemoAgent())
     await b.start()
@@ -209,7 +209,7 @@ async def test_a_single_failing_write_is_rolled_back_and_the_next_commits(tmp_pa
 async def test_checkpoints_run_beside_the_writer_not_inside_a_commit(tmp_path, monkeypatch):
     """SQLite's own checkpoint (inside the COMMIT that crosses its threshold) is off; the checkpointer
     thread copies the WAL into the database after commits, so the WAL starts over."""
-    import bridge_core.store as store_mod
+    import bridge_core.bridge.sqlite as store_mod
 
     monkeypatch.setattr(store_mod, "CHECKPOINT_EVERY", 0.01)  # not the test's subject: how soon
     path = str(tmp_path / "b.db")
@@ -232,7 +232,7 @@ async def test_checkpoints_run_beside_the_writer_not_inside_a_commit(tmp_path, m
 async def test_the_writer_checkpoints_itself_when_the_wal_outgrows_its_bound(tmp_path, monkeypatch):
     """Writes that never pause for a background checkpoint to catch up: past WAL_MAX_FRAMES the writer
     checkpoints right after a commit, so the WAL cannot grow without bound."""
-    import bridge_core.store as store_mod
+    import bridge_core.bridge.sqlite as store_mod
 
     monkeypatch.setattr(store_mod, "CHECKPOINT_EVERY", 3600.0)  # the background one never comes
     monkeypatch.setattr(store_mod, "WAL_MAX_FRAMES", 10)
@@ -264,9 +264,9 @@ def _in_database_file(path: str, sql: str):
 async def test_agent_settings_are_read_from_sqlite_once_and_kept_across_a_restart(tmp_path):
     """The demo agent's settings are read from SQLite once, then from memory (a run start reads three, and a
     read on the loop waited behind a busy writer); what was set is what a restarted bridge reads."""
-    from bridge_core import commands as cmd
-    from bridge_core.agents.demo import DemoAgent
-    from bridge_core.bridge import Bridge
+    from bridge_core.model import commands as cmd
+    from bridge_core.bridge.demo import DemoAgent
+    from bridge_core.bridge.bridge import Bridge
 
     origin = cmd.Origin(surface="pheby")
     agent = DemoAgent()

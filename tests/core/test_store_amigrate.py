@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from bridge_core.store import Store
+from bridge_core.bridge.sqlite import Store
 
 
 async def test_a_migration_behind_a_busy_writer_lets_the_loop_run(tmp_path):

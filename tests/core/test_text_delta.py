@@ -6,7 +6,7 @@ from __future__ import annotations
 import attrs
 import pytest
 
-from bridge_core import events as ev
+from bridge_core.model import events as ev
 
 
 def delta(draft, piece: str) -> ev.TextDelta:
@@ -40,7 +40,7 @@ def test_the_event_holds_no_mutable_draft():
 
 
 def test_the_state_fold_follows_the_latest_delta():
-    from bridge_core.state import ConversationState
+    from bridge_core.model.state import ConversationState
 
     conv = ConversationState(conversation_id="c", name="n")
     conv.apply(ev.RunStarted(conversation_id="c", run_id="r", message_id="m"))

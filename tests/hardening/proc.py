@@ -226,7 +226,7 @@ class BridgeProcess:
 
     def admin_key(self) -> str:
         """This run's admin key (``<data-dir>/run/admin.key``)."""
-        from bridge_core.security import read_admin_key
+        from bridge_core.kit.security import read_admin_key
 
         return read_admin_key(self.data_dir) or ""
 

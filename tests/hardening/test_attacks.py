@@ -15,7 +15,7 @@ import aiohttp
 import orjson
 import pytest
 
-from bridge_core.ids import new_id
+from bridge_core.model.ids import new_id
 
 from .clients import LoomiClient, PhebyClient
 from .flood import open_ws

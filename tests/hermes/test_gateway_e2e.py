@@ -15,7 +15,7 @@ import re
 
 import pytest
 
-from bridge_core.security import admin_headers
+from bridge_core.kit.security import admin_headers
 
 from tests.loomi.helpers import Client as LoomiClient
 from tests.pheby.client import PhebyClient

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from bridge_core import datadir
+from bridge_core.kit import datadir
 from cli.hermes.host import BridgeHost
 
 from tests.pheby.client import PhebyClient

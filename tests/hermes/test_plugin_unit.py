@@ -219,7 +219,7 @@ async def test_adapter_startup_failure_is_fatal_not_a_crash(monkeypatch):
 
     class Failing(_AdapterHost):
         async def attach(self, adapter):
-            from bridge_core.config import ConfigError
+            from bridge_core.model.errors import ConfigError
 
             raise ConfigError("pheby: cannot listen on 127.0.0.1:8620: Address already in use")
 

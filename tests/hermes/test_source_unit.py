@@ -6,11 +6,11 @@ import os
 
 import pytest
 
-from bridge_core import commands as cmd
-from bridge_core import events as ev
+from bridge_core.model import commands as cmd
+from bridge_core.model import events as ev
 from agent_bridge_cli.hermes.source import HermesAgent, tool_preview
-from bridge_core.bridge import Bridge
-from bridge_core.errors import BadRequest, NotFound
+from bridge_core.bridge.bridge import Bridge
+from bridge_core.model.errors import BadRequest, NotFound
 from tests.waiting import until
 
 from .fakes import FakeAdapter, FakeApi

@@ -8,7 +8,7 @@ from typing import Any, Callable, Optional
 import aiohttp
 import orjson
 
-from bridge_core import events as ev
+from bridge_core.model import events as ev
 
 TIMEOUT = 10.0
 

@@ -14,8 +14,8 @@ from typing import Any, Optional
 
 import orjson
 
-from bridge_core.errors import Unauthorized
-from bridge_core.seqalloc import SeqReservation
+from bridge_core.model.errors import Unauthorized
+from bridge_core.model.seqalloc import SeqReservation
 from loomi_adapter import codec
 from loomi_adapter.idempotency import RequestCache
 from loomi_adapter.protocol import CHECK, Authenticate, Close, Job, LoomiProtocol, PairHello, Settings
@@ -69,7 +69,7 @@ class Node:
                 d.phone.proto.out.put(frame)
 
     def notify(self, text: str) -> None:
-        from bridge_core import events as ev
+        from bridge_core.model import events as ev
         self.publish(ev.Notification(conversation_id=None, message_id=f"m-{text}", text=text, ts=TS))
 
     def advance(self, seconds: float) -> list:

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bridge_core import commands as cmd
-from bridge_core import events as ev
-from bridge_core.errors import BridgeError
-from bridge_core.state import ConversationState
+from bridge_core.model import commands as cmd
+from bridge_core.model import events as ev
+from bridge_core.model.errors import BridgeError
+from bridge_core.model.state import ConversationState
 from loomi_adapter import codec
 from loomi_adapter.protocol import PairHello, ResumeHello, parse_hello
 

@@ -178,7 +178,7 @@ async def test_failed_hellos_never_lock_out_a_valid_token_or_credential(loomi):
 
 
 def test_internal_endpoints_judge_the_socket_peer_never_a_header():
-    from bridge_core.security import loopback_refusal
+    from bridge_core.kit.security import loopback_refusal
 
     key = "k" * 43
     ok = {"Host": "127.0.0.1:8621", "Authorization": f"Bearer {key}"}

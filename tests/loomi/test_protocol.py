@@ -7,9 +7,9 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from bridge_core import events as ev
-from bridge_core.commands import SendMessage
-from bridge_core.errors import BridgeError, ConversationNotFound
+from bridge_core.model import events as ev
+from bridge_core.model.commands import SendMessage
+from bridge_core.model.errors import BridgeError, ConversationNotFound
 from loomi_adapter import codec
 from loomi_adapter.protocol import (CHECK, MAX_QUEUED_REQUESTS, REQUEST, Close, LoomiProtocol, ProtocolStateError,
                                     Settings, State)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import sqlite3
 import threading
 
-from bridge_core import events as ev
-from bridge_core.commands import Origin, SendMessage
+from bridge_core.model import events as ev
+from bridge_core.model.commands import Origin, SendMessage
 
 from tests.waiting import turns, until
 

@@ -6,7 +6,7 @@ import logging
 
 import aiohttp
 
-from bridge_core.redact import fingerprint
+from bridge_core.model.redact import fingerprint
 
 from .helpers import Client, admin, base, new_token, pair, resume
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bridge_core import commands as cmd
+from bridge_core.model import commands as cmd
 from tests.lvmh.helpers import session_snapshot, subscribed
 
 SID = "01a22693-a4c3-719c-9d1e-bbbbbbbbbbbb"

@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from multidict import MultiDict
 
-from bridge_core import events as ev
-from bridge_core.errors import BadRequest
+from bridge_core.model import events as ev
+from bridge_core.model.errors import BadRequest
 from lvmh_adapter import codec
 from lvmh_adapter.codec import FrameError
 from lvmh_adapter.render import Renderer

@@ -119,7 +119,7 @@ async def test_a_burst_is_written_in_few_transactions(lvmh, plugins, api):
 
 async def test_bridge_session_seqs_are_never_reused_after_a_restart(service_factory, tmp_path):
     """Deltas take seqs that are never stored; a restart mid-run must not hand those numbers out again."""
-    from bridge_core import commands as cmd
+    from bridge_core.model import commands as cmd
     from tests.lvmh.helpers import Api, Browser, subscribed
 
     data = tmp_path / "shared"

@@ -135,7 +135,7 @@ class Live:
     """One service, one plugin socket and one browser socket, on a background loop."""
 
     async def start(self, tmp_path):
-        from bridge_core.agents.demo import DemoAgent
+        from bridge_core.bridge.demo import DemoAgent
         from cli.serve import Service
 
         self.svc = Service(make_config(tmp_path, ("lvmh",)), DemoAgent())

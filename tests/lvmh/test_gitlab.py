@@ -10,7 +10,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from bridge_core.store import Store
+from bridge_core.bridge.sqlite import Store
 from lvmh_adapter.gitlab import PAT_KEY, USERNAME_KEY, GitLabClient
 from tests.fakes.fake_gitlab import FakeGitLab, project
 from tests.lvmh.helpers import bearer_app

@@ -14,7 +14,7 @@ import json
 import aiohttp
 import pytest
 
-from bridge_core import commands as cmd
+from bridge_core.model import commands as cmd
 from lvmh_adapter import history
 from tests.conftest import LVMH_TOKEN
 from tests.lvmh.helpers import message

@@ -7,7 +7,7 @@ bridge's own (demo) conversation; nothing streams, no frame.
 
 from __future__ import annotations
 
-from bridge_core import commands as cmd
+from bridge_core.model import commands as cmd
 from tests.lvmh.helpers import message
 from tests.waiting import until
 

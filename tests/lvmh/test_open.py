@@ -38,7 +38,7 @@ def test_open_reads_the_stored_token(tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("LVMH_TOKEN", raising=False)
     os.makedirs(tmp_path / "secrets")
     (tmp_path / "secrets" / "lvmh_token").write_text("stored-token/with+odd=chars\n")
-    os.makedirs(tmp_path / "run")  # a server that takes no lock, as it wrote its ports (bridge_core/running.py)
+    os.makedirs(tmp_path / "run")  # a server that takes no lock, as it wrote its ports (bridge_core/kit/running.py)
     (tmp_path / "run" / "ports.json").write_text('{"lvmh": 8686}')
     assert main(["lvmh", "open", "--data-dir", str(tmp_path)]) == 0
     captured = capsys.readouterr()

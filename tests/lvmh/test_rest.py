@@ -5,7 +5,7 @@ from __future__ import annotations
 import aiohttp
 import pytest
 
-from bridge_core import commands as cmd
+from bridge_core.model import commands as cmd
 from tests.conftest import LVMH_TOKEN
 from tests.lvmh.helpers import Api
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from bridge_core import events as ev
-from bridge_core.errors import BadRequest
+from bridge_core.model import events as ev
+from bridge_core.model.errors import BadRequest
 from lvmh_adapter import codec
 from lvmh_adapter.render import RESTART, OpenRun, Renderer
 
@@ -102,7 +102,7 @@ def test_the_renderer_closes_a_restored_run_once_on_run_finished():
 async def test_a_run_the_core_does_not_report_is_closed_by_lvmh_itself(service_factory, tmp_path):
     """Stored lvmh events show a run open, but the runs table says it ended (its end was lost
     to the crash before lvmh's rows were written): lvmh closes it on start, once."""
-    from bridge_core import commands as cmd
+    from bridge_core.model import commands as cmd
     from tests.lvmh.helpers import Api
 
     data = tmp_path / "shared"

@@ -14,8 +14,8 @@ import time
 
 import aiohttp
 
-from bridge_core import commands as cmd
-from bridge_core.agents.demo import COMMANDS, DemoAgent
+from bridge_core.model import commands as cmd
+from bridge_core.bridge.demo import COMMANDS, DemoAgent
 from tests.conftest import LVMH_TOKEN
 from tests.lvmh.helpers import session_snapshot
 

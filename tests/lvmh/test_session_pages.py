@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from bridge_core import commands as cmd
+from bridge_core.model import commands as cmd
 from tests.lvmh.helpers import session_snapshot
 from tests.waiting import until
 

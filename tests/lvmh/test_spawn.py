@@ -15,8 +15,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from bridge_core.config import build_config
-from bridge_core.store import Store
+from cli.config import build_config
+from bridge_core.bridge.sqlite import Store
 from lvmh_adapter.gitlab import PAT_KEY
 from lvmh_adapter.auth import token_hash
 from lvmh_adapter.spawn import (
@@ -621,7 +621,7 @@ async def test_unusable_docker_url_is_503(tmp_path):
 
 @pytest.mark.parametrize("bad", ['"soon"', "-1", "0"])
 def test_bad_numbers_in_config_are_config_errors(tmp_path, bad):
-    from bridge_core.config import ConfigError
+    from bridge_core.model.errors import ConfigError
 
     (tmp_path / "c.toml").write_text(f"[lvmh]\nclone_timeout = {bad}\n")
     cfg = build_config({"data_dir": str(tmp_path), "config": str(tmp_path / "c.toml")}, {}, with_secrets=False)
@@ -643,7 +643,7 @@ def test_docker_url_defaults(tmp_path, monkeypatch):
     assert docker_url_of(cfg) == "unix:///run/lvmh/docker.sock"
     assert docker_url_of(cfg, {"LVMH_CONTAINER_DOCKER_SOCK": "tcp://10.0.0.1:2375"}) == "http://10.0.0.1:2375"
     # an explicit [lvmh] docker_url / LVMH_DOCKER_URL wins over both
-    cfg.docker_url = "unix:///run/other.sock"
+    cfg.frontend("lvmh").docker_url = "unix:///run/other.sock"
     assert docker_url_of(cfg) == "unix:///run/other.sock"
 
 

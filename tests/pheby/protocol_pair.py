@@ -15,8 +15,8 @@ from __future__ import annotations
 import json
 from typing import Any, Hashable, Optional, Sequence
 
-from bridge_core import events as ev
-from bridge_core.security import same_secret
+from bridge_core.model import events as ev
+from bridge_core.kit.security import same_secret
 from pheby_adapter.pacing import DraftPacer
 from pheby_adapter.protocol import AUTH_FAILED, Broadcast, Close, PhebyProtocol, State
 

@@ -13,10 +13,10 @@ import attrs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bridge_core import commands as cmd
-from bridge_core import events as ev
-from bridge_core.errors import BridgeError
-from bridge_core.security import same_secret
+from bridge_core.model import commands as cmd
+from bridge_core.model import events as ev
+from bridge_core.model.errors import BridgeError
+from bridge_core.kit.security import same_secret
 from pheby_adapter import codec, render
 from pheby_adapter.protocol import AuthFailed, Close, PhebyProtocol, State
 

@@ -83,7 +83,7 @@ async def test_history_survives_restart_and_is_capped(service_factory, tmp_path)
     assert snap["conversations"][0]["name"] == "Keep"
     # the 500-message cap
     conv = svc2.bridge.conversation(cid)
-    from bridge_core import events as ev
+    from bridge_core.model import events as ev
     for i in range(600):
         conv.messages.append(ev.Message(message_id=f"x{i}", role="user", text=str(i), ts=None))
     hist = await c.request({"type": "conversation.open", "conversation_id": cid, "limit": 100000}, "conversation.history")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 
-from bridge_core import events as ev
+from bridge_core.model import events as ev
 from pheby_adapter import pacing
 from pheby_adapter.pacing import SLACK, DraftPacer, Pace
 

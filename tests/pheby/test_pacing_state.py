@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from bridge_core import events as ev
+from bridge_core.model import events as ev
 from pheby_adapter.pacing import DraftPacer, Pace
 
 TS = 1_700_000_000.0

@@ -16,9 +16,9 @@ import sys
 
 import pytest
 
-from bridge_core import commands as cmd
-from bridge_core import events as ev
-from bridge_core.errors import AlreadyResolved, ConversationNotFound
+from bridge_core.model import commands as cmd
+from bridge_core.model import events as ev
+from bridge_core.model.errors import AlreadyResolved, ConversationNotFound
 from pheby_adapter.errors import IllegalTransition
 from pheby_adapter.pacing import DraftPacer
 from pheby_adapter.protocol import Close, State
@@ -353,7 +353,7 @@ def test_the_pure_modules_load_no_io():
     code = ("import sys\n"
             "import pheby_adapter.codec, pheby_adapter.render, pheby_adapter.protocol, pheby_adapter.pacing\n"
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('aiohttp', 'asyncio') or m in\n"
-            "    ('bridge_core.bridge', 'bridge_core.store', 'bridge_core.hub', 'bridge_core.security'))\n"
+            "    ('bridge_core.bridge.bridge', 'bridge_core.bridge.store', 'bridge_core.bridge.hub', 'bridge_core.kit.security'))\n"
             "print(','.join(bad))\n")
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=60)

@@ -110,8 +110,15 @@ def test_worker_paths_agree_with_spawn():
 
 
 class _Cfg:
-    docker_url = "http://127.0.0.1:9"
-    lvmh_token = "x"
+    @staticmethod
+    def frontend(name):
+        from lvmh_adapter.config import LvmhSettings
+
+        return LvmhSettings(docker_url="http://127.0.0.1:9")
+
+    @staticmethod
+    def secret(name):
+        return "x"
 
     @staticmethod
     def section(name):

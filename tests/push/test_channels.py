@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bridge_core.config import ConfigError, parse_push
+from bridge_core.kit.config import parse_push
+from bridge_core.model.errors import ConfigError
 from tests.pheby.client import PhebyClient
 from tests.push.conftest import WEBHOOK_SECRET, decide
 from tests.push.receivers import parse_actions

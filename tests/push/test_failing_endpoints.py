@@ -8,7 +8,8 @@ from __future__ import annotations
 import aiohttp
 import pytest
 
-from bridge_core.config import ConfigError, parse_push
+from bridge_core.kit.config import parse_push
+from bridge_core.model.errors import ConfigError
 from tests.hardening.proc import LVMH_TOKEN, BridgeProcess, count_rows
 from tests.push.conftest import WEBHOOK_SECRET
 from tests.waiting import until

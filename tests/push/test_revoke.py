@@ -60,7 +60,7 @@ async def test_a_revoked_phone_is_pushed_nothing_and_its_decision_urls_change_no
         for url in urls["revoked"].values():
             status, body = await decide(url)
             assert (status, body.get("code")) == (410, "gone"), (status, body)
-        assert request["approval_id"] in svc.bridge._approvals  # still waiting
+        assert request["approval_id"] in svc.bridge.decisions.approvals  # still waiting
         assert urls["revoked"]["once"] != urls["kept"]["once"]  # each endpoint was sent its own
         # the kept phone's URL resolves it, from a notification
         assert await decide(urls["kept"]["once"]) == (200, {"ok": True})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 
-from bridge_core import events as ev
+from bridge_core.model import events as ev
 from bridge_core.push.model import check_subscription, conversation_url, message, topic
 from bridge_core.push.state import Arm, Disarm, NotifierState, PushDecision, PushNotice, PushRun, Withdraw
 

@@ -30,7 +30,7 @@ async def test_a_token_resolves_only_its_own_decision(push_bridge, rest_factory,
                                       "conversation.history")
         assert [x["approval_id"] for x in history["approvals"]] == [rb["approval_id"]]  # B still waits
         assert (await decide(token_a))[0] == 410
-        assert rb["approval_id"] in svc.bridge._approvals
+        assert rb["approval_id"] in svc.bridge.decisions.approvals
     finally:
         await pheby.close()
 

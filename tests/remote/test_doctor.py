@@ -12,7 +12,7 @@ import socket
 
 import pytest
 
-from bridge_core.config import dialable_host
+from bridge_core.kit.remote import dialable_host
 from cli.doctor import upgrade_verdict
 from cli.doctor_trust import Seen, channel_for, loopback_host
 from tests.hardening.proc import LVMH_TOKEN, PHEBY_SECRET, BridgeProcess, write_toml
@@ -134,7 +134,7 @@ async def test_no_server_running_probes_nothing(tmp_path):
 
 async def test_without_proc_a_listening_port_is_told_by_a_bare_connection(tmp_path, monkeypatch):
     """Where there is no /proc, whether the server still listens is a TCP connection that sends nothing."""
-    from bridge_core.config import build_config
+    from cli.config import build_config
     from cli import doctor as doctor_module
 
     listener = Listener()

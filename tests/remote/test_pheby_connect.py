@@ -44,16 +44,16 @@ async def test_connect_json_is_the_payload_and_the_app_connects_with_it(tmp_path
 async def test_connect_uses_the_public_url(service_factory):
     svc = await service_factory(adapters=("pheby",), public_url="pheby=wss://pheby.example.com/ws")
     rc, out, err = await cli("pheby", "connect", "--json", "--data-dir", svc.cfg.data_dir,
-                             PHEBY_SECRET=svc.cfg.pheby_secret)
+                             PHEBY_SECRET=svc.cfg.secret("pheby"))
     assert rc == 0, err
-    assert json.loads(out) == {"v": 1, "url": "wss://pheby.example.com/ws", "secret": svc.cfg.pheby_secret}
+    assert json.loads(out) == {"v": 1, "url": "wss://pheby.example.com/ws", "secret": svc.cfg.secret("pheby")}
     assert "warning" not in err
 
 
 async def test_connect_refuses_to_print_the_secret_into_a_file(service_factory):
     svc = await service_factory(adapters=("pheby",))
-    rc, out, err = await cli("pheby", "connect", "--data-dir", svc.cfg.data_dir, PHEBY_SECRET=svc.cfg.pheby_secret)
-    assert rc == 1 and out == "" and svc.cfg.pheby_secret not in err
+    rc, out, err = await cli("pheby", "connect", "--data-dir", svc.cfg.data_dir, PHEBY_SECRET=svc.cfg.secret("pheby"))
+    assert rc == 1 and out == "" and svc.cfg.secret("pheby") not in err
     assert "the output is not a terminal" in err
 
 
@@ -61,7 +61,7 @@ async def test_connect_on_a_terminal_shows_a_qr_code(service_factory):
     svc = await service_factory(adapters=("pheby",), public_url="pheby=wss://pheby.example.com/ws")
     master, slave = pty.openpty()
     proc = subprocess.Popen([sys.executable, "-m", "cli", "pheby", "connect", "--data-dir", svc.cfg.data_dir],
-                            cwd=ROOT, env=env(PHEBY_SECRET=svc.cfg.pheby_secret, PYTHONIOENCODING="utf-8"),
+                            cwd=ROOT, env=env(PHEBY_SECRET=svc.cfg.secret("pheby"), PYTHONIOENCODING="utf-8"),
                             stdout=slave, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
     os.close(slave)
     chunks = []
@@ -82,4 +82,4 @@ async def test_connect_on_a_terminal_shows_a_qr_code(service_factory):
     assert await loop.run_in_executor(None, proc.wait) == 0
     os.close(master)
     assert "█" in text and "Scan this code with the Pheby app" in text
-    assert "url:     wss://pheby.example.com/ws" in text and f"secret:  {svc.cfg.pheby_secret}" in text
+    assert "url:     wss://pheby.example.com/ws" in text and f"secret:  {svc.cfg.secret('pheby')}" in text

@@ -10,7 +10,9 @@ import sys
 
 import pytest
 
-from bridge_core.config import ConfigError, build_config, undialable_reason, validate_public_url
+from bridge_core.kit.remote import undialable_reason
+from cli.config import build_config, validate_public_url
+from bridge_core.model.errors import ConfigError
 from loomi_adapter.server import qr_fingerprint
 from tests.hardening.proc import ROOT, BridgeProcess
 from tests.loomi.test_cli import cli
@@ -55,7 +57,7 @@ def test_options_flags_and_file(tmp_path):
                         "loomi_public_url": "wss://l.example.com/ws"}, {}, with_secrets=False)
     assert cfg.public_urls == {"pheby": "wss://p.example.com/ws", "lvmh": "https://old.example.com",
                                "loomi": "wss://l.example.com/ws"}
-    assert cfg.loomi_public_url == "wss://l.example.com/ws"  # the older option is loomi=URL
+    assert cfg.public_urls["loomi"] == "wss://l.example.com/ws"  # the older option is loomi=URL
     assert cfg.public_fp == {"loomi": FP}
     assert [str(n) for n in cfg.trusted_proxies] == ["127.0.0.1/32", "10.0.0.0/8"]
     cfg = build_config({"data_dir": str(tmp_path / "d"), "config": str(tmp_path / "c.toml"),
@@ -184,7 +186,7 @@ async def test_pair_never_says_no_tls_next_to_wss_and_warns_on_loopback(service_
 
 async def test_lvmh_login_link_uses_the_public_url(service_factory):
     svc = await service_factory(adapters=("lvmh",), public_url="lvmh=https://lvmh.example.com")
-    rc, out, err = await cli("lvmh", "open", "--data-dir", svc.cfg.data_dir, LVMH_TOKEN=svc.cfg.lvmh_token)
+    rc, out, err = await cli("lvmh", "open", "--data-dir", svc.cfg.data_dir, LVMH_TOKEN=svc.cfg.secret("lvmh"))
     assert rc == 0, err
     assert "https://lvmh.example.com/#token=" in out
 

@@ -11,7 +11,7 @@ import aiohttp
 import orjson
 import pytest
 
-from bridge_core.security import resolve_client
+from bridge_core.kit.security import resolve_client
 from tests.hardening.proc import PHEBY_SECRET, BridgeProcess, admin_headers_for
 from tests.waiting import until_sync
 

@@ -18,7 +18,7 @@ class Nodes:
         self._held: dict[Any, tuple] = {}
 
     async def start(self, name: str) -> Any:
-        from bridge_core.agents.demo import DemoAgent
+        from bridge_core.bridge.demo import DemoAgent
         from cli.serve import Service
 
         cfg = make_config(self.tmp_path / name, self.adapters, store=self.store, bus=self.bus, node_id=name)

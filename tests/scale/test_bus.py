@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from bridge_core.bus import LocalBus
-from bridge_core.busauth import derive_key
-from bridge_core.errors import Unavailable
+from bridge_core.scale.bus import LocalBus
+from bridge_core.scale.busauth import derive_key
+from bridge_core.model.errors import Unavailable
 from tests.waiting import until
 
 
@@ -28,7 +28,7 @@ KEY = derive_key("test-pheby-secret-0123456789", "test-lvmh-token-0123456789")
 
 
 def redis_bus(url, node, key=KEY, **kw):
-    from bridge_core.redisbus import RedisBus
+    from bridge_core.scale.redisbus import RedisBus
 
     return RedisBus(url, node, key=key, **kw)
 

@@ -12,7 +12,7 @@ import time
 import orjson
 import pytest
 
-from bridge_core.busauth import Signer, entry_mac
+from bridge_core.scale.busauth import Signer, entry_mac
 from tests.scale.test_bus import KEY, Node, redis_bus
 from tests.waiting import until
 

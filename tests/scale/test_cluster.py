@@ -49,7 +49,7 @@ async def test_a_run_on_one_node_is_seen_on_the_other_with_one_numbering(service
         await until(lambda: len(seen["a"]) == len(seen["b"]) and seen["a"], what="both hubs")
         ns = [n for n, _ in seen["a"]]
         assert ns == [n for n, _ in seen["b"]] and ns == list(range(ns[0], ns[0] + len(ns)))
-        from bridge_core.serialize import to_dict
+        from bridge_core.model.serialize import to_dict
 
         assert [to_dict(e) for _, e in seen["a"]] == [to_dict(e) for _, e in seen["b"]]
         assert own == {"a": {True}, "b": {False}}  # every event here was a's (push notifies from a only)
@@ -94,7 +94,7 @@ async def test_an_approval_raised_on_one_node_is_answered_on_another_first_answe
         assert frames[0] == frames[1] == frames[2] and len(frames[0]) == 1
         assert frames[0][0]["choice"] == winner and frames[0][0]["decided_by"] == "remote"
         assert frames[0][0]["surface"] == "pheby" and frames[0][0]["request_id"] == ("rc" if winner == "once" else "rb")
-        decided = a.bridge._resolved[aid]
+        decided = a.bridge.decisions.resolved[aid]
         assert decided.choice == winner and decided.surface == "pheby" and decided.decided_by == "remote"
     finally:
         for app in (pa, pb, pc):
@@ -183,7 +183,7 @@ async def test_a_message_into_a_pi_session_reaches_the_node_its_plugin_is_connec
 async def test_sends_racing_on_one_idle_conversation_on_two_nodes_start_one_run(service_factory, engines, tmp_path):
     """Each node's own run-active check passes before the other's run comes back on the bus; the
     claim in the store lets one run in, the others get run_active as on one node."""
-    from bridge_core import events as ev
+    from bridge_core.model import events as ev
 
     a, b = await _nodes(service_factory, engines, tmp_path, "a", "b")
     started = []

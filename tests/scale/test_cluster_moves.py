@@ -1,13 +1,13 @@
-"""A run moving to another node and a dead node's holds (bridge_core/cluster.py ``move_run``,
-``end_run``; bridge_core/holds.py): nodes of one bridge in one process on a private PostgreSQL and
+"""A run moving to another node and a dead node's holds (bridge_core/scale/cluster.py ``move_run``,
+``end_run``; bridge_core/scale/holds.py): nodes of one bridge in one process on a private PostgreSQL and
 Redis, the store deciding every race exactly once."""
 
 from __future__ import annotations
 
 import asyncio
 
-from bridge_core import events as ev
-from bridge_core.ids import draft_message_id, new_id
+from bridge_core.model import events as ev
+from bridge_core.model.ids import draft_message_id, new_id
 from tests.waiting import until
 
 

@@ -10,9 +10,9 @@ import time
 import orjson
 import pytest
 
-from bridge_core import events as ev
-from bridge_core.busauth import derive_key, entry_mac
-from bridge_core.serialize import to_dict
+from bridge_core.model import events as ev
+from bridge_core.scale.busauth import derive_key, entry_mac
+from bridge_core.model.serialize import to_dict
 from tests.hardening.proc import LVMH_TOKEN, PHEBY_SECRET, BridgeProcess
 from tests.scale.test_nodes import _pheby, _watching
 

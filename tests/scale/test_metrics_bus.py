@@ -1,4 +1,4 @@
-"""Metrics with a bus (bridge_core/metrics.py, docs/operations.md): two nodes on the test's PostgreSQL
+"""Metrics with a bus (bridge_core/kit/metrics.py, docs/operations.md): two nodes on the test's PostgreSQL
 and Redis, a run on one; the other's scrape says how far behind the bus it is and what it delivered."""
 
 from __future__ import annotations

@@ -137,7 +137,7 @@ async def test_a_cancel_from_n2_stops_a_slow_run_on_n1(nodes):
 
 
 async def test_an_attachment_made_on_n1_downloads_from_n2_on_pheby_and_lvmh(nodes):
-    from bridge_core.agents.demo import demo_png
+    from bridge_core.bridge.demo import demo_png
 
     n1, n2 = nodes("n1", "n2")
     a1 = await _pheby(n1)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import aiohttp
 import pytest
 
-from bridge_core.agents.demo import DemoAgent
+from bridge_core.bridge.demo import DemoAgent
 from cli.serve import Service
 from tests.conformance.loomi_client import LoomiApp, close_all
 from tests.conftest import make_config

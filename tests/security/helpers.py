@@ -18,7 +18,7 @@ import aiohttp
 import orjson
 import pytest
 
-from bridge_core.security import DEFAULT_WRONG_RATE
+from bridge_core.kit.security import DEFAULT_WRONG_RATE
 from tests import waiting
 from tests.hardening.proc import LVMH_TOKEN, PHEBY_SECRET, ROOT, BridgeProcess, process_factory
 from tests.hardening.wsraw import HandshakeRefused, RawWS

@@ -98,7 +98,7 @@ async def test_a_second_serve_exits_at_once_and_the_first_goes_on(bridges):
 
 
 async def test_a_holder_killed_with_9_holds_nothing(bridges):
-    from bridge_core import datadir
+    from bridge_core.kit import datadir
 
     srv = bridges("killed")
     assert datadir.holder(srv.data_dir) == (srv.proc.pid, "agent-bridge serve")
@@ -113,7 +113,7 @@ async def test_a_holder_killed_with_9_holds_nothing(bridges):
 
 
 async def test_offline_revoke_holds_the_directory_and_a_serve_meanwhile_fails_cleanly(bridges):
-    from bridge_core import datadir
+    from bridge_core.kit import datadir
 
     srv = bridges("offline")
     device_id, credential = await pair_device(srv, "to revoke")
@@ -154,8 +154,8 @@ async def test_offline_commands_never_work_behind_a_live_server(bridges):
 
 
 def test_the_lock_is_exclusive_names_its_holder_and_trusts_no_record(tmp_path):
-    from bridge_core import datadir
-    from bridge_core.config import ConfigError
+    from bridge_core.kit import datadir
+    from bridge_core.model.errors import ConfigError
 
     d = str(tmp_path / "d")
     assert datadir.holder(d) is None and not os.path.exists(d)  # asking creates nothing

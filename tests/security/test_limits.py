@@ -11,7 +11,7 @@ import signal
 
 import orjson
 
-from bridge_core.security import DEFAULT_UNAUTH_PER_ADDRESS, raise_nofile_limit
+from bridge_core.kit.security import DEFAULT_UNAUTH_PER_ADDRESS, raise_nofile_limit
 
 from .helpers import (  # noqa: F401 (bridges: fixture)
     LVMH_TOKEN,

@@ -178,7 +178,7 @@ def test_origin_rule(origin, scheme, host, public, allowed):
 
 
 def test_public_url_hook_reads_the_config(tmp_path):
-    from bridge_core.config import build_config
+    from cli.config import build_config
     from lvmh_adapter.auth import public_url
 
     cfg = build_config({"data_dir": str(tmp_path)}, {}, with_secrets=False)

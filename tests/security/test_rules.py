@@ -1,11 +1,11 @@
-"""The pure rules of bridge_core.security: slots for wrong guesses, the unauthenticated pool, Host
+"""The pure rules of bridge_core.kit.security: slots for wrong guesses, the unauthenticated pool, Host
 parsing, the bearer parser, secret strength and the descriptor limit."""
 
 from __future__ import annotations
 
 import resource
 
-from bridge_core.security import (
+from bridge_core.kit.security import (
     MIN_SECRET_LENGTH,
     UnauthPool,
     WrongSlots,

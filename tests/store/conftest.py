@@ -40,7 +40,7 @@ def store_url(engine, request, tmp_path):
 def open_store(store_url, tmp_path):
     """``open_store(data_dir=None)``: an opened store on the test's store (SQLite in ``data_dir``);
     closed after the test. Two calls on PostgreSQL are two nodes on one database."""
-    from bridge_core.store import open_store as make
+    from bridge_core.scale.engines import open_store as make
 
     opened = []
 

@@ -1,6 +1,6 @@
 """The store contract: what every component relies on, the same on SQLite and PostgreSQL.
 
-Components write SQL once in the shared dialect (bridge_core/sqldialect.py); these tests
+Components write SQL once in the shared dialect (bridge_core/scale/sqldialect.py); these tests
 hold both engines to the same answers for it: migrations, batched durable writes, one bad
 write not sinking its batch, INSERT OR IGNORE / OR REPLACE, rowid order, value types.
 """
@@ -11,8 +11,8 @@ import threading
 
 import pytest
 
-from bridge_core.errors import Unavailable
-from bridge_core.store import CORE_MIGRATIONS, BaseStore
+from bridge_core.model.errors import Unavailable
+from bridge_core.bridge.store import CORE_MIGRATIONS, BaseStore
 
 
 def test_migrations_are_ordered_recorded_and_applied_once(open_store):

@@ -41,7 +41,7 @@ async def test_what_one_node_wrote_the_next_one_serves(service_factory, store_ur
 
 
 async def test_a_run_cut_short_closes_as_after_a_restart(service_factory, store_url, engine, tmp_path):
-    from bridge_core.agents.demo import DemoAgent
+    from bridge_core.bridge.demo import DemoAgent
 
     svc = await service_factory(adapters=("pheby",), store=store_url, data_dir=_data(tmp_path, engine, "a"),
                                 source=DemoAgent(approval_timeout=None), node_id="n1")  # fmt: skip
@@ -94,7 +94,7 @@ def test_an_unreachable_bus_is_refused_in_one_line(postgres, tmp_path):
 
 async def test_a_second_live_node_on_one_store_is_refused_until_the_first_stops(service_factory, postgres, tmp_path):
     """Without the bus a second live node would miss the first one's events: refused, in one line."""
-    from bridge_core.config import ConfigError
+    from bridge_core.model.errors import ConfigError
 
     url = postgres.new_database()
     first = await service_factory(adapters=("pheby",), store=url, data_dir=tmp_path / "a", node_id="alpha")
@@ -108,7 +108,7 @@ async def test_a_second_live_node_on_one_store_is_refused_until_the_first_stops(
 
 
 def test_a_node_is_live_while_its_heartbeat_is_younger_than_the_ttl():
-    from bridge_core.nodes import NODE_TTL, live_nodes
+    from bridge_core.scale.nodes import NODE_TTL, live_nodes
 
     assert NODE_TTL <= 15.0
     rows = [("a", 100.0), ("b", 100.0 - NODE_TTL), ("c", 99.0)]
@@ -167,7 +167,7 @@ async def test_an_attachment_made_on_one_node_downloads_from_the_next(service_fa
 
     import aiohttp
 
-    from bridge_core.attachments import CHUNK
+    from bridge_core.bridge.attachments import CHUNK
 
     svc = await service_factory(adapters=("pheby",), store=store_url, data_dir=_data(tmp_path, engine, "a"))
     bridge = svc.bridge

@@ -1,0 +1,352 @@
+"""The Bridge: conversation state, commands, and the one ordered event log.
+
+Agent sources publish shared events through ``Bridge.publish``; the bridge folds them into
+each conversation's state and the decision ledger (``decisions.py``), and its sequencing
+(``sequencing.py``: this node alone, or several on a bus) persists them (``persist.py``,
+never per delta) and hands them to the hub in order. Front ends call
+``Bridge.execute(command, origin)`` and render the result; what each command does is
+``handlers.py``.
+
+What the cluster (``bridge_core/scale/cluster.py``) uses of a bridge is public: its state
+(``conversations``, ``store``, ``decisions``, ``provenance``, ``persister``), ``fan_out``
+(an event the bus numbered, to the hub), ``execute_here``, ``interrupt``, ``source_for``
+and ``use_cluster``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import os
+import time
+from typing import Any, Callable, Optional
+
+from ..model import commands as cmd
+from ..model import events as ev
+from ..model.errors import BadRequest, ConversationNotFound, NotFound
+from ..model.ids import draft_message_id, new_id
+from ..model.state import ActiveRun, ConversationState
+from .agent import AgentSource
+from .attachments import AttachmentStore
+from .decisions import EVENTS as DECISION_EVENTS
+from .decisions import DecisionLedger
+from .drafts import DraftSaver
+from .handlers import HANDLERS, CommandHandlers
+from .hub import Hub
+from .persist import Persister
+from .provenance import STAMPED, Provenance
+from .sequencing import ClusterLink, LocalSequencing, Sequencing
+from .sqlite import Store
+from .tasks import TaskSet
+
+log = logging.getLogger("agent_bridge.bridge")
+
+CLEANUP_INTERVAL = 3600.0
+RUN_END_REASON = {"cancelled": "cancelled", "failed": "failed", "completed": "completed"}
+
+
+class Bridge(CommandHandlers):
+    def __init__(
+        self,
+        data_dir: str,
+        source: AgentSource,
+        *,
+        retention_days: float = 7.0,
+        store: Optional[Store] = None,
+    ):
+        self.data_dir = data_dir
+        os.makedirs(data_dir, mode=0o700, exist_ok=True)
+        self.store = store or Store(os.path.join(data_dir, "bridge.db"))
+        self.hub = Hub()
+        self.tasks = TaskSet("bridge")
+        self.conversations: dict[str, ConversationState] = {}
+        self.sources: dict[str, AgentSource] = {}
+        self.default_source = source
+        self.retention_days = retention_days
+        self.attachments: AttachmentStore = None  # type: ignore[assignment]
+        self.decisions = DecisionLedger()  # approvals and clarifications: pending, settled
+        self.provenance = Provenance()  # the origin of the command behind each message, run start and run end
+        self._sending: set[str] = set()
+        self.drafts = DraftSaver(self.store, self.conversations.__contains__)  # streaming drafts, saved now and then
+        self.persister = Persister(self.store, self.conversations, self.drafts)
+        self.interrupted_runs: list[tuple[str, str]] = []
+        self._interrupted_reported = False
+        self.runs_ended: collections.Counter = collections.Counter()  # status -> runs this node ended (metrics)
+        self.started = False
+        # commands a core extension answers (bridge_core/push: push.register and friends), by type;
+        # and the push notifier itself, when the composition root wired one (docs/push.md)
+        self.extensions: dict[type, Callable[[Any, cmd.Origin], Any]] = {}
+        self.push: Any = None
+        # how events are numbered and commands routed (sequencing.py): this node alone, or the cluster
+        # the composition root gives it with --bus (use_cluster), which front ends then reach as ``cluster``
+        self.sequencing: Sequencing = LocalSequencing(self.hub, self.persister.persist, self.execute_here)
+        self.cluster: Optional[ClusterLink] = None
+        self.add_source(source)
+
+    # --- lifecycle -----------------------------------------------------------
+
+    def add_source(self, source: AgentSource) -> None:
+        self.sources[source.name] = source
+        source.attach(self)
+
+    def use_cluster(self, cluster: ClusterLink) -> None:
+        """Several nodes (bridge_core/scale/cluster.py): ``cluster`` sequences this bridge's events and
+        routes its commands from now on (before ``start``)."""
+        self.sequencing = self.cluster = cluster
+
+    async def start(self) -> None:
+        if not self.store.is_open:
+            self.store.open()
+        self.attachments = AttachmentStore(os.path.join(self.data_dir, "attachments"), self.store, self.retention_days)
+        await self.attachments.start()  # (on a shared store, the table of their bytes)
+        await self.sequencing.join()  # a bus joined before the store is loaded; what it delivers waits
+        self._load()
+        await self._fail_interrupted()
+        self.sequencing.joined()  # one node: persisted as the hub's first subscriber; several: where published
+        for source in list(self.sources.values()):
+            await source.start()
+        self.tasks.spawn(self._cleanup_loop(), name="attachment-cleanup")
+        self.started = True
+
+    async def stop(self) -> None:
+        for source in list(self.sources.values()):
+            try:
+                await source.stop()
+            except Exception:
+                log.exception("agent source %s failed to stop", source.name)
+        await self.sequencing.stop()  # what the sources published last goes out first
+        await self.tasks.close()
+        self.drafts.close()
+        self.store.close()
+        self.started = False
+
+    def call_soon(self, fn: Callable[[], Any]) -> None:
+        asyncio.get_running_loop().call_soon(fn)
+
+    def _load(self) -> None:
+        rows = self.store.query(
+            "SELECT id, name, source, created_at, updated_at, last_active, session_id FROM conversations"
+        )
+        for cid, name, source, created, updated, last_active, session_id in rows:
+            self.conversations[cid] = ConversationState(
+                conversation_id=cid,
+                name=name,
+                source=source,
+                created_at=created,
+                updated_at=updated,
+                last_active=last_active,
+                session_id=session_id,
+            )
+        for cid, mid, role, text, ts in self.store.query(
+            "SELECT conversation_id, message_id, role, text, ts FROM messages ORDER BY rowid"
+        ):
+            conv = self.conversations.get(cid)
+            if conv is not None:
+                conv.messages.append(ev.Message(message_id=mid, role=role, text=text, ts=ts))
+                conv.preview = text[:200]
+        now = time.time()
+        for att in self.attachments.load_all():
+            conv = self.conversations.get(att.conversation_id)
+            if conv is not None and (att.expires_at is None or att.expires_at > now):
+                conv.attachments[att.attachment_id] = att
+        self._load_running(now)
+        self.decisions.restore(self.store, self.conversations)
+
+    def _load_running(self, now: float) -> None:
+        """Runs that were running when the process died are failed, never left running: each is put
+        back as the conversation's active run, with the decisions it left pending, so that
+        report_interrupted closes it by the one rule every run end follows (close_run)."""
+        for run_id, cid, started in self.store.query(
+            "SELECT run_id, conversation_id, started_at FROM runs WHERE status='running'"
+        ):
+            if self.sequencing.interrupted_here(run_id):
+                self.interrupted_runs.append((cid, run_id))  # else another node's run, going on there
+            conv = self.conversations.get(cid)
+            if conv is not None and conv.run is None:
+                run = conv.run = ActiveRun(run_id=run_id, message_id=draft_message_id(run_id), started_at=started or now)
+                saved = next((m for m in conv.messages if m.message_id == run.message_id), None)
+                if saved is not None:  # its saved draft (drafts.py): the text its completion keeps
+                    conv.messages.remove(saved)
+                    run.draft = ev.Draft(saved.text)
+
+    async def _fail_interrupted(self) -> None:
+        """Store the runs a crash cut short as failed (awaited: the loop keeps turning meanwhile)."""
+        if not self.interrupted_runs:
+            return
+        now = time.time()
+        rows = [(now, ev.RUN_INTERRUPTED, r) for _, r in self.interrupted_runs]
+        await self.store.write(
+            lambda c: c.executemany("UPDATE runs SET status='failed', finished_at=?, error=? WHERE run_id=?", rows)
+        )
+        log.warning("%d run(s) interrupted by a restart were marked failed", len(rows))
+
+    def report_interrupted(self) -> int:
+        """Close the runs a crash interrupted (call once every front end is listening).
+
+        ``_load`` marked them failed in the runs table and put each back as its
+        conversation's active run; here each one gets a ``RunFinished`` failed,
+        so ``close_run`` completes its message (with the draft last saved
+        before the crash, ``drafts.DraftSaver``) and resolves its pending decisions
+        (decided_by ``restart``) on every front end, then a diagnostic notice
+        says why.
+        """
+        if self._interrupted_reported:
+            return 0
+        self._interrupted_reported = True
+        reported = 0
+        for cid, run_id in self.interrupted_runs:
+            if cid not in self.conversations:
+                continue
+            self.interrupt(cid, run_id, "This run was interrupted by a restart of the bridge and did not finish.")
+            reported += 1
+        return reported
+
+    def interrupt(self, cid: str, run_id: str, notice: str) -> None:
+        """Close a run nobody runs any more (a restart, or its node died: scale/cluster.py) and say why."""
+        self.publish(ev.RunFinished(conversation_id=cid, run_id=run_id, status="failed", error=ev.RUN_INTERRUPTED))
+        self.publish(ev.Notification(conversation_id=cid, message_id=f"n-{new_id()}", text=notice,
+                                     title="Run interrupted", category="diagnostic", source="bridge"))  # fmt: skip
+
+    async def _cleanup_loop(self) -> None:
+        while True:
+            try:
+                removed = await self.attachments.cleanup()
+                if removed:
+                    log.info("removed %d expired attachment(s)", removed)
+                now = time.time()
+                for conv in self.conversations.values():
+                    for aid, att in list(conv.attachments.items()):
+                        if att.expires_at is not None and att.expires_at <= now:
+                            del conv.attachments[aid]
+            except Exception:
+                log.exception("attachment cleanup failed")
+            await asyncio.sleep(CLEANUP_INTERVAL)
+
+    # --- the event log ---------------------------------------------------------
+
+    def publish(self, event: Any) -> int:
+        """Fold ``event`` in, persist it, fan it out; its hub seq (0 with a bus: numbered as it comes back)."""
+        t = type(event)
+        if t in STAMPED and event.origin is None:
+            event = self.provenance.stamp(event)
+        if t is ev.RunFinished:
+            self.close_run(event)
+            self.runs_ended[event.status] += 1
+        conv_id = getattr(event, "conversation_id", None)
+        conv = self.conversations.get(conv_id) if conv_id is not None else None
+        if conv is not None:
+            conv.apply(event)
+        if t in DECISION_EVENTS:
+            self.decisions.fold(event, conv)
+        seq = self.sequencing.publish(event)
+        if t is ev.ConversationDeleted and seq:  # delivered by the hub already (0: as it comes back, fan_out)
+            self._deleted(event)
+        return seq
+
+    def fan_out(self, event: Any, seq: int) -> None:
+        """``event``, folded, to the hub as number ``seq``, given elsewhere (the bus's, for every node)."""
+        self.hub.publish_at(seq, event)
+        if type(event) is ev.ConversationDeleted:
+            self._deleted(event)
+
+    def _deleted(self, event: ev.ConversationDeleted) -> None:
+        """A conversation's deletion delivered: its state goes, every subscriber having seen it."""
+        self.conversations.pop(event.conversation_id, None)
+
+    def close_run(self, finished: ev.RunFinished) -> None:
+        """A run closes what it opened, whatever ends it (docs/conformance.md, Pheby: "run end").
+
+        Before its ``RunFinished`` goes out: its message, if not completed, is
+        completed with the text so far (possibly empty), and every decision
+        still pending in it is resolved (choice ``deny``, not accepted,
+        ``decided_by`` saying why). Every source's run end passes here, so no
+        agent and no front end repeats the rule.
+        """
+        conv = self.conversations.get(finished.conversation_id)
+        if conv is None:
+            return
+        run = conv.run
+        if run is not None and run.run_id == finished.run_id and not run.completed:
+            self.publish(
+                ev.MessageCompleted(
+                    conversation_id=conv.conversation_id, message_id=run.message_id, text=run.text, run_id=run.run_id
+                )
+            )
+        why = RUN_END_REASON.get(finished.status, "agent")
+        if finished.status == "failed" and finished.error == ev.RUN_INTERRUPTED:
+            why = "restart"
+        for request in [a for a in conv.approvals.values() if a.run_id == finished.run_id]:
+            self.publish(self.decisions.settle_approval(request, why))
+        for request in [c for c in conv.clarifications.values() if c.run_id == finished.run_id]:
+            self.publish(self.decisions.settle_clarify(request, why))
+
+    def approval_timed_out(self, approval_id: str, decided_by: str = "timeout") -> None:
+        """An agent's own timeout (or its own decision) resolved an approval: denied, ``decided_by`` says why."""
+        request = self.decisions.approval(approval_id, self.conversations)
+        if request is not None:
+            self.publish(self.decisions.settle_approval(request, decided_by))
+
+    # --- lookups ----------------------------------------------------------------
+
+    def conversation(self, conversation_id: Optional[str]) -> ConversationState:
+        conv = self.conversations.get(conversation_id) if isinstance(conversation_id, str) else None
+        if conv is None:
+            raise ConversationNotFound()
+        return conv
+
+    def source_for(self, conv: Optional[ConversationState]) -> AgentSource:
+        if conv is None:
+            return self.default_source
+        return self.sources.get(conv.source, self.default_source)
+
+    def active_draft_id(self, conversation_id: str) -> Optional[str]:
+        conv = self.conversations.get(conversation_id)
+        if conv is not None and conv.run is not None:
+            return conv.run.message_id
+        return None
+
+    def find_run(self, run_id: str, conversation_id: Optional[str] = None) -> ConversationState:
+        if conversation_id is not None:
+            conv = self.conversation(conversation_id)
+            if conv.run is None or conv.run.run_id != run_id:
+                raise NotFound("Run not found")
+            return conv
+        for conv in self.conversations.values():
+            if conv.run is not None and conv.run.run_id == run_id:
+                return conv
+        raise NotFound("Run not found")
+
+    # --- commands ------------------------------------------------------------------
+
+    async def execute(self, command: Any, origin: cmd.Origin) -> Any:
+        """``command`` carried out where it belongs (with several nodes, one about a run by the node running it)."""
+        return await self.sequencing.execute(command, origin)
+
+    async def execute_here(self, command: Any, origin: cmd.Origin) -> Any:
+        """``command`` carried out by this node."""
+        handler = HANDLERS.get(type(command))
+        if handler is None:
+            extension = self.extensions.get(type(command))
+            if extension is not None:
+                return await extension(command, origin)
+            raise BadRequest(f"Unsupported command {type(command).__name__}")
+        return await handler(self, command, origin)
+
+    def create_conversation(
+        self,
+        name: Optional[str] = None,
+        *,
+        source: Optional[str] = None,
+        conversation_id: Optional[str] = None,
+        request_id: Optional[str] = None,
+        session_id: Optional[str] = None,
+    ) -> ConversationState:
+        cid = conversation_id or new_id()
+        if cid in self.conversations:
+            return self.conversations[cid]
+        src = source or self.default_source.name
+        conv = ConversationState(conversation_id=cid, name=(name or "New chat")[:200], source=src, session_id=session_id)
+        self.conversations[cid] = conv
+        self.publish(ev.ConversationCreated(conversation_id=cid, name=conv.name, source=src, request_id=request_id))
+        return conv

@@ -1,0 +1,77 @@
+"""Streaming drafts kept in the store: every run's in one write, at most every DRAFT_SAVE_INTERVAL.
+
+A run's message is written when it completes. While it streams, its draft is
+saved now and then, so that a crash loses at most the last interval of what
+was said: at the next start the interrupted message is completed with the
+saved draft (``Bridge.close_run``). The draft's row is the message's own row,
+which its completion replaces (docs/architecture.md, "One event, agent to
+sockets").
+
+A message's first words (its first delta) are saved at once (at the loop's next turn: a
+crash right after them keeps them). After that a delta only marks its
+message as changed (a dict store: this runs per delta), and one timer saves
+every changed draft, as it is by then, in one write, whatever number of runs
+stream. The write holds no frame
+(``barrier=False``): a snapshot that may lag what was sent, by design.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Callable, Optional
+
+DRAFT_SAVE_INTERVAL = 1.0  # seconds between saves of a streaming draft (what a crash can lose)
+
+# a message's row (a draft's, a completion's: the completion replaces the draft) and its conversation's
+# last activity: persist.Persister.write_message writes the same two
+MESSAGE_SQL = "INSERT OR REPLACE INTO messages(conversation_id, message_id, role, text, ts) VALUES(?,?,?,?,?)"
+LAST_ACTIVE_SQL = "UPDATE conversations SET last_active=? WHERE id=?"
+
+
+class DraftSaver:
+    def __init__(self, store: Any, exists: Callable[[str], bool], interval: float = DRAFT_SAVE_INTERVAL):
+        self.store = store
+        self.exists = exists  # is the conversation still there (a deleted one gets no row back)
+        self.interval = interval
+        self._changed: dict[str, Any] = {}  # message id -> its newest TextDelta (its draft grows in place)
+        self._timer: Optional[asyncio.TimerHandle] = None
+        self._soon = False  # the timer is for the loop's next turn (a message's first words)
+
+    def changed(self, e: Any) -> None:
+        """A text delta of a streaming message (the hot path)."""
+        self._changed[e.message_id] = e
+        if e.draft.length > len(e.delta):  # not its first words
+            if self._timer is None:
+                self._timer = asyncio.get_running_loop().call_later(self.interval, self.save)
+        elif not self._soon:  # its first words: saved at the next turn, with whatever else changed
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = asyncio.get_running_loop().call_later(0, self.save)
+            self._soon = True
+
+    def done(self, message_id: str) -> None:
+        """The message completed (its own row replaces the draft's): no draft of it is saved after that."""
+        self._changed.pop(message_id, None)
+
+    def save(self) -> None:
+        """Write every changed draft now, in one write (the timer; ``close``)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._soon = False
+        changed, self._changed = self._changed, {}
+        rows = [(e.conversation_id, e.message_id, "assistant", e.text, e.ts)
+                for e in changed.values() if self.exists(e.conversation_id)]
+        if not rows:
+            return
+        active = [(ts, cid) for cid, _, _, _, ts in rows]
+
+        def write(c: Any) -> None:
+            c.executemany(MESSAGE_SQL, rows)
+            c.executemany(LAST_ACTIVE_SQL, active)
+
+        self.store.write_later(write, barrier=False)
+
+    def close(self) -> None:
+        """Stopping: what changed since the last save is saved now."""
+        self.save()

@@ -1,0 +1,181 @@
+"""The PostgreSQL store several nodes share (``--store postgresql://...``; docs/scale-out.md).
+
+The driver is psycopg 3: well kept, with both a synchronous and an asyncio API. This
+store keeps the SQLite store's model (``store.BaseStore``): writes are batched by one
+writer thread into one transaction per batch, reads run on a connection of their own,
+so every component's store code is the same on both engines. Statements and migrations
+are written once in the shared dialect; ``sqldialect.py`` adapts them here.
+
+Concurrent starts are safe: every migration runs under a transaction-scoped advisory
+lock, so the first node applies it and the others then find it applied.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Iterable, Sequence
+
+import psycopg
+from psycopg.adapt import Dumper
+
+from . import sqldialect
+from ..model.errors import Unavailable
+from ..model.redact import mask_url
+from ..bridge.store import BaseStore
+
+log = logging.getLogger("agent_bridge.store")
+
+SCHEMA_LOCK = 0x61625F73  # the advisory lock key migrations hold ("ab_s")
+CONNECT_TIMEOUT = 10
+
+
+class _BoolAsInt(Dumper):
+    """SQLite stores a bool as 0/1 in an INTEGER column; so does this store (BIGINT)."""
+
+    oid = psycopg.postgres.types["int8"].oid
+
+    def dump(self, obj: bool) -> bytes:
+        return b"1" if obj else b"0"
+
+
+class PgConnection:
+    """A psycopg connection that takes the shared dialect (``?`` placeholders, ``INSERT OR ...``)."""
+
+    def __init__(self, raw: psycopg.Connection, keys: dict):
+        self.raw = raw
+        self._keys = keys  # table -> (primary key columns, has rowid), shared by the store's connections
+        self._sql: dict[tuple[str, bool], tuple[str, Any]] = {}
+
+    def _translate(self, sql: str, with_params: bool) -> tuple[str, Any]:
+        key = (sql, with_params)
+        done = self._sql.get(key)
+        if done is not None:
+            return done
+        text, order, table, cols = sqldialect.statement(sql)
+        if not with_params:  # no parameters: psycopg sends the text as is, so no %-escaping
+            text = text.replace("%%", "%")
+        if table is not None:
+            pk, has_rowid = self._table_keys(table)
+            text += sqldialect.replace_clause(cols, pk, has_rowid)
+        done = self._sql[key] = (text, order)
+        return done
+
+    def _table_keys(self, table: str) -> tuple[tuple[str, ...], bool]:
+        got = self._keys.get(table)
+        if got is None:
+            rows = self.raw.execute(
+                "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
+                "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = %s::regclass AND i.indisprimary",
+                (table,),
+            ).fetchall()
+            has_rowid = self.raw.execute(
+                "SELECT 1 FROM pg_attribute WHERE attrelid = %s::regclass AND attname = 'rowid' AND NOT attisdropped",
+                (table,),
+            ).fetchone() is not None
+            got = self._keys[table] = (tuple(r[0] for r in rows), has_rowid)
+        return got
+
+    def execute(self, sql: str, params: Iterable[Any] = ()) -> psycopg.Cursor:
+        params = tuple(params)
+        if params:
+            text, order = self._translate(sql, True)
+            return self.raw.execute(text, params if order is None else tuple(params[i] for i in order))
+        return self.raw.execute(self._translate(sql, False)[0])
+
+    def executemany(self, sql: str, seq: Iterable[Sequence[Any]]) -> psycopg.Cursor:
+        text, order = self._translate(sql, True)
+        rows = [tuple(p) for p in seq] if order is None else [tuple(p[i] for i in order) for p in seq]
+        cur = self.raw.cursor()
+        cur.executemany(text, rows)
+        return cur
+
+    def commit(self) -> None:
+        self.raw.commit()
+
+    def close(self) -> None:
+        self.raw.close()
+
+
+class PostgresStore(BaseStore):
+    """One PostgreSQL database shared by every node of a bridge."""
+
+    shared = True
+    errors = (psycopg.Error,)
+    probe_sql = (
+        "INSERT INTO settings(key, value) VALUES('store.probe', repeat('x', ?)) "
+        "ON CONFLICT(key) DO UPDATE SET value=excluded.value"
+    )
+
+    def __init__(self, url: str):
+        super().__init__(url)
+        self.url = url
+        self._keys: dict = {}
+
+    def describe(self) -> str:
+        return mask_url(self.url)
+
+    def _connect(self) -> PgConnection:
+        try:
+            raw = psycopg.connect(self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT)
+        except psycopg.Error as exc:
+            reason = mask_url(" ".join(str(exc).split())) or type(exc).__name__  # libpq may quote the conninfo
+            raise Unavailable(f"cannot reach the store {self.describe()}: {reason}")
+        raw.adapters.register_dumper(bool, _BoolAsInt)
+        return PgConnection(raw, self._keys)
+
+    def _open_connections(self) -> None:
+        self._wconn = self._connect()
+        conn = self._wconn
+        conn.execute("BEGIN")
+        try:
+            conn.execute("SELECT pg_advisory_xact_lock(%d)" % SCHEMA_LOCK)
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS schema_version(component TEXT PRIMARY KEY, version BIGINT NOT NULL)"
+            )
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        self._rconn = self._connect()
+
+    def lock_schema(self, conn: Any) -> None:
+        conn.execute("SELECT pg_advisory_xact_lock(%d)" % SCHEMA_LOCK)
+
+    def _migration_sql(self, stmt: str) -> str:
+        return sqldialect.migration(stmt)
+
+    def is_storage_error(self, exc: BaseException) -> bool:
+        """The server could not write (disk full, read-only, connection lost), not a bad statement."""
+        sqlstate = getattr(exc, "sqlstate", None) or ""
+        return isinstance(exc, psycopg.OperationalError) or sqlstate.startswith(("53", "58", "25006"))
+
+    def _after_failure(self, conn: Any) -> Any:
+        if conn.raw.closed or conn.raw.broken:
+            try:
+                self._wconn = self._connect()
+                log.warning("store: reconnected to %s", self.describe())
+                return self._wconn
+            except Unavailable as exc:
+                log.error("%s", exc.message)
+        return conn
+
+    def query(self, sql: str, params: Iterable[Any] = ()) -> list[tuple]:
+        conn = self._rconn
+        if conn is None:
+            raise Unavailable("store is closed")
+        try:
+            return conn.execute(sql, params).fetchall()
+        except psycopg.OperationalError:
+            if not (conn.raw.closed or conn.raw.broken):
+                raise
+            self._rconn = conn = self._connect()  # one retry on a fresh connection (server restarted)
+            return conn.execute(sql, params).fetchall()
+
+    def _close_connections(self) -> None:
+        for conn in (self._wconn, self._rconn):
+            if conn is not None:
+                try:
+                    conn.close()
+                except psycopg.Error:
+                    pass
+

@@ -1,0 +1,464 @@
+"""The Redis Streams bus between nodes (``--bus redis://...``; docs/scale-out.md "The bus").
+
+Through redis-py's asyncio client. Events go to one stream, ``<prefix>:events``; a small
+Lua script gives each one the next cluster-wide number (``INCR <prefix>:n``) and appends it
+in the same atomic step, so stream order and numbers agree on every node. Each node reads
+the stream from where it joined and hands every entry, its own included, to ``deliver`` in
+stream order (the pattern of Centrifugo's Redis broker). Publishing never awaits: events
+queue and one writer task sends what one loop turn queued as **one stream entry** (``b``, a
+JSON array of ``["e", event]`` and ``["r", relay]`` items) with the number of its first event
+(``n``); its events take consecutive numbers. One entry, one script call and one parse per
+batch instead of per event: a Redis round trip per delta was most of a node's CPU at a team's
+load (docs/scale-out.md "Performance"). Commands go to the target
+node's inbox stream, ``<prefix>:inbox:<node>``. Liveness: each node keeps a key
+``<prefix>:node:<id>`` alive with a TTL (``NODE_TTL``), refreshed every ``HEARTBEAT_EVERY``.
+
+Reading resumes from the last entry seen after a lost connection, so a short outage of
+Redis loses nothing the stream still holds (it keeps the newest ``MAXLEN`` entries).
+
+**The number never goes back** (docs/scale-out.md "The cluster-wide number"). The node keeps
+``seen``, the highest number it knows was given, and ``floor``, a reservation above every
+number ever given that the core records in the shared store (``cluster.py``). A Redis that
+lost its keys (restarted without persistence, flushed, restored from an older snapshot)
+numbers at or below ``seen`` again: the append script then sets the counter to ``floor + 1``
+and goes on from there, in the same atomic step. At start the counter is raised to
+``floor`` when it is missing or below what the store knows was given. Such a loss (or this
+node's liveness key found gone at a beat) is noted in ``lost_at``: for a few seconds every
+other node's key may be missing too, until its next beat.
+
+**Relays** (``relay(data)``): a front end's own payload in the same stream, in order with the
+events, without a number; every other node gets it through ``on_relay(node, data)``.
+
+**Signed entries** (``busauth.py``; docs/scale-out.md "Signed entries"). Every entry, events
+and commands alike, carries a header ``h`` and an HMAC-SHA256 ``m`` under the cluster key
+over the header and the whole payload ``b``; the reader applies an entry only when its MAC
+verifies, it was not seen before (its sender's counter goes up), and its sender is live
+(the epoch in its liveness key, new at every start). Everything else is dropped and counted
+(``dropped``, by reason). A starting node reads ``busauth.LEARN_BACK`` seconds of each
+stream before the point it delivers from, for the counters only. ``n`` is Redis's, not the
+sender's, so it is outside the MAC: the reader never delivers an event numbered at or below
+one it delivered (``renumbered``), so rewriting ``n`` can at most leave a gap, as writing to
+the counter key can.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from typing import Any, Optional
+
+import orjson
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from .bus import Deliver, OnCommand
+from .busauth import KEY_BYTES, LEARN_BACK, LiveNodes, Signer, Verifier, entry_order, fingerprint
+from ..model.errors import Unavailable
+from ..model.redact import mask_url
+from .nodes import HEARTBEAT_EVERY, NODE_TTL
+from ..bridge.tasks import TaskSet
+
+log = logging.getLogger("agent_bridge.bus")
+
+MAXLEN = 200_000  # entries the events stream keeps (approximately): the window a node may lag or be away
+BATCH = 512  # items per pipeline / entries per read
+LINGER = 0.002  # seconds the writer gathers events before it sends them (one entry, one script call)
+
+# ARGV: header, batch, events in it (k), maxlen, seen, floor + 1, MAC. Its events take the k numbers up to
+# INCRBY's answer. A first number at or below ``seen`` means the counter went back (Redis lost it):
+# numbering restarts above the reservation, and the answer is negative to say so.
+_APPEND = """
+local k = tonumber(ARGV[3])
+local last = redis.call('INCRBY', KEYS[2], k)
+local first = last - k + 1
+local lost = k > 0 and first <= tonumber(ARGV[5])
+if lost then
+  first = tonumber(ARGV[6])
+  redis.call('SET', KEYS[2], first + k - 1)
+end
+redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[4], '*', 'n', first, 'h', ARGV[1], 'b', ARGV[2], 'm', ARGV[7])
+if lost then return -first end
+return first
+"""
+# At start. ARGV: seen, floor. A missing counter, or one below what is known given, is raised to floor.
+_RAISE = """
+local cur = tonumber(redis.call('GET', KEYS[1]) or '-1')
+if cur < tonumber(ARGV[1]) or cur < 0 then
+  redis.call('SET', KEYS[1], ARGV[2])
+  return {tonumber(ARGV[2]), 1}
+end
+return {cur, 0}
+"""
+# A heartbeat that tells whether the key was still there (gone: Redis lost its keys, or this node was
+# away longer than its TTL). Its value is this run's epoch (busauth.LiveNodes).
+_BEAT = """
+local was = redis.call('EXISTS', KEYS[1])
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[1])
+return was
+"""
+
+
+class RedisBus:
+    def __init__(self, url: str, node_id: str, *, key: bytes, prefix: str = "agent-bridge", ttl: float = NODE_TTL,
+                 every: float = HEARTBEAT_EVERY, join_back: float = 0.0):
+        if len(key) < KEY_BYTES:
+            raise ValueError(f"the cluster key must have {KEY_BYTES} bytes")
+        self.url = url
+        self.node_id = node_id
+        self.epoch = secrets.token_hex(8)  # this run's: in its liveness key and every entry's header
+        self.key_fp = fingerprint(key)
+        self._signer = Signer(key, node_id, self.epoch)
+        self.auth = Verifier(key)
+        self.dropped = self.auth.dropped  # entries dropped, by reason (busauth.WHY)
+        self.live = LiveNodes(grace=2 * every + 1.0)  # a beat missed and a second: never a live node dropped
+        self.prefix = prefix
+        self.ttl = ttl
+        self.every = every
+        self.join_back = join_back  # join this many seconds before the stream's end (cluster.py: joining)
+        self.events_key = f"{prefix}:events"
+        self.counter_key = f"{prefix}:n"
+        self.inbox_key = f"{prefix}:inbox:{node_id}"
+        self._r: Optional[aioredis.Redis] = None
+        self._out: list[tuple[str, bytes]] = []  # ("e", payload) or (inbox key, payload)
+        self._wake = asyncio.Event()
+        self._deliver: Optional[Deliver] = None
+        self._on_command: Optional[OnCommand] = None
+        self.last_event_id = "$"
+        self.last_inbox_id = "$"
+        self.tasks = TaskSet("bus")
+        self._stopping = False
+        self.published = 0  # items sent (events, relays, commands)
+        self.queued = 0  # items queued to send, ever
+        self._sent = asyncio.Event()  # set after each batch sent (flush waits on it)
+        self.delivered = 0
+        self.seen = 0  # the highest cluster-wide number known given (set from the store before start)
+        self.floor = 0  # the reservation above every number given (the store's; cluster.py renews it)
+        self.lost_at: Optional[float] = None  # loop time this node last saw Redis lose its keys
+        self.on_relay: Optional[OnCommand] = None  # (node, data) of another node's relay
+        self._beat: Any = None
+        self._serving = False  # started: beats from now on find the key they set before
+        self._learn: dict[str, tuple[int, int]] = {}  # stream -> the last entry id read for its counters only
+        self._last_n = 0  # the highest event number delivered (a lower one is never delivered)
+
+    def describe(self) -> str:
+        return mask_url(self.url)
+
+    async def start(self, deliver: Deliver, on_command: Optional[OnCommand] = None) -> None:
+        """Connect (Unavailable when Redis cannot be reached), join the stream at its end, start reading."""
+        self._deliver, self._on_command = deliver, on_command
+        self._r = aioredis.from_url(self.url, socket_connect_timeout=10, health_check_interval=30)
+        try:
+            await self._r.ping()
+            self._beat = self._r.register_script(_BEAT)
+            await self._raise_counter()
+            self.last_event_id = await self._join(self.events_key, self.join_back)
+            self.last_inbox_id = await self._join(self.inbox_key)
+            await self._beat_once()
+            await self.live_nodes()
+        except (RedisError, OSError) as exc:
+            await self._r.aclose()
+            self._r = None
+            reason = " ".join(str(exc).split()) or type(exc).__name__
+            raise Unavailable(f"cannot reach the bus {self.describe()}: {reason}")
+        self.tasks.spawn(self._reader(), name="bus-reader")
+        self.tasks.spawn(self._writer(), name="bus-writer")
+        self.tasks.spawn(self._heartbeat(), name="bus-heartbeat")
+        self._serving = True
+        log.info("bus: %s as node %s, entries signed under the cluster key %s", self.describe(), self.node_id,
+                 self.key_fp)  # fmt: skip
+
+    async def _join(self, key: str, back: float = 0.0) -> str:
+        """Where to read ``key`` from: ``LEARN_BACK`` seconds before the point delivering starts,
+        its last entry or (``back`` > 0) ``back`` seconds before it; what comes before that point
+        is read for its senders' counters only (``_learn``). Entry ids are the Redis server's
+        milliseconds: no clock of ours is involved."""
+        last = await self._r.xrevrange(key, count=1)
+        if not last:
+            return "0-0"
+        end = entry_order(last[0][0])
+        start = end if back <= 0 else (max(0, end[0] - int(back * 1000)), 0)
+        self._learn[key] = start
+        return f"{max(0, start[0] - int(LEARN_BACK * 1000))}-0"
+
+    async def _raise_counter(self) -> None:
+        n, raised = await self._r.register_script(_RAISE)(keys=[self.counter_key], args=[self.seen, self.floor])
+        if raised and self.seen > 0:
+            log.warning("bus: the cluster-wide number was gone or behind in Redis; it goes on above %d", n)
+        self.seen = max(self.seen, int(n))
+
+    def note_lost(self, what: str) -> None:
+        """Redis lost its keys (``what`` showed it): noted, and this node's liveness key set again now."""
+        now = asyncio.get_running_loop().time()
+        if self.lost_at is None or now - self.lost_at > self.every:
+            log.warning("bus: Redis lost its keys (%s); numbering goes on above %d", what, self.floor)
+            if self._serving:
+                self.tasks.spawn(self._beat_quietly(), name="bus-beat")
+        self.lost_at = now
+
+    def lost_recently(self, within: float) -> bool:
+        """Whether Redis lost its keys in the last ``within`` seconds, as far as this node saw."""
+        return self.lost_at is not None and asyncio.get_running_loop().time() - self.lost_at < within
+
+    # --- out -----------------------------------------------------------------------------
+
+    def publish(self, data: Any) -> None:
+        self._out.append(("e", b'["e",' + orjson.dumps(data) + b"]"))
+        self.queued += 1
+        self._wake.set()
+
+    def relay(self, data: Any) -> None:
+        self._out.append(("r", b'["r",' + orjson.dumps(data) + b"]"))
+        self.queued += 1
+        self._wake.set()
+
+    def send(self, node: str, data: Any) -> None:
+        self._out.append((f"{self.prefix}:inbox:{node}", orjson.dumps(data)))
+        self.queued += 1
+        self._wake.set()
+
+    def _pipeline(self, batch: list[tuple[str, bytes]]) -> Any:
+        """One pipeline for ``batch`` in its order: each run of events and relays becomes one
+        stream entry; a command to an inbox goes between them where it was sent. Each entry is
+        signed here (again at a retry: a fresh counter and clock)."""
+        pipe = self._r.pipeline(transaction=False)
+        sign = self._signer.sign
+        items: list[bytes] = []
+        events = 0
+
+        def entry() -> None:
+            nonlocal items, events
+            if items:
+                body = b"[" + b",".join(items) + b"]"
+                h, m = sign(self.events_key, body)
+                pipe.eval(_APPEND, 2, self.events_key, self.counter_key, h, body, events, MAXLEN, self.seen,
+                          self.floor + 1, m)  # fmt: skip
+                items, events = [], 0
+
+        for kind, payload in batch:
+            if kind == "e" or kind == "r":
+                items.append(payload)
+                events += kind == "e"
+            else:
+                entry()
+                h, m = sign(kind, payload)
+                pipe.xadd(kind, {"h": h, "b": payload, "m": m}, maxlen=10_000, approximate=True)
+        entry()
+        return pipe
+
+    async def _writer(self) -> None:
+        loop = asyncio.get_running_loop()
+        last = 0.0
+        while True:
+            await self._wake.wait()
+            # At most one send per LINGER: an event after a quiet spell goes at once (one loop turn
+            # to gather its siblings), while under load what comes in the meantime goes in the same
+            # entry, as Centrifugo's Redis broker batches its publishes: a few ms of latency for a
+            # fraction of the CPU (docs/scale-out.md "Performance").
+            wait = last + LINGER - loop.time()
+            await asyncio.sleep(wait if wait > 0 else 0)
+            last = loop.time()
+            self._wake.clear()
+            batch, self._out = self._out[:BATCH], self._out[BATCH:]
+            if self._out:
+                self._wake.set()  # more than one batch queued: the next goes after this one
+            while batch:
+                try:
+                    results = await self._pipeline(batch).execute()
+                    self.published += len(batch)
+                    self._sent.set()
+                    if any(type(r) is int and r < 0 for r in results):
+                        self.note_lost("its counter went back")
+                    break
+                except (RedisError, OSError) as exc:  # Redis away: keep the batch, try again
+                    log.warning("bus: publishing failed (%s); retrying", exc)
+                    await asyncio.sleep(0.5)
+
+    # --- in ------------------------------------------------------------------------------
+
+    async def _reader(self) -> None:
+        r = self._r
+        while True:
+            try:
+                got = await r.xread({self.events_key: self.last_event_id, self.inbox_key: self.last_inbox_id},
+                                    count=BATCH, block=1000)  # fmt: skip
+            except (RedisError, OSError) as exc:
+                if self._stopping:
+                    return
+                log.warning("bus: reading failed (%s); resuming from %s", exc, self.last_event_id)
+                await asyncio.sleep(0.5)
+                continue
+            for key, entries in got or ():
+                key = key.decode() if isinstance(key, bytes) else key
+                events = key == self.events_key
+                for entry_id, fields in entries:
+                    if events:
+                        self.last_event_id = entry_id.decode()
+                    else:
+                        self.last_inbox_id = entry_id.decode()
+                    who = self.auth.check(key, entry_id, fields)
+                    if who is None or (key in self._learn and self._learning(key, entry_id)):
+                        continue
+                    live = self._live_now(*who)
+                    if live is None:
+                        live = await self._ask_live(*who)
+                    if not live:
+                        self.auth.drop("not_live", f"from node {who[0]!r}")
+                    elif events:
+                        self._deliver_one(who[0], fields)
+                    else:
+                        self._command_one(who[0], fields)
+
+    def _learning(self, key: str, entry_id: bytes) -> bool:
+        """Whether ``entry_id`` is before the point ``key`` delivers from (read for its counter only)."""
+        if entry_order(entry_id) <= self._learn[key]:
+            return True
+        del self._learn[key]
+        return False
+
+    def _live_now(self, node: str, epoch: str) -> Optional[bool]:
+        """Whether the sender is live as far as this node knows (None: its key must be looked up)."""
+        if node == self.node_id:
+            return epoch == self.epoch
+        return True if self.live.known(node, epoch, asyncio.get_running_loop().time()) else None
+
+    async def _ask_live(self, node: str, epoch: str) -> bool:
+        """A sender not confirmed lately: its liveness key read (at most twice a second per node).
+        While Redis lost its keys lately (this node's own key gone too) nobody's liveness can be
+        told, and a genuine entry counts, as no node is taken for dead then (cluster.py)."""
+        now = asyncio.get_running_loop().time()
+        if self.live.may_ask(node, now):
+            try:
+                theirs, mine = await self._r.mget([f"{self.prefix}:node:{node}", f"{self.prefix}:node:{self.node_id}"])
+            except (RedisError, OSError):
+                theirs, mine = None, b""
+            if theirs is not None:
+                self.live.confirm(node, theirs.decode(), now)
+            elif mine is None:
+                self.note_lost("this node's liveness key was gone")
+            if self.live.known(node, epoch, now):
+                return True
+        return self.lost_recently(self.live.grace)
+
+    def _deliver_one(self, node: str, fields: dict) -> None:
+        """One stream entry: a batch of events (consecutive numbers from ``n``) and relays."""
+        try:
+            n = int(fields[b"n"])
+            items = orjson.loads(fields[b"b"])
+        except (KeyError, ValueError):
+            items = None
+        if type(items) is not list:
+            self.auth.drop("unreadable", f"from node {node!r}")
+            return
+        if n <= self._last_n and any(type(i) is list and i[:1] == ["e"] for i in items):
+            self.auth.drop("renumbered", f"from node {node!r}")
+            return
+        for item in items:
+            try:
+                kind, data = item
+            except (TypeError, ValueError):
+                log.warning("bus: dropping an unreadable item of entry %d", n)
+                continue
+            if kind == "r":
+                self._relay_one(node, data)
+                continue
+            self.delivered += 1
+            self._last_n = n
+            if n > self.seen:
+                self.seen = n
+            if self._deliver is not None:
+                try:
+                    self._deliver(n, node, data)
+                except Exception:  # one bad event never stops the reader
+                    log.exception("bus: delivering event %d failed", n)
+            n += 1
+
+    def _relay_one(self, node: str, data: Any) -> None:
+        if node == self.node_id or self.on_relay is None:
+            return
+        try:
+            self.on_relay(node, data)
+        except Exception:  # one bad relay never stops the reader
+            log.exception("bus: a relay from %s failed", node)
+
+    def _command_one(self, sender: str, fields: dict) -> None:
+        try:
+            data = orjson.loads(fields[b"b"])
+        except ValueError:
+            self.auth.drop("unreadable", f"from node {sender!r}")
+            return
+        if self._on_command is not None:
+            try:
+                self._on_command(sender, data)
+            except Exception:
+                log.exception("bus: a command from %s failed", sender)
+
+    # --- liveness ------------------------------------------------------------------------
+
+    async def _beat_once(self) -> None:
+        was = await self._beat(keys=[f"{self.prefix}:node:{self.node_id}"], args=[int(self.ttl * 1000), self.epoch])
+        if not was and self._serving:  # (the first beat, at start, finds no key of course)
+            self.note_lost("this node's liveness key was gone")
+
+    async def _heartbeat(self) -> None:
+        while True:
+            await asyncio.sleep(self.every)
+            await self._beat_quietly()
+            try:
+                await self.live_nodes()  # every node's epoch confirmed (LiveNodes)
+            except (RedisError, OSError) as exc:
+                log.warning("bus: reading the liveness keys failed (%s)", exc)
+
+    async def _beat_quietly(self) -> None:
+        try:
+            await self._beat_once()
+        except (RedisError, OSError) as exc:
+            log.warning("bus: heartbeat failed (%s)", exc)
+
+    async def live_nodes(self) -> list[str]:
+        """The nodes whose heartbeat key has not expired (their epochs noted: ``live``)."""
+        head = f"{self.prefix}:node:"
+        keys = [key async for key in self._r.scan_iter(match=head + "*", count=100)]
+        values = await self._r.mget(keys) if keys else []
+        now = asyncio.get_running_loop().time()
+        out = []
+        for key, value in zip(keys, values):
+            if value is None:  # expired since the scan
+                continue
+            node = (key.decode() if isinstance(key, bytes) else key)[len(head):]
+            self.live.confirm(node, value.decode() if isinstance(value, bytes) else value, now)
+            out.append(node)
+        return sorted(out)
+
+    async def flush(self, timeout: float = 10.0) -> None:
+        """Wait until everything published so far has been sent (tests, shutdown)."""
+        target = self.queued
+        try:
+            async with asyncio.timeout(timeout):
+                while self.published < target and self._r is not None:
+                    self._sent.clear()
+                    await self._sent.wait()
+        except TimeoutError:
+            log.warning("bus: %d queued items not sent within %g s", target - self.published, timeout)
+
+    async def stop(self) -> None:
+        """A clean stop: what is queued is sent, the heartbeat key goes (others see this node gone at once)."""
+        if self._r is None:
+            return
+        await self.flush()
+        self._stopping = True
+        await self.tasks.close()
+        try:
+            await self._r.delete(f"{self.prefix}:node:{self.node_id}")
+        except (RedisError, OSError):
+            pass
+        await self._r.aclose()
+        self._r = None
+
+    async def kill(self) -> None:
+        """Stop as a crash would (tests): no flush, the heartbeat key left to expire."""
+        self._stopping = True
+        await self.tasks.close()
+        if self._r is not None:
+            await self._r.aclose()
+            self._r = None
