@@ -25,6 +25,7 @@ from .app import Service, check_bind, describe, make_agent
 from .config import build_config
 
 log = logging.getLogger("agent_bridge")
+STOP_HINT = "  Ctrl-C stops it"  # the banner's last line: a newcomer's terminal says how it ends
 
 
 def serve_flags(args: argparse.Namespace) -> dict:
@@ -133,6 +134,7 @@ async def serve_async(cfg: Config) -> int:
         pass
     for line in describe(cfg, ports, metrics_port=service.metrics_port):
         print(line, flush=True)  # after the handlers: once the banner is out, a signal is handled
+    print(STOP_HINT, flush=True)
     await stop.wait()
     log.info("shutting down")
     await service.stop()

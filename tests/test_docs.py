@@ -4,6 +4,8 @@
   test command) and stays short: the reference material lives in docs/.
 - Every relative link and image in README.md and docs/*.md names a file of the
   repository, and a ``#fragment`` into a Markdown file names one of its headings.
+- The README's first-five-minutes screenshots are the ones docs/screenshots/take_start.py
+  takes, every one of them shown, at the desktop or phone width it uses.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 README_MAX_LINES = 200
+SHOTS = ROOT / "docs" / "screenshots"
 FIRST_COMMANDS = ["    pip install . && agent-bridge serve", "    ./scripts/test"]
 
 LINK = re.compile(r"!?\[[^\]\n]*\]\(([^)\s]+)\)")
@@ -83,3 +86,19 @@ def test_relative_links_resolve(doc: Path):
             elif fragment and dest.suffix == ".md" and fragment not in anchors(dest):
                 broken.append(f"{target}: no heading #{fragment} in {dest.relative_to(ROOT)}")
     assert broken == []
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    head = path.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR", f"{path.name} is not a PNG"
+    return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+
+
+def test_first_five_minutes_screenshots_are_the_scripts_and_all_shown():
+    shown = set(re.findall(r"docs/screenshots/(start-[\w-]+\.png)", README.read_text(encoding="utf-8")))
+    taken = set(re.findall(r'"(start-[\w-]+\.png)"', (SHOTS / "take_start.py").read_text(encoding="utf-8")))
+    on_disk = {p.name for p in SHOTS.glob("start-*.png")}
+    assert shown == taken == on_disk
+    for name in sorted(on_disk):
+        width, height = png_size(SHOTS / name)
+        assert width == (390 if "phone" in name else 1280) and 300 <= height <= 1000, (name, width, height)

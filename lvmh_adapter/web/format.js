@@ -34,11 +34,12 @@ export function untilText(t, now = Date.now()) {
   return `in ${Math.round(d / 3600)} h`;
 }
 
-/** The local time of day of `t` ("14:05"). */
+/** The local time of day of `t` ("14:05", "02:05\u00a0PM"): one unbreakable piece, so a narrow card
+ * never leaves "PM" alone on the next line. */
 export function clock(t) {
   const ms = toMillis(t);
   if (ms === null) return "";
-  return new Date(ms).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+  return new Date(ms).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" }).replace(/\s/g, "\u00a0");
 }
 
 export function formatBytes(n) {

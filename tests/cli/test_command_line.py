@@ -6,13 +6,38 @@ from __future__ import annotations
 import json
 import signal
 import stat
+import threading
 import urllib.parse
 
 from tests.cli.clirun import FREE_PORTS, Serve, one_line, run
+from tests.waiting import until_sync
 
 
 def _link(out: str) -> str:
     return next(line.strip() for line in out.splitlines() if "#token=" in line)
+
+
+# --- serve's banner: a newcomer's terminal says how it ends ------------------------------------------------
+
+
+def test_the_banner_ends_saying_how_to_stop(tmp_path):
+    # README's first five minutes: the banner's last line tells how to stop it, and Ctrl-C (SIGINT) does,
+    # saying so; the line comes after the secrets' paths, so it is the last thing the terminal shows
+    srv = Serve(tmp_path / "home", tmp_path / "data", "serve", "--data-dir", str(tmp_path / "data"), *FREE_PORTS)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(srv.proc.stdout.readline, "")), daemon=True)
+    reader.start()
+    try:
+        until_sync(lambda: "  Ctrl-C stops it\n" in lines, 30, what="the banner's stop line")
+    finally:
+        srv.proc.send_signal(signal.SIGINT)
+        err = srv.proc.stderr.read()
+        reader.join(30)
+        rc = srv.proc.wait(30)
+    assert rc == 0, err
+    hint = lines.index("  Ctrl-C stops it\n")
+    assert lines[hint - 1].endswith("(owner-only)\n") and "lvmh_token stored in" in "".join(lines[:hint])
+    assert lines[hint + 1:] == ["agent-bridge: stopped\n"]
 
 
 # --- global options: before or after the command, never ignored ------------------------------------------
