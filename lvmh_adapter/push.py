@@ -22,9 +22,9 @@ from bridge_core.model.errors import BadRequest, Unavailable
 from bridge_core.push import RegisterPush, UnregisterPush
 from bridge_core.kit.security import client_address
 
-from .auth import public_url
+from .request import public_url
 from .errors import error_response, json_response
-from .rest import _origin, read_json
+from .request import command_origin, read_json  # one Origin and one body reader for every lvmh route
 
 if TYPE_CHECKING:
     from .server import LvmhFrontEnd
@@ -87,12 +87,12 @@ class PushRoutes:
         if not isinstance(p256dh, str) or not isinstance(auth, str):
             raise BadRequest("keys.p256dh and keys.auth must be strings")
         result = await self.fe.bridge.execute(RegisterPush(endpoint=endpoint, p256dh=p256dh, auth=auth),
-                                              _origin(request))  # fmt: skip
+                                              command_origin(request))  # fmt: skip
         return json_response({"id": result.subscription_id})
 
     async def unsubscribe(self, request: web.Request) -> web.Response:
         self._notifier()
-        await self.fe.bridge.execute(UnregisterPush(subscription_id=request.match_info["id"]), _origin(request))
+        await self.fe.bridge.execute(UnregisterPush(subscription_id=request.match_info["id"]), command_origin(request))
         return json_response({"ok": True})
 
     async def decide(self, request: web.Request) -> web.Response:

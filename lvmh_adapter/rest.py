@@ -16,31 +16,15 @@ from aiohttp import web
 
 from bridge_core.model import commands as cmd
 from bridge_core.kit.downloads import file_response
-from bridge_core.model.errors import Conflict, NotFound, TooLarge
-from bridge_core.kit.frontend import peer_host
+from bridge_core.model.errors import Conflict, NotFound
 
 from . import codec, history, listing
 from .errors import SessionNotFound, error_response, json_response, rest_error
 from .relay import PluginAbort, PluginPrompt
+from .request import command_origin, read_json
 
 if TYPE_CHECKING:
     from .server import LvmhFrontEnd
-
-
-def _origin(request: web.Request) -> cmd.Origin:
-    return cmd.Origin(surface="lvmh", connection=peer_host(request), decided_by="remote")
-
-
-async def read_json(request: web.Request, *, allow_empty: bool = False) -> dict:
-    """The one reader of REST bodies (sessions, decisions, spawn, GitLab): a JSON object or a
-    ``BridgeError`` answered as 400 (not JSON, not an object, too deep) or 413 (over the
-    server's body limit). Never a 500. The body is judged by what it is, whatever its
-    declared Content-Type (``curl -d`` sends JSON as a form): anything else is not JSON."""
-    try:
-        data = await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        raise TooLarge(f"Body larger than {codec.MAX_BODY} bytes") from None
-    return codec.json_body(data, allow_empty=allow_empty)
 
 
 class Rest:
@@ -129,9 +113,9 @@ class Rest:
             assert message is not None
             if kind == "plugin":  # to the node its plugin is connected to (relay.py); none: 409 offline
                 prompt_id = await self.fe.bridge.execute(PluginPrompt(conversation_id=sid, text=message),
-                                                         _origin(request))  # fmt: skip
+                                                         command_origin(request))  # fmt: skip
                 return json_response({"ok": True, "promptId": prompt_id})
-            result = await self.fe.bridge.execute(cmd.SendMessage(text=message, conversation_id=sid), _origin(request))
+            result = await self.fe.bridge.execute(cmd.SendMessage(text=message, conversation_id=sid), command_origin(request))
             return json_response({"ok": True, "runId": result.run_id})
         except Exception as exc:
             return rest_error(exc)
@@ -142,13 +126,13 @@ class Rest:
             kind = self._known(sid)
             await self._body(request, allow_empty=True)
             if kind == "plugin":  # as a prompt: where its plugin is connected, or 409 offline
-                await self.fe.bridge.execute(PluginAbort(conversation_id=sid), _origin(request))
+                await self.fe.bridge.execute(PluginAbort(conversation_id=sid), command_origin(request))
                 return json_response({"ok": True})
             conv = self.fe.bridge.conversations.get(sid)
             if conv is None or conv.run is None:
                 raise Conflict("No active run in this session")
             try:
-                run_id = await self.fe.bridge.execute(cmd.CancelRun(conversation_id=sid), _origin(request))
+                run_id = await self.fe.bridge.execute(cmd.CancelRun(conversation_id=sid), command_origin(request))
             except NotFound:
                 raise Conflict("No active run in this session")
             return json_response({"ok": True, "runId": run_id})
@@ -165,7 +149,7 @@ class Rest:
             reason = codec.body_string(body, "reason", max_len=2000, required=False, allow_empty=True)
             assert choice is not None
             res = await self.fe.bridge.execute(
-                cmd.ResolveApproval(approval_id=approval_id, choice=choice, reason=reason), _origin(request)
+                cmd.ResolveApproval(approval_id=approval_id, choice=choice, reason=reason), command_origin(request)
             )
             return json_response({"ok": True, "approvalId": res.approval_id, "choice": res.choice, "accepted": res.accepted})
         except Exception as exc:
@@ -177,7 +161,7 @@ class Rest:
             body = await self._body(request)
             response = codec.body_string(body, "response", allow_empty=True)
             assert response is not None
-            res = await self.fe.bridge.execute(cmd.AnswerClarify(clarify_id=clarify_id, response=response), _origin(request))
+            res = await self.fe.bridge.execute(cmd.AnswerClarify(clarify_id=clarify_id, response=response), command_origin(request))
             return json_response({"ok": True, "clarifyId": res.clarify_id, "accepted": res.accepted})
         except Exception as exc:
             return rest_error(exc)

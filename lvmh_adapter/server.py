@@ -28,8 +28,9 @@ from bridge_core.model.ids import new_id
 
 from . import codec, cutshort, errors
 from .auth import PRINCIPAL_KEY as PRINCIPAL
-from .auth import Authenticator, Principal, WorkerCredentials, check_origin, principal_of, public_url
+from .auth import Authenticator, Principal, WorkerCredentials, principal_of
 from .errors import error_frame, error_response
+from .request import check_origin, public_url
 from .inflight import InFlight
 from .listing import EXT_LIST_DELTAS, Listing
 from .persistence import EventLog

@@ -64,7 +64,7 @@ from bridge_core.bridge.tasks import TaskSet
 from .auth import WorkerCredentials
 from .errors import HttpError, rest_error
 from .gitlab import PAT_KEY
-from .rest import read_json
+from .request import read_json
 
 log = logging.getLogger("agent_bridge.lvmh.spawn")
 
