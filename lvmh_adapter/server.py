@@ -39,12 +39,11 @@ from .push import PUSH_DECIDE, push_routes
 from .registry import SEQ_STRIDE, Claim, SessionRecord, SessionRegistry, cluster_seq
 from .relay import PluginRelay
 from .render import Renderer
-from .session import Event, Hello, PluginSession, Reject
+from .protocol import HELLO_TIMEOUT, Event, Hello, PluginProtocol, Reject
 from .stream import BrowserConn, EventStream
 
 log = logging.getLogger("agent_bridge.lvmh")
 
-HELLO_TIMEOUT = 10.0
 HEARTBEAT = 30.0
 MAX_BODY = codec.MAX_BODY
 LIST_EVENTS = (ev.ConversationCreated, ev.ConversationRenamed, ev.ConversationUpdated)
@@ -54,10 +53,10 @@ PLUGIN_RETURN = 60.0  # s a plugin has to come back before the daemon closes its
 class PluginConn:
     __slots__ = ("ws", "outbox", "state", "record", "replaced", "revoked", "peer", "principal")
 
-    def __init__(self, ws: web.WebSocketResponse, outbox: Outbox, peer: str, principal: Principal):
+    def __init__(self, ws: web.WebSocketResponse, outbox: Outbox, peer: str, principal: Principal, now: float):
         self.ws = ws
         self.outbox = outbox
-        self.state = PluginSession()
+        self.state = PluginProtocol(now, HELLO_TIMEOUT)
         self.record: Optional[SessionRecord] = None
         self.replaced = False
         self.revoked = False  # its credential was revoked: frames are dropped until the close completes
@@ -359,19 +358,23 @@ class LvmhFrontEnd(FrontEnd):
         ws = web.WebSocketResponse(max_msg_size=principal.max_frame, heartbeat=HEARTBEAT, compress=False)
         await ws.prepare(request)
         outbox = Outbox(ws_text_sender(ws, request), max_items=4096, on_overflow=lambda: self._close_later(ws, b"slow peer"))
-        conn = PluginConn(ws, outbox, client_address(request), principal)
+        loop = asyncio.get_running_loop()
+        conn = PluginConn(ws, outbox, client_address(request), principal, loop.time())
         writer = self.tasks.spawn(conn.outbox.run(), name="lvmh-plugin-writer")
         self.sockets.add(ws)
         self.plugin_conns.add(conn)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + HELLO_TIMEOUT
         try:
             while not conn.replaced:
-                if conn.state.state == "await_hello":
-                    remaining = deadline - loop.time()
-                    if remaining <= 0:
-                        raise asyncio.TimeoutError
-                    msg = await ws.receive(timeout=remaining)
+                deadline = conn.state.deadline  # the hello's (protocol.py)
+                if deadline is not None:
+                    timeout = conn.state.tick(loop.time())
+                    if timeout is not None:
+                        await self._answer(conn, timeout)
+                        break
+                    try:
+                        msg = await ws.receive(timeout=deadline - loop.time())
+                    except asyncio.TimeoutError:
+                        continue
                 else:
                     msg = await ws.receive()
                 if msg.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED, WSMsgType.ERROR):
@@ -385,10 +388,6 @@ class LvmhFrontEnd(FrontEnd):
                 except Exception:  # a bug on one frame never ends the session
                     log.exception("lvmh: handling a plugin frame failed")
                     conn.outbox.put(error_frame("Internal error", "internal_error", session_id=conn.state.session_id))
-        except asyncio.TimeoutError:
-            conn.outbox.put(error_frame("No hello within the deadline", "auth_timeout"))
-            await conn.outbox.flush(1.0)
-            await ws.close(code=errors.CLOSE_HELLO_TIMEOUT, message=b"no hello")
         except (ConnectionResetError, asyncio.CancelledError):
             pass
         finally:
@@ -404,7 +403,7 @@ class LvmhFrontEnd(FrontEnd):
         return ws
 
     async def _plugin_frame(self, conn: PluginConn, data: Any) -> None:
-        action = conn.state.feed(data)
+        action = conn.state.receive(data)
         if type(action) is Event:
             rec = conn.record
             if rec is None or rec.conn is not conn:
@@ -423,7 +422,10 @@ class LvmhFrontEnd(FrontEnd):
         if type(action) is Hello:
             await self._hello(conn, action.frame, action.rebind)
             return
-        assert type(action) is Reject
+        await self._answer(conn, action)
+
+    async def _answer(self, conn: PluginConn, action: Reject) -> None:
+        """A refused frame's error frame; a fatal one closes the socket (errors.FATAL_CLOSE)."""
         if action.answer:
             conn.outbox.put(error_frame(action.message, action.code, session_id=conn.state.session_id,
                                         ref_seq=action.ref_seq))
@@ -479,7 +481,7 @@ class LvmhFrontEnd(FrontEnd):
         rec.welcomed(last)
         conn.outbox.put(codec.welcome(sid, last))
         conn.record = rec
-        conn.state.bound_ok()
+        conn.state.welcomed()
         if rec.conn is not conn:
             rec.conn = conn
             cutshort.returned(rec)
@@ -585,7 +587,7 @@ class LvmhFrontEnd(FrontEnd):
     # --- browser socket ------------------------------------------------------------------------------
 
     async def _browser_ws(self, request: web.Request) -> web.StreamResponse:
-        from .session import BrowserSession, Subscribe
+        from .protocol import BrowserProtocol, Subscribe
 
         ws = web.WebSocketResponse(max_msg_size=codec.MAX_BROWSER_FRAME, heartbeat=HEARTBEAT, compress=False)
         await ws.prepare(request)
@@ -594,7 +596,7 @@ class LvmhFrontEnd(FrontEnd):
             deltas=EXT_LIST_DELTAS in request.query.get("ext", "").split(","),
         )
         writer = self.tasks.spawn(conn.outbox.run(), name="lvmh-browser-writer")
-        state = BrowserSession()
+        state = BrowserProtocol()
         self.sockets.add(ws)
         self.stream.add(conn)
         conn.outbox.put(self.listing.first_frame(conn.deltas), key="session_list")
@@ -605,7 +607,7 @@ class LvmhFrontEnd(FrontEnd):
             async for msg in ws:
                 if msg.type not in (WSMsgType.TEXT, WSMsgType.BINARY):
                     continue
-                action = state.feed(msg.data)
+                action = state.receive(msg.data)
                 if type(action) is Subscribe:
                     self.stream.subscribe(conn, action.session_id)
                     inflight = self.inflight.frame(action.session_id)
