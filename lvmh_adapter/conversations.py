@@ -32,7 +32,7 @@ from .errors import SessionNotFound, json_response, rest_error
 from .request import command_origin, read_json  # one Origin and one body reader for every lvmh route
 
 if TYPE_CHECKING:
-    from .server import LvmhFrontEnd
+    from .host import Host
 
 MAX_NAME = 200
 
@@ -43,7 +43,7 @@ def _name(body: dict, required: bool) -> Optional[str]:
 
 
 class Conversations:
-    def __init__(self, fe: "LvmhFrontEnd"):
+    def __init__(self, fe: "Host"):
         self.fe = fe
 
     def routes(self) -> list[web.RouteDef]:
@@ -57,9 +57,9 @@ class Conversations:
         ]
 
     def _bridge_conversation(self, sid: str) -> str:
-        if self.fe.is_bridge_session(sid):
+        if self.fe.book.is_bridge_session(sid):
             return sid
-        if self.fe.plugin_record(sid) is not None:
+        if self.fe.book.plugin_record(sid) is not None:
             raise Conflict("This is a pi session: rename it or end it in pi (the daemon cannot)")
         raise SessionNotFound()
 

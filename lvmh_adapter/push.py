@@ -27,13 +27,13 @@ from .errors import error_response, json_response
 from .request import command_origin, read_json  # one Origin and one body reader for every lvmh route
 
 if TYPE_CHECKING:
-    from .server import LvmhFrontEnd
+    from .host import Host
 
 PUSH_DECIDE = "/api/push/decide/"
 GONE = "This notification's answer is no longer valid (used, expired, or the decision was settled)"
 
 
-def base_url(fe: "LvmhFrontEnd") -> Optional[str]:
+def base_url(fe: "Host") -> Optional[str]:
     """Where a browser reaches this web UI: the lvmh public URL, else the bound address."""
     public = public_url(fe.config)
     if public:
@@ -47,7 +47,7 @@ def base_url(fe: "LvmhFrontEnd") -> Optional[str]:
     return f"{scheme}://{f'[{host}]' if ':' in host else host}:{fe.port}"
 
 
-def push_routes(fe: "LvmhFrontEnd") -> list[web.RouteDef]:
+def push_routes(fe: "Host") -> list[web.RouteDef]:
     routes = PushRoutes(fe)
     notifier = fe.bridge.push
     if notifier is not None:
@@ -56,7 +56,7 @@ def push_routes(fe: "LvmhFrontEnd") -> list[web.RouteDef]:
 
 
 class PushRoutes:
-    def __init__(self, fe: "LvmhFrontEnd"):
+    def __init__(self, fe: "Host"):
         self.fe = fe
 
     def routes(self) -> list[web.RouteDef]:

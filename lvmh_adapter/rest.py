@@ -24,11 +24,11 @@ from .relay import PluginAbort, PluginPrompt
 from .request import command_origin, read_json
 
 if TYPE_CHECKING:
-    from .server import LvmhFrontEnd
+    from .host import Host
 
 
 class Rest:
-    def __init__(self, fe: "LvmhFrontEnd"):
+    def __init__(self, fe: "Host"):
         self.fe = fe
 
     def routes(self) -> list[web.RouteDef]:
@@ -49,9 +49,9 @@ class Rest:
 
     def _known(self, sid: str) -> str:
         """``plugin`` or ``bridge``; SessionNotFound otherwise."""
-        if self.fe.plugin_record(sid) is not None:
+        if self.fe.book.plugin_record(sid) is not None:
             return "plugin"
-        if self.fe.is_bridge_session(sid):
+        if self.fe.book.is_bridge_session(sid):
             return "bridge"
         raise SessionNotFound()
 
@@ -83,12 +83,12 @@ class Rest:
             self._known(sid)
         except Exception as exc:
             return rest_error(exc)
-        await self.fe.log.settle(sid)  # what the stream already showed is readable here
+        await self.fe.book.log.settle(sid)  # what the stream already showed is readable here
         headers = None
         if page.before is None:
-            raws = self.fe.log.read(sid, page.after, page.limit)
+            raws = self.fe.book.log.read(sid, page.after, page.limit)
         else:
-            raws, older = history.read_before(self.fe.log.store, sid, page.before, page.limit)
+            raws, older = history.read_before(self.fe.book.log.store, sid, page.before, page.limit)
             headers = {"X-Lvmh-Older": "true" if older else "false"}
         self.fe.counts.replay_events += len(raws)
         return web.Response(text=codec.json_array(raws), content_type="application/json", headers=headers)
@@ -101,8 +101,8 @@ class Rest:
             self._known(sid)
         except Exception as exc:
             return rest_error(exc)
-        await self.fe.log.settle(sid)
-        return json_response(await history.search(self.fe.log.store, sid, query))
+        await self.fe.book.log.settle(sid)
+        return json_response(await history.search(self.fe.book.log.store, sid, query))
 
     async def prompt(self, request: web.Request) -> web.Response:
         sid = request.match_info["id"]
