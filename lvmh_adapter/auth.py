@@ -1,8 +1,8 @@
 """Who is asking, and what may they do: lvmh credentials, their scopes, and the Origin rule.
 
 Every request to ``/api/*``, the browser ``/ws`` and the plugin ``/agent/ws`` is judged
-here (docs/security.md, "Worker containers and spawn"), by the ``_auth`` middleware of
-``server.py``; handlers read the result with ``principal_of(request)``.
+here (docs/security.md, "Worker containers and spawn"), by the ``guard`` middleware of
+``guard.py``; handlers read the result with ``principal_of(request)``.
 
 - The user's ``LVMH_TOKEN`` is a ``Principal(kind="user")``: it may do everything.
 - A worker token (``WorkerCredentials.issue``: one per spawned container, 256 bits, only its
