@@ -225,11 +225,7 @@ class PluginSockets:
             return None
         if rec is None:
             rec = book.registry.add(sid, "plugin", {}, book.log.committed.get(sid, 0))
-        cluster = self.fe.cluster
-        if cluster is not None and rec.conn is None:
-            await self.fe.relay.handover(sid)  # the node it was connected to has stored what it got
-            await cluster.holds.hold(cutshort.HOLD, sid)  # this node answers for its open run from now
-            book.refresh_plugin(rec)  # its plugin may have been connected to another node meanwhile
+        await self.fe.relay.arriving(rec)  # several nodes: from the node it left (relay.py)
         if not self._take_over(rec, conn):
             await self._refuse_takeover(conn)
             return None
@@ -237,8 +233,7 @@ class PluginSockets:
         if sid not in self.fe.bridge.conversations:
             self.fe.bridge.create_conversation(display_name(rec.info), source=SOURCE_NAME, conversation_id=sid)
         await book.log.settle(sid)  # everything received for this session is committed (or failed)
-        if cluster is not None:  # a run it left open on another node follows it here
-            await self.fe.source.take_over(sid, self.fe.relay.carried.pop(sid, None))
+        await self.fe.relay.follow_run(sid)  # several nodes: a run it left open elsewhere follows it here
         return rec
 
     def _take_over(self, rec: SessionRecord, conn: PluginConn) -> bool:

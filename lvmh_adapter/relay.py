@@ -66,6 +66,7 @@ class PluginRelay:
     def __init__(self, fe: "Host"):
         self.fe = fe
         self.cluster: Any = None
+        self.shared = False  # several nodes (the book numbers bridge sessions from the cluster's event numbers)
         self.elsewhere: dict[str, str] = {}  # session id -> the other node its plugin is connected to
         self._handover: dict[str, asyncio.Event] = {}  # sessions a hello here waits to be let go elsewhere
         self.carried: dict[str, dict] = {}  # session id -> the core run its plugin left open on another node (``off``)
@@ -76,16 +77,12 @@ class PluginRelay:
         fe.bridge.extensions[PluginPrompt] = self._prompt
         fe.bridge.extensions[PluginAbort] = self._abort
         self.cluster = fe.cluster
+        self.shared = self.cluster is not None
         if self.cluster is not None:
             self.cluster.add_relay(NAME, self._relayed)
             self.cluster.add_hosted(PluginPrompt)
             self.cluster.add_hosted(PluginAbort)
             self.cluster.holds.on_inherit(cutshort.HOLD, lambda sid, dead: cutshort.inherit(fe, sid, dead))
-
-    @property
-    def shared(self) -> bool:
-        """Several nodes (the book numbers bridge sessions from the cluster's event numbers then)."""
-        return self.cluster is not None
 
     def writes(self) -> bool:
         """Whether this node stores what the book renders now: with several nodes, only the event's origin does."""
@@ -138,6 +135,21 @@ class PluginRelay:
         if run is not None:
             frame["run"] = run
         return frame
+
+    async def arriving(self, rec: "SessionRecord") -> None:
+        """A hello here for a session no socket here holds: on several nodes, once the node it left let
+        go (``handover``), this node answers for its open run (a hold) and reads its seqs and open run
+        as that node stored them."""
+        if self.cluster is None or rec.conn is not None:
+            return
+        await self.handover(rec.id)  # the node it was connected to has stored what it got
+        await self.cluster.holds.hold(cutshort.HOLD, rec.id)  # this node answers for its open run from now
+        self.fe.book.refresh_plugin(rec)  # its plugin may have been connected to another node meanwhile
+
+    async def follow_run(self, sid: str) -> None:
+        """Several nodes: a run the plugin left open on another node follows it here (``off``'s run)."""
+        if self.cluster is not None:
+            await self.fe.source.take_over(sid, self.carried.pop(sid, None))
 
     async def handover(self, sid: str) -> None:
         """A hello here for a session another node held: wait until it let go (``off``), at most
