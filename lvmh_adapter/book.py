@@ -238,7 +238,20 @@ class SessionBook:
     def on_event(self, seq: int, e: Any) -> None:
         t = type(e)
         if t is ev.TextDelta:  # the hot path: only rendered for a browser that watches
-            self._text_delta(seq, e)
+            cid = e.conversation_id
+            if e.kind != "text":
+                return
+            if cid not in self.browsers.subs and self.renderer.open_message(cid) is not None:
+                if self.link.shared:
+                    at = cluster_seq(self.seq_base, seq, 0)  # the seq its message_update would have had
+                else:
+                    at = self.records[cid].high if cid in self.records else 0
+                self.inflight.append(cid, e.delta, at)
+                return
+            conv = self.bridge.conversations.get(cid)
+            if conv is None or conv.source == SOURCE_NAME:
+                return
+            self.emit_all(cid, self.renderer.render(e), e.ts, seq)
             return
         if t in LIST_EVENTS:
             self._listed(e)
@@ -247,11 +260,7 @@ class SessionBook:
             self.forget(e.conversation_id, store=self.link.writes())  # several nodes: by the deletion's node
             return
         if t is ev.ModelChanged:
-            if e.conversation_id is None:
-                self._models.clear()
-            else:
-                self._models.pop(e.conversation_id, None)
-            self.browsers.list_changed(e.conversation_id)  # None: every conversation's model
+            self._model_changed(e.conversation_id)
         cid = getattr(e, "conversation_id", None)
         if cid is None:
             return
@@ -261,21 +270,12 @@ class SessionBook:
             return  # plugin sessions are stored as their plugin sent them, never re-rendered
         self.emit_all(cid, self.renderer.render(e), e.ts, seq)
 
-    def _text_delta(self, seq: int, e: Any) -> None:
-        cid = e.conversation_id
-        if e.kind != "text":
-            return
-        if cid not in self.browsers.subs and self.renderer.open_message(cid) is not None:
-            if self.link.shared:
-                at = cluster_seq(self.seq_base, seq, 0)  # the seq its message_update would have had
-            else:
-                at = self.records[cid].high if cid in self.records else 0
-            self.inflight.append(cid, e.delta, at)
-            return
-        conv = self.bridge.conversations.get(cid)
-        if conv is None or conv.source == SOURCE_NAME:
-            return
-        self.emit_all(cid, self.renderer.render(e), e.ts, seq)
+    def _model_changed(self, cid: Optional[str]) -> None:
+        if cid is None:
+            self._models.clear()
+        else:
+            self._models.pop(cid, None)
+        self.browsers.list_changed(cid)  # None: every conversation's model
 
     def _listed(self, e: Any) -> None:
         """A conversation created, renamed or updated: its record's info, and the list."""
