@@ -1,8 +1,8 @@
 """Who is asking, and what may they do: lvmh credentials, their scopes, and the Origin rule.
 
 Every request to ``/api/*``, the browser ``/ws`` and the plugin ``/agent/ws`` is judged
-here (docs/security.md, "Worker containers and spawn"), by the ``_auth`` middleware of
-``server.py``; handlers read the result with ``principal_of(request)``.
+here (docs/security.md, "Worker containers and spawn"), by the ``guard`` middleware of
+``guard.py``; handlers read the result with ``principal_of(request)``.
 
 - The user's ``LVMH_TOKEN`` is a ``Principal(kind="user")``: it may do everything.
 - A worker token (``WorkerCredentials.issue``: one per spawned container, 256 bits, only its
@@ -29,11 +29,11 @@ from typing import Any, Callable, Literal, Optional
 
 import attrs
 from aiohttp import web
-from yarl import URL
 
 from bridge_core.kit.security import same_secret
 
 from . import codec
+from .request import check_origin, origin_allowed, public_url  # noqa: F401  (the Origin rule: request.py)
 
 log = logging.getLogger("agent_bridge.lvmh.auth")
 
@@ -155,58 +155,3 @@ class Authenticator:
             if sid is not None:
                 return Principal("worker", sid)
         return None
-
-
-# --- Origin ---------------------------------------------------------------------------------------
-
-
-def public_url(config: Any) -> Optional[str]:
-    """The lvmh public URL (``https://lvmh.example.com``), when configured: the one hook the
-    Origin check (and anything else that needs where browsers reach lvmh) reads.
-
-    ``config.public_urls["lvmh"]`` (``--public-url lvmh=URL``) when the config has it, else
-    ``[lvmh] public_url`` in the config file.
-    """
-    urls = getattr(config, "public_urls", None)
-    if isinstance(urls, dict) and urls.get("lvmh"):
-        return str(urls["lvmh"])
-    section = config.section("lvmh") if hasattr(config, "section") else {}
-    value = section.get("public_url")
-    return str(value) if value else None
-
-
-def _origin_tuple(url: str) -> Optional[tuple[str, str, int]]:
-    try:
-        u = URL(url)
-    except (ValueError, TypeError):
-        return None
-    scheme = (u.scheme or "").lower()
-    if scheme in ("ws", "wss"):
-        scheme = "http" if scheme == "ws" else "https"
-    if scheme not in ("http", "https") or not u.host:
-        return None
-    port = u.port
-    if port is None:
-        return None
-    return scheme, u.host.lower(), port
-
-
-def origin_allowed(origin: str, scheme: str, host_header: Optional[str], public: Optional[str]) -> bool:
-    """A present ``Origin`` is allowed when it is the origin the request was sent to
-    (``scheme://Host``) or the public URL's origin."""
-    got = _origin_tuple(origin.strip())
-    if got is None:
-        return False
-    if host_header and got == _origin_tuple(f"{scheme}://{host_header.strip()}"):
-        return True
-    return bool(public) and got == _origin_tuple(public)
-
-
-def check_origin(request: web.Request, public: Optional[str]) -> Optional[str]:
-    """None when the request may go on; else why its ``Origin`` is refused."""
-    origin = request.headers.get("Origin")
-    if origin is None:
-        return None
-    if origin_allowed(origin, request.scheme, request.headers.get("Host"), public):
-        return None
-    return "Origin not allowed: a browser may reach lvmh only from its own address"

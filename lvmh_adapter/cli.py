@@ -86,7 +86,7 @@ def _base_url(cfg: Any) -> str:
     from bridge_core.kit.config import read_endpoints
     from bridge_core.kit.running import command_line, not_running, run_ports, server_running
 
-    from .auth import public_url
+    from .request import public_url
 
     running, _pid = server_running(cfg.data_dir)
     if not running:

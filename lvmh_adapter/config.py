@@ -1,7 +1,7 @@
 """lvmh's part of the configuration (docs/usage.md, "The config file"): its ``[lvmh]`` keys, its
 port, the form of its URL (the web UI at the root of its origin), its token and its settings.
 The host assembles it with the core's (``cli/config.py``); ``server.py``, ``spawn.py`` and
-``auth.py`` read the other keys (``Config.section``).
+``request.py`` read the other keys (``Config.section``).
 """
 
 from __future__ import annotations

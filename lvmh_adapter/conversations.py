@@ -29,10 +29,10 @@ from bridge_core.model.errors import BadRequest, BridgeError, Conflict, NotImple
 from . import codec
 from .listing import matches, needle_of
 from .errors import SessionNotFound, json_response, rest_error
-from .rest import _origin, read_json  # one Origin and one body reader for every lvmh REST route
+from .request import command_origin, read_json  # one Origin and one body reader for every lvmh route
 
 if TYPE_CHECKING:
-    from .server import LvmhFrontEnd
+    from .host import Host
 
 MAX_NAME = 200
 
@@ -43,7 +43,7 @@ def _name(body: dict, required: bool) -> Optional[str]:
 
 
 class Conversations:
-    def __init__(self, fe: "LvmhFrontEnd"):
+    def __init__(self, fe: "Host"):
         self.fe = fe
 
     def routes(self) -> list[web.RouteDef]:
@@ -57,9 +57,9 @@ class Conversations:
         ]
 
     def _bridge_conversation(self, sid: str) -> str:
-        if self.fe.is_bridge_session(sid):
+        if self.fe.book.is_bridge_session(sid):
             return sid
-        if self.fe.plugin_record(sid) is not None:
+        if self.fe.book.plugin_record(sid) is not None:
             raise Conflict("This is a pi session: rename it or end it in pi (the daemon cannot)")
         raise SessionNotFound()
 
@@ -80,7 +80,7 @@ class Conversations:
             model = codec.body_string(body, "model", max_len=200, required=False)
             provider = codec.body_string(body, "provider", max_len=200, required=False)
             reasoning = codec.body_string(body, "reasoning", max_len=32, required=False)
-            origin = _origin(request)
+            origin = command_origin(request)
             if model is not None or reasoning is not None:
                 self._check_settings(model, provider, reasoning)
             conv = await self.fe.bridge.execute(cmd.CreateConversation(name=name), origin)
@@ -111,7 +111,7 @@ class Conversations:
             cid = self._bridge_conversation(request.match_info["id"])
             name = _name(await read_json(request), required=True)
             assert name is not None
-            await self.fe.bridge.execute(cmd.RenameConversation(conversation_id=cid, name=name), _origin(request))
+            await self.fe.bridge.execute(cmd.RenameConversation(conversation_id=cid, name=name), command_origin(request))
             return json_response(self.fe.listing.view(cid) or {"id": cid, "name": name})
         except Exception as exc:
             return rest_error(exc)
@@ -119,14 +119,14 @@ class Conversations:
     async def delete(self, request: web.Request) -> web.Response:
         try:
             cid = self._bridge_conversation(request.match_info["id"])
-            await self.fe.bridge.execute(cmd.DeleteConversation(conversation_id=cid), _origin(request))
+            await self.fe.bridge.execute(cmd.DeleteConversation(conversation_id=cid), command_origin(request))
             return json_response({"ok": True})
         except Exception as exc:
             return rest_error(exc)
 
     async def models(self, request: web.Request) -> web.Response:
         try:
-            origin = _origin(request)
+            origin = command_origin(request)
             try:
                 snap = await self.fe.bridge.execute(cmd.ListModels(), origin)
                 reasoning = await self.fe.bridge.execute(cmd.CurrentReasoning(), origin)

@@ -27,7 +27,7 @@ from . import codec
 
 if TYPE_CHECKING:
     from .registry import SessionRecord
-    from .server import LvmhFrontEnd
+    from .host import Host
 
 log = logging.getLogger("agent_bridge.lvmh")
 
@@ -35,12 +35,12 @@ GONE = "the pi session did not reconnect"
 HOLD = "lvmh-plugin"  # several nodes: the node answering for a pi session's open run (holds.py)
 
 
-def restore_open_runs(fe: "LvmhFrontEnd") -> None:
+def restore_open_runs(fe: "Host") -> None:
     """Rebuild, from stored events, the runs the previous process left open."""
     reported = {run_id for _, run_id in getattr(fe.bridge, "interrupted_runs", ())}
     mine = fe.cluster.holds.mine(HOLD) if fe.cluster is not None else set()  # (a restart under its own name)
-    for sid, rec in list(fe.records.items()):
-        run = fe.log.open_run(sid)
+    for sid, rec in list(fe.book.records.items()):
+        run = fe.book.log.open_run(sid)
         if not run.open:
             continue
         if rec.source == "plugin":
@@ -50,20 +50,20 @@ def restore_open_runs(fe: "LvmhFrontEnd") -> None:
             continue
         if run.run_id is None:
             run.run_id = f"interrupted-{new_id()}"
-        fe.renderer.restore(sid, run)
+        fe.book.renderer.restore(sid, run)
         if fe.cluster is not None:
             continue  # with several nodes, the core's RunFinished (from whichever node) closes it
         if run.run_id not in reported:
             # the core closed it before the old process stopped (a clean stop cancels runs) but
             # this log missed the close: its open message ends with the text the core kept
             finished = ev.RunFinished(conversation_id=sid, run_id=run.run_id, status="failed", error=ev.RUN_INTERRUPTED,
-                                      text=kept_text(fe, sid, fe.renderer.open_message(sid)))
-            for etype, payload in fe.renderer.render(finished):
-                fe._emit(sid, etype, payload, finished.ts)
+                                      text=kept_text(fe, sid, fe.book.renderer.open_message(sid)))
+            for etype, payload in fe.book.renderer.render(finished):
+                fe.book.emit(sid, etype, payload, finished.ts)
         log.info("lvmh: session %s had a run open when the bridge stopped; closing it", sid)
 
 
-def kept_text(fe: "LvmhFrontEnd", cid: str, message_id: Optional[str]) -> str:
+def kept_text(fe: "Host", cid: str, message_id: Optional[str]) -> str:
     """The text the core stored for ``message_id`` of conversation ``cid`` ("" when none)."""
     conv = fe.bridge.conversations.get(cid)
     if conv is None or message_id is None:
@@ -71,7 +71,7 @@ def kept_text(fe: "LvmhFrontEnd", cid: str, message_id: Optional[str]) -> str:
     return next((m.text for m in reversed(conv.messages) if m.message_id == message_id), "")
 
 
-def watch_abandoned(fe: "LvmhFrontEnd", rec: "SessionRecord") -> None:
+def watch_abandoned(fe: "Host", rec: "SessionRecord") -> None:
     """A plugin session whose run is open lost its plugin: close the run if it does not return in time."""
     if rec.abandon is None and rec.run.open:
         loop = asyncio.get_running_loop()
@@ -87,24 +87,24 @@ def returned(rec: "SessionRecord") -> None:
         rec.abandon = None
 
 
-def inherit(fe: "LvmhFrontEnd", sid: str, dead: str) -> None:
+def inherit(fe: "Host", sid: str, dead: str) -> None:
     """Several nodes: the node that answered for ``sid`` died and this one inherited it: its open
     run, as stored, is closed here unless its plugin returns within ``plugin_return``."""
-    rec = fe.plugin_record(sid)
+    rec = fe.book.plugin_record(sid)
     if rec is None:
         fe.cluster.holds.release(HOLD, sid)
         return
     if rec.conn is not None:
         return
-    fe._refresh_plugin(rec)
+    fe.book.refresh_plugin(rec)
     if rec.run.open:
         log.info("lvmh: node %s, which held pi session %s, is gone; its open run closes here unless the plugin "
                  "returns", dead, sid)  # fmt: skip
     watch_abandoned(fe, rec)
 
 
-def abandoned(fe: "LvmhFrontEnd", sid: str) -> None:
-    rec = fe.records.get(sid)
+def abandoned(fe: "Host", sid: str) -> None:
+    rec = fe.book.records.get(sid)
     if rec is None:
         return
     rec.abandon = None
@@ -124,14 +124,14 @@ def abandoned(fe: "LvmhFrontEnd", sid: str) -> None:
     settled = rec.run.settle(GONE)
     for seq, (etype, payload) in zip(rec.daemon_seqs(len(settled)), settled):
         payload["synthetic"] = True
-        fe._store_event(rec, seq, etype, payload, now)
+        fe.book.store_event(rec, seq, etype, payload, now)
 
 
-async def _abandoned_shared(fe: "LvmhFrontEnd", rec: "SessionRecord") -> None:
+async def _abandoned_shared(fe: "Host", rec: "SessionRecord") -> None:
     """Several nodes: the run as the store has it (another node may have held the plugin since),
     closed as above in one transaction with letting go of the hold: not at all if a hello on
     another node took it meanwhile (that node answers for the run now)."""
-    fe._refresh_plugin(rec)
+    fe.book.refresh_plugin(rec)
     holds = fe.cluster.holds
     if not rec.run.open:
         holds.release(HOLD, rec.id)
@@ -143,10 +143,10 @@ async def _abandoned_shared(fe: "LvmhFrontEnd", rec: "SessionRecord") -> None:
         payload["synthetic"] = True
         events.append((seq, etype, payload, codec.event_raw(rec.id, seq, now, etype, payload)))
     rows = [(seq, now, etype, raw) for seq, etype, _, raw in events]
-    if not await fe.log.append_if(rec.id, rows, holds.letting_go(HOLD, rec.id)):
+    if not await fe.book.log.append_if(rec.id, rows, holds.letting_go(HOLD, rec.id)):
         return  # its plugin said hello to another node
     log.info("lvmh: plugin session %s did not come back; closing its open run", rec.id)
     top = events[-1][0]
     rec.high, rec.top = max(rec.high, top), max(rec.top, top)
     for seq, etype, payload, raw in events:
-        fe.show_event(rec, seq, etype, payload, now, raw)
+        fe.book.show_event(rec, seq, etype, payload, now, raw)

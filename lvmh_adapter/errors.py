@@ -117,8 +117,9 @@ CLOSE_VERSION = 4010
 CLOSE_QUOTA = 4013  # the session stored its quota and the plugin sent another event (docs/security.md)
 CLOSE_SLOW = 4029
 
-# a plugin frame refused as fatal (lvmh_adapter/session.py Reject.fatal): how its socket is closed
+# a plugin frame refused as fatal (lvmh_adapter/protocol.py Reject.fatal): how its socket is closed
 FATAL_CLOSE = {
     "quota_exceeded": (CLOSE_QUOTA, b"storage quota exceeded"),
+    "auth_timeout": (CLOSE_HELLO_TIMEOUT, b"no hello"),
 }
 FATAL_CLOSE_DEFAULT = (CLOSE_VERSION, b"unsupported protocol version")

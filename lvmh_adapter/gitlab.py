@@ -30,7 +30,7 @@ from bridge_core.model.errors import BridgeError
 from bridge_core.model.redact import fingerprint
 
 from .errors import HttpError, rest_error
-from .rest import read_json
+from .request import read_json
 
 log = logging.getLogger("agent_bridge.lvmh.gitlab")
 

@@ -19,7 +19,7 @@ conversation at its newest message reads it backward, one page at a time, as its
 Both read a range of the ``events`` table's primary key ``(sessionId, seq)``, the same index on
 SQLite (a ``WITHOUT ROWID`` table is its key's B-tree) and on PostgreSQL: a page costs the same
 at 100 or 100,000 events (tests/lvmh/test_history.py reads the query plans on both engines). The
-bridge's own conversations are stored in that table too (server.py renders their shared events
+bridge's own conversations are stored in that table too (book.py renders their shared events
 into lvmh events as they happen), so their history pages the same way. Search reads in chunks of
 ``CHUNK`` rows, the event loop turning between chunks.
 """

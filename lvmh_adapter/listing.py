@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING, Any, Optional
 from bridge_core.model.errors import BadRequest
 
 from . import activity, codec
-from .plugin_source import SOURCE_NAME
+from .book import SOURCE_NAME
 
 if TYPE_CHECKING:
-    from .server import LvmhFrontEnd
+    from .book import SessionBook
 
 
 PAGE_DEFAULT = 50
@@ -70,8 +70,8 @@ def wants_page(query: Any) -> bool:
 class Listing:
     """Entries of the sessions the front end lists: pi plugin sessions and the bridge's own conversations."""
 
-    def __init__(self, fe: "LvmhFrontEnd"):
-        self.fe = fe
+    def __init__(self, book: "SessionBook"):
+        self.book = book
         self._full_cache: Optional[tuple[int, float, bytes]] = None
         self._page_cache: Optional[tuple[int, float, bytes]] = None
         self._keys_cache: Optional[tuple[tuple, list]] = None
@@ -80,11 +80,11 @@ class Listing:
 
     def _state(self, sid: str) -> Optional[tuple]:
         """``(record, conversation, online, lastEventAt, startedAt)`` of a listed session, None otherwise."""
-        fe = self.fe
+        fe = self.book
         rec = fe.records.get(sid)
         conv = fe.bridge.conversations.get(sid)
         if rec is not None and rec.source == "plugin":
-            return rec, conv, fe.relay.is_online(rec), rec.last_event_at, rec.info.get("startedAt")
+            return rec, conv, fe.link.is_online(rec), rec.last_event_at, rec.info.get("startedAt")
         if conv is None or conv.source == SOURCE_NAME:
             return None
         try:
@@ -99,11 +99,11 @@ class Listing:
         if state is None:
             return None
         rec, conv, online, last_event_at, _ = state
-        out = dict(rec.info) if rec is not None and rec.source == "plugin" else self.fe.bridge_info(sid)
+        out = dict(rec.info) if rec is not None and rec.source == "plugin" else self.book.bridge_info(sid)
         out["online"] = online
         out["lastEventAt"] = last_event_at
         if conv is not None:
-            out.update(activity.fields(conv, self.fe.bridge.source_for(conv)))
+            out.update(activity.fields(conv, self.book.bridge.source_for(conv)))
         return out
 
     def _fields(self, sid: str, rec: Any, conv: Any) -> tuple:
@@ -115,7 +115,7 @@ class Listing:
     # --- every session -------------------------------------------------------------------------
 
     def ids(self) -> list[str]:
-        fe = self.fe
+        fe = self.book
         out = [sid for sid, r in fe.records.items() if r.source == "plugin"]
         seen = set(out)
         out += [cid for cid, c in fe.bridge.conversations.items() if c.source != SOURCE_NAME and cid not in seen]
@@ -133,7 +133,7 @@ class Listing:
     def keys(self, needle: str = "") -> list[tuple]:
         """Every listed session's order key ``(0 online | 1 not, -(lastEventAt or startedAt), id)``, sorted;
         kept until the list changes (a sidebar read page after page sorts once)."""
-        version = (self.fe.stream.list_version, needle)
+        version = (self.book.browsers.list_version, needle)
         if self._keys_cache is not None and self._keys_cache[0] == version:
             return self._keys_cache[1]
         out = self._sorted_keys(needle)
@@ -165,7 +165,7 @@ class Listing:
     def attention(self, shown: set) -> list:
         """Entries of sessions where a decision waits, beyond ``shown``: a page's reader sees them from anywhere."""
         out = []
-        for cid, conv in self.fe.bridge.conversations.items():
+        for cid, conv in self.book.bridge.conversations.items():
             if (conv.approvals or conv.clarifications) and cid not in shown:
                 view = self.view(cid)
                 if view is not None:
@@ -178,7 +178,7 @@ class Listing:
         """The encoded ``session_list`` a browser gets first: rebuilt when the list changed (or after a
         second, for lastEventAt), not once per connection, so a reconnect storm costs one encoding."""
         now = asyncio.get_running_loop().time()
-        version = self.fe.stream.list_version
+        version = self.book.browsers.list_version
         cached = self._page_cache if paged else self._full_cache
         if cached is None or cached[0] != version or now - cached[1] > 1.0:
             cached = (version, now, self.page_frame() if paged else codec.session_list_frame(self.full()))

@@ -41,14 +41,15 @@ from bridge_core.model.errors import BadRequest, Conflict, NotFound, Unavailable
 from bridge_core.model.ids import draft_message_id, new_id
 from bridge_core.model.redact import redact_tool_args
 
+from .book import SOURCE_NAME
+
 if TYPE_CHECKING:
     from bridge_core.model.state import ConversationState
 
-    from .server import LvmhFrontEnd
+    from .host import Host
 
 log = logging.getLogger("agent_bridge.lvmh.source")
 
-SOURCE_NAME = "lvmh"
 DISCONNECT_GRACE = 15.0
 MAX_PREVIEW = 2048
 
@@ -131,7 +132,7 @@ class PluginSource(AgentSource):
     name = SOURCE_NAME
     label = "pi (lvmh)"
 
-    def __init__(self, frontend: "LvmhFrontEnd"):
+    def __init__(self, frontend: "Host"):
         super().__init__()
         self.fe = frontend
         self.runs: dict[str, _Run] = {}
@@ -140,7 +141,7 @@ class PluginSource(AgentSource):
     # --- AgentSource -------------------------------------------------------------------------------
 
     def is_online(self, conv: "ConversationState") -> bool:
-        return self.fe.plugin_online(conv.conversation_id)
+        return self.fe.book.plugin_online(conv.conversation_id)
 
     async def send_message(
         self, conv: "ConversationState", text: str, run_id: str, request_id: Optional[str]
@@ -148,9 +149,9 @@ class PluginSource(AgentSource):
         sid = conv.conversation_id
         if not text.strip():
             raise BadRequest("message must not be empty")
-        if not self.fe.plugin_online(sid):
+        if not self.fe.book.plugin_online(sid):
             raise Unavailable("The pi session is offline")
-        self.fe.send_prompt(sid, text)
+        self.fe.plugins.send_prompt(sid, text)
         self._start(sid, run_id, request_id)
         return run_id
 
@@ -159,8 +160,8 @@ class PluginSource(AgentSource):
         run = self.runs.get(sid)
         if run is None or run.run_id != run_id:
             raise NotFound("Run not found")
-        if self.fe.plugin_online(sid):
-            self.fe.send_abort(sid)  # the run ends with the plugin's agent_settled {aborted: true}
+        if self.fe.book.plugin_online(sid):
+            self.fe.plugins.send_abort(sid)  # the run ends with the plugin's agent_settled {aborted: true}
             if not run.seen:
                 self._finish(sid, "cancelled", None)  # pi never began it: nothing will settle it
             return
@@ -171,13 +172,13 @@ class PluginSource(AgentSource):
         await self.cancel(conv, run_id, request_id)
 
     async def conversation_deleted(self, conv: "ConversationState") -> None:
-        if self.fe.plugin_online(conv.conversation_id):
+        if self.fe.book.plugin_online(conv.conversation_id):
             raise Conflict("The pi session is connected; end it before deleting its conversation")
         self._cancel_grace(conv.conversation_id)
         self.runs.pop(conv.conversation_id, None)
 
     def current_model(self, conversation_id: Optional[str]) -> ModelCurrent:
-        info = self.fe.plugin_info(conversation_id) if conversation_id else None
+        info = self.fe.book.plugin_info(conversation_id) if conversation_id else None
         if info is None:
             return ModelCurrent(model=None, provider=None, scope="global", conversation_id=conversation_id)
         return ModelCurrent(
@@ -214,7 +215,7 @@ class PluginSource(AgentSource):
 
     def _grace_over(self, sid: str) -> None:
         self._grace.pop(sid, None)
-        if self.fe.plugin_online(sid):
+        if self.fe.book.plugin_online(sid):
             return
         if self.fe.cluster is None:
             self._finish(sid, "failed", "The pi session disconnected")
@@ -290,7 +291,7 @@ class PluginSource(AgentSource):
     def _start(self, sid: str, run_id: Optional[str] = None, request_id: Optional[str] = None) -> _Run:
         run = _Run(run_id or new_id())
         self.runs[sid] = run
-        info = self.fe.plugin_info(sid) or {}
+        info = self.fe.book.plugin_info(sid) or {}
         conv = self.bridge.conversations.get(sid)
         self.bridge.publish(
             ev.RunStarted(

@@ -22,18 +22,18 @@ from bridge_core.model.errors import BadRequest, Unavailable
 from bridge_core.push import RegisterPush, UnregisterPush
 from bridge_core.kit.security import client_address
 
-from .auth import public_url
+from .request import public_url
 from .errors import error_response, json_response
-from .rest import _origin, read_json
+from .request import command_origin, read_json  # one Origin and one body reader for every lvmh route
 
 if TYPE_CHECKING:
-    from .server import LvmhFrontEnd
+    from .host import Host
 
 PUSH_DECIDE = "/api/push/decide/"
 GONE = "This notification's answer is no longer valid (used, expired, or the decision was settled)"
 
 
-def base_url(fe: "LvmhFrontEnd") -> Optional[str]:
+def base_url(fe: "Host") -> Optional[str]:
     """Where a browser reaches this web UI: the lvmh public URL, else the bound address."""
     public = public_url(fe.config)
     if public:
@@ -47,7 +47,7 @@ def base_url(fe: "LvmhFrontEnd") -> Optional[str]:
     return f"{scheme}://{f'[{host}]' if ':' in host else host}:{fe.port}"
 
 
-def push_routes(fe: "LvmhFrontEnd") -> list[web.RouteDef]:
+def push_routes(fe: "Host") -> list[web.RouteDef]:
     routes = PushRoutes(fe)
     notifier = fe.bridge.push
     if notifier is not None:
@@ -56,7 +56,7 @@ def push_routes(fe: "LvmhFrontEnd") -> list[web.RouteDef]:
 
 
 class PushRoutes:
-    def __init__(self, fe: "LvmhFrontEnd"):
+    def __init__(self, fe: "Host"):
         self.fe = fe
 
     def routes(self) -> list[web.RouteDef]:
@@ -87,12 +87,12 @@ class PushRoutes:
         if not isinstance(p256dh, str) or not isinstance(auth, str):
             raise BadRequest("keys.p256dh and keys.auth must be strings")
         result = await self.fe.bridge.execute(RegisterPush(endpoint=endpoint, p256dh=p256dh, auth=auth),
-                                              _origin(request))  # fmt: skip
+                                              command_origin(request))  # fmt: skip
         return json_response({"id": result.subscription_id})
 
     async def unsubscribe(self, request: web.Request) -> web.Response:
         self._notifier()
-        await self.fe.bridge.execute(UnregisterPush(subscription_id=request.match_info["id"]), _origin(request))
+        await self.fe.bridge.execute(UnregisterPush(subscription_id=request.match_info["id"]), command_origin(request))
         return json_response({"ok": True})
 
     async def decide(self, request: web.Request) -> web.Response:

@@ -19,11 +19,11 @@ end does it (store writes, streaming, closing sockets):
 
 from __future__ import annotations
 
-import enum
 from typing import Any, Iterable, Optional
 
 from bridge_core.model.seqalloc import SeqReservation
 
+from .protocol import Claim, claim
 from .render import OpenRun
 
 SEQ_BLOCK = 1000  # seqs of a session reserved at a time (message_update numbers are never stored)
@@ -37,15 +37,6 @@ SEQ_STRIDE = 256
 def cluster_seq(base: int, n: int, i: int) -> int:
     """The seq of the ``i``-th lvmh event rendered from cluster event ``n`` (``i < SEQ_STRIDE``)."""
     return base + n * SEQ_STRIDE + i
-
-
-class Claim(enum.Enum):
-    """What a hello's connection gets: the session (``OURS``), the session once the older
-    socket of the same credential is closed (``REPLACE``), or nothing (``TAKEN``)."""
-
-    OURS = "ours"
-    REPLACE = "replace"
-    TAKEN = "taken"
 
 
 class SessionRecord:
@@ -138,20 +129,15 @@ class SessionRecord:
     # --- ownership --------------------------------------------------------------------------------
 
     def claim(self, conn: Any) -> tuple[Claim, Any]:
-        """``conn`` (with ``principal.credential``, ``ws.closed``, ``replaced``) says hello for this session.
-
-        A connection of the same credential (a reconnect, or a new socket while
-        the old is half-open) replaces the old one, returned to be closed; a
-        live connection under another credential keeps the session (docs/security.md).
-        """
+        """``conn`` says hello for this session (``protocol.claim``, the rule): on ``REPLACE`` the older
+        connection is returned, marked ``replaced``, to be closed."""
         old = self.conn
-        if old is None or old is conn:
-            return Claim.OURS, None
-        if old.principal.credential != conn.principal.credential and not old.ws.closed:
-            return Claim.TAKEN, None
+        got = claim(old, conn)
+        if got is not Claim.REPLACE:
+            return got, None
         old.replaced = True
         self.conn = None
-        return Claim.REPLACE, old
+        return got, old
 
 
 class SessionRegistry:

@@ -38,7 +38,7 @@ from . import codec, cutshort
 
 if TYPE_CHECKING:
     from .registry import SessionRecord
-    from .server import LvmhFrontEnd
+    from .host import Host
 
 log = logging.getLogger("agent_bridge.lvmh.relay")
 
@@ -63,9 +63,10 @@ class PluginAbort:
 
 
 class PluginRelay:
-    def __init__(self, fe: "LvmhFrontEnd"):
+    def __init__(self, fe: "Host"):
         self.fe = fe
         self.cluster: Any = None
+        self.shared = False  # several nodes (the book numbers bridge sessions from the cluster's event numbers)
         self.elsewhere: dict[str, str] = {}  # session id -> the other node its plugin is connected to
         self._handover: dict[str, asyncio.Event] = {}  # sessions a hello here waits to be let go elsewhere
         self.carried: dict[str, dict] = {}  # session id -> the core run its plugin left open on another node (``off``)
@@ -76,11 +77,17 @@ class PluginRelay:
         fe.bridge.extensions[PluginPrompt] = self._prompt
         fe.bridge.extensions[PluginAbort] = self._abort
         self.cluster = fe.cluster
+        self.shared = self.cluster is not None
         if self.cluster is not None:
             self.cluster.add_relay(NAME, self._relayed)
             self.cluster.add_hosted(PluginPrompt)
             self.cluster.add_hosted(PluginAbort)
             self.cluster.holds.on_inherit(cutshort.HOLD, lambda sid, dead: cutshort.inherit(fe, sid, dead))
+
+    def writes(self) -> bool:
+        """Whether this node stores what the book renders now: with several nodes, only the event's origin does."""
+        c = self.cluster
+        return c is None or c.delivering_own
 
     def start(self) -> None:
         if self.cluster is not None:
@@ -90,10 +97,10 @@ class PluginRelay:
     # --- commands (where the plugin is connected) ----------------------------------------------------
 
     async def _prompt(self, c: PluginPrompt, origin: cmd.Origin) -> str:
-        return self.fe.send_prompt(c.conversation_id, c.text)  # Offline (409) when not connected here
+        return self.fe.plugins.send_prompt(c.conversation_id, c.text)  # Offline (409) when not connected here
 
     async def _abort(self, c: PluginAbort, origin: cmd.Origin) -> None:
-        self.fe.send_abort(c.conversation_id)
+        self.fe.plugins.send_abort(c.conversation_id)
 
     # --- out -----------------------------------------------------------------------------------------
 
@@ -107,8 +114,8 @@ class PluginRelay:
             self.fe.tasks.spawn(self._off(sid), name="lvmh-relay-off")
 
     async def _off(self, sid: str) -> None:
-        await self.fe.log.settle(sid)
-        rec = self.fe.records.get(sid)
+        await self.fe.book.log.settle(sid)
+        rec = self.fe.book.records.get(sid)
         if rec is None or rec.conn is None:
             self.cluster.relay(NAME, self._off_frame(sid))
 
@@ -116,7 +123,7 @@ class PluginRelay:
         """This node stops: ``off`` for the sessions it held, once what they sent is committed."""
         if self.cluster is not None:
             for sid in held:
-                await self.fe.log.settle(sid, timeout=2.0)
+                await self.fe.book.log.settle(sid, timeout=2.0)
                 self.cluster.relay(NAME, self._off_frame(sid))
 
     def _off_frame(self, sid: str) -> dict:
@@ -128,6 +135,21 @@ class PluginRelay:
         if run is not None:
             frame["run"] = run
         return frame
+
+    async def arriving(self, rec: "SessionRecord") -> None:
+        """A hello here for a session no socket here holds: on several nodes, once the node it left let
+        go (``handover``), this node answers for its open run (a hold) and reads its seqs and open run
+        as that node stored them."""
+        if self.cluster is None or rec.conn is not None:
+            return
+        await self.handover(rec.id)  # the node it was connected to has stored what it got
+        await self.cluster.holds.hold(cutshort.HOLD, rec.id)  # this node answers for its open run from now
+        self.fe.book.refresh_plugin(rec)  # its plugin may have been connected to another node meanwhile
+
+    async def follow_run(self, sid: str) -> None:
+        """Several nodes: a run the plugin left open on another node follows it here (``off``'s run)."""
+        if self.cluster is not None:
+            await self.fe.source.take_over(sid, self.carried.pop(sid, None))
 
     async def handover(self, sid: str) -> None:
         """A hello here for a session another node held: wait until it let go (``off``), at most
@@ -176,21 +198,21 @@ class PluginRelay:
                 if waiting is not None:
                     waiting.set()
         elif t == "sync":
-            for rec in list(self.fe.records.values()):
+            for rec in list(self.fe.book.records.values()):
                 if rec.source == "plugin" and rec.conn is not None:
                     self.online(rec)
 
     def _record(self, sid: Any) -> Optional["SessionRecord"]:
-        return self.fe.plugin_record(sid) if isinstance(sid, str) else None
+        return self.fe.book.plugin_record(sid) if isinstance(sid, str) else None
 
     def _on(self, node: str, data: dict) -> None:
         sid = data.get("s")
         rec = self._record(sid)
         if rec is None:
             fe = self.fe
-            if not isinstance(sid, str) or fe.is_bridge_session(sid) or sid in fe.records:
+            if not isinstance(sid, str) or fe.book.is_bridge_session(sid) or sid in fe.book.records:
                 return
-            rec = fe.registry.add(sid, "plugin", {}, fe.log.committed.get(sid, 0))  # its row not committed yet
+            rec = fe.book.registry.add(sid, "plugin", {}, fe.book.log.committed.get(sid, 0))  # its row not committed yet
         if rec.conn is None:  # (connected here too: a socket here that has not noticed it is gone)
             rec.info = codec.session_info(data.get("i"), rec.id, rec.info)
             cutshort.returned(rec)  # that node answers for its open run now
@@ -217,7 +239,7 @@ class PluginRelay:
             if etype == "session_info":
                 rec.info = codec.session_info(obj.get("session"), rec.id, rec.info)
                 fe.stream.list_changed(rec.id)
-        fe.inflight.feed(rec.id, etype, seq, obj)
+        fe.book.inflight.feed(rec.id, etype, seq, obj)
         fe.stream.push(rec.id, seq, raw)
 
     async def _watch(self) -> None:

@@ -14,7 +14,7 @@ The shared-event mapping, lvmh column (docs/architecture.md names each front end
 | Approval*/Clarify*/AttachmentAdded/Notification | extensions ``approval_request``, ``approval_resolved``, ``clarify_request``, ``clarify_resolved``, ``attachment_added``, ``notification`` |
 | ModelChanged (conversation scope) | ``session_info`` |
 
-Conversation lifecycle events become ``session_list`` frames (server.py), not events.
+Conversation lifecycle events become ``session_list`` frames (book.py, stream.py), not events.
 Every payload here is what follows the envelope (``v, sessionId, seq, ts, type``).
 """
 

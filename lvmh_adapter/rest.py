@@ -16,35 +16,19 @@ from aiohttp import web
 
 from bridge_core.model import commands as cmd
 from bridge_core.kit.downloads import file_response
-from bridge_core.model.errors import Conflict, NotFound, TooLarge
-from bridge_core.kit.frontend import peer_host
+from bridge_core.model.errors import Conflict, NotFound
 
 from . import codec, history, listing
 from .errors import SessionNotFound, error_response, json_response, rest_error
 from .relay import PluginAbort, PluginPrompt
+from .request import command_origin, read_json
 
 if TYPE_CHECKING:
-    from .server import LvmhFrontEnd
-
-
-def _origin(request: web.Request) -> cmd.Origin:
-    return cmd.Origin(surface="lvmh", connection=peer_host(request), decided_by="remote")
-
-
-async def read_json(request: web.Request, *, allow_empty: bool = False) -> dict:
-    """The one reader of REST bodies (sessions, decisions, spawn, GitLab): a JSON object or a
-    ``BridgeError`` answered as 400 (not JSON, not an object, too deep) or 413 (over the
-    server's body limit). Never a 500. The body is judged by what it is, whatever its
-    declared Content-Type (``curl -d`` sends JSON as a form): anything else is not JSON."""
-    try:
-        data = await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        raise TooLarge(f"Body larger than {codec.MAX_BODY} bytes") from None
-    return codec.json_body(data, allow_empty=allow_empty)
+    from .host import Host
 
 
 class Rest:
-    def __init__(self, fe: "LvmhFrontEnd"):
+    def __init__(self, fe: "Host"):
         self.fe = fe
 
     def routes(self) -> list[web.RouteDef]:
@@ -65,9 +49,9 @@ class Rest:
 
     def _known(self, sid: str) -> str:
         """``plugin`` or ``bridge``; SessionNotFound otherwise."""
-        if self.fe.plugin_record(sid) is not None:
+        if self.fe.book.plugin_record(sid) is not None:
             return "plugin"
-        if self.fe.is_bridge_session(sid):
+        if self.fe.book.is_bridge_session(sid):
             return "bridge"
         raise SessionNotFound()
 
@@ -99,12 +83,12 @@ class Rest:
             self._known(sid)
         except Exception as exc:
             return rest_error(exc)
-        await self.fe.log.settle(sid)  # what the stream already showed is readable here
+        await self.fe.book.log.settle(sid)  # what the stream already showed is readable here
         headers = None
         if page.before is None:
-            raws = self.fe.log.read(sid, page.after, page.limit)
+            raws = self.fe.book.log.read(sid, page.after, page.limit)
         else:
-            raws, older = history.read_before(self.fe.log.store, sid, page.before, page.limit)
+            raws, older = history.read_before(self.fe.book.log.store, sid, page.before, page.limit)
             headers = {"X-Lvmh-Older": "true" if older else "false"}
         self.fe.counts.replay_events += len(raws)
         return web.Response(text=codec.json_array(raws), content_type="application/json", headers=headers)
@@ -117,8 +101,8 @@ class Rest:
             self._known(sid)
         except Exception as exc:
             return rest_error(exc)
-        await self.fe.log.settle(sid)
-        return json_response(await history.search(self.fe.log.store, sid, query))
+        await self.fe.book.log.settle(sid)
+        return json_response(await history.search(self.fe.book.log.store, sid, query))
 
     async def prompt(self, request: web.Request) -> web.Response:
         sid = request.match_info["id"]
@@ -129,9 +113,9 @@ class Rest:
             assert message is not None
             if kind == "plugin":  # to the node its plugin is connected to (relay.py); none: 409 offline
                 prompt_id = await self.fe.bridge.execute(PluginPrompt(conversation_id=sid, text=message),
-                                                         _origin(request))  # fmt: skip
+                                                         command_origin(request))  # fmt: skip
                 return json_response({"ok": True, "promptId": prompt_id})
-            result = await self.fe.bridge.execute(cmd.SendMessage(text=message, conversation_id=sid), _origin(request))
+            result = await self.fe.bridge.execute(cmd.SendMessage(text=message, conversation_id=sid), command_origin(request))
             return json_response({"ok": True, "runId": result.run_id})
         except Exception as exc:
             return rest_error(exc)
@@ -142,13 +126,13 @@ class Rest:
             kind = self._known(sid)
             await self._body(request, allow_empty=True)
             if kind == "plugin":  # as a prompt: where its plugin is connected, or 409 offline
-                await self.fe.bridge.execute(PluginAbort(conversation_id=sid), _origin(request))
+                await self.fe.bridge.execute(PluginAbort(conversation_id=sid), command_origin(request))
                 return json_response({"ok": True})
             conv = self.fe.bridge.conversations.get(sid)
             if conv is None or conv.run is None:
                 raise Conflict("No active run in this session")
             try:
-                run_id = await self.fe.bridge.execute(cmd.CancelRun(conversation_id=sid), _origin(request))
+                run_id = await self.fe.bridge.execute(cmd.CancelRun(conversation_id=sid), command_origin(request))
             except NotFound:
                 raise Conflict("No active run in this session")
             return json_response({"ok": True, "runId": run_id})
@@ -165,7 +149,7 @@ class Rest:
             reason = codec.body_string(body, "reason", max_len=2000, required=False, allow_empty=True)
             assert choice is not None
             res = await self.fe.bridge.execute(
-                cmd.ResolveApproval(approval_id=approval_id, choice=choice, reason=reason), _origin(request)
+                cmd.ResolveApproval(approval_id=approval_id, choice=choice, reason=reason), command_origin(request)
             )
             return json_response({"ok": True, "approvalId": res.approval_id, "choice": res.choice, "accepted": res.accepted})
         except Exception as exc:
@@ -177,7 +161,7 @@ class Rest:
             body = await self._body(request)
             response = codec.body_string(body, "response", allow_empty=True)
             assert response is not None
-            res = await self.fe.bridge.execute(cmd.AnswerClarify(clarify_id=clarify_id, response=response), _origin(request))
+            res = await self.fe.bridge.execute(cmd.AnswerClarify(clarify_id=clarify_id, response=response), command_origin(request))
             return json_response({"ok": True, "clarifyId": res.clarify_id, "accepted": res.accepted})
         except Exception as exc:
             return rest_error(exc)

@@ -70,7 +70,7 @@ class EventStream:
         self._entries_dirty: set[str] = set()  # sessions whose entry changed since the last flush
         self.listing = listing  # listing.Listing: entries, the full list, the first page
         self.list_version = 0  # bumped on every change; lets a reader cache the encoded list
-        self._spawn_jobs = spawn_jobs
+        self.spawn_jobs = spawn_jobs
 
     # --- subscriptions -------------------------------------------------------------------------
 
@@ -165,7 +165,7 @@ class EventStream:
             self._send_entries(dirty, tuple(self.browsers))
         if self._spawn_dirty:
             self._spawn_dirty = False
-            jobs = self._spawn_jobs()
+            jobs = self.spawn_jobs()
             if jobs is not None:
                 self.broadcast(codec.spawn_status_frame(jobs), key="spawn_status")
 

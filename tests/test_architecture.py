@@ -12,8 +12,8 @@ no longer checks anything fails too.
 
 No import cycle either, anywhere in the five packages (grimp's graph, the one import-linter
 builds, with the imports made only for type checking): every strongly connected component
-of more than one module fails the test, named. lvmh_adapter's is the one known exception,
-until its split (issue 40, item 3).
+of more than one module fails the test, named. None is excepted (lvmh_adapter's went with
+its split, issue 40, item 3); ``KNOWN_CYCLES`` is where a known one would be named.
 """
 
 from __future__ import annotations
@@ -60,9 +60,7 @@ CYCLES = (
     "print(json.dumps(found))\n"
 )
 # Cycles known and named, each with the work that breaks it: a package whose every cycle stays inside it.
-KNOWN_CYCLES = {
-    "lvmh_adapter": "issue 40, item 3 (the lvmh split): LvmhFrontEnd and the modules reaching into it",
-}
+KNOWN_CYCLES: dict[str, str] = {}  # none left (lvmh_adapter's went with the lvmh split, issue 40, item 3)
 
 try:  # part of the test extra like pytest itself: missing, this fails rather than skips (CI must check layers)
     import importlinter  # noqa: F401
@@ -120,7 +118,8 @@ def test_no_import_cycle(tmp_path):
         assert any(c[0].startswith(package + ".") for c in cycles), f"{package} has no cycle left: drop it ({why})"
 
 
-def test_cycles_are_found_with_type_checking_imports_and_named(tmp_path):
+def test_cycles_are_found_with_type_checking_imports_and_named(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "KNOWN_CYCLES", {"lvmh_adapter": "a known one, for this test"})
     tree = tmp_path / "packages"
     bodies = {
         "bridge_core.model.a": "from . import b\n",

@@ -20,10 +20,7 @@ MAX_MODULE_LINES = 600
 MAX_FUNCTION_LINES = 60
 
 DECLARATIVE: dict[str, str] = {}  # "path:function" -> why it is a table, not logic
-SPLITTING: dict[str, str] = {  # "path" (a module) or "path:function" -> the issue splitting it
-    "lvmh_adapter/server.py": "issue 40, item 3: the lvmh split (LvmhFrontEnd into a session book and thin modules)",
-    "lvmh_adapter/spawn.py": "issue 40, item 3: the lvmh split",
-}
+SPLITTING: dict[str, str] = {}  # "path" (a module) or "path:function" -> the issue splitting it (none now)
 
 
 def sources() -> list[str]:

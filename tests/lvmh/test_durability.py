@@ -31,7 +31,7 @@ async def test_welcome_waits_for_writes_in_flight(lvmh, plugins):
             await p.event("tool_execution_update", toolCallId="c", toolName="bash", partial="...")
         await p.event("message_update", delta="live")
         # received (the browser stream could show them) but not committed: not counted as persisted
-        await until(lambda: fe.records[SID].high == 4, what="the four events received")
+        await until(lambda: fe.book.records[SID].high == 4, what="the four events received")
         assert fe.log.committed[SID] == 1 and fe.log.welcome_seq(SID) == 1
 
         # a reconnecting plugin gets its welcome only once those writes have landed

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lvmh_adapter import codec, session
+from lvmh_adapter import codec, protocol
 from lvmh_adapter.codec import FrameError
 from tests.conftest import LVMH_TOKEN, make_config
 
@@ -88,11 +88,11 @@ def test_plugin_decoder_raises_only_frame_errors(data):
 @given(st.lists(plugin_frames, max_size=8))
 @settings(max_examples=200, deadline=None)
 def test_plugin_state_machine_never_raises(frames):
-    s = session.PluginSession()
+    s = protocol.PluginProtocol()
     for data in frames:
-        action = s.feed(data)
-        if isinstance(action, session.Hello) and not action.rebind:
-            s.bound_ok()
+        action = s.receive(data)
+        if isinstance(action, protocol.Hello) and not action.rebind:
+            s.welcomed()
 
 
 @given(browser_frames)
@@ -181,7 +181,7 @@ class Live:
 
 @pytest.fixture
 def live(tmp_path, monkeypatch):
-    monkeypatch.setattr(session, "MAX_ERROR_FRAMES", 10**9)  # every bad frame is answered: the probe works
+    monkeypatch.setattr(protocol, "MAX_ERROR_FRAMES", 10**9)  # every bad frame is answered: the probe works
     lt = LoopThread()
     lv = Live()
     lt.run(lv.start(tmp_path))

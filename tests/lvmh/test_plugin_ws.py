@@ -7,7 +7,7 @@ import json
 import aiohttp
 import pytest
 
-from lvmh_adapter import server as lvmh_server
+from lvmh_adapter import plugin_ws
 from tests.lvmh.helpers import AUTH, FakePlugin, db_rows, message, session_snapshot
 
 SID = "01a22693-a4c3-719c-9d1e-aaaaaaaaaaaa"
@@ -202,7 +202,7 @@ async def test_hello_must_come_first(plugins):
 
 
 async def test_no_hello_in_time_closes(plugins, monkeypatch):
-    monkeypatch.setattr(lvmh_server, "HELLO_TIMEOUT", 0.2)
+    monkeypatch.setattr(plugin_ws, "HELLO_TIMEOUT", 0.2)
     p = await plugins(SID).open()
     err = await p.recv_type("error")
     assert err["code"] == "auth_timeout"
