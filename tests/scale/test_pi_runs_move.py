@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from tests.conformance.lvmh_client import Browser, Plugin, Rest, until
+from tests.conformance.lvmh_client import Browser, Plugin, Rest, eventually, until
 from tests.conformance.pheby_client import PhebyApp
 from tests.conformance.test_lvmh_reconnect import closed, rest_view
 from tests.hardening.proc import LVMH_TOKEN, PHEBY_SECRET, BridgeProcess
@@ -65,6 +65,18 @@ def _frames(app: PhebyApp, sid: str, ftype: str) -> list[dict]:
 def _live(browser: Browser, sid: str) -> list[dict]:
     """The events of ``sid`` the browser's socket delivered (not its REST refetches), in order."""
     return [e for f in browser.frames if f.get("type") == "events" and f["sessionId"] == sid for e in f["events"]]
+
+
+async def _has_seq(rest: Rest, sid: str, seq: int) -> bool:
+    return any(e["seq"] == seq for e in await rest.events(sid))
+
+
+async def _durable(clients, proc: BridgeProcess, plugin: Plugin) -> None:
+    """What the plugin sent is in the shared store (read through ``proc``): the node holding it
+    writes in batches, and a kill -9 before its write is a loss the plugin's resend repairs, not
+    what these tests are about (docs/scale-out.md)."""
+    last, rest = _stored(plugin)[-1]["seq"], clients(Rest(_http(proc), LVMH_TOKEN))
+    await eventually(lambda: _has_seq(rest, plugin.sid, last), what=f"seq {last} stored")
 
 
 def _stored(plugin: Plugin) -> list[dict]:
@@ -147,6 +159,7 @@ async def test_a_pi_run_left_open_by_a_dead_node_is_closed_once_on_every_surface
     await app.wait_frame(lambda f: f["type"] == "message.delta" and f["text"] == "one two three ")
     for b in browsers:
         await until(lambda: b.view(sid).types()[-1:] == ["tool_execution_start"], what="the run live on every node")
+    await _durable(clients, n3, plugin)
 
     n1.kill9()  # the node holding the plugin, mid-run; the plugin never comes back
     killed = time.monotonic()
@@ -194,6 +207,7 @@ async def test_a_pi_run_goes_on_where_its_plugin_returns_after_its_node_died(nod
     mid = await plugin.run("one two three", prompt="go", settle=False)
     await app3.wait_frame(lambda f: f["type"] == "message.delta" and f["text"] == "one two three ")
     (started,) = _frames(app3, sid, "run.accepted")
+    await _durable(clients, n3, plugin)
 
     n1.kill9()  # mid-run; the plugin comes back on n2 at once (n1 never says it let go)
     await plugin.drop()
