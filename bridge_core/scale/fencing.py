@@ -67,7 +67,7 @@ def claim(c: Any, owners: Owners, key: Any, seen: int) -> Optional[int]:
 def guard(c: Any, owners: Owners, held: Mapping[Any, int]) -> set:
     """In a write, before anything it writes for the keys ``held``: lock their rows and return the
     keys lost (``lost``); the write must then write nothing for those."""
-    keys = list(held)
+    keys = sorted(held)  # one order on every node (an index scan then locks the rows in it)
     stored: list[tuple[Any, int]] = []
     for i in range(0, len(keys), GUARD_CHUNK):
         part = keys[i:i + GUARD_CHUNK]

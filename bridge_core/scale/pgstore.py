@@ -33,6 +33,7 @@ CONNECT_TIMEOUT = 10
 # processed, so no frame waiting for it (the durability barrier) leaves
 RIDE_OUT = 20.0
 RETRY_EVERY = 0.25  # s between two attempts to reconnect while the server is down
+CONFLICT_RETRIES = 5  # times a write that lost a deadlock (or a serialization conflict) is run again
 
 
 class _BoolAsInt(Dumper):
@@ -107,6 +108,11 @@ class PgConnection:
         self.raw.close()
 
 
+def _conflict(exc: Any) -> bool:
+    """A write PostgreSQL undid because of another transaction (deadlock, serialization): safe to run again."""
+    return getattr(exc, "sqlstate", None) in ("40P01", "40001")
+
+
 class PostgresStore(BaseStore):
     """One PostgreSQL database shared by every node of a bridge."""
 
@@ -161,6 +167,24 @@ class PostgresStore(BaseStore):
         return isinstance(exc, psycopg.OperationalError) or sqlstate.startswith(("53", "58", "25006"))
 
     def _commit(self, conn: Any, batch: list) -> tuple[Any, list]:
+        """The batch in one transaction (``_ride_out``); a write of it that lost a deadlock or a
+        serialization conflict (PostgreSQL undid it alone, in its savepoint) is run again, in the next
+        transaction, before any of the batch counts as processed: two nodes guarding the epochs of the
+        same devices (bridge_core/scale/fencing.py) may lock their rows in different orders."""
+        conn, results = self._ride_out(conn, batch)
+        for _ in range(CONFLICT_RETRIES):
+            again = [i for i, r in enumerate(results) if _conflict(r[2])]
+            if not again:
+                break
+            log.warning("store: %d write(s) lost a deadlock or a conflict: run again", len(again))
+            conn, redo = self._ride_out(conn, [batch[i] for i in again])
+            for i, r in zip(again, redo):
+                if self.failed is results[i][2]:
+                    self.failed = None  # not a storage failure: nothing to probe for
+                results[i] = r
+        return conn, results
+
+    def _ride_out(self, conn: Any, batch: list) -> tuple[Any, list]:
         """The batch in one transaction; if the connection was lost before its COMMIT was sent (nothing
         of it committed: a PostgreSQL restart), the same batch again on a fresh connection, for up to
         ``RIDE_OUT`` s. A write refused while the server restarts would otherwise be lost while the

@@ -11,6 +11,7 @@ before the retry (the first write after the restart raises ``unavailable``).
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 
@@ -51,3 +52,29 @@ async def test_writes_racing_a_restart_all_commit_before_the_barrier_lets_go(sto
         store.execute_later("INSERT INTO t(k, v) VALUES(?, ?)", (k, f"row {k}"))
     await store.synced()
     assert [r[0] for r in store.query("SELECT k FROM t ORDER BY k")] == list(range(1, k + 1))
+
+
+async def test_a_write_that_lost_a_deadlock_is_run_again(postgres):
+    """Two nodes' writes locking the same two rows in opposite orders (as two nodes' fencing guards may):
+    PostgreSQL undoes one of them; it is run again, so both commit, each once."""
+    url = postgres.new_database()
+    one, two = PostgresStore(url).open(), PostgresStore(url).open()
+    try:
+        one.migrate("ride_out_test", [TABLE])
+        await one.write(lambda c: c.executemany("INSERT INTO t(k, v) VALUES(?, ?)", [(1, ""), (2, "")]))
+        first = {one: threading.Event(), two: threading.Event()}
+
+        def write(store, a: int, b: int, other):
+            def fn(c):
+                c.execute("UPDATE t SET v=v || ? WHERE k=?", (f"{a}", a))
+                first[store].set()
+                first[other].wait(5)  # both hold their first row: the second update deadlocks one of them
+                c.execute("UPDATE t SET v=v || ? WHERE k=?", (f"{a}", b))
+            return fn
+
+        await asyncio.gather(one.write(write(one, 1, 2, two)), two.write(write(two, 2, 1, one)))
+        (v1,), (v2,) = one.query("SELECT v FROM t ORDER BY k")
+        assert sorted(v1) == sorted(v2) == ["1", "2"], (v1, v2)  # each write applied once
+    finally:
+        one.close()
+        two.close()
