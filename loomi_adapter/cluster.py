@@ -16,7 +16,12 @@ only one writing its numbering:
 - live, the device's seqs are ``m + offset`` over this node's rows: a span row is written
   when the offset changes, and a reply or a ping writes its span at once, so both reach the
   store before the frame carrying the seq (the durability barrier);
-- a heartbeat reads the device's row: revoked or claimed by another node closes the socket.
+- a heartbeat reads the device's row: revoked or claimed by another node closes the socket;
+- the epoch is a fencing token (bridge_core/scale/fencing.py, docs/scale-out.md "Fenced ownership"):
+  a claim takes it (committed) before it reads the device's history, and every batch of rows this
+  node writes first guards the epochs of the devices it numbered; a device another node claimed
+  meanwhile gets nothing more written (spans, reply seqs, seq blocks), nothing queued for it leaves,
+  and its socket here is closed (``on_lost``).
 
 The embedded default (``devices.Registry``) is untouched by all of this.
 """
@@ -27,16 +32,17 @@ import collections
 import logging
 import secrets
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from bridge_core.kit.security import same_secret
 from bridge_core.bridge.store import BaseStore
+from bridge_core.scale import fencing
 
 from . import codec
 from .devices import _DEVICE_COLUMNS, _DUMMY_HASH, MIGRATIONS, Device, Registry, hash_secret
 from .history import Epoch, History, Span, plan_catchup, rebuild
 from .replay import Numbering, Resume, SeqLog
-from .rows import RowQueue, write_cluster_rows
+from .rows import RowBatch, RowQueue, held, write_cluster_rows
 
 log = logging.getLogger("agent_bridge.loomi.cluster")
 
@@ -44,6 +50,8 @@ PRUNE_EVERY = 64
 CHECK_DEVICES_EVERY = 5.0  # s between two looks for a first paired device while there is none
 
 _REPLY_SQL = "UPDATE loomi_epochs SET reply_seq=MAX(reply_seq, ?) WHERE device_id=? AND epoch=?"
+_RESERVE_SQL = "UPDATE loomi_devices SET seq_reserved=MAX(seq_reserved, ?) WHERE device_id=? AND epoch=?"
+DEVICES = fencing.Owners("loomi_devices", "device_id")  # where a device's epoch lives
 
 
 class Claim:
@@ -70,7 +78,13 @@ class ClusterRegistry(Registry):
         self.attached: dict[str, Device] = {}  # devices connected here, numbered here
         # the one seq rule (replay.py), over this source's frames ``m``, for the devices connected here only
         self.numbering = Numbering(self.attached, self._reserve)
-        self._rows = RowQueue(store.write_later, write_cluster_rows)
+        self._rows = RowQueue(store.write_later, self._write_rows)
+        # device_id -> (epoch, device) of the devices numbered here: a new map at every attach and detach
+        # (a batch keeps the maps it saw: rows.held), so the hot path adds one identity check per event
+        self._held: dict[str, tuple[int, Device]] = {}
+        # called in the store's writer thread for a device another node claimed, before the write that found
+        # it out counts as processed (the server closes its socket: nothing queued for it may leave)
+        self.on_lost: Optional[Callable[[Device], None]] = None
         self.any_devices = False
         self._next_check = 0.0
 
@@ -130,8 +144,23 @@ class ClusterRegistry(Registry):
             self._pruned_at = m
             sql = self._prune()
         spans = [(d.device_id, d.epoch, src, k, None, off) for d, k, off in marks]
-        self._rows.add(rows, spans, sql=sql)
+        self._rows.add(rows, spans, sql=sql, fence=self._held)
         return out
+
+    def _write_rows(self, c: Any, b: RowBatch) -> None:
+        """A batch of rows, in the store's writer thread: the epochs of the devices it numbered guarded
+        first (fencing.guard: their rows locked), nothing written for a device another node claimed."""
+        mine = held(b)
+        lost = fencing.guard(c, DEVICES, mine) if mine else set()
+        write_cluster_rows(c, b, frozenset(lost))
+        if lost:
+            log.info("loomi: %d device(s) claimed by another node; their frames here are dropped", len(lost))
+            for did in lost:
+                for fence in b.fences:
+                    epoch, d = fence.get(did, (None, None))
+                    if d is not None and d.epoch == epoch and self.on_lost is not None:
+                        self.on_lost(d)
+                        break
 
     def _prune(self) -> list[tuple[str, tuple]]:
         """Keep this source's newest ``window + 1`` rows; drop this node's earlier sources' rows
@@ -152,11 +181,17 @@ class ClusterRegistry(Registry):
         s = self.numbering.next_seq(d)
         if d.epoch:
             if d.skip_to > self.position:
-                self._rows.add([], [], sql=[(_REPLY_SQL, (s, d.device_id, d.epoch))])
+                self._rows.add([], [], owned=[(d.device_id, _REPLY_SQL, (s, d.device_id, d.epoch))],
+                               fence=self._held)
             else:
                 d.offset = s - self.m
-                self._rows.add([], [(d.device_id, d.epoch, self.source, self.m + 1, None, d.offset)])
+                self._rows.add([], [(d.device_id, d.epoch, self.source, self.m + 1, None, d.offset)],
+                               fence=self._held)
         return s
+
+    def _reserve_sql(self, d: Device, target: int) -> tuple[str, tuple]:
+        """A seq block: recorded only while the store still has ``d`` in this node's epoch (fenced)."""
+        return _RESERVE_SQL, (target, d.device_id, d.epoch)
 
     # --- hello: load, claim, attach ---------------------------------------------------------
 
@@ -215,25 +250,36 @@ class ClusterRegistry(Registry):
         return None if row is None or row[0] is None else (row[0], row[1])
 
     async def claim(self, d: Device, last_seq: Optional[int]) -> Optional[Claim]:
-        """Rebuild ``d`` from the store and take it (a new epoch), or None when another hello
-        took it meanwhile. Awaits the one write; nothing is numbered for ``d`` until ``attach``."""
+        """Take ``d`` (a new epoch: the fence, committed first) and rebuild it from the store, or None
+        when another hello took it meanwhile. Nothing is numbered for ``d`` until ``attach``.
+
+        The epoch is taken before the history is read: from then on the node that numbered ``d`` has
+        every write of its own for ``d`` refused (its batches guard the epoch: ``_write_rows``), and a
+        batch of its in progress is committed before the claim is (the device's row is locked), so
+        the history read here holds every seq that node ever sent (docs/scale-out.md)."""
         self.detach(d)
+        prev = d.stored_epoch
+        did = d.device_id
+        epoch = await self.store.write(lambda c: fencing.claim(c, DEVICES, did, prev))
+        if epoch is None:
+            self._reread(d)
+            return None
+        d.stored_epoch = epoch
         h = self.history(d)
         lost = last_seq is not None and last_seq > h.seq
         base = last_seq if lost else h.seq
-        prev = d.stored_epoch
-        epoch = prev + 1
         reserved = max(d.stored_reserved, base + self.block)
         start_n = max(self.position, h.cursor)
-        did = d.device_id
 
         def write(c: Any) -> bool:
-            cur = c.execute("UPDATE loomi_devices SET epoch=?, seq_reserved=?, replay_floor=? "
-                            "WHERE device_id=? AND epoch=?", (epoch, reserved, reserved, did, prev))
+            cur = c.execute("UPDATE loomi_devices SET seq_reserved=?, replay_floor=? WHERE device_id=? AND epoch=?",
+                            (reserved, reserved, did, epoch))
             if cur.rowcount != 1:
-                return False
-            if prev:
-                c.execute("UPDATE loomi_epochs SET last_seq=? WHERE device_id=? AND epoch=?", (h.seq, did, prev))
+                return False  # another claim (or a revoke) since ours
+            # the epoch numbered last ends at the seq read: a claim that died between its two writes left
+            # no row, so the newest row before this epoch is the one to close
+            c.execute("UPDATE loomi_epochs SET last_seq=? WHERE device_id=? AND epoch=(SELECT MAX(epoch) "
+                      "FROM loomi_epochs WHERE device_id=? AND epoch<?)", (h.seq, did, did, epoch))
             c.execute("INSERT INTO loomi_epochs(device_id, epoch, start_n, base_seq, last_seq) VALUES(?,?,?,?,NULL)",
                       (did, epoch, start_n, base))
             c.execute("DELETE FROM loomi_spans WHERE device_id=? AND epoch<?", (did, h.epochs_used))
@@ -242,13 +288,15 @@ class ClusterRegistry(Registry):
             return True
 
         if not await self.store.write(write):
-            row = self.store.query_one("SELECT epoch, seq_reserved FROM loomi_devices WHERE device_id=?", (did,))
-            if row is not None:
-                d.stored_epoch, d.stored_reserved = row
+            self._reread(d)
             return None
-        d.stored_epoch = epoch
         d.stored_reserved = reserved
         return Claim(h, epoch, base, lost, reserved)
+
+    def _reread(self, d: Device) -> None:
+        row = self.store.query_one("SELECT epoch, seq_reserved FROM loomi_devices WHERE device_id=?", (d.device_id,))
+        if row is not None:
+            d.stored_epoch, d.stored_reserved = row
 
     def attach(self, d: Device, claim: Claim, last_seq: Optional[int]) -> Resume:
         """Synchronous, right before ``hello.ok``: the events ``d`` missed numbered from the stored
@@ -260,9 +308,10 @@ class ClusterRegistry(Registry):
         d.skip_to = h.cursor
         d.seqs.set(claim.reserved)
         gap = False
+        self._held = {**self._held, d.device_id: (claim.epoch, d)}
         if 0 <= h.cursor < self.position:
             spans, gap = self._catch_up(d, log_, h.cursor)
-            self._rows.add([], spans)
+            self._rows.add([], spans, fence=self._held)
             d.skip_to = self.position
         elif h.cursor < 0:
             d.skip_to = self.position  # a device never numbered: it starts with the next event
@@ -310,6 +359,8 @@ class ClusterRegistry(Registry):
 
     def detach(self, d: Device) -> None:
         self.attached.pop(d.device_id, None)
+        if d.device_id in self._held:
+            self._held = {k: v for k, v in self._held.items() if k != d.device_id}
 
     def resume(self, d: Device, last_seq: Optional[int]):  # pragma: no cover - the cluster hello is claim + attach
         raise NotImplementedError
@@ -337,6 +388,8 @@ class ClusterRegistry(Registry):
 
     async def revoke(self, device_id: str) -> Optional[Device]:
         d = self.devices.pop(device_id, None)
+        if d is not None:
+            self.detach(d)
         self.attached.pop(device_id, None)
 
         def write(c: Any) -> bool:

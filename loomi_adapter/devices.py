@@ -383,14 +383,17 @@ class Registry:
         target = seqs.need(d.seq)
         if target is None:
             return
-        store.execute_later("UPDATE loomi_devices SET seq_reserved=MAX(seq_reserved, ?) WHERE device_id=?",
-                            (target, d.device_id), barrier=False)
+        store.execute_later(*self._reserve_sql(d, target), barrier=False)
         number = store.submitted  # this write's (or a later one's, if another thread queued meanwhile)
         if d.seq > covered:  # the numbering moved past the recorded block at once (a resume): wait now
             store.hold_from(number)
         else:
             d.reserving = (number, covered)
             seqs.watch(covered)
+
+    def _reserve_sql(self, d: Device, target: int) -> tuple[str, tuple]:
+        """The statement recording ``d``'s next seq block (several nodes fence it: cluster.py)."""
+        return "UPDATE loomi_devices SET seq_reserved=MAX(seq_reserved, ?) WHERE device_id=?", (target, d.device_id)
 
 # --- pairing tokens -----------------------------------------------------------
 

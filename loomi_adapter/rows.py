@@ -53,14 +53,29 @@ def write_node_rows(c: sqlite3.Connection, b: "RowBatch") -> None:
             c.execute(stmt, (b.prune,))
 
 
-def write_cluster_rows(c: sqlite3.Connection, b: "RowBatch") -> None:
-    """Several nodes' tables: this source's frames, the spans, then the rest in order (sources, prunes)."""
+def write_cluster_rows(c: sqlite3.Connection, b: "RowBatch", lost: frozenset = frozenset()) -> None:
+    """Several nodes' tables: this source's frames, the spans, then the rest in order (sources, prunes),
+    then the statements of one device each. Nothing of a device in ``lost`` (another node owns it now:
+    cluster.py, bridge_core/scale/fencing.py) is written."""
     if b.events:
         c.executemany(FRAME_SQL, b.events)
-    if b.segments:
-        c.executemany(SPAN_SQL, b.segments)
+    spans = [s for s in b.segments if s[0] not in lost] if lost else b.segments
+    if spans:
+        c.executemany(SPAN_SQL, spans)
     for stmt, params in b.sql:
         c.execute(stmt, params)
+    for device_id, stmt, params in b.owned:
+        if device_id not in lost:
+            c.execute(stmt, params)
+
+
+def held(b: "RowBatch") -> dict:
+    """The devices the batch's frames were numbered for, and the epoch of each (the newest seen)."""
+    out: dict = {}
+    for fence in b.fences:
+        for device_id, (epoch, _device) in fence.items():
+            out[device_id] = epoch
+    return out
 
 
 class RowBatch:
@@ -71,7 +86,7 @@ class RowBatch:
     offered after the writer took the batch go into a new one (submitted then, hence later).
     """
 
-    __slots__ = ("events", "segments", "sql", "prune", "taken", "lock", "_write")
+    __slots__ = ("events", "segments", "sql", "owned", "fences", "prune", "taken", "lock", "_write")
 
     def __init__(self, write: Callable[[sqlite3.Connection, "RowBatch"], None] = write_node_rows,
                  keep: Optional[int] = None) -> None:
@@ -79,20 +94,26 @@ class RowBatch:
         self.events: Any = collections.deque(maxlen=keep) if keep else []
         self.segments: list[tuple] = []
         self.sql: list[tuple[str, tuple]] = []  # statements after the rows, in order
+        self.owned: list[tuple[str, str, tuple]] = []  # (device_id, statement, params): one device's, fenced
+        # several nodes: the maps device_id -> (epoch, device) of the devices numbered while the batch was
+        # open (the registry's map is replaced, never changed, when one attaches or leaves: one check per add)
+        self.fences: list[dict] = []
         self.prune: Optional[int] = None  # one node: the oldest event kept (the last one asked for wins)
         self.taken = False
         self.lock = threading.Lock()
         self._write = write
 
-    def add(self, events: list, segments: list, prune: Optional[int] = None, sql: Optional[list] = None) -> bool:
+    def add(self, events: list, segments: list, prune: Optional[int] = None, sql: Optional[list] = None,
+            owned: Optional[list] = None, fence: Optional[dict] = None) -> bool:
         """More rows, unless the writer thread took the batch (False: they go into a new one)."""
         with self.lock:
             if self.taken:
                 return False
-            self.extend(events, segments, prune, sql)
+            self.extend(events, segments, prune, sql, owned, fence)
             return True
 
-    def extend(self, events: list, segments: list, prune: Optional[int] = None, sql: Optional[list] = None) -> None:
+    def extend(self, events: list, segments: list, prune: Optional[int] = None, sql: Optional[list] = None,
+               owned: Optional[list] = None, fence: Optional[dict] = None) -> None:
         """More rows, no lock: for a batch no other thread sees yet (the journaled one, until submitted)."""
         if events:
             self.events.extend(events)
@@ -102,6 +123,10 @@ class RowBatch:
             self.prune = prune
         if sql:
             self.sql.extend(sql)
+        if owned:
+            self.owned.extend(owned)
+        if fence and (not self.fences or self.fences[-1] is not fence):
+            self.fences.append(fence)
 
     def __call__(self, c: sqlite3.Connection) -> None:
         with self.lock:
@@ -120,11 +145,12 @@ class RowQueue:
         self._write = write
         self._write_later = write_later  # Store.write_later: behind the barrier, every later frame waits for it
 
-    def add(self, events: list, segments: list, prune: Optional[int] = None, sql: Optional[list] = None) -> None:
+    def add(self, events: list, segments: list, prune: Optional[int] = None, sql: Optional[list] = None,
+            owned: Optional[list] = None, fence: Optional[dict] = None) -> None:
         b = self._batch
-        if b is None or not b.add(events, segments, prune, sql):
+        if b is None or not b.add(events, segments, prune, sql, owned, fence):
             b = self._batch = RowBatch(self._write)
             # filled before it is queued: the writer thread may take a queued batch at once (then an add is
             # refused), and these rows would be lost
-            b.extend(events, segments, prune, sql)
+            b.extend(events, segments, prune, sql, owned, fence)
             self._write_later(b)

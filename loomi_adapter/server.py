@@ -34,6 +34,7 @@ from . import codec, routes
 from .cluster import ClusterRegistry
 from .config import PART
 from .devices import Device, Registry
+from .errors import Replaced
 from .protocol import CHECK, REQUEST, Authenticate, Close, Job, LoomiProtocol, PairHello, Settings
 from .revocation import Revocations
 
@@ -147,6 +148,8 @@ class LoomiFrontEnd(FrontEnd):
         cluster = getattr(self.bridge, "cluster", None)
         if cluster is not None:  # several nodes: numbering by the node a device is connected to (cluster.py)
             self.registry = ClusterRegistry(self.bridge.store, cluster.node_id)
+            self.registry.on_lost = self._fenced_out
+            self._loop = asyncio.get_running_loop()
         await self.registry.prepare()
         await self.revocations.prepare()
 
@@ -461,6 +464,27 @@ class LoomiFrontEnd(FrontEnd):
             if cmds:
                 self._apply(conn, cmds)
                 return
+
+    def _fenced_out(self, d: Device) -> None:
+        """In the store's writer thread: another node claimed ``d`` (its epoch moved on: cluster.py), found
+        by a write not yet counted as processed. Nothing queued for its socket here may leave (those frames'
+        seqs are the new owner's now): the outbox stops at once, the socket closes on the loop."""
+        conn = d.conn
+        if conn is None:
+            return
+        conn.outbox.closed = True  # one attribute: the loop's next look at this outbox sends nothing
+        self._loop.call_soon_threadsafe(self._close_fenced, conn)
+
+    def _close_fenced(self, conn: Connection) -> None:
+        """Close a socket whose device another node owns now: ``replaced`` (4000), without the error frame
+        (it would take a seq of the new owner's)."""
+        conn.outbox.close()
+        if conn.proto.closing:
+            return
+        log.info("loomi: device %s was claimed by another node; closing this socket", conn.proto.device_id)
+        close = conn.proto.fail(Replaced())
+        self._detach(conn)
+        conn.closer = self.tasks.spawn(self._close(conn, close.code, close.reason), name="loomi-fenced")
 
     # --- closing -----------------------------------------------------------------------
 

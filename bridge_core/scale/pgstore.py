@@ -13,6 +13,7 @@ lock, so the first node applies it and the others then find it applied.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any, Iterable, Sequence
 
 import psycopg
@@ -27,6 +28,12 @@ log = logging.getLogger("agent_bridge.store")
 
 SCHEMA_LOCK = 0x61625F73  # the advisory lock key migrations hold ("ab_s")
 CONNECT_TIMEOUT = 10
+# a batch whose connection was lost before its COMMIT was sent (a PostgreSQL restart) is retried on a
+# fresh connection for this long before its writes are refused; meanwhile nothing behind it counts as
+# processed, so no frame waiting for it (the durability barrier) leaves
+RIDE_OUT = 20.0
+RETRY_EVERY = 0.25  # s between two attempts to reconnect while the server is down
+CONFLICT_RETRIES = 5  # times a write that lost a deadlock (or a serialization conflict) is run again
 
 
 class _BoolAsInt(Dumper):
@@ -45,6 +52,7 @@ class PgConnection:
         self.raw = raw
         self._keys = keys  # table -> (primary key columns, has rowid), shared by the store's connections
         self._sql: dict[tuple[str, bool], tuple[str, Any]] = {}
+        self.sent_commit = False  # a COMMIT was sent since the last BEGIN: a failure now is in doubt
 
     def _translate(self, sql: str, with_params: bool) -> tuple[str, Any]:
         key = (sql, with_params)
@@ -76,6 +84,10 @@ class PgConnection:
         return got
 
     def execute(self, sql: str, params: Iterable[Any] = ()) -> psycopg.Cursor:
+        if sql == "BEGIN":
+            self.sent_commit = False
+        elif sql == "COMMIT":
+            self.sent_commit = True
         params = tuple(params)
         if params:
             text, order = self._translate(sql, True)
@@ -94,6 +106,11 @@ class PgConnection:
 
     def close(self) -> None:
         self.raw.close()
+
+
+def _conflict(exc: Any) -> bool:
+    """A write PostgreSQL undid because of another transaction (deadlock, serialization): safe to run again."""
+    return getattr(exc, "sqlstate", None) in ("40P01", "40001")
 
 
 class PostgresStore(BaseStore):
@@ -148,6 +165,52 @@ class PostgresStore(BaseStore):
         """The server could not write (disk full, read-only, connection lost), not a bad statement."""
         sqlstate = getattr(exc, "sqlstate", None) or ""
         return isinstance(exc, psycopg.OperationalError) or sqlstate.startswith(("53", "58", "25006"))
+
+    def _commit(self, conn: Any, batch: list) -> tuple[Any, list]:
+        """The batch in one transaction (``_ride_out``); a write of it that lost a deadlock or a
+        serialization conflict (PostgreSQL undid it alone, in its savepoint) is run again, in the next
+        transaction, before any of the batch counts as processed: two nodes guarding the epochs of the
+        same devices (bridge_core/scale/fencing.py) may lock their rows in different orders."""
+        conn, results = self._ride_out(conn, batch)
+        for _ in range(CONFLICT_RETRIES):
+            again = [i for i, r in enumerate(results) if _conflict(r[2])]
+            if not again:
+                break
+            log.warning("store: %d write(s) lost a deadlock or a conflict: run again", len(again))
+            conn, redo = self._ride_out(conn, [batch[i] for i in again])
+            for i, r in zip(again, redo):
+                if self.failed is results[i][2]:
+                    self.failed = None  # not a storage failure: nothing to probe for
+                results[i] = r
+        return conn, results
+
+    def _ride_out(self, conn: Any, batch: list) -> tuple[Any, list]:
+        """The batch in one transaction; if the connection was lost before its COMMIT was sent (nothing
+        of it committed: a PostgreSQL restart), the same batch again on a fresh connection, for up to
+        ``RIDE_OUT`` s. A write refused while the server restarts would otherwise be lost while the
+        frames behind it leave (a Loomi device's seqs, its replay rows: docs/scale-out.md). A failure
+        after COMMIT was sent is in doubt and refused as before (retrying could apply it twice)."""
+        deadline = time.monotonic() + RIDE_OUT
+        while True:
+            conn.sent_commit = False
+            lost = conn.raw.closed or conn.raw.broken
+            if not lost:
+                new, results = super()._commit(conn, batch)
+                lost = conn.raw.closed or conn.raw.broken
+                if not lost or conn.sent_commit or time.monotonic() >= deadline:
+                    return new, results
+                conn = new
+                if not (conn.raw.closed or conn.raw.broken):
+                    log.warning("store: a batch of %d writes lost its connection before COMMIT: retried", len(batch))
+                    continue
+            if time.monotonic() >= deadline:  # still down: refused, as on a full disk
+                return super()._commit(conn, batch)
+            time.sleep(RETRY_EVERY)
+            try:
+                conn = self._wconn = self._connect()
+                log.warning("store: reconnected to %s", self.describe())
+            except Unavailable:
+                pass  # still down (said once, by the failure that found it out)
 
     def _after_failure(self, conn: Any) -> Any:
         if conn.raw.closed or conn.raw.broken:

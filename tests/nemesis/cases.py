@@ -15,6 +15,10 @@ and reads every node exactly as a plan does, so the same checker judges it.
   reconnects to its node.
 - ``redis_loss_mid_stream``: Redis losing its keys while a node is behind in the stream, a phone
   connected to that node watching a run to its end.
+- ``claimed_while_stopped``: the node a phone is connected to stopped (SIGSTOP) mid-stream; the
+  phone says hello to another node (claiming the device under a new epoch) and follows the run
+  there; the stopped node, continued, must have its writes for the device refused and close its
+  socket; the phone comes back to it at the end (claimed again there).
 """
 
 from __future__ import annotations
@@ -203,6 +207,39 @@ async def refetch_from_a_lagging_origin(world: World, seed: int) -> History:
         await run.chat.app.wait_frame(lambda f: f["type"] == "run.finished" and f["run_id"] == res["run_id"], 15)
         await run.watcher.connect(run.plan.nodes[1])  # not the origin: it has the run, the origin's rows not yet
         await run.chat.chat(run.conversations[0], "the next run, live in the browser")
+        await run.finish()
+    finally:
+        await run.close()
+    return h
+
+
+async def claimed_while_stopped(world: World, seed: int, deltas: int = 100) -> History:
+    """A phone's node stopped mid-stream while the phone moves to another node (docs/scale-out.md,
+    "Fenced ownership"); the stopped node continued once the phone was served elsewhere."""
+    run = Run(_plan(seed, world.topology), world)
+    h = run.h
+    try:
+        await run.setup()
+        phone = run.phones["phone-1"]  # paired on the second node
+        owner = phone.node
+        elsewhere = next(n for n in run.plan.nodes if n not in (owner, run.chat.node))
+        run_id = await run.chat.chat(run.conversations[0], f"/bench {CRASH_RATE * 2} {CRASH_RATE}")
+        assert run_id is not None, "the stream was refused"
+
+        def streamed() -> int:
+            return sum(1 for f in phone.app.events if f["type"] == "run.delta" and f["run_id"] == run_id)
+
+        await phone.app.until(lambda: streamed() >= deltas, 15)
+        fault = h.fault("pause", owner)
+        world.pause(owner)
+        try:
+            assert await phone.connect(elsewhere), h.ops[-1]  # the new owner: a new epoch
+            await phone.app.until(lambda: streamed() >= 2 * deltas, 15)
+        finally:
+            world.resume(owner)
+            h.healed(fault)
+        await phone.app.until(lambda: phone.app.completed(run_id) or not phone.connected, 30)
+        await phone.connect(owner)  # back to the node that was stopped: claimed again there
         await run.finish()
     finally:
         await run.close()
