@@ -31,7 +31,7 @@ from .agent import AgentSource
 from .attachments import AttachmentStore
 from .decisions import EVENTS as DECISION_EVENTS
 from .decisions import DecisionLedger
-from .drafts import DraftSaver
+from .drafts import DraftSaver, DurableText, longest_text
 from .handlers import HANDLERS, CommandHandlers
 from .hub import Hub
 from .persist import Persister
@@ -71,6 +71,7 @@ class Bridge(CommandHandlers):
         self.drafts = DraftSaver(self.store, self.conversations.__contains__)  # streaming drafts, saved now and then
         self.persister = Persister(self.store, self.conversations, self.drafts)
         self.interrupted_runs: list[tuple[str, str]] = []
+        self.durable_texts: list[DurableText] = []  # front ends' durable records of a run's text (drafts.py)
         self._interrupted_reported = False
         self.runs_ended: collections.Counter = collections.Counter()  # status -> runs this node ended (metrics)
         self.started = False
@@ -186,8 +187,9 @@ class Bridge(CommandHandlers):
 
         ``_load`` marked them failed in the runs table and put each back as its
         conversation's active run; here each one gets a ``RunFinished`` failed,
-        so ``close_run`` completes its message (with the draft last saved
-        before the crash, ``drafts.DraftSaver``) and resolves its pending decisions
+        so ``close_run`` completes its message (with the longest text a durable
+        record holds: the draft last saved before the crash, ``drafts.DraftSaver``,
+        or what a front end kept of the deltas it sent, ``interrupt``) and resolves its pending decisions
         (decided_by ``restart``) on every front end, then a diagnostic notice
         says why.
         """
@@ -202,8 +204,22 @@ class Bridge(CommandHandlers):
             reported += 1
         return reported
 
+    def add_durable_text(self, source: DurableText) -> None:
+        """A front end's durable record of runs' text (``drafts.DurableText``), asked when a run is
+        interrupted; added before ``start`` (a front end's ``prepare``)."""
+        self.durable_texts.append(source)
+
     def interrupt(self, cid: str, run_id: str, notice: str) -> None:
-        """Close a run nobody runs any more (a restart, or its node died: scale/cluster.py) and say why."""
+        """Close a run nobody runs any more (a restart, or its node died: scale/cluster.py) and say why.
+
+        Its message is completed (``close_run``) with the longest text a durable record holds: the saved
+        draft, or what a front end kept of the deltas it sent (``drafts.longest_text``)."""
+        conv = self.conversations.get(cid)
+        run = conv.run if conv is not None else None
+        if run is not None and run.run_id == run_id and not run.completed and self.durable_texts:
+            text = longest_text(run.text, run_id, self.durable_texts)
+            if len(text) > len(run.text):
+                run.draft = ev.Draft(text)
         self.publish(ev.RunFinished(conversation_id=cid, run_id=run_id, status="failed", error=ev.RUN_INTERRUPTED))
         self.publish(ev.Notification(conversation_id=cid, message_id=f"n-{new_id()}", text=notice,
                                      title="Run interrupted", category="diagnostic", source="bridge"))  # fmt: skip

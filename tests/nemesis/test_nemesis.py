@@ -7,8 +7,9 @@ resetting their sockets and cutting a frame in half): any anomaly fails it but t
 misses now and then (a non-strict xfail, see INTERMITTENT); and one targeted scenario for each bug
 the checker found, each a strict xfail with its seed so that the fix flips it:
 
-- kill -9 mid-stream of the embedded default, and of a node restarted under its own name: the
-  transcript and the closing frames hold less than the phones got (issue 41 item 2);
+- (fixed, kept as regression tests) kill -9 mid-stream of the embedded default, and of a node
+  restarted under its own name: the transcript and the closing frames held less than the phones
+  got (issue 41 item 2);
 - a conversation created while another node is stopped: that node answers ``task_not_found``
   (read-your-writes); a send into one it is behind on: its transcript keeps the runs in another
   order for good;
@@ -92,19 +93,18 @@ async def test_a_short_seeded_run_on_three_nodes(cluster):
     judge(h, CRASH)
 
 
-@pytest.mark.xfail(strict=True, raises=Anomalies, reason=(
-    "issue 41 item 2: after a kill -9 within the run's first second the restarted node completes the "
-    "message with the draft saved at its first delta, while both phones got (live, or replayed from the "
-    "journal) 200 deltas: transcript_contradicts_client, deltas_incomplete"))  # fmt: skip
 async def test_kill9_of_the_embedded_default_mid_stream(embedded):
-    judge(await cases.crash_mid_stream(embedded, seed=4102), CRASH)
+    """Issue 41 item 2 (seed 4102): a kill -9 within the run's first second; the restarted node completed
+    the message with the draft saved at its first delta while both phones got (live, or replayed from
+    the journal) 200 deltas. Now completed with the text the journal's rows hold (journal.py)."""
+    judge(await cases.crash_mid_stream(embedded, seed=4102))
 
 
-@pytest.mark.xfail(strict=True, raises=Anomalies, reason=(
-    "issue 41 item 2: a node killed with -9 mid-stream and restarted under its own name closes its run "
-    "with its saved draft, not the text the phones and the browser on other nodes got over the bus"))  # fmt: skip
 async def test_kill9_and_restart_of_a_node_mid_stream(cluster):
-    judge(await cases.crash_mid_stream(cluster, seed=4103), CRASH)
+    """Issue 41 item 2 (seed 4103): a node killed with -9 mid-stream and restarted under its own name
+    closed its run with its saved draft, not the text the phones and the browser on other nodes got
+    over the bus. Now with the text the other nodes' Loomi frames hold in the shared store."""
+    judge(await cases.crash_mid_stream(cluster, seed=4103))
 
 
 @pytest.mark.xfail(strict=True, raises=Anomalies, reason=(
