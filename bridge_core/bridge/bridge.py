@@ -44,6 +44,10 @@ log = logging.getLogger("agent_bridge.bridge")
 
 CLEANUP_INTERVAL = 3600.0
 RUN_END_REASON = {"cancelled": "cancelled", "failed": "failed", "completed": "completed"}
+# a run a start marked failed (``_fail_interrupted``) whose RunFinished was not stored yet (it sets
+# finished_at): the process died again before closing it, the next start closes it (the seed 1003 of
+# docs/performance.md, "Chaos": a node killed three times in 9 s, its run shown active for good elsewhere)
+CLOSE_PENDING = "(status='failed' AND error=? AND finished_at IS NULL)"
 
 
 class Bridge(CommandHandlers):
@@ -159,7 +163,8 @@ class Bridge(CommandHandlers):
         back as the conversation's active run, with the decisions it left pending, so that
         report_interrupted closes it by the one rule every run end follows (close_run)."""
         for run_id, cid, started in self.store.query(
-            "SELECT run_id, conversation_id, started_at FROM runs WHERE status='running'"
+            "SELECT run_id, conversation_id, started_at FROM runs WHERE status='running' OR " + CLOSE_PENDING,
+            (ev.RUN_INTERRUPTED,),
         ):
             if self.sequencing.interrupted_here(run_id):
                 self.interrupted_runs.append((cid, run_id))  # else another node's run, going on there
@@ -172,14 +177,13 @@ class Bridge(CommandHandlers):
                     run.draft = ev.Draft(saved.text)
 
     async def _fail_interrupted(self) -> None:
-        """Store the runs a crash cut short as failed (awaited: the loop keeps turning meanwhile)."""
+        """Store the runs a crash cut short as failed (awaited: the loop keeps turning meanwhile), their
+        close still pending (``CLOSE_PENDING``: no ``finished_at`` until their ``RunFinished`` is stored):
+        a crash before ``report_interrupted`` closed them leaves them to the next start, never open for good."""
         if not self.interrupted_runs:
             return
-        now = time.time()
-        rows = [(now, ev.RUN_INTERRUPTED, r) for _, r in self.interrupted_runs]
-        await self.store.write(
-            lambda c: c.executemany("UPDATE runs SET status='failed', finished_at=?, error=? WHERE run_id=?", rows)
-        )
+        rows = [(ev.RUN_INTERRUPTED, r) for _, r in self.interrupted_runs]
+        await self.store.write(lambda c: c.executemany("UPDATE runs SET status='failed', error=? WHERE run_id=?", rows))
         log.warning("%d run(s) interrupted by a restart were marked failed", len(rows))
 
     def report_interrupted(self) -> int:
