@@ -9,7 +9,8 @@ the checker found, each a strict xfail with its seed so that the fix flips it:
 
 - (fixed, kept as regression tests) kill -9 mid-stream of the embedded default, and of a node
   restarted under its own name: the transcript and the closing frames held less than the phones
-  got (issue 41 item 2);
+  got (issue 41 item 2); and of a node killed again as it comes back, before it closed its run
+  (chaos seeds 1003 and 1000: the run left open elsewhere, the nodes' transcripts different);
 - a conversation created while another node is stopped: that node answers ``task_not_found``
   (read-your-writes); a send into one it is behind on: its transcript keeps the runs in another
   order for good;
@@ -105,6 +106,23 @@ async def test_kill9_and_restart_of_a_node_mid_stream(cluster):
     closed its run with its saved draft, not the text the phones and the browser on other nodes got
     over the bus. Now with the text the other nodes' Loomi frames hold in the shared store."""
     judge(await cases.crash_mid_stream(cluster, seed=4103))
+
+
+# the origin node killed twice loses, now and then, lvmh events it had not stored yet as it read them back
+# (the bug of test_a_browser_refetching_while_the_origin_node_is_behind): not strict, and any other anomaly
+# (a run left open, nodes disagreeing) fails the test
+ORIGIN_LOSES_LVMH_EVENTS = pytest.mark.xfail(strict=False, raises=Anomalies, reason=(
+    "issue 41 (found by this suite): only a run's origin node stores its lvmh events, as it reads them back; "
+    "killed before, they are missing from the store the browser's view is compared with: view_diverged"))
+
+
+@ORIGIN_LOSES_LVMH_EVENTS
+async def test_kill9_of_a_node_as_it_comes_back_before_closing_its_run(cluster):
+    """Chaos seeds 1003 and 1000 (docs/performance.md): a node killed again after its start marked the run
+    failed and before it closed it. Its next start found nothing to close: the other nodes showed the run
+    active for good and the phones never got its end (run_not_closed, event_missing), and the node kept
+    the saved draft as a message the others did not have (nodes_disagree)."""
+    judge(await cases.kill9_while_closing(cluster, seed=4109), frozenset({"view_diverged"}))
 
 
 @pytest.mark.xfail(strict=True, raises=Anomalies, reason=(
