@@ -59,7 +59,11 @@ async def test_an_interrupted_message_is_completed_with_the_longest_durable_text
     b, res = await _crash_mid_run(d)
     b2 = Bridge(d, DemoAgent())
     b2.add_durable_text(lambda run_id: None)
-    b2.add_durable_text(lambda run_id: b2.conversation(res.conversation_id).run.text + " w9 w10" if run_id == res.run_id else None)
+
+    def journaled(run_id):  # a front end that sent two deltas past the saved draft, durably
+        return b2.conversation(res.conversation_id).run.text + " w9 w10" if run_id == res.run_id else None
+
+    b2.add_durable_text(journaled)
     await b2.start()
     try:
         draft = b2.conversation(res.conversation_id).run.text
