@@ -74,6 +74,9 @@ JOIN_BACK = 5.0  # seconds of stream a joining node folds again (writes its load
 MOVE_WAIT = 3.0  # s a node taking a run over that ended meanwhile waits for that end to come (move_run)
 
 NODE_GONE = "This run was interrupted: the bridge node running it stopped."
+# s of stream read back for the last delta of a run this node closes as interrupted (its own after a restart,
+# or a dead node's): its node died at most this long before (later, a survivor has closed it already)
+TEXT_BACK = NODE_TTL + SWEEP_EVERY + JOIN_BACK
 
 MIGRATIONS = [
     """
@@ -112,6 +115,10 @@ class Cluster:
         self.holds = holds.Holds(bridge.store, self.node_id)  # what this node answers for besides its runs
         self.lag: Optional[float] = None  # s from the last event's publish (its ts) to its delivery here (metrics)
         self.router = Router(bridge, bus, self.node_id, self.runs, self.deciders, self.tasks)  # commands' nodes
+        # the text of runs this node closes as interrupted, as the stream's last delta of each holds it: what
+        # the other nodes delivered (read_texts; a durable record of the core's, bridge_core/bridge/drafts.py)
+        self.texts: dict[str, str] = {}
+        bridge.add_durable_text(self.texts.get)
         self.execute = self.router.execute  # Sequencing: a command on the node it belongs to
         self.add_hosted = self.router.add_hosted
         bridge.use_cluster(self)
@@ -128,6 +135,7 @@ class Cluster:
         await self.bus.start(self._deliver, self.router.on_command)
         await self.number.reserve()
         self._loaded = dict(store.query("SELECT run_id, node_id FROM cluster_runs WHERE state='running'"))
+        await self.read_texts([run_id for run_id, node in self._loaded.items() if node == self.node_id])
 
     def interrupted_here(self, run_id: str) -> bool:
         """A run the store has running: this node's own from before a restart (or nobody's)?"""
@@ -368,6 +376,7 @@ class Cluster:
 
     def _run_ended(self, run_id: str) -> None:
         self._origins.pop(run_id, None)
+        self.texts.pop(run_id, None)
         ending = self._ending.pop(run_id, None)
         if ending is not None and not ending.done():
             ending.set_result(None)
@@ -414,6 +423,7 @@ class Cluster:
             return won, self.holds.claim(c, dead)
 
         won, held = await self.bridge.store.write(claim)
+        await self.read_texts([run_id for run_id, _ in won])
         for run_id, cid in won:
             self.runs.pop(run_id, None)
             conv = self.bridge.conversations.get(cid)
@@ -424,6 +434,19 @@ class Cluster:
         self.taken_over += len(won)
         self.holds.inherited(held, dead)
         return len(won)
+
+    async def read_texts(self, run_ids: list) -> None:
+        """Before closing ``run_ids`` as interrupted: the text of each as the stream's last delta holds it.
+        A node restarted under its own name does not fold its previous life's entries, and a survivor may
+        be behind in the stream, while other nodes delivered every delta the stream holds to their clients."""
+        for run_id in run_ids:
+            try:
+                data = await self.bus.newest(run_id.encode(), lambda d, r=run_id: _last_delta(d, r), TEXT_BACK)
+            except Exception:  # the bus away for a moment: the other records (the draft) still count
+                log.exception("cluster: reading the last text of run %s from the bus failed", run_id)
+                continue
+            if data is not None:
+                self.texts[run_id] = data["draft"]
 
     def _keys_lost(self, live: set) -> bool:
         """Redis lost its keys lately (this node's own liveness key is gone, or the bus saw it):
@@ -460,6 +483,12 @@ class Cluster:
         if self.node_id not in live or self.bus.lost_recently(BEAT_EVERY + SWEEP_EVERY):
             return set()
         return set(nodes) - live
+
+
+def _last_delta(data: Any, run_id: str) -> bool:
+    """Is ``data`` (an event's bus form) a text delta of ``run_id``, with its text so far?"""
+    return type(data) is dict and data.get("event") == "TextDelta" and data.get("run_id") == run_id \
+        and data.get("kind", "text") == "text" and type(data.get("draft")) is str  # fmt: skip
 
 
 def _run_started(c: Any, run_id: str, cid: str, node: str) -> None:
