@@ -53,7 +53,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from .bus import Deliver, OnCommand
-from .busauth import KEY_BYTES, LEARN_BACK, LiveNodes, Signer, Verifier, entry_mac, entry_order, fingerprint
+from .busauth import KEY_BYTES, LEARN_BACK, LiveNodes, Signer, Verifier, entry_order, fingerprint, genuine
 from ..model.errors import Unavailable
 from ..model.redact import mask_url
 from .nodes import HEARTBEAT_EVERY, NODE_TTL
@@ -429,9 +429,9 @@ class RedisBus:
         while True:
             entries = await r.xrevrange(self.events_key, max=high, min=low, count=BATCH)
             for entry_id, fields in entries:
-                h, payload, mac = fields.get(b"h"), fields.get(b"b"), fields.get(b"m")
-                if type(payload) is not bytes or needle not in payload or type(h) is not bytes or \
-                        type(mac) is not bytes or entry_mac(self.auth.key, h, payload) != mac:  # fmt: skip
+                payload = fields.get(b"b")
+                if type(payload) is not bytes or needle not in payload or \
+                        not genuine(self.auth.key, self.events_key, entry_id, fields):  # fmt: skip
                     continue
                 try:
                     items = orjson.loads(payload)
