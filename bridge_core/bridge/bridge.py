@@ -202,8 +202,9 @@ class Bridge(CommandHandlers):
         self._interrupted_reported = True
         reported = 0
         for cid, run_id in self.interrupted_runs:
-            if cid not in self.conversations:
-                continue
+            conv = self.conversations.get(cid)
+            if conv is None or conv.run is None or conv.run.run_id != run_id:
+                continue  # gone, or closed meanwhile (a close its previous life published: scale/cluster.py)
             self.interrupt(cid, run_id, "This run was interrupted by a restart of the bridge and did not finish.")
             reported += 1
         return reported

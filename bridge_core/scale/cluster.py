@@ -52,12 +52,13 @@ import logging
 import time
 from typing import Any, Awaitable, Callable, Optional
 
-from ..bridge.bridge import Bridge
+from ..bridge.bridge import CLOSE_PENDING, Bridge
 from ..bridge.decisions import EVENTS as DECISION_EVENTS
 from ..bridge.tasks import TaskSet
 from ..model import commands as cmd
 from ..model import events as ev
 from ..model.errors import BridgeError, RunActive
+from ..model.ids import draft_message_id
 from ..model.serialize import UnknownEvent, from_dict, to_dict
 from ..model.state import ConversationState
 from . import holds
@@ -135,7 +136,9 @@ class Cluster:
         await self.bus.start(self._deliver, self.router.on_command)
         await self.number.reserve()
         self._loaded = dict(store.query("SELECT run_id, node_id FROM cluster_runs WHERE state='running'"))
-        await self.read_texts([run_id for run_id, node in self._loaded.items() if node == self.node_id])
+        own = [run_id for run_id, node in self._loaded.items() if node == self.node_id]
+        pending = [r for (r,) in store.query("SELECT run_id FROM runs WHERE " + CLOSE_PENDING, (ev.RUN_INTERRUPTED,))]
+        await self.read_texts(own + [r for r in pending if r not in self._loaded])  # its own, to close
 
     def interrupted_here(self, run_id: str) -> bool:
         """A run the store has running: this node's own from before a restart (or nobody's)?"""
@@ -436,17 +439,19 @@ class Cluster:
         return len(won)
 
     async def read_texts(self, run_ids: list) -> None:
-        """Before closing ``run_ids`` as interrupted: the text of each as the stream's last delta holds it.
-        A node restarted under its own name does not fold its previous life's entries, and a survivor may
-        be behind in the stream, while other nodes delivered every delta the stream holds to their clients."""
+        """Before closing ``run_ids`` as interrupted: the text of each as the stream holds it, its last delta
+        (or the completion of its message, where a previous life of this node closed it and died before its
+        store had the close: closed again, with that text). A node restarted under its own name does not fold
+        its previous life's entries, and a survivor may be behind in the stream, while other nodes delivered
+        every delta the stream holds to their clients."""
         for run_id in run_ids:
             try:
-                data = await self.bus.newest(run_id.encode(), lambda d, r=run_id: _last_delta(d, r), TEXT_BACK)
+                data = await self.bus.newest(run_id.encode(), lambda d, r=run_id: _last_text(d, r), TEXT_BACK)
             except Exception:  # the bus away for a moment: the other records (the draft) still count
                 log.exception("cluster: reading the last text of run %s from the bus failed", run_id)
                 continue
             if data is not None:
-                self.texts[run_id] = data["draft"]
+                self.texts[run_id] = data["draft"] if data["event"] == "TextDelta" else data["text"]
 
     def _keys_lost(self, live: set) -> bool:
         """Redis lost its keys lately (this node's own liveness key is gone, or the bus saw it):
@@ -485,10 +490,16 @@ class Cluster:
         return set(nodes) - live
 
 
-def _last_delta(data: Any, run_id: str) -> bool:
-    """Is ``data`` (an event's bus form) a text delta of ``run_id``, with its text so far?"""
-    return type(data) is dict and data.get("event") == "TextDelta" and data.get("run_id") == run_id \
-        and data.get("kind", "text") == "text" and type(data.get("draft")) is str  # fmt: skip
+def _last_text(data: Any, run_id: str) -> bool:
+    """Is ``data`` (an event's bus form) a text delta of ``run_id`` with its text so far, or the completion
+    of its message (the one a close completes)?"""
+    if type(data) is not dict or data.get("run_id") != run_id:
+        return False
+    t = data.get("event")
+    if t == "TextDelta":
+        return data.get("kind", "text") == "text" and type(data.get("draft")) is str
+    return t == "MessageCompleted" and data.get("message_id") == draft_message_id(run_id) \
+        and type(data.get("text")) is str  # fmt: skip
 
 
 def _run_started(c: Any, run_id: str, cid: str, node: str) -> None:
