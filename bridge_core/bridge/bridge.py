@@ -48,6 +48,8 @@ RUN_END_REASON = {"cancelled": "cancelled", "failed": "failed", "completed": "co
 # finished_at): the process died again before closing it, the next start closes it (the seed 1003 of
 # docs/performance.md, "Chaos": a node killed three times in 9 s, its run shown active for good elsewhere)
 CLOSE_PENDING = "(status='failed' AND error=? AND finished_at IS NULL)"
+# the runs a start finds left open (parameter: ev.RUN_INTERRUPTED): running, or their close pending
+LEFT_OPEN = "SELECT run_id, conversation_id, started_at FROM runs WHERE status='running' OR " + CLOSE_PENDING
 
 
 class Bridge(CommandHandlers):
@@ -162,10 +164,7 @@ class Bridge(CommandHandlers):
         """Runs that were running when the process died are failed, never left running: each is put
         back as the conversation's active run, with the decisions it left pending, so that
         report_interrupted closes it by the one rule every run end follows (close_run)."""
-        for run_id, cid, started in self.store.query(
-            "SELECT run_id, conversation_id, started_at FROM runs WHERE status='running' OR " + CLOSE_PENDING,
-            (ev.RUN_INTERRUPTED,),
-        ):
+        for run_id, cid, started in self.store.query(LEFT_OPEN, (ev.RUN_INTERRUPTED,)):
             if self.sequencing.interrupted_here(run_id):
                 self.interrupted_runs.append((cid, run_id))  # else another node's run, going on there
             conv = self.conversations.get(cid)

@@ -52,7 +52,7 @@ import logging
 import time
 from typing import Any, Awaitable, Callable, Optional
 
-from ..bridge.bridge import CLOSE_PENDING, Bridge
+from ..bridge.bridge import LEFT_OPEN, Bridge
 from ..bridge.decisions import EVENTS as DECISION_EVENTS
 from ..bridge.tasks import TaskSet
 from ..model import commands as cmd
@@ -136,9 +136,9 @@ class Cluster:
         await self.bus.start(self._deliver, self.router.on_command)
         await self.number.reserve()
         self._loaded = dict(store.query("SELECT run_id, node_id FROM cluster_runs WHERE state='running'"))
-        own = [run_id for run_id, node in self._loaded.items() if node == self.node_id]
-        pending = [r for (r,) in store.query("SELECT run_id FROM runs WHERE " + CLOSE_PENDING, (ev.RUN_INTERRUPTED,))]
-        await self.read_texts(own + [r for r in pending if r not in self._loaded])  # its own, to close
+        # the runs the bridge's load will close as interrupted here (Bridge._load_running): their texts first
+        left = store.query(LEFT_OPEN, (ev.RUN_INTERRUPTED,))
+        await self.read_texts([run_id for run_id, _, _ in left if self.interrupted_here(run_id)])
 
     def interrupted_here(self, run_id: str) -> bool:
         """A run the store has running: this node's own from before a restart (or nobody's)?"""
