@@ -25,6 +25,12 @@ key), before it reads the window, then deletes them. A record the file has
 no room for (the next file is not ready, or a huge event) is committed
 before its frame leaves instead, as without a journal.
 
+What the rows hold of a run also completes it after a crash (``stored_run_text``, offered to the
+core as a ``DurableText``: bridge_core/bridge/drafts.py): a phone may have got its deltas up to the
+crash, a second past the draft the core last saved, and replays them from these rows; the
+interrupted message is completed with their text, so the transcript and the phone's closing
+``run.completed`` hold what its deltas make (docs/loomi.md, "Seq across restarts").
+
 A record: ``crc32 (4 bytes) | length (4) | payload``, the payload written
 before the header (a crash in between leaves a zero header: the end); the
 payload is two counts, the event rows ``n (8) | body length (4) | body``,
@@ -45,7 +51,9 @@ import os
 import struct
 import time
 import zlib
-from typing import Optional
+from typing import Any, Iterable, Optional
+
+import orjson
 
 from bridge_core.bridge.private import open_private
 
@@ -306,3 +314,40 @@ def _create(path: str, size: int) -> mmap.mmap:
     for i in range(0, size, mmap.PAGESIZE):
         m[i] = 0
     return m
+
+
+def run_text(tails: Iterable[bytes], run_id: str) -> Optional[str]:
+    """The text of ``run_id``'s message as frame bodies (without their ``{``, in order) hold it: its
+    ``run.delta`` texts of kind text, joined; None unless its ``run.started`` is among them (older rows
+    pruned: what they hold is not all of it) or it holds no delta."""
+    needle = b'"run_id":' + orjson.dumps(run_id)
+    parts: Optional[list[str]] = None
+    for tail in tails:
+        if needle not in tail:
+            continue
+        try:
+            frame = orjson.loads(b"{" + tail)
+        except orjson.JSONDecodeError:
+            continue
+        if frame.get("run_id") != run_id:
+            continue
+        kind = frame.get("type")
+        if kind == "run.started":
+            parts = []
+        elif kind == "run.delta" and parts is not None:
+            payload = frame.get("payload") or {}
+            if payload.get("kind", "text") == "text" and isinstance(payload.get("text"), str):
+                parts.append(payload["text"])
+    return "".join(parts) if parts else None
+
+
+def stored_run_text(store: Any, run_id: str) -> Optional[str]:
+    """``run_text`` over the replay rows in the store (``Bridge.add_durable_text``): one node's events
+    (the journal's rows were committed at start, before the interrupted runs are closed), and with
+    several nodes each source's frames, every frame committed before it left. The longest."""
+    texts = [run_text((bytes(b) for (b,) in store.query("SELECT body FROM loomi_events ORDER BY n")), run_id)]
+    by_source: dict[str, list[bytes]] = {}
+    for source, body in store.query("SELECT source, body FROM loomi_frames ORDER BY source, m"):
+        by_source.setdefault(source, []).append(bytes(body))
+    texts += [run_text(tails, run_id) for tails in by_source.values()]
+    return max((t for t in texts if t), key=len, default=None)

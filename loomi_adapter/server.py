@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import importlib.metadata
 import logging
 import os
@@ -35,6 +36,7 @@ from .cluster import ClusterRegistry
 from .config import PART
 from .devices import Device, Registry
 from .errors import Replaced
+from .journal import stored_run_text
 from .protocol import CHECK, REQUEST, Authenticate, Close, Job, LoomiProtocol, PairHello, Settings
 from .revocation import Revocations
 
@@ -152,6 +154,8 @@ class LoomiFrontEnd(FrontEnd):
             self._loop = asyncio.get_running_loop()
         await self.registry.prepare()
         await self.revocations.prepare()
+        # after a crash, a run's message is completed with what its replay rows hold (journal.py)
+        self.bridge.add_durable_text(functools.partial(stored_run_text, self.bridge.store))
 
     async def start(self, host: str, port: int, ssl_context: Optional[ssl.SSLContext] = None) -> int:
         port = await super().start(host, port, ssl_context)

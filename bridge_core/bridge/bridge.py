@@ -31,7 +31,7 @@ from .agent import AgentSource
 from .attachments import AttachmentStore
 from .decisions import EVENTS as DECISION_EVENTS
 from .decisions import DecisionLedger
-from .drafts import DraftSaver
+from .drafts import DraftSaver, DurableText, longest_text
 from .handlers import HANDLERS, CommandHandlers
 from .hub import Hub
 from .persist import Persister
@@ -44,6 +44,12 @@ log = logging.getLogger("agent_bridge.bridge")
 
 CLEANUP_INTERVAL = 3600.0
 RUN_END_REASON = {"cancelled": "cancelled", "failed": "failed", "completed": "completed"}
+# a run a start marked failed (``_fail_interrupted``) whose RunFinished was not stored yet (it sets
+# finished_at): the process died again before closing it, the next start closes it (the seed 1003 of
+# docs/performance.md, "Chaos": a node killed three times in 9 s, its run shown active for good elsewhere)
+CLOSE_PENDING = "(status='failed' AND error=? AND finished_at IS NULL)"
+# the runs a start finds left open (parameter: ev.RUN_INTERRUPTED): running, or their close pending
+LEFT_OPEN = "SELECT run_id, conversation_id, started_at FROM runs WHERE status='running' OR " + CLOSE_PENDING
 
 
 class Bridge(CommandHandlers):
@@ -71,6 +77,7 @@ class Bridge(CommandHandlers):
         self.drafts = DraftSaver(self.store, self.conversations.__contains__)  # streaming drafts, saved now and then
         self.persister = Persister(self.store, self.conversations, self.drafts)
         self.interrupted_runs: list[tuple[str, str]] = []
+        self.durable_texts: list[DurableText] = []  # front ends' durable records of a run's text (drafts.py)
         self._interrupted_reported = False
         self.runs_ended: collections.Counter = collections.Counter()  # status -> runs this node ended (metrics)
         self.started = False
@@ -157,9 +164,7 @@ class Bridge(CommandHandlers):
         """Runs that were running when the process died are failed, never left running: each is put
         back as the conversation's active run, with the decisions it left pending, so that
         report_interrupted closes it by the one rule every run end follows (close_run)."""
-        for run_id, cid, started in self.store.query(
-            "SELECT run_id, conversation_id, started_at FROM runs WHERE status='running'"
-        ):
+        for run_id, cid, started in self.store.query(LEFT_OPEN, (ev.RUN_INTERRUPTED,)):
             if self.sequencing.interrupted_here(run_id):
                 self.interrupted_runs.append((cid, run_id))  # else another node's run, going on there
             conv = self.conversations.get(cid)
@@ -171,14 +176,13 @@ class Bridge(CommandHandlers):
                     run.draft = ev.Draft(saved.text)
 
     async def _fail_interrupted(self) -> None:
-        """Store the runs a crash cut short as failed (awaited: the loop keeps turning meanwhile)."""
+        """Store the runs a crash cut short as failed (awaited: the loop keeps turning meanwhile), their
+        close still pending (``CLOSE_PENDING``: no ``finished_at`` until their ``RunFinished`` is stored):
+        a crash before ``report_interrupted`` closed them leaves them to the next start, never open for good."""
         if not self.interrupted_runs:
             return
-        now = time.time()
-        rows = [(now, ev.RUN_INTERRUPTED, r) for _, r in self.interrupted_runs]
-        await self.store.write(
-            lambda c: c.executemany("UPDATE runs SET status='failed', finished_at=?, error=? WHERE run_id=?", rows)
-        )
+        rows = [(ev.RUN_INTERRUPTED, r) for _, r in self.interrupted_runs]
+        await self.store.write(lambda c: c.executemany("UPDATE runs SET status='failed', error=? WHERE run_id=?", rows))
         log.warning("%d run(s) interrupted by a restart were marked failed", len(rows))
 
     def report_interrupted(self) -> int:
@@ -186,8 +190,9 @@ class Bridge(CommandHandlers):
 
         ``_load`` marked them failed in the runs table and put each back as its
         conversation's active run; here each one gets a ``RunFinished`` failed,
-        so ``close_run`` completes its message (with the draft last saved
-        before the crash, ``drafts.DraftSaver``) and resolves its pending decisions
+        so ``close_run`` completes its message (with the longest text a durable
+        record holds: the draft last saved before the crash, ``drafts.DraftSaver``,
+        or what a front end kept of the deltas it sent, ``interrupt``) and resolves its pending decisions
         (decided_by ``restart``) on every front end, then a diagnostic notice
         says why.
         """
@@ -196,14 +201,29 @@ class Bridge(CommandHandlers):
         self._interrupted_reported = True
         reported = 0
         for cid, run_id in self.interrupted_runs:
-            if cid not in self.conversations:
-                continue
+            conv = self.conversations.get(cid)
+            if conv is None or conv.run is None or conv.run.run_id != run_id:
+                continue  # gone, or closed meanwhile (a close its previous life published: scale/cluster.py)
             self.interrupt(cid, run_id, "This run was interrupted by a restart of the bridge and did not finish.")
             reported += 1
         return reported
 
+    def add_durable_text(self, source: DurableText) -> None:
+        """A front end's durable record of runs' text (``drafts.DurableText``), asked when a run is
+        interrupted; added before ``start`` (a front end's ``prepare``)."""
+        self.durable_texts.append(source)
+
     def interrupt(self, cid: str, run_id: str, notice: str) -> None:
-        """Close a run nobody runs any more (a restart, or its node died: scale/cluster.py) and say why."""
+        """Close a run nobody runs any more (a restart, or its node died: scale/cluster.py) and say why.
+
+        Its message is completed (``close_run``) with the longest text a durable record holds: the saved
+        draft, or what a front end kept of the deltas it sent (``drafts.longest_text``)."""
+        conv = self.conversations.get(cid)
+        run = conv.run if conv is not None else None
+        if run is not None and run.run_id == run_id and not run.completed and self.durable_texts:
+            text = longest_text(run.text, run_id, self.durable_texts)
+            if len(text) > len(run.text):
+                run.draft = ev.Draft(text)
         self.publish(ev.RunFinished(conversation_id=cid, run_id=run_id, status="failed", error=ev.RUN_INTERRUPTED))
         self.publish(ev.Notification(conversation_id=cid, message_id=f"n-{new_id()}", text=notice,
                                      title="Run interrupted", category="diagnostic", source="bridge"))  # fmt: skip

@@ -13,12 +13,27 @@ message as changed (a dict store: this runs per delta), and one timer saves
 every changed draft, as it is by then, in one write, whatever number of runs
 stream. The write holds no frame
 (``barrier=False``): a snapshot that may lag what was sent, by design.
+
+A front end may keep more than the draft, durably: Loomi commits (or maps into its journal) every
+frame before it leaves, so after a crash its rows may hold a run's deltas up to the last one a phone
+got, a second past the draft. Such a front end offers that text through ``DurableText`` (registered
+with ``Bridge.add_durable_text`` before the interrupted runs are closed), and the interrupted message
+is completed with the longest text any of them, or the draft, holds (``longest_text``): the
+transcript, every front end's closing frames and a phone's replay then agree (docs/architecture.md,
+"After a crash"). The core imports no front end: the interface is this callable.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable, Optional
+import logging
+from typing import Any, Callable, Iterable, Optional
+
+log = logging.getLogger("agent_bridge.drafts")
+
+# run id -> the text of its message as a front end's durable record holds it (None: not all of it, or
+# nothing): Loomi's replay rows (loomi_adapter/journal.py ``stored_run_text``)
+DurableText = Callable[[str], Optional[str]]
 
 DRAFT_SAVE_INTERVAL = 1.0  # seconds between saves of a streaming draft (what a crash can lose)
 
@@ -75,3 +90,20 @@ class DraftSaver:
     def close(self) -> None:
         """Stopping: what changed since the last save is saved now."""
         self.save()
+
+
+def longest_text(draft: str, run_id: str, sources: Iterable[DurableText]) -> str:
+    """What an interrupted run's message is completed with: the longest of its saved ``draft`` and the
+    texts durable records offer, each only where it goes on from the draft (the same message further on:
+    an unrelated text never replaces it). Every node closing the run asks the same records (the shared
+    store's rows with several nodes), so it closes with one text."""
+    best = draft
+    for source in sources:
+        try:
+            text = source(run_id)
+        except Exception:  # a record that cannot be read now: the others, or the draft, still count
+            log.exception("reading the durable text of run %s failed", run_id)
+            continue
+        if text is not None and len(text) > len(best) and text.startswith(draft):
+            best = text
+    return best

@@ -47,6 +47,8 @@ class Bus(Protocol):
 
     async def live_nodes(self) -> list[str]: ...
 
+    async def newest(self, needle: bytes, match: Callable[[Any], bool], back: float) -> Any: ...
+
     async def stop(self) -> None: ...
 
 
@@ -86,6 +88,9 @@ class LocalBus:
 
     async def live_nodes(self) -> list[str]:
         return [self.node_id]
+
+    async def newest(self, needle: bytes, match: Callable[[Any], bool], back: float) -> Any:
+        return None  # nothing kept: this process's events are in its own state
 
     async def stop(self) -> None:
         self._deliver = self._on_command = None

@@ -92,6 +92,23 @@ def entry_mac(key: bytes, h: bytes, payload: bytes) -> bytes:
     return hmac.digest(key, len(h).to_bytes(4, "big") + h + payload, "sha256")
 
 
+def genuine(key: bytes, stream: str, entry_id: Any, fields: dict) -> bool:
+    """Is ``fields`` a genuine entry of ``stream`` (its MAC, its header naming that stream, its time
+    Redis's), read without noting its counter (``RedisBus.newest`` reads old entries back; applying
+    an entry is ``Verifier.check``'s)."""
+    h, payload, mac = fields.get(b"h"), fields.get(b"b"), fields.get(b"m")
+    if not (type(h) is bytes and type(payload) is bytes and type(mac) is bytes):
+        return False
+    if not hmac.compare_digest(entry_mac(key, h, payload), mac):
+        return False
+    try:
+        version, where, _node, _epoch, _counter, ts = orjson.loads(h)
+    except (ValueError, TypeError):
+        return False
+    ms = entry_ms(entry_id)
+    return version == VERSION and where == stream and type(ts) is int and ms - WINDOW_MS <= ts <= ms + AHEAD_MS
+
+
 def entry_ms(entry_id: Any) -> int:
     """The milliseconds of a stream entry id (``b"1700000000000-3"``): Redis's clock when it took it."""
     raw = entry_id if isinstance(entry_id, bytes) else str(entry_id).encode()

@@ -52,12 +52,13 @@ import logging
 import time
 from typing import Any, Awaitable, Callable, Optional
 
-from ..bridge.bridge import Bridge
+from ..bridge.bridge import LEFT_OPEN, Bridge
 from ..bridge.decisions import EVENTS as DECISION_EVENTS
 from ..bridge.tasks import TaskSet
 from ..model import commands as cmd
 from ..model import events as ev
 from ..model.errors import BridgeError, RunActive
+from ..model.ids import draft_message_id
 from ..model.serialize import UnknownEvent, from_dict, to_dict
 from ..model.state import ConversationState
 from . import holds
@@ -74,6 +75,9 @@ JOIN_BACK = 5.0  # seconds of stream a joining node folds again (writes its load
 MOVE_WAIT = 3.0  # s a node taking a run over that ended meanwhile waits for that end to come (move_run)
 
 NODE_GONE = "This run was interrupted: the bridge node running it stopped."
+# s of stream read back for the last delta of a run this node closes as interrupted (its own after a restart,
+# or a dead node's): its node died at most this long before (later, a survivor has closed it already)
+TEXT_BACK = NODE_TTL + SWEEP_EVERY + JOIN_BACK
 
 MIGRATIONS = [
     """
@@ -112,6 +116,10 @@ class Cluster:
         self.holds = holds.Holds(bridge.store, self.node_id)  # what this node answers for besides its runs
         self.lag: Optional[float] = None  # s from the last event's publish (its ts) to its delivery here (metrics)
         self.router = Router(bridge, bus, self.node_id, self.runs, self.deciders, self.tasks)  # commands' nodes
+        # the text of runs this node closes as interrupted, as the stream's last delta of each holds it: what
+        # the other nodes delivered (read_texts; a durable record of the core's, bridge_core/bridge/drafts.py)
+        self.texts: dict[str, str] = {}
+        bridge.add_durable_text(self.texts.get)
         self.execute = self.router.execute  # Sequencing: a command on the node it belongs to
         self.add_hosted = self.router.add_hosted
         bridge.use_cluster(self)
@@ -128,6 +136,9 @@ class Cluster:
         await self.bus.start(self._deliver, self.router.on_command)
         await self.number.reserve()
         self._loaded = dict(store.query("SELECT run_id, node_id FROM cluster_runs WHERE state='running'"))
+        # the runs the bridge's load will close as interrupted here (Bridge._load_running): their texts first
+        left = store.query(LEFT_OPEN, (ev.RUN_INTERRUPTED,))
+        await self.read_texts([run_id for run_id, _, _ in left if self.interrupted_here(run_id)])
 
     def interrupted_here(self, run_id: str) -> bool:
         """A run the store has running: this node's own from before a restart (or nobody's)?"""
@@ -368,6 +379,7 @@ class Cluster:
 
     def _run_ended(self, run_id: str) -> None:
         self._origins.pop(run_id, None)
+        self.texts.pop(run_id, None)
         ending = self._ending.pop(run_id, None)
         if ending is not None and not ending.done():
             ending.set_result(None)
@@ -414,6 +426,7 @@ class Cluster:
             return won, self.holds.claim(c, dead)
 
         won, held = await self.bridge.store.write(claim)
+        await self.read_texts([run_id for run_id, _ in won])
         for run_id, cid in won:
             self.runs.pop(run_id, None)
             conv = self.bridge.conversations.get(cid)
@@ -424,6 +437,21 @@ class Cluster:
         self.taken_over += len(won)
         self.holds.inherited(held, dead)
         return len(won)
+
+    async def read_texts(self, run_ids: list) -> None:
+        """Before closing ``run_ids`` as interrupted: the text of each as the stream holds it, its last delta
+        (or the completion of its message, where a previous life of this node closed it and died before its
+        store had the close: closed again, with that text). A node restarted under its own name does not fold
+        its previous life's entries, and a survivor may be behind in the stream, while other nodes delivered
+        every delta the stream holds to their clients."""
+        for run_id in run_ids:
+            try:
+                data = await self.bus.newest(run_id.encode(), lambda d, r=run_id: _last_text(d, r), TEXT_BACK)
+            except Exception:  # the bus away for a moment: the other records (the draft) still count
+                log.exception("cluster: reading the last text of run %s from the bus failed", run_id)
+                continue
+            if data is not None:
+                self.texts[run_id] = data["draft"] if data["event"] == "TextDelta" else data["text"]
 
     def _keys_lost(self, live: set) -> bool:
         """Redis lost its keys lately (this node's own liveness key is gone, or the bus saw it):
@@ -460,6 +488,18 @@ class Cluster:
         if self.node_id not in live or self.bus.lost_recently(BEAT_EVERY + SWEEP_EVERY):
             return set()
         return set(nodes) - live
+
+
+def _last_text(data: Any, run_id: str) -> bool:
+    """Is ``data`` (an event's bus form) a text delta of ``run_id`` with its text so far, or the completion
+    of its message (the one a close completes)?"""
+    if type(data) is not dict or data.get("run_id") != run_id:
+        return False
+    t = data.get("event")
+    if t == "TextDelta":
+        return data.get("kind", "text") == "text" and type(data.get("draft")) is str
+    return t == "MessageCompleted" and data.get("message_id") == draft_message_id(run_id) \
+        and type(data.get("text")) is str  # fmt: skip
 
 
 def _run_started(c: Any, run_id: str, cid: str, node: str) -> None:

@@ -53,7 +53,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from .bus import Deliver, OnCommand
-from .busauth import KEY_BYTES, LEARN_BACK, LiveNodes, Signer, Verifier, entry_order, fingerprint
+from .busauth import KEY_BYTES, LEARN_BACK, LiveNodes, Signer, Verifier, entry_order, fingerprint, genuine
 from ..model.errors import Unavailable
 from ..model.redact import mask_url
 from .nodes import HEARTBEAT_EVERY, NODE_TTL
@@ -414,6 +414,35 @@ class RedisBus:
             await self._beat_once()
         except (RedisError, OSError) as exc:
             log.warning("bus: heartbeat failed (%s)", exc)
+
+    async def newest(self, needle: bytes, match: Any, back: float) -> Any:
+        """The newest event of the stream's last ``back`` seconds whose entry holds ``needle`` and that
+        ``match(data)`` takes, read backwards and applied nowhere (no counter noted); None if none. A
+        genuine entry only (its MAC), whatever its epoch: what the nodes delivered when it was live
+        (cluster.py: the text of a run a node closes as interrupted)."""
+        r = self._r
+        last = await r.xrevrange(self.events_key, count=1) if r is not None else None
+        if not last:
+            return None
+        low = f"{max(0, entry_order(last[0][0])[0] - int(back * 1000))}-0"
+        high = "+"
+        while True:
+            entries = await r.xrevrange(self.events_key, max=high, min=low, count=BATCH)
+            for entry_id, fields in entries:
+                payload = fields.get(b"b")
+                if type(payload) is not bytes or needle not in payload or \
+                        not genuine(self.auth.key, self.events_key, entry_id, fields):  # fmt: skip
+                    continue
+                try:
+                    items = orjson.loads(payload)
+                except ValueError:
+                    continue
+                for item in reversed(items if type(items) is list else []):
+                    if type(item) is list and len(item) == 2 and item[0] == "e" and match(item[1]):
+                        return item[1]
+            if len(entries) < BATCH:
+                return None
+            high = "(" + (entries[-1][0].decode() if isinstance(entries[-1][0], bytes) else entries[-1][0])
 
     async def live_nodes(self) -> list[str]:
         """The nodes whose heartbeat key has not expired (their epochs noted: ``live``)."""

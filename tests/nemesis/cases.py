@@ -6,6 +6,9 @@ and reads every node exactly as a plan does, so the same checker judges it.
   connected phone got ``deltas`` of them (within the run's first second), restarted at once on
   its data dir (the embedded default) or under its own name (a node of several); a second phone
   was away and replays the run afterwards, the Pheby client reconnects.
+- ``kill9_while_closing``: the same run, its node killed with -9, then killed again as it comes
+  back, once its start marked the interrupted run failed and before it closed it (its front ends
+  were still starting), then restarted for good (chaos seed 1003: a node killed three times in 9 s).
 - ``read_your_writes``: a node stopped (SIGSTOP) while a stream goes on and a conversation is
   created on another node; a phone connected to the stopped node sends into it, and the node
   answers once continued.
@@ -24,6 +27,8 @@ and reads every node exactly as a plan does, so the same checker judges it.
 from __future__ import annotations
 
 import asyncio
+
+from tests.waiting import until
 
 from .history import History
 from .scenario import Plan, Run
@@ -59,6 +64,44 @@ async def crash_mid_stream(world: World, seed: int, deltas: int = 200, sweep: bo
         if sweep:  # the survivors notice the dead node (10 to 11 s) and close its run
             await live.app.until(lambda: live.app.completed(run_id), 30)
         await world.restart(node)
+        h.healed(fault)
+        await run.finish()
+    finally:
+        await run.close()
+    return h
+
+
+MARKED = "interrupted by a restart were marked failed"  # the start's log line (Bridge._fail_interrupted)
+
+
+async def kill9_while_closing(world: World, seed: int, deltas: int = 200) -> History:
+    run = Run(_plan(seed, world.topology), world)
+    h = run.h
+    try:
+        await run.setup()
+        live = run.phones["phone-1"]
+        node = run.chat.node
+        run_id = await run.chat.chat(run.conversations[0], f"/bench {CRASH_RATE * 3} {CRASH_RATE}")
+        assert run_id is not None, "the stream was refused"
+        await live.app.until(lambda: sum(1 for f in live.app.events if f["type"] == "run.delta"
+                                         and f["run_id"] == run_id) >= deltas, 15)
+        fault = h.fault("kill9", node)
+        world.kill9(node)
+        proc = world.procs[node]
+        life = proc.starts + 1
+        starting = asyncio.ensure_future(world.restart(node))  # blocks a thread until it listens
+        # its start marked the run failed, its front ends are still starting: killed again there
+        await until(lambda: starting.done() or (proc.starts == life and MARKED in proc.stderr()), 30,
+                    "the start marking the interrupted run failed", interval=0.001)
+        again = h.fault("kill9", node)
+        if proc.alive:
+            world.kill9(node)
+        try:
+            await starting
+        except RuntimeError:  # "bridge exited": the kill before it listened
+            pass
+        await world.restart(node)
+        h.healed(again)
         h.healed(fault)
         await run.finish()
     finally:

@@ -8,8 +8,10 @@ misses now and then (a non-strict xfail, see INTERMITTENT); and one targeted sce
 the checker found, each a strict xfail with its seed so that the fix flips it (a fixed one stays, with its
 seed, as a regression test: a PostgreSQL restart between runs):
 
-- kill -9 mid-stream of the embedded default, and of a node restarted under its own name: the
-  transcript and the closing frames hold less than the phones got (issue 41 item 2);
+- (fixed, kept as regression tests) kill -9 mid-stream of the embedded default, and of a node
+  restarted under its own name: the transcript and the closing frames held less than the phones
+  got (issue 41 item 2); and of a node killed again as it comes back, before it closed its run
+  (chaos seeds 1003 and 1000: the run left open elsewhere, the nodes' transcripts different);
 - a conversation created while another node is stopped: that node answers ``task_not_found``
   (read-your-writes); a send into one it is behind on: its transcript keeps the runs in another
   order for good;
@@ -91,19 +93,35 @@ async def test_a_short_seeded_run_on_three_nodes(cluster):
     judge(h, CRASH)
 
 
-@pytest.mark.xfail(strict=True, raises=Anomalies, reason=(
-    "issue 41 item 2: after a kill -9 within the run's first second the restarted node completes the "
-    "message with the draft saved at its first delta, while both phones got (live, or replayed from the "
-    "journal) 200 deltas: transcript_contradicts_client, deltas_incomplete"))  # fmt: skip
 async def test_kill9_of_the_embedded_default_mid_stream(embedded):
-    judge(await cases.crash_mid_stream(embedded, seed=4102), CRASH)
+    """Issue 41 item 2 (seed 4102): a kill -9 within the run's first second; the restarted node completed
+    the message with the draft saved at its first delta while both phones got (live, or replayed from
+    the journal) 200 deltas. Now completed with the text the journal's rows hold (journal.py)."""
+    judge(await cases.crash_mid_stream(embedded, seed=4102))
 
 
-@pytest.mark.xfail(strict=True, raises=Anomalies, reason=(
-    "issue 41 item 2: a node killed with -9 mid-stream and restarted under its own name closes its run "
-    "with its saved draft, not the text the phones and the browser on other nodes got over the bus"))  # fmt: skip
 async def test_kill9_and_restart_of_a_node_mid_stream(cluster):
-    judge(await cases.crash_mid_stream(cluster, seed=4103), CRASH)
+    """Issue 41 item 2 (seed 4103): a node killed with -9 mid-stream and restarted under its own name
+    closed its run with its saved draft, not the text the phones and the browser on other nodes got
+    over the bus. Now with the text the other nodes' Loomi frames hold in the shared store."""
+    judge(await cases.crash_mid_stream(cluster, seed=4103))
+
+
+# the origin node killed twice loses, now and then, lvmh events it had not stored yet as it read them back
+# (the bug of test_a_browser_refetching_while_the_origin_node_is_behind): not strict, and any other anomaly
+# (a run left open, nodes disagreeing) fails the test
+ORIGIN_LOSES_LVMH_EVENTS = pytest.mark.xfail(strict=False, raises=Anomalies, reason=(
+    "issue 41 (found by this suite): only a run's origin node stores its lvmh events, as it reads them back; "
+    "killed before, they are missing from the store the browser's view is compared with: view_diverged"))
+
+
+@ORIGIN_LOSES_LVMH_EVENTS
+async def test_kill9_of_a_node_as_it_comes_back_before_closing_its_run(cluster):
+    """Chaos seeds 1003 and 1000 (docs/performance.md): a node killed again after its start marked the run
+    failed and before it closed it. Its next start found nothing to close: the other nodes showed the run
+    active for good and the phones never got its end (run_not_closed, event_missing), and the node kept
+    the saved draft as a message the others did not have (nodes_disagree)."""
+    judge(await cases.kill9_while_closing(cluster, seed=4109), frozenset({"view_diverged"}))
 
 
 @pytest.mark.xfail(strict=True, raises=Anomalies, reason=(
