@@ -459,6 +459,41 @@ class BaseStore:
         rows = self.query(sql, params)
         return rows[0] if rows else None
 
+    # the core's reads of conversations (bridge.Bridge._load, transcripts.Transcripts): the list at
+    # start, not every message; a conversation's transcript when something needs it.
+    # The text of each conversation's last message (by insertion order), its first 200 characters
+    # (the state's preview, model/state.py); SQLite walks the (conversation_id, message_id) index,
+    # whose entries carry the rowid, and reads one row per conversation
+    last_messages_sql = (
+        "SELECT conversation_id, substr(text, 1, 200) FROM messages "
+        "WHERE rowid IN (SELECT max(rowid) FROM messages GROUP BY conversation_id)"
+    )
+
+    def conversation_list(self) -> list[tuple]:
+        """Every conversation's row and its preview: (id, name, source, created_at, updated_at,
+        last_active, session_id, preview); the preview is the last message's first 200
+        characters ("" when it has none)."""
+        previews = dict(self.query(self.last_messages_sql))
+        rows = self.query(
+            "SELECT id, name, source, created_at, updated_at, last_active, session_id FROM conversations"
+        )
+        return [(*row, previews.get(row[0]) or "") for row in rows]
+
+    def transcript(self, conversation_id: str, limit: int) -> list[tuple]:
+        """The last ``limit`` messages of a conversation, oldest first: (message_id, role, text, ts)."""
+        rows = self.query(
+            "SELECT message_id, role, text, ts FROM messages WHERE conversation_id=? ORDER BY rowid DESC LIMIT ?",
+            (conversation_id, limit),
+        )
+        rows.reverse()
+        return rows
+
+    def message_text(self, conversation_id: str, message_id: str) -> Optional[str]:
+        row = self.query_one(
+            "SELECT text FROM messages WHERE conversation_id=? AND message_id=?", (conversation_id, message_id)
+        )
+        return row[0] if row else None
+
     # --- settings ----------------------------------------------------------
 
     def get_setting(self, key: str) -> Optional[str]:

@@ -3,18 +3,52 @@
 Pure: ``ConversationState.apply(event)`` folds shared events into the
 transcript, the active run (with its draft text), the latest tool state per
 call, pending approvals and clarifications, and attachments. No I/O.
+
+The transcript is made when something first needs it (``messages``): a state may be given a
+``keeper`` (the bridge's ``bridge/transcripts.py``), which loads it from the store then and
+may drop it again later, so that a cold conversation holds only what its list entry needs.
+Without a keeper it starts empty and stays in memory.
 """
 
 from __future__ import annotations
 
 import collections
-from typing import Any, Optional, Union
+from typing import Any, Optional, Protocol, Union
 
 import attrs
 
 from . import events as ev
 
-HISTORY_KEEP = 2000  # transcript entries kept in memory per conversation
+HISTORY_KEEP = 2000  # transcript entries kept in memory per conversation (while its transcript is loaded)
+
+
+class Transcript(collections.deque):
+    """A conversation's transcript: its last ``HISTORY_KEEP`` messages, oldest first.
+
+    ``held`` is set once someone other than the reducers replaced it (``clear``: the Hermes source
+    adopts its own sessions' transcripts, the authority for them, which the store does not hold):
+    a keeper then never drops it, since it could not load it back.
+    """
+
+    __slots__ = ("held",)
+
+    def __init__(self, items: Any = ()):
+        super().__init__(items, HISTORY_KEEP)
+        self.held = False
+
+    def clear(self) -> None:
+        self.held = True
+        super().clear()
+
+
+class TranscriptKeeper(Protocol):
+    """What a state asks of whoever keeps transcripts (``bridge/transcripts.py``)."""
+
+    def load(self, conv: "ConversationState") -> Transcript: ...
+
+    def touch(self, conv: "ConversationState") -> None: ...
+
+    def grew(self, conv: "ConversationState", message: ev.Message, dropped: Optional[ev.Message]) -> None: ...
 
 
 @attrs.define
@@ -59,7 +93,9 @@ class ConversationState:
     updated_at: float = attrs.field(factory=ev.now)
     last_active: Optional[float] = None
     session_id: Optional[str] = None
-    messages: collections.deque = attrs.field(factory=lambda: collections.deque(maxlen=HISTORY_KEEP))
+    # the transcript while it is in memory (None: not made yet, or dropped by the keeper): read it as ``messages``
+    transcript: Optional[Transcript] = attrs.field(default=None, repr=False, eq=False)
+    keeper: Optional[TranscriptKeeper] = attrs.field(default=None, repr=False, eq=False)
     run: Optional[ActiveRun] = None
     last_run_id: Optional[str] = None
     tools: dict = attrs.field(factory=dict)  # call_id -> ToolState (latest run's tools)
@@ -67,6 +103,24 @@ class ConversationState:
     clarifications: dict = attrs.field(factory=dict)  # clarify_id -> ClarifyRequested
     attachments: dict = attrs.field(factory=dict)  # attachment_id -> Attachment
     preview: str = ""
+
+    @property
+    def messages(self) -> Transcript:
+        """The transcript, loaded by the keeper if it is not in memory (marked as used: it stays a while)."""
+        t = self.transcript
+        keeper = self.keeper
+        if t is None:
+            t = self.transcript = keeper.load(self) if keeper is not None else Transcript()
+        elif keeper is not None:
+            keeper.touch(self)
+        return t
+
+    def _append(self, message: ev.Message) -> None:
+        t = self.messages
+        dropped = t[0] if len(t) == HISTORY_KEEP else None  # the oldest, which the append pushes out
+        t.append(message)
+        if self.keeper is not None:
+            self.keeper.grew(self, message, dropped)
 
     @property
     def status(self) -> str:
@@ -86,7 +140,7 @@ class ConversationState:
     # --- reducers ---------------------------------------------------------
 
     def _user(self, e: ev.UserMessageSent) -> None:
-        self.messages.append(ev.Message(message_id=e.message_id, role="user", text=e.text, ts=e.ts))
+        self._append(ev.Message(message_id=e.message_id, role="user", text=e.text, ts=e.ts))
         self.last_active = e.ts
         self.preview = e.text[:200]
 
@@ -105,7 +159,7 @@ class ConversationState:
                 run.reasoning_draft = e.draft
 
     def _completed(self, e: ev.MessageCompleted) -> None:
-        self.messages.append(ev.Message(message_id=e.message_id, role="assistant", text=e.text, ts=e.ts))
+        self._append(ev.Message(message_id=e.message_id, role="assistant", text=e.text, ts=e.ts))
         self.last_active = e.ts
         if e.text:
             self.preview = e.text[:200]
@@ -169,7 +223,7 @@ class ConversationState:
         self.name = e.name
 
     def _notification(self, e: ev.Notification) -> None:
-        self.messages.append(ev.Message(message_id=e.message_id, role="assistant", text=e.text, ts=e.ts))
+        self._append(ev.Message(message_id=e.message_id, role="assistant", text=e.text, ts=e.ts))
         self.last_active = e.ts
 
     def history(self, limit: int) -> list:

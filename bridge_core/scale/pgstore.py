@@ -159,6 +159,13 @@ class PostgresStore(BaseStore):
                 log.error("%s", exc.message)
         return conn
 
+    # each conversation's last message (store.BaseStore.conversation_list): one pass over the table
+    # (its rowid column has no index here)
+    last_messages_sql = (
+        "SELECT DISTINCT ON (conversation_id) conversation_id, left(text, 200) FROM messages "
+        "ORDER BY conversation_id, rowid DESC"
+    )
+
     def query(self, sql: str, params: Iterable[Any] = ()) -> list[tuple]:
         conn = self._rconn
         if conn is None:
