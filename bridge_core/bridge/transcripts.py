@@ -102,6 +102,7 @@ class Transcripts:
                 self._keep(conv, sum(map(cost, conv.transcript)))
             return
         self._hot.move_to_end(conv.conversation_id)
+        self._trim()  # (one left over: its writes were not committed when another came in)
 
     def grew(self, conv: ConversationState, message: ev.Message, dropped: Optional[ev.Message] = None) -> None:
         hot = self._hot.get(conv.conversation_id)
