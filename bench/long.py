@@ -127,7 +127,7 @@ def fill(data_dir: str, convs: list[tuple[str, int]], progress: bool = False) ->
     """Write conversations ``[(name, turns)]`` into ``data_dir``'s store; ``{name: (id, last seq)}``."""
     import sqlite3
 
-    from bridge_core.bridge.store import open_store
+    from bridge_core.scale.engines import open_store
     from lvmh_adapter.persistence import MIGRATIONS
 
     store = open_store(None, data_dir).open()
