@@ -132,12 +132,12 @@ class Bridge(CommandHandlers):
     def _load(self) -> None:
         """The list of conversations (each one's row and its last message's preview), not their
         messages: a transcript is read when something needs it (transcripts.py)."""
-        keep = self.transcripts.cold
+        keep, sources = self.transcripts.cold, {}
         for cid, name, source, created, updated, last_active, session_id, preview in self.store.conversation_list():
             conv = self.conversations[cid] = ConversationState(
                 conversation_id=cid,
                 name=name,
-                source=source,
+                source=sources.setdefault(source, source),  # one string per source, not one per conversation
                 created_at=created,
                 updated_at=updated,
                 last_active=last_active,

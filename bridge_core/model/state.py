@@ -84,6 +84,55 @@ class ToolState:
     ts: float = 0.0
 
 
+class _Unmade(dict):
+    """The empty table a state hands out for one it has not made yet (``_lazy_dict``): reading it
+    makes nothing; the first write into it makes it the state's own (or goes to the one made
+    meanwhile)."""
+
+    __slots__ = ("_owner", "_slot")
+
+    def __init__(self, owner: Any, slot: str):
+        super().__init__()
+        self._owner = owner
+        self._slot = slot
+
+    def _target(self) -> dict:
+        owner = self._owner
+        if owner is None:
+            return self
+        self._owner = None
+        made = getattr(owner, self._slot)
+        if made is None:
+            setattr(owner, self._slot, self)
+            return self
+        return made
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        target = self._target()
+        dict.__setitem__(target, key, value)
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        return dict.setdefault(self._target(), key, default)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        dict.update(self._target(), *args, **kwargs)
+
+
+def _lazy_dict(slot: str) -> property:
+    """A dict attribute kept in ``slot``: None until something is put in it, so that a conversation at
+    rest holds no empty dicts (64 bytes each; reading one, as a list does for every conversation,
+    makes none)."""
+
+    def get(self: Any) -> dict:
+        d = getattr(self, slot)
+        return _Unmade(self, slot) if d is None else d
+
+    def put(self: Any, value: dict) -> None:
+        setattr(self, slot, value)
+
+    return property(get, put)
+
+
 @attrs.define
 class ConversationState:
     conversation_id: str
@@ -98,11 +147,17 @@ class ConversationState:
     keeper: Optional[TranscriptKeeper] = attrs.field(default=None, repr=False, eq=False)
     run: Optional[ActiveRun] = None
     last_run_id: Optional[str] = None
-    tools: dict = attrs.field(factory=dict)  # call_id -> ToolState (latest run's tools)
-    approvals: dict = attrs.field(factory=dict)  # approval_id -> ApprovalRequested
-    clarifications: dict = attrs.field(factory=dict)  # clarify_id -> ClarifyRequested
-    attachments: dict = attrs.field(factory=dict)  # attachment_id -> Attachment
+    # made when something is first put in them (``tools``, ``approvals``...: _lazy_dict)
+    _tools: Optional[dict] = attrs.field(default=None, alias="tools")  # call_id -> ToolState (latest run's tools)
+    _approvals: Optional[dict] = attrs.field(default=None, alias="approvals")  # approval_id -> ApprovalRequested
+    _clarifications: Optional[dict] = attrs.field(default=None, alias="clarifications")  # clarify_id -> ClarifyRequested
+    _attachments: Optional[dict] = attrs.field(default=None, alias="attachments")  # attachment_id -> Attachment
     preview: str = ""
+
+    tools = _lazy_dict("_tools")
+    approvals = _lazy_dict("_approvals")
+    clarifications = _lazy_dict("_clarifications")
+    attachments = _lazy_dict("_attachments")
 
     @property
     def messages(self) -> Transcript:
@@ -125,7 +180,7 @@ class ConversationState:
     @property
     def status(self) -> str:
         """Loomi task status: idle, running or waiting (a decision is pending)."""
-        if self.approvals or self.clarifications:
+        if self._approvals or self._clarifications:
             return "waiting"
         if self.run is not None:
             return "running"
@@ -147,7 +202,7 @@ class ConversationState:
     def _run_started(self, e: ev.RunStarted) -> None:
         self.run = ActiveRun(run_id=e.run_id, message_id=e.message_id, started_at=e.ts, request_id=e.request_id)
         self.last_run_id = e.run_id
-        self.tools = {}
+        self._tools = None
         self.last_active = e.ts
 
     def _delta(self, e: ev.TextDelta) -> None:
@@ -189,14 +244,14 @@ class ConversationState:
     def _run_finished(self, e: ev.RunFinished) -> None:
         if self.run is not None and self.run.run_id == e.run_id:
             self.run = None
-        for call_id, tool in list(self.tools.items()):
+        for tool in (self._tools or {}).values():
             if tool.status == "running" and tool.run_id == e.run_id:
                 tool.status = "cancelled" if e.status == "cancelled" else "failed"
         # a finished run leaves no decision pending
-        for aid, a in list(self.approvals.items()):
+        for aid, a in list((self._approvals or {}).items()):
             if a.run_id == e.run_id:
                 del self.approvals[aid]
-        for cid, c in list(self.clarifications.items()):
+        for cid, c in list((self._clarifications or {}).items()):
             if c.run_id == e.run_id:
                 del self.clarifications[cid]
         self.last_active = e.ts
@@ -231,7 +286,7 @@ class ConversationState:
         return msgs[-limit:] if limit > 0 else []
 
     def live_attachments(self, at: float) -> list:
-        return [a for a in self.attachments.values() if a.expires_at is None or a.expires_at > at]
+        return [a for a in (self._attachments or {}).values() if a.expires_at is None or a.expires_at > at]
 
 
 _APPLY = {

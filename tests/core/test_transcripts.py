@@ -114,7 +114,7 @@ async def test_dropped_and_read_back_is_the_same_transcript(tmp_path):
         cids = [await turn(b, f"hello {i}") for i in range(3)]
         await turn(b, "again", cids[0])
         kept = {cid: transcript_of(b.conversation(cid)) for cid in cids}
-        await b.store.aflush()  # (a transcript whose writes are still queued is not dropped)
+        await b.store.synced()  # (a transcript whose writes are still queued is not dropped)
         for cid in cids:  # each one read, the others dropped in turn
             assert transcript_of(b.conversation(cid)) == kept[cid]
             assert len(b.transcripts) <= 2
@@ -153,7 +153,7 @@ async def test_a_transcript_whose_writes_are_queued_is_not_dropped(tmp_path):
             assert b.conversation(first).transcript is not None
         finally:
             b.store.processed += 10**6
-        await b.store.aflush()
+        await b.store.synced()
         await turn(b, "third")  # now it can go
         assert b.conversation(first).transcript is None
         assert [m.text for m in b.conversation(first).messages] == ["first", "Echo: first"]
@@ -189,7 +189,7 @@ async def test_pheby_open_after_the_transcript_was_dropped_gives_the_same_frame(
     await chat(a, "and again", cid)
     first = await open_frame(a, cid)
     assert [m["text"] for m in first["messages"]] == ["hello there", "Echo: hello there", "and again", "Echo: and again"]
-    await bridge.store.aflush()
+    await bridge.store.synced()
     other = await chat(a, "elsewhere")
     assert bridge.conversation(cid).transcript is None  # dropped: the other one is in use
     loads = bridge.transcripts.loads
@@ -204,7 +204,7 @@ async def test_opening_every_conversation_holds_no_more_than_the_bound(pheby):
     a = await PhebyClient.connect(pheby.ports["pheby"])
     texts = [f"conversation {i} " + "x" * 2000 for i in range(8)]
     cids = [await chat(a, text) for text in texts]
-    await bridge.store.aflush()
+    await bridge.store.synced()
     bridge.transcripts.max_conversations = 3
     bridge.transcripts.max_bytes = 3 * 4600  # about two of these transcripts (2 messages of 2 KB each)
     for _ in range(2):
