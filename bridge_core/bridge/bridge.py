@@ -142,7 +142,7 @@ class Bridge(CommandHandlers):
                 updated_at=updated,
                 last_active=last_active,
                 session_id=session_id,
-                preview=preview,
+                preview=preview or "",
             )
             keep(conv)
         now = time.time()

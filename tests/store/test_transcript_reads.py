@@ -25,7 +25,7 @@ async def test_the_list_with_each_last_message_as_preview(open_store):
     await s.write(lambda c: c.execute(MESSAGE, ("a", "m2", "assistant", long, 4.0)))  # replaced: now the last
     got = sorted(s.conversation_list())
     assert got == [("a", "A", "demo", 1.0, 2.0, 3.0, None, long[:200]),
-                   ("b", "B", "hermes", 4.0, 5.0, None, "sess", "")]  # fmt: skip
+                   ("b", "B", "hermes", 4.0, 5.0, None, "sess", None)]  # fmt: skip
 
 
 async def test_a_transcript_is_its_last_messages_in_insertion_order(open_store):
