@@ -19,7 +19,12 @@ A transcript is dropped only when the store can give it back as it is in memory:
   ``_load_running`` does at start);
 - every write queued since its last message was added has been committed (reads go through
   the read connection, which sees committed rows only);
-- nobody replaced it from outside (``Transcript.held``: Hermes adopts its own transcripts).
+- nobody replaced it from outside (``Transcript.held``: Hermes adopts its own transcripts;
+  such a one is no longer counted).
+
+The oldest transcript is looked at first; one whose writes are still queued stops the pass
+(the next use tries again, a millisecond or so later for the writer), so the bound can be
+passed for as long as the store takes to commit what was just said.
 """
 
 from __future__ import annotations
@@ -98,11 +103,13 @@ class Transcripts:
     def touch(self, conv: ConversationState) -> None:
         hot = self._hot.get(conv.conversation_id)
         if hot is None:
-            if conv.transcript is not None:  # made before this keeper had it (a state given one later)
-                self._keep(conv, sum(map(cost, conv.transcript)))
+            t = conv.transcript
+            if t is not None and not t.held:  # made before this keeper had it (a state given one later)
+                self._keep(conv, sum(map(cost, t)))
             return
         self._hot.move_to_end(conv.conversation_id)
-        self._trim()  # (one left over: its writes were not committed when another came in)
+        if len(self._hot) > self.max_conversations or self.bytes > self.max_bytes:
+            self._trim(conv.conversation_id)  # (one left over: its writes were not committed when another came in)
 
     def grew(self, conv: ConversationState, message: ev.Message, dropped: Optional[ev.Message] = None) -> None:
         hot = self._hot.get(conv.conversation_id)
@@ -114,7 +121,8 @@ class Transcripts:
         self.bytes += delta
         hot.dirty = True
         self._hot.move_to_end(conv.conversation_id)
-        self._trim()
+        if len(self._hot) > self.max_conversations or self.bytes > self.max_bytes:
+            self._trim(conv.conversation_id)
 
     # --- the bound ----------------------------------------------------------------------
 
@@ -128,31 +136,37 @@ class Transcripts:
         self.forget(conv.conversation_id)
         self._hot[conv.conversation_id] = _Hot(conv, size)
         self.bytes += size
-        self._trim()
+        self._trim(conv.conversation_id)
 
-    def _trim(self) -> None:
-        """Drop least recently used transcripts while over either bound (never the one just used)."""
-        while len(self._hot) > self.max_conversations or self.bytes > self.max_bytes:
-            victim = self._victim()
-            if victim is None:
-                return
-            del self._hot[victim.conv.conversation_id]
-            self.bytes -= victim.size
-            victim.conv.transcript = None
-            self.dropped += 1
+    def _trim(self, using: str) -> None:
+        """Drop least recently used transcripts while over either bound, never ``using`` (the one in use).
 
-    def _victim(self) -> Optional[_Hot]:
-        store = self.store
-        last = next(reversed(self._hot))
-        for cid, hot in self._hot.items():
-            if cid == last:
-                return None
-            conv = hot.conv
-            if conv.run is not None or conv.transcript is None or conv.transcript.held:
+        The oldest is looked at first: a transcript whose store writes are still queued stops the
+        pass (the newer ones wait for theirs too; the next use tries again); one with an active run
+        counts as just used; one replaced from outside is no longer counted (it cannot go).
+        """
+        hot_ = self._hot
+        steps = len(hot_)  # each one looked at once at most
+        while (len(hot_) > self.max_conversations or self.bytes > self.max_bytes) and steps > 0:
+            steps -= 1
+            cid, hot = next(iter(hot_.items()))
+            if cid == using:
+                hot_.move_to_end(cid)
+                continue
+            t = hot.conv.transcript
+            if t is None or t.held:
+                del hot_[cid]
+                self.bytes -= hot.size
+                continue
+            if hot.conv.run is not None:
+                hot_.move_to_end(cid)
                 continue
             if hot.dirty:  # its writes are queued by now (a state is folded before its event is persisted)
-                hot.mark = store.submitted
+                hot.mark = self.store.submitted
                 hot.dirty = False
-            if store.processed >= hot.mark:
-                return hot
-        return None
+            if self.store.processed < hot.mark:
+                return
+            del hot_[cid]
+            self.bytes -= hot.size
+            hot.conv.transcript = None
+            self.dropped += 1

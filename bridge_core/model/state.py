@@ -171,7 +171,9 @@ class ConversationState:
         return t
 
     def _append(self, message: ev.Message) -> None:
-        t = self.messages
+        t = self.transcript
+        if t is None:
+            t = self.messages  # (the keeper's grew marks it as used: no touch here)
         dropped = t[0] if len(t) == HISTORY_KEEP else None  # the oldest, which the append pushes out
         t.append(message)
         if self.keeper is not None:
