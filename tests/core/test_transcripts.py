@@ -214,3 +214,19 @@ async def test_opening_every_conversation_holds_no_more_than_the_bound(pheby):
             assert len(bridge.transcripts) <= 3 and bridge.transcripts.bytes <= bridge.transcripts.max_bytes
     held = [c for c in bridge.conversations.values() if c.transcript is not None]
     assert len(held) <= 3
+
+
+def test_a_state_at_rest_holds_no_tables_until_something_is_put_in_them():
+    from bridge_core.model.state import ConversationState
+
+    conv = ConversationState(conversation_id="c", name="n")
+    assert conv.transcript is None and conv.keeper is None
+    assert not conv.approvals and list(conv.tools.values()) == [] and conv.status == "idle"  # reading makes none
+    assert (conv._tools, conv._approvals, conv._clarifications, conv._attachments) == (None, None, None, None)
+    first, second = conv.approvals, conv.approvals  # two handed out before anything was put in
+    first["a1"] = 1
+    second["a2"] = 2  # goes to the table the first write made
+    assert conv.approvals == {"a1": 1, "a2": 2} and conv.status == "waiting"
+    del conv.approvals["a1"], conv.approvals["a2"]
+    assert conv.status == "idle"
+    assert [m.text for m in conv.messages] == [] and conv.transcript is not None  # no keeper: made empty, kept
