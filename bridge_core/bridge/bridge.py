@@ -39,7 +39,7 @@ from .provenance import STAMPED, Provenance
 from .sequencing import ClusterLink, LocalSequencing, Sequencing
 from .sqlite import Store
 from .tasks import TaskSet
-from .transcripts import HOT_BYTES, HOT_CONVERSATIONS, Transcripts
+from .transcripts import HOT_BYTES, HOT_CONVERSATIONS, Conversations, Transcripts
 
 log = logging.getLogger("agent_bridge.bridge")
 
@@ -63,9 +63,9 @@ class Bridge(CommandHandlers):
         self.store = store or Store(os.path.join(data_dir, "bridge.db"))
         self.hub = Hub()
         self.tasks = TaskSet("bridge")
-        self.conversations: dict[str, ConversationState] = {}
         # the transcripts in memory: those in use, read from the store on demand (transcripts.py)
         self.transcripts = Transcripts(self.store, max_conversations=hot_transcripts, max_bytes=hot_bytes)
+        self.conversations: dict[str, ConversationState] = Conversations(self.transcripts)
         self.sources: dict[str, AgentSource] = {}
         self.default_source = source
         self.retention_days = retention_days
@@ -134,7 +134,7 @@ class Bridge(CommandHandlers):
         messages: a transcript is read when something needs it (transcripts.py)."""
         keep, sources = self.transcripts.cold, {}
         for cid, name, source, created, updated, last_active, session_id, preview in self.store.conversation_list():
-            conv = self.conversations[cid] = ConversationState(
+            conv = ConversationState(
                 conversation_id=cid,
                 name=name,
                 source=sources.setdefault(source, source),  # one string per source, not one per conversation
@@ -145,6 +145,7 @@ class Bridge(CommandHandlers):
                 preview=preview or "",
             )
             keep(conv)
+            self.conversations[cid] = conv
         now = time.time()
         for att in self.attachments.load_all():
             conv = self.conversations.get(att.conversation_id)

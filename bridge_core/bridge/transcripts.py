@@ -75,10 +75,13 @@ class Transcripts:
         return conversation_id in self._hot
 
     def new(self, conv: ConversationState) -> None:
-        """A conversation created here and now: its transcript is empty, nothing to read."""
+        """A conversation created here and now (or on another node, the bus says): its transcript is
+        empty, nothing to read (what it was given meanwhile, if anything, is kept)."""
         conv.keeper = self
-        conv.transcript = Transcript()
-        self._keep(conv, 0)
+        t = conv.transcript
+        if t is None:
+            t = conv.transcript = Transcript()
+        self._keep(conv, sum(map(cost, t)))
 
     def cold(self, conv: ConversationState) -> None:
         """A conversation the store holds: its transcript is read when first needed."""
@@ -170,3 +173,20 @@ class Transcripts:
             self.bytes -= hot.size
             hot.conv.transcript = None
             self.dropped += 1
+
+
+class Conversations(dict):
+    """The bridge's conversations by id. A state put in without a keeper gets ``keeper``'s, as a new
+    conversation: the one the cluster makes when another node created a conversation
+    (``bridge_core/scale/cluster.py``) is then bounded like the others. Reads are a dict's."""
+
+    __slots__ = ("keeper",)
+
+    def __init__(self, keeper: Transcripts):
+        super().__init__()
+        self.keeper = keeper
+
+    def __setitem__(self, conversation_id: str, conv: ConversationState) -> None:
+        if conv.keeper is None:
+            self.keeper.new(conv)
+        dict.__setitem__(self, conversation_id, conv)

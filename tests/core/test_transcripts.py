@@ -230,3 +230,23 @@ def test_a_state_at_rest_holds_no_tables_until_something_is_put_in_them():
     del conv.approvals["a1"], conv.approvals["a2"]
     assert conv.status == "idle"
     assert [m.text for m in conv.messages] == [] and conv.transcript is not None  # no keeper: made empty, kept
+
+
+async def test_a_state_put_in_without_a_keeper_is_bounded_too(tmp_path):
+    """The cluster makes the state of a conversation another node created and puts it in the
+    bridge's conversations: it gets the bridge's keeper, its transcript empty, and can be dropped."""
+    from bridge_core.model.state import ConversationState
+
+    b = Bridge(str(tmp_path / "d"), DemoAgent(approval_timeout=None), hot_transcripts=1)
+    await b.start()
+    try:
+        remote = ConversationState(conversation_id="r" * 32, name="made elsewhere")
+        b.conversations[remote.conversation_id] = remote
+        assert remote.keeper is b.transcripts and remote.conversation_id in b.transcripts
+        assert list(remote.messages) == []
+        await turn(b, "here")
+        await b.store.synced()
+        await turn(b, "and here")
+        assert remote.transcript is None and len(b.transcripts) == 1
+    finally:
+        await b.stop()
