@@ -359,6 +359,7 @@ async def _serve_list(browser: Any, data: str, label: str, out: dict, changes: b
         await page.wait_for_function("() => document.getElementById('conn').textContent.includes('live')", timeout=120_000)
         out[f"dom_{label}"] = await page.evaluate(DOM_NODES)
         await ctx.close()
+        out[f"rss_{label}_list"] = srv.rss_mb()  # before a spec client takes the whole list (four times, below)
         if changes:
             out["changes"] = await list_change_bytes(browser, srv.base)
         out[f"rss_{label}"] = srv.rss_mb()
@@ -456,6 +457,9 @@ def report_list(res: dict, conversations: int, turns: int) -> bool:
     ok &= good
     print(f"  server RSS: empty {res['rss_empty']:.1f} MB, with them {res['rss_full']:.1f} MB "
           f"(bound {TARGET_RSS_RATIO} × empty + {cache:.0f} MB page cache = {bound:.1f}) {'ok' if good else 'MISS'}")
+    listed = res["rss_full_list"]
+    print(f"  server RSS with them, the web UI's list loaded, before a spec client's whole lists: {listed:.1f} MB "
+          f"({'within' if listed <= bound else 'over'} the bound)")
     print(f"  server RSS with them but the core's transcripts (messages rows) left out: {res['rss_lvmh']:.1f} MB "
           f"({'within' if res['rss_lvmh'] <= bound else 'over'} the bound)")
     print(f"  server start: empty {res['start_empty']:.1f} s, with them {res['start_full']:.1f} s; store {res['db_mb']:,.0f} MB;"

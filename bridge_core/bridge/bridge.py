@@ -39,6 +39,7 @@ from .provenance import STAMPED, Provenance
 from .sequencing import ClusterLink, LocalSequencing, Sequencing
 from .sqlite import Store
 from .tasks import TaskSet
+from .transcripts import HOT_BYTES, HOT_CONVERSATIONS, Conversations, Transcripts
 
 log = logging.getLogger("agent_bridge.bridge")
 
@@ -60,13 +61,17 @@ class Bridge(CommandHandlers):
         *,
         retention_days: float = 7.0,
         store: Optional[Store] = None,
+        hot_transcripts: int = HOT_CONVERSATIONS,
+        hot_bytes: int = HOT_BYTES,
     ):
         self.data_dir = data_dir
         os.makedirs(data_dir, mode=0o700, exist_ok=True)
         self.store = store or Store(os.path.join(data_dir, "bridge.db"))
         self.hub = Hub()
         self.tasks = TaskSet("bridge")
-        self.conversations: dict[str, ConversationState] = {}
+        # the transcripts in memory: those in use, read from the store on demand (transcripts.py)
+        self.transcripts = Transcripts(self.store, max_conversations=hot_transcripts, max_bytes=hot_bytes)
+        self.conversations: dict[str, ConversationState] = Conversations(self.transcripts)
         self.sources: dict[str, AgentSource] = {}
         self.default_source = source
         self.retention_days = retention_days
@@ -132,26 +137,22 @@ class Bridge(CommandHandlers):
         asyncio.get_running_loop().call_soon(fn)
 
     def _load(self) -> None:
-        rows = self.store.query(
-            "SELECT id, name, source, created_at, updated_at, last_active, session_id FROM conversations"
-        )
-        for cid, name, source, created, updated, last_active, session_id in rows:
-            self.conversations[cid] = ConversationState(
+        """The list of conversations (each one's row and its last message's preview), not their
+        messages: a transcript is read when something needs it (transcripts.py)."""
+        keep, sources = self.transcripts.cold, {}
+        for cid, name, source, created, updated, last_active, session_id, preview in self.store.conversation_list():
+            conv = ConversationState(
                 conversation_id=cid,
                 name=name,
-                source=source,
+                source=sources.setdefault(source, source),  # one string per source, not one per conversation
                 created_at=created,
                 updated_at=updated,
                 last_active=last_active,
                 session_id=session_id,
+                preview=preview or "",
             )
-        for cid, mid, role, text, ts in self.store.query(
-            "SELECT conversation_id, message_id, role, text, ts FROM messages ORDER BY rowid"
-        ):
-            conv = self.conversations.get(cid)
-            if conv is not None:
-                conv.messages.append(ev.Message(message_id=mid, role=role, text=text, ts=ts))
-                conv.preview = text[:200]
+            keep(conv)
+            self.conversations[cid] = conv
         now = time.time()
         for att in self.attachments.load_all():
             conv = self.conversations.get(att.conversation_id)
@@ -170,10 +171,11 @@ class Bridge(CommandHandlers):
             conv = self.conversations.get(cid)
             if conv is not None and conv.run is None:
                 run = conv.run = ActiveRun(run_id=run_id, message_id=draft_message_id(run_id), started_at=started or now)
-                saved = next((m for m in conv.messages if m.message_id == run.message_id), None)
-                if saved is not None:  # its saved draft (drafts.py): the text its completion keeps
-                    conv.messages.remove(saved)
-                    run.draft = ev.Draft(saved.text)
+                # its saved draft (drafts.py): the text its completion keeps (the transcript, read later, leaves
+                # an active run's unfinished message out: transcripts.py)
+                saved = self.store.message_text(cid, run.message_id)
+                if saved is not None:
+                    run.draft = ev.Draft(saved)
 
     async def _fail_interrupted(self) -> None:
         """Store the runs a crash cut short as failed (awaited: the loop keeps turning meanwhile), their
@@ -273,6 +275,7 @@ class Bridge(CommandHandlers):
     def _deleted(self, event: ev.ConversationDeleted) -> None:
         """A conversation's deletion delivered: its state goes, every subscriber having seen it."""
         self.conversations.pop(event.conversation_id, None)
+        self.transcripts.forget(event.conversation_id)
 
     def close_run(self, finished: ev.RunFinished) -> None:
         """A run closes what it opened, whatever ends it (docs/conformance.md, Pheby: "run end").
@@ -367,6 +370,7 @@ class Bridge(CommandHandlers):
             return self.conversations[cid]
         src = source or self.default_source.name
         conv = ConversationState(conversation_id=cid, name=(name or "New chat")[:200], source=src, session_id=session_id)
+        self.transcripts.new(conv)
         self.conversations[cid] = conv
         self.publish(ev.ConversationCreated(conversation_id=cid, name=conv.name, source=src, request_id=request_id))
         return conv

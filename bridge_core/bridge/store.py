@@ -23,7 +23,7 @@ import queue
 import sqlite3
 import threading
 import time
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
 from ..model.errors import Unavailable
 
@@ -458,6 +458,46 @@ class BaseStore:
     def query_one(self, sql: str, params: Iterable[Any] = ()) -> Optional[tuple]:
         rows = self.query(sql, params)
         return rows[0] if rows else None
+
+    # the core's reads of conversations (bridge.Bridge._load, transcripts.Transcripts): the list at
+    # start, not every message; a conversation's transcript when something needs it.
+    # Each conversation's row and the text of its last message (by insertion order), its first 200
+    # characters (the state's preview, model/state.py); SQLite finds each one's last rowid in the
+    # (conversation_id, message_id) index, whose entries carry it, and reads that one row
+    conversation_list_sql = (
+        "SELECT c.id, c.name, c.source, c.created_at, c.updated_at, c.last_active, c.session_id, "
+        "(SELECT substr(text, 1, 200) FROM messages WHERE rowid = "
+        "(SELECT max(rowid) FROM messages WHERE conversation_id = c.id)) FROM conversations c"
+    )
+
+    def conversation_list(self) -> Iterator[tuple]:
+        """Every conversation: (id, name, source, created_at, updated_at, last_active, session_id,
+        preview), the preview None when it has no message. A batch of rows at a time: the list of
+        them all is never held beside the states made of it."""
+        conn = self._rconn
+        if conn is None:
+            raise Unavailable("store is closed")
+        cursor = conn.execute(self.conversation_list_sql)
+        while True:
+            rows = cursor.fetchmany(256)
+            if not rows:
+                return
+            yield from rows
+
+    def transcript(self, conversation_id: str, limit: int) -> list[tuple]:
+        """The last ``limit`` messages of a conversation, oldest first: (message_id, role, text, ts)."""
+        rows = self.query(
+            "SELECT message_id, role, text, ts FROM messages WHERE conversation_id=? ORDER BY rowid DESC LIMIT ?",
+            (conversation_id, limit),
+        )
+        rows.reverse()
+        return rows
+
+    def message_text(self, conversation_id: str, message_id: str) -> Optional[str]:
+        row = self.query_one(
+            "SELECT text FROM messages WHERE conversation_id=? AND message_id=?", (conversation_id, message_id)
+        )
+        return row[0] if row else None
 
     # --- settings ----------------------------------------------------------
 

@@ -3,18 +3,52 @@
 Pure: ``ConversationState.apply(event)`` folds shared events into the
 transcript, the active run (with its draft text), the latest tool state per
 call, pending approvals and clarifications, and attachments. No I/O.
+
+The transcript is made when something first needs it (``messages``): a state may be given a
+``keeper`` (the bridge's ``bridge/transcripts.py``), which loads it from the store then and
+may drop it again later, so that a cold conversation holds only what its list entry needs.
+Without a keeper it starts empty and stays in memory.
 """
 
 from __future__ import annotations
 
 import collections
-from typing import Any, Optional, Union
+from typing import Any, Optional, Protocol, Union
 
 import attrs
 
 from . import events as ev
 
-HISTORY_KEEP = 2000  # transcript entries kept in memory per conversation
+HISTORY_KEEP = 2000  # transcript entries kept in memory per conversation (while its transcript is loaded)
+
+
+class Transcript(collections.deque):
+    """A conversation's transcript: its last ``HISTORY_KEEP`` messages, oldest first.
+
+    ``held`` is set once someone other than the reducers replaced it (``clear``: the Hermes source
+    adopts its own sessions' transcripts, the authority for them, which the store does not hold):
+    a keeper then never drops it, since it could not load it back.
+    """
+
+    __slots__ = ("held",)
+
+    def __init__(self, items: Any = ()):
+        super().__init__(items, HISTORY_KEEP)
+        self.held = False
+
+    def clear(self) -> None:
+        self.held = True
+        super().clear()
+
+
+class TranscriptKeeper(Protocol):
+    """What a state asks of whoever keeps transcripts (``bridge/transcripts.py``)."""
+
+    def load(self, conv: "ConversationState") -> Transcript: ...
+
+    def touch(self, conv: "ConversationState") -> None: ...
+
+    def grew(self, conv: "ConversationState", message: ev.Message, dropped: Optional[ev.Message]) -> None: ...
 
 
 @attrs.define
@@ -50,6 +84,55 @@ class ToolState:
     ts: float = 0.0
 
 
+class _Unmade(dict):
+    """The empty table a state hands out for one it has not made yet (``_lazy_dict``): reading it
+    makes nothing; the first write into it makes it the state's own (or goes to the one made
+    meanwhile)."""
+
+    __slots__ = ("_owner", "_slot")
+
+    def __init__(self, owner: Any, slot: str):
+        super().__init__()
+        self._owner = owner
+        self._slot = slot
+
+    def _target(self) -> dict:
+        owner = self._owner
+        if owner is None:
+            return self
+        self._owner = None
+        made = getattr(owner, self._slot)
+        if made is None:
+            setattr(owner, self._slot, self)
+            return self
+        return made
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        target = self._target()
+        dict.__setitem__(target, key, value)
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        return dict.setdefault(self._target(), key, default)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        dict.update(self._target(), *args, **kwargs)
+
+
+def _lazy_dict(slot: str) -> property:
+    """A dict attribute kept in ``slot``: None until something is put in it, so that a conversation at
+    rest holds no empty dicts (64 bytes each; reading one, as a list does for every conversation,
+    makes none)."""
+
+    def get(self: Any) -> dict:
+        d = getattr(self, slot)
+        return _Unmade(self, slot) if d is None else d
+
+    def put(self: Any, value: dict) -> None:
+        setattr(self, slot, value)
+
+    return property(get, put)
+
+
 @attrs.define
 class ConversationState:
     conversation_id: str
@@ -59,19 +142,47 @@ class ConversationState:
     updated_at: float = attrs.field(factory=ev.now)
     last_active: Optional[float] = None
     session_id: Optional[str] = None
-    messages: collections.deque = attrs.field(factory=lambda: collections.deque(maxlen=HISTORY_KEEP))
+    # the transcript while it is in memory (None: not made yet, or dropped by the keeper): read it as ``messages``
+    transcript: Optional[Transcript] = attrs.field(default=None, repr=False, eq=False)
+    keeper: Optional[TranscriptKeeper] = attrs.field(default=None, repr=False, eq=False)
     run: Optional[ActiveRun] = None
     last_run_id: Optional[str] = None
-    tools: dict = attrs.field(factory=dict)  # call_id -> ToolState (latest run's tools)
-    approvals: dict = attrs.field(factory=dict)  # approval_id -> ApprovalRequested
-    clarifications: dict = attrs.field(factory=dict)  # clarify_id -> ClarifyRequested
-    attachments: dict = attrs.field(factory=dict)  # attachment_id -> Attachment
+    # made when something is first put in them (``tools``, ``approvals``...: _lazy_dict)
+    _tools: Optional[dict] = attrs.field(default=None, alias="tools")  # call_id -> ToolState (latest run's tools)
+    _approvals: Optional[dict] = attrs.field(default=None, alias="approvals")  # approval_id -> ApprovalRequested
+    _clarifications: Optional[dict] = attrs.field(default=None, alias="clarifications")  # clarify_id -> ClarifyRequested
+    _attachments: Optional[dict] = attrs.field(default=None, alias="attachments")  # attachment_id -> Attachment
     preview: str = ""
+
+    tools = _lazy_dict("_tools")
+    approvals = _lazy_dict("_approvals")
+    clarifications = _lazy_dict("_clarifications")
+    attachments = _lazy_dict("_attachments")
+
+    @property
+    def messages(self) -> Transcript:
+        """The transcript, loaded by the keeper if it is not in memory (marked as used: it stays a while)."""
+        t = self.transcript
+        keeper = self.keeper
+        if t is None:
+            t = self.transcript = keeper.load(self) if keeper is not None else Transcript()
+        elif keeper is not None:
+            keeper.touch(self)
+        return t
+
+    def _append(self, message: ev.Message) -> None:
+        t = self.transcript
+        if t is None:
+            t = self.messages  # (the keeper's grew marks it as used: no touch here)
+        dropped = t[0] if len(t) == HISTORY_KEEP else None  # the oldest, which the append pushes out
+        t.append(message)
+        if self.keeper is not None:
+            self.keeper.grew(self, message, dropped)
 
     @property
     def status(self) -> str:
         """Loomi task status: idle, running or waiting (a decision is pending)."""
-        if self.approvals or self.clarifications:
+        if self._approvals or self._clarifications:
             return "waiting"
         if self.run is not None:
             return "running"
@@ -86,14 +197,14 @@ class ConversationState:
     # --- reducers ---------------------------------------------------------
 
     def _user(self, e: ev.UserMessageSent) -> None:
-        self.messages.append(ev.Message(message_id=e.message_id, role="user", text=e.text, ts=e.ts))
+        self._append(ev.Message(message_id=e.message_id, role="user", text=e.text, ts=e.ts))
         self.last_active = e.ts
         self.preview = e.text[:200]
 
     def _run_started(self, e: ev.RunStarted) -> None:
         self.run = ActiveRun(run_id=e.run_id, message_id=e.message_id, started_at=e.ts, request_id=e.request_id)
         self.last_run_id = e.run_id
-        self.tools = {}
+        self._tools = None
         self.last_active = e.ts
 
     def _delta(self, e: ev.TextDelta) -> None:
@@ -105,7 +216,7 @@ class ConversationState:
                 run.reasoning_draft = e.draft
 
     def _completed(self, e: ev.MessageCompleted) -> None:
-        self.messages.append(ev.Message(message_id=e.message_id, role="assistant", text=e.text, ts=e.ts))
+        self._append(ev.Message(message_id=e.message_id, role="assistant", text=e.text, ts=e.ts))
         self.last_active = e.ts
         if e.text:
             self.preview = e.text[:200]
@@ -135,14 +246,14 @@ class ConversationState:
     def _run_finished(self, e: ev.RunFinished) -> None:
         if self.run is not None and self.run.run_id == e.run_id:
             self.run = None
-        for call_id, tool in list(self.tools.items()):
+        for tool in (self._tools or {}).values():
             if tool.status == "running" and tool.run_id == e.run_id:
                 tool.status = "cancelled" if e.status == "cancelled" else "failed"
         # a finished run leaves no decision pending
-        for aid, a in list(self.approvals.items()):
+        for aid, a in list((self._approvals or {}).items()):
             if a.run_id == e.run_id:
                 del self.approvals[aid]
-        for cid, c in list(self.clarifications.items()):
+        for cid, c in list((self._clarifications or {}).items()):
             if c.run_id == e.run_id:
                 del self.clarifications[cid]
         self.last_active = e.ts
@@ -169,7 +280,7 @@ class ConversationState:
         self.name = e.name
 
     def _notification(self, e: ev.Notification) -> None:
-        self.messages.append(ev.Message(message_id=e.message_id, role="assistant", text=e.text, ts=e.ts))
+        self._append(ev.Message(message_id=e.message_id, role="assistant", text=e.text, ts=e.ts))
         self.last_active = e.ts
 
     def history(self, limit: int) -> list:
@@ -177,7 +288,7 @@ class ConversationState:
         return msgs[-limit:] if limit > 0 else []
 
     def live_attachments(self, at: float) -> list:
-        return [a for a in self.attachments.values() if a.expires_at is None or a.expires_at > at]
+        return [a for a in (self._attachments or {}).values() if a.expires_at is None or a.expires_at > at]
 
 
 _APPLY = {

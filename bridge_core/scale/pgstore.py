@@ -222,6 +222,14 @@ class PostgresStore(BaseStore):
                 log.error("%s", exc.message)
         return conn
 
+    # every conversation and its last message's first 200 characters (store.BaseStore.conversation_list):
+    # one pass over the messages (their rowid column has no index here)
+    conversation_list_sql = (
+        "SELECT c.id, c.name, c.source, c.created_at, c.updated_at, c.last_active, c.session_id, l.preview "
+        "FROM conversations c LEFT JOIN (SELECT DISTINCT ON (conversation_id) conversation_id, "
+        "left(text, 200) AS preview FROM messages ORDER BY conversation_id, rowid DESC) l ON l.conversation_id = c.id"
+    )
+
     def query(self, sql: str, params: Iterable[Any] = ()) -> list[tuple]:
         conn = self._rconn
         if conn is None:

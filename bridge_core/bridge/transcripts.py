@@ -1,0 +1,192 @@
+"""Transcripts in memory: the conversations in use, loaded from the store when something needs them.
+
+At start the bridge reads the list of conversations (``Bridge._load``: each one's row and
+the preview of its last message), not their messages. A conversation's transcript (its last
+``HISTORY_KEEP`` messages, ``model/state.py``) is read from the store the first time
+something asks for it (``ConversationState.messages``: a snapshot, a history page, a run
+appending to it, a front end's lookup) and kept while it is in use.
+
+How many are kept is bounded twice, whichever is reached first (least recently used first
+out): ``HOT_CONVERSATIONS`` transcripts, and ``HOT_BYTES``, counted as each message's text
+length plus ``MESSAGE_OVERHEAD`` (what a message costs in memory beyond its text, measured
+with tracemalloc). Opening many conversations, one after another, therefore never makes the
+process hold more than the bound (plus the one transcript in use, if alone it is larger).
+
+A transcript is dropped only when the store can give it back as it is in memory:
+
+- its conversation has no active run (whose streaming draft the store holds as a message
+  row: ``drafts.py``; the load leaves an active run's unfinished message out, as
+  ``_load_running`` does at start);
+- every write queued since its last message was added has been committed (reads go through
+  the read connection, which sees committed rows only);
+- nobody replaced it from outside (``Transcript.held``: Hermes adopts its own transcripts;
+  such a one is no longer counted).
+
+The oldest transcript is looked at first; one whose writes are still queued stops the pass
+(the next use tries again, a millisecond or so later for the writer), so the bound can be
+passed for as long as the store takes to commit what was just said.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any, Optional
+
+from ..model import events as ev
+from ..model.state import HISTORY_KEEP, ConversationState, Transcript
+
+HOT_CONVERSATIONS = 256  # transcripts kept in memory at most
+HOT_BYTES = 64 * 1024 * 1024  # and their size at most (text length + MESSAGE_OVERHEAD per message)
+MESSAGE_OVERHEAD = 300  # bytes: a Message (attrs, slots), its id and role strings, its float, its deque slot
+
+
+class _Hot:
+    """A transcript in memory: its conversation, its size, and the writes it waits for before it can go."""
+
+    __slots__ = ("conv", "size", "dirty", "mark")
+
+    def __init__(self, conv: ConversationState, size: int):
+        self.conv = conv
+        self.size = size
+        self.dirty = True  # a message was added since ``mark`` was taken
+        self.mark = 0  # the store's write count when it was last found clean
+
+
+def cost(message: ev.Message) -> int:
+    return len(message.text) + MESSAGE_OVERHEAD
+
+
+class Transcripts:
+    """The bridge's transcript keeper (``model/state.py`` ``TranscriptKeeper``): an LRU over the store."""
+
+    def __init__(self, store: Any, *, max_conversations: int = HOT_CONVERSATIONS, max_bytes: int = HOT_BYTES):
+        self.store = store
+        self.max_conversations = max(1, max_conversations)
+        self.max_bytes = max_bytes
+        self._hot: "collections.OrderedDict[str, _Hot]" = collections.OrderedDict()
+        self.bytes = 0
+        self.loads = 0  # transcripts read from the store (metrics, tests)
+        self.dropped = 0
+
+    def __len__(self) -> int:
+        return len(self._hot)
+
+    def __contains__(self, conversation_id: str) -> bool:
+        return conversation_id in self._hot
+
+    def new(self, conv: ConversationState) -> None:
+        """A conversation created here and now (or on another node, the bus says): its transcript is
+        empty, nothing to read (what it was given meanwhile, if anything, is kept)."""
+        conv.keeper = self
+        t = conv.transcript
+        if t is None:
+            t = conv.transcript = Transcript()
+        self._keep(conv, sum(map(cost, t)))
+
+    def cold(self, conv: ConversationState) -> None:
+        """A conversation the store holds: its transcript is read when first needed."""
+        conv.keeper = self
+        conv.transcript = None
+
+    # --- TranscriptKeeper -----------------------------------------------------------
+
+    def load(self, conv: ConversationState) -> Transcript:
+        run = conv.run
+        unfinished = run.message_id if run is not None and not run.completed else None
+        t = Transcript(
+            ev.Message(message_id=mid, role=role, text=text, ts=ts)
+            for mid, role, text, ts in self.store.transcript(conv.conversation_id, HISTORY_KEEP)
+            if mid != unfinished
+        )
+        self.loads += 1
+        conv.transcript = t
+        self._keep(conv, sum(map(cost, t)))
+        return t
+
+    def touch(self, conv: ConversationState) -> None:
+        hot = self._hot.get(conv.conversation_id)
+        if hot is None:
+            t = conv.transcript
+            if t is not None and not t.held:  # made before this keeper had it (a state given one later)
+                self._keep(conv, sum(map(cost, t)))
+            return
+        self._hot.move_to_end(conv.conversation_id)
+        if len(self._hot) > self.max_conversations or self.bytes > self.max_bytes:
+            self._trim(conv.conversation_id)  # (one left over: its writes were not committed when another came in)
+
+    def grew(self, conv: ConversationState, message: ev.Message, dropped: Optional[ev.Message] = None) -> None:
+        hot = self._hot.get(conv.conversation_id)
+        if hot is None:
+            self.touch(conv)
+            return
+        delta = cost(message) - (cost(dropped) if dropped is not None else 0)
+        hot.size += delta
+        self.bytes += delta
+        hot.dirty = True
+        self._hot.move_to_end(conv.conversation_id)
+        if len(self._hot) > self.max_conversations or self.bytes > self.max_bytes:
+            self._trim(conv.conversation_id)
+
+    # --- the bound ----------------------------------------------------------------------
+
+    def forget(self, conversation_id: str) -> None:
+        """The conversation is gone (deleted)."""
+        hot = self._hot.pop(conversation_id, None)
+        if hot is not None:
+            self.bytes -= hot.size
+
+    def _keep(self, conv: ConversationState, size: int) -> None:
+        self.forget(conv.conversation_id)
+        self._hot[conv.conversation_id] = _Hot(conv, size)
+        self.bytes += size
+        self._trim(conv.conversation_id)
+
+    def _trim(self, using: str) -> None:
+        """Drop least recently used transcripts while over either bound, never ``using`` (the one in use).
+
+        The oldest is looked at first: a transcript whose store writes are still queued stops the
+        pass (the newer ones wait for theirs too; the next use tries again); one with an active run
+        counts as just used; one replaced from outside is no longer counted (it cannot go).
+        """
+        hot_ = self._hot
+        steps = len(hot_)  # each one looked at once at most
+        while (len(hot_) > self.max_conversations or self.bytes > self.max_bytes) and steps > 0:
+            steps -= 1
+            cid, hot = next(iter(hot_.items()))
+            if cid == using:
+                hot_.move_to_end(cid)
+                continue
+            t = hot.conv.transcript
+            if t is None or t.held:
+                del hot_[cid]
+                self.bytes -= hot.size
+                continue
+            if hot.conv.run is not None:
+                hot_.move_to_end(cid)
+                continue
+            if hot.dirty:  # its writes are queued by now (a state is folded before its event is persisted)
+                hot.mark = self.store.submitted
+                hot.dirty = False
+            if self.store.processed < hot.mark:
+                return
+            del hot_[cid]
+            self.bytes -= hot.size
+            hot.conv.transcript = None
+            self.dropped += 1
+
+
+class Conversations(dict):
+    """The bridge's conversations by id. A state put in without a keeper gets ``keeper``'s, as a new
+    conversation: the one the cluster makes when another node created a conversation
+    (``bridge_core/scale/cluster.py``) is then bounded like the others. Reads are a dict's."""
+
+    __slots__ = ("keeper",)
+
+    def __init__(self, keeper: Transcripts):
+        super().__init__()
+        self.keeper = keeper
+
+    def __setitem__(self, conversation_id: str, conv: ConversationState) -> None:
+        if conv.keeper is None:
+            self.keeper.new(conv)
+        dict.__setitem__(self, conversation_id, conv)
