@@ -9,15 +9,14 @@ the checker found, each a strict xfail with its seed so that the fix flips it:
 
 - kill -9 mid-stream of the embedded default, and of a node restarted under its own name: the
   transcript and the closing frames hold less than the phones got (issue 41 item 2);
-- a conversation created while another node is stopped: that node answers ``task_not_found``
-  (read-your-writes); a send into one it is behind on: its transcript keeps the runs in another
-  order for good;
 - a PostgreSQL restart between runs: a phone is told ``truncated`` and given again, under new
   seqs, events it had processed;
-- Redis losing its keys while a node is behind in the stream: a phone on that node misses deltas
-  without a trace;
 - an lvmh browser refetching from one node while the run's origin node is behind: the run is
   missing from its view for good.
+
+The scenarios of bugs fixed since are plain tests, each with its seed (regression tests): a
+conversation created while another node is stopped (read-your-writes: seed 4104), a send into one
+that node is behind on (seed 4106), Redis losing its keys while a node is behind (seed 4107).
 
 Slow (marker ``hardening``): longer plans of the same faults, and a killed node whose run the
 others close (which holds). Plans with every fault mixed (kill -9, stops, spinners, Redis
@@ -107,19 +106,14 @@ async def test_kill9_and_restart_of_a_node_mid_stream(cluster):
     judge(await cases.crash_mid_stream(cluster, seed=4103), CRASH)
 
 
-@pytest.mark.xfail(strict=True, raises=Anomalies, reason=(
-    "issue 41 (read-your-writes across nodes): a node continued after a stop answers task_not_found to a "
-    "session.send into a conversation another node created and acknowledged while it was stopped: stale_read"))
 async def test_a_conversation_made_while_another_node_is_stopped(cluster):
-    judge(await cases.read_your_writes(cluster, seed=4104), frozenset({"stale_read"}))
+    """Seed 4104 (was stale_read): the node continued reads the bus to its end before it answers."""
+    judge(await cases.read_your_writes(cluster, seed=4104))
 
 
-@pytest.mark.xfail(strict=True, raises=Anomalies, reason=(
-    "issue 41 (read-your-writes, found by this suite): a node continued after a stop starts a phone's run in "
-    "a conversation before folding the run another node ran there meanwhile; its transcript keeps the two "
-    "runs in the other order for good: nodes_disagree"))  # fmt: skip
 async def test_a_send_into_a_conversation_a_stopped_node_is_behind_on(cluster):
-    judge(await cases.stall_then_send(cluster, seed=4106), frozenset({"nodes_disagree"}))
+    """Seed 4106 (was nodes_disagree): the run another node ran there is folded before this one starts."""
+    judge(await cases.stall_then_send(cluster, seed=4106))
 
 
 @pytest.mark.xfail(strict=True, raises=Anomalies, reason=(
@@ -131,12 +125,9 @@ async def test_a_store_restart_between_runs(other_three_nodes):
     judge(await cases.store_restart(other_three_nodes, seed=4105), DUPLICATES)
 
 
-@pytest.mark.xfail(strict=True, raises=Anomalies, reason=(
-    "issue 41 (deltas missing without a trace): Redis losing its keys while a node is behind in the stream "
-    "takes the entries that node had not read; a phone connected to it misses those run.delta with no seq "
-    "gap and no truncated, its run.completed whole: deltas_incomplete"))  # fmt: skip
 async def test_redis_losing_its_keys_while_a_node_is_behind(cluster):
-    judge(await cases.redis_loss_mid_stream(cluster, seed=4107), CRASH)
+    """Seed 4107 (was deltas_incomplete): the entries the stream lost come back from their writer."""
+    judge(await cases.redis_loss_mid_stream(cluster, seed=4107))
 
 
 @pytest.mark.xfail(strict=True, raises=Anomalies, reason=(
