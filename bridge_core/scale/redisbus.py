@@ -227,17 +227,16 @@ class RedisBus:
     # --- out -----------------------------------------------------------------------------
 
     def publish(self, data: Any) -> None:
-        self._out.append(("e", b'["e",' + orjson.dumps(data) + b"]"))
-        self.queued += 1
-        self._wake.set()
+        self._queue("e", b'["e",' + orjson.dumps(data) + b"]")
 
     def relay(self, data: Any) -> None:
-        self._out.append(("r", b'["r",' + orjson.dumps(data) + b"]"))
-        self.queued += 1
-        self._wake.set()
+        self._queue("r", b'["r",' + orjson.dumps(data) + b"]")
 
     def send(self, node: str, data: Any) -> None:
-        self._out.append((f"{self.prefix}:inbox:{node}", orjson.dumps(data)))
+        self._queue(f"{self.prefix}:inbox:{node}", orjson.dumps(data))
+
+    def _queue(self, kind: str, payload: bytes) -> None:
+        self._out.append((kind, payload))
         self.queued += 1
         self._wake.set()
 
@@ -475,9 +474,7 @@ class RedisBus:
         if data.get("bus") == "refetch":
             lo, hi, rid = data.get("lo"), data.get("hi"), data.get("id")
             if type(lo) is int and type(hi) is int and type(rid) is str:
-                self._out.append((f"{self.prefix}:inbox:{sender}", catchup.answer(rid, self._written.between(lo, hi))))
-                self.queued += 1
-                self._wake.set()
+                self._queue(f"{self.prefix}:inbox:{sender}", catchup.answer(rid, self._written.between(lo, hi)))
         elif data.get("bus") == "refetched":
             gap = self._gap
             if gap is not None and data.get("id") == gap.rid:
