@@ -10,13 +10,12 @@ the checker found, each a strict xfail with its seed so that the fix flips it:
 - kill -9 mid-stream of the embedded default, and of a node restarted under its own name: the
   transcript and the closing frames hold less than the phones got (issue 41 item 2);
 - a PostgreSQL restart between runs: a phone is told ``truncated`` and given again, under new
-  seqs, events it had processed;
-- an lvmh browser refetching from one node while the run's origin node is behind: the run is
-  missing from its view for good.
+  seqs, events it had processed.
 
 The scenarios of bugs fixed since are plain tests, each with its seed (regression tests): a
 conversation created while another node is stopped (read-your-writes: seed 4104), a send into one
-that node is behind on (seed 4106), Redis losing its keys while a node is behind (seed 4107).
+that node is behind on (seed 4106), Redis losing its keys while a node is behind (seed 4107), an
+lvmh browser refetching from one node right after a run on a node that was behind (seed 4108).
 
 Slow (marker ``hardening``): longer plans of the same faults, and a killed node whose run the
 others close (which holds). Plans with every fault mixed (kill -9, stops, spinners, Redis
@@ -130,13 +129,10 @@ async def test_redis_losing_its_keys_while_a_node_is_behind(cluster):
     judge(await cases.redis_loss_mid_stream(cluster, seed=4107))
 
 
-@pytest.mark.xfail(strict=True, raises=Anomalies, reason=(
-    "issue 41 (found by this suite): only a run's origin node stores its lvmh events, as it reads them "
-    "back from the stream; a browser refetching after its last seq (the spec's reconnect, and its gap "
-    "on `after`) from another node while the origin is behind gets nothing, then live events past the "
-    "run: the run is missing from its view for good: view_diverged"))  # fmt: skip
 async def test_a_browser_refetching_while_the_origin_node_is_behind(cluster):
-    judge(await cases.refetch_from_a_lagging_origin(cluster, seed=4108), frozenset({"view_diverged"}))
+    """Seed 4108 (was view_diverged): the origin, continued, reads the bus to its end before it starts the
+    phone's run (read-your-writes), so it stores that run's events as it streams, not after the backlog."""
+    judge(await cases.refetch_from_a_lagging_origin(cluster, seed=4108))
 
 
 # --- slow ---------------------------------------------------------------------------------------------
