@@ -25,7 +25,7 @@ from typing import Any, Iterable
 import orjson
 
 KEEP_ENTRIES = 4096  # entries a node keeps of what it wrote to the events stream, for a refetch
-KEEP_BYTES = 16 << 20  # and at most this many bytes of them (the oldest go first)
+KEEP_BYTES = 8 << 20  # and at most this many bytes of them (the oldest go first): seconds of a busy stream
 REFETCH_WAIT = 5.0  # s a node holding a gap waits for the live nodes' answers (a node starved of CPU is slow)
 CATCH_UP_WAIT = 10.0  # s a command waits for this node to read the stream up to where it ended
 MAX_ANSWER = 2048  # entries in one answer to a refetch (the oldest of a longer range are gone for good)
