@@ -17,10 +17,12 @@ class Gate:
     def __init__(self, bus):
         self.open = asyncio.Event()
         self.open.set()
-        self.reading = asyncio.Event()
+        self.parked = asyncio.Event()  # a read waits at the closed gate (none is under way past it)
         inner = bus._r.xread
 
         async def xread(*args, **kw):
+            if not self.open.is_set():
+                self.parked.set()
             await self.open.wait()
             return await inner(*args, **kw)
 
