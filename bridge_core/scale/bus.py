@@ -49,6 +49,12 @@ class Bus(Protocol):
 
     async def newest(self, needle: bytes, match: Callable[[Any], bool], back: float) -> Any: ...
 
+    # once this node has read the log up to where it ends now (bridge_core/scale/catchup.py)
+    async def caught_up(self) -> None: ...
+
+    # once what this node published so far is in the log (within ``timeout`` s; ``warn``: log it if not)
+    async def flush(self, timeout: float = ..., warn: bool = ...) -> None: ...
+
     async def stop(self) -> None: ...
 
 
@@ -91,6 +97,12 @@ class LocalBus:
 
     async def newest(self, needle: bytes, match: Callable[[Any], bool], back: float) -> Any:
         return None  # nothing kept: this process's events are in its own state
+
+    async def caught_up(self) -> None:
+        pass  # delivered as published
+
+    async def flush(self, timeout: float = 0.0, warn: bool = False) -> None:
+        pass
 
     async def stop(self) -> None:
         self._deliver = self._on_command = None

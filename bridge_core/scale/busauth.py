@@ -229,6 +229,10 @@ class LiveNodes:
         rec = self._confirmed.get(node)
         return rec is not None and rec[0] == epoch and now - rec[1] <= self.grace
 
+    def recent(self, now: float) -> list[str]:
+        """The nodes confirmed live within ``grace`` (those whose keys a loss of Redis's took count)."""
+        return [node for node, (_, at) in self._confirmed.items() if now - at <= self.grace]
+
     def may_ask(self, node: str, now: float) -> bool:
         """Whether to look ``node``'s key up now (at most once per ``ASK_EVERY`` per node)."""
         last = self._asked.get(node)

@@ -14,7 +14,9 @@ node's inbox stream, ``<prefix>:inbox:<node>``. Liveness: each node keeps a key
 ``<prefix>:node:<id>`` alive with a TTL (``NODE_TTL``), refreshed every ``HEARTBEAT_EVERY``.
 
 Reading resumes from the last entry seen after a lost connection, so a short outage of
-Redis loses nothing the stream still holds (it keeps the newest ``MAXLEN`` entries).
+Redis loses nothing the stream still holds (it keeps the newest ``MAXLEN`` entries). What a
+loss of its keys took unread comes back from its writers, and a command runs once the node
+read the stream to its end (``catchup.py``: ``caught_up``).
 
 **The number never goes back** (docs/scale-out.md "The cluster-wide number"). The node keeps
 ``seen``, the highest number it knows was given, and ``floor``, a reservation above every
@@ -52,8 +54,10 @@ import orjson
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from . import catchup
 from .bus import Deliver, OnCommand
 from .busauth import KEY_BYTES, LEARN_BACK, LiveNodes, Signer, Verifier, entry_order, fingerprint, genuine
+from ..model.ids import new_id
 from ..model.errors import Unavailable
 from ..model.redact import mask_url
 from .nodes import HEARTBEAT_EVERY, NODE_TTL
@@ -99,6 +103,18 @@ return was
 """
 
 
+# The id of the stream's last entry (nil: no stream): where a node must have read to before a command
+# runs (catchup.py: read-your-writes). XINFO's other fields stay in Redis.
+_END = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return false end
+local info = redis.call('XINFO', 'STREAM', KEYS[1])
+for i = 1, #info, 2 do
+  if info[i] == 'last-generated-id' then return info[i + 1] end
+end
+return false
+"""
+
+
 class RedisBus:
     def __init__(self, url: str, node_id: str, *, key: bytes, prefix: str = "agent-bridge", ttl: float = NODE_TTL,
                  every: float = HEARTBEAT_EVERY, join_back: float = 0.0):
@@ -140,6 +156,12 @@ class RedisBus:
         self._serving = False  # started: beats from now on find the key they set before
         self._learn: dict[str, tuple[int, int]] = {}  # stream -> the last entry id read for its counters only
         self._last_n = 0  # the highest event number delivered (a lower one is never delivered)
+        self._written = catchup.Written()  # this node's last entries in the events stream, as Redis numbered them
+        self._gap: Optional[catchup.Gap] = None  # a refetch under way (catchup.py): delivery held meanwhile
+        self._read_to = (0, 0)  # the last events stream entry read (its id as (ms, seq))
+        self._progress = asyncio.Event()  # set (and replaced) whenever reading moved on
+        self._end: Any = None
+        self.refetched = 0  # entries the stream lost that their writers gave back (catchup.py)
 
     def describe(self) -> str:
         return mask_url(self.url)
@@ -151,8 +173,10 @@ class RedisBus:
         try:
             await self._r.ping()
             self._beat = self._r.register_script(_BEAT)
+            self._end = self._r.register_script(_END)
             await self._raise_counter()
             self.last_event_id = await self._join(self.events_key, self.join_back)
+            self._read_to = entry_order(self.last_event_id)
             self.last_inbox_id = await self._join(self.inbox_key)
             await self._beat_once()
             await self.live_nodes()
@@ -203,17 +227,16 @@ class RedisBus:
     # --- out -----------------------------------------------------------------------------
 
     def publish(self, data: Any) -> None:
-        self._out.append(("e", b'["e",' + orjson.dumps(data) + b"]"))
-        self.queued += 1
-        self._wake.set()
+        self._queue("e", b'["e",' + orjson.dumps(data) + b"]")
 
     def relay(self, data: Any) -> None:
-        self._out.append(("r", b'["r",' + orjson.dumps(data) + b"]"))
-        self.queued += 1
-        self._wake.set()
+        self._queue("r", b'["r",' + orjson.dumps(data) + b"]")
 
     def send(self, node: str, data: Any) -> None:
-        self._out.append((f"{self.prefix}:inbox:{node}", orjson.dumps(data)))
+        self._queue(f"{self.prefix}:inbox:{node}", orjson.dumps(data))
+
+    def _queue(self, kind: str, payload: bytes) -> None:
+        self._out.append((kind, payload))
         self.queued += 1
         self._wake.set()
 
@@ -225,6 +248,7 @@ class RedisBus:
         sign = self._signer.sign
         items: list[bytes] = []
         events = 0
+        bodies: list[Optional[bytes]] = []  # per command of the pipeline: an entry with events (kept: Written)
 
         def entry() -> None:
             nonlocal items, events
@@ -233,6 +257,7 @@ class RedisBus:
                 h, m = sign(self.events_key, body)
                 pipe.eval(_APPEND, 2, self.events_key, self.counter_key, h, body, events, MAXLEN, self.seen,
                           self.floor + 1, m)  # fmt: skip
+                bodies.append(body if events else None)
                 items, events = [], 0
 
         for kind, payload in batch:
@@ -243,8 +268,9 @@ class RedisBus:
                 entry()
                 h, m = sign(kind, payload)
                 pipe.xadd(kind, {"h": h, "b": payload, "m": m}, maxlen=10_000, approximate=True)
+                bodies.append(None)
         entry()
-        return pipe
+        return pipe, bodies
 
     async def _writer(self) -> None:
         loop = asyncio.get_running_loop()
@@ -264,9 +290,13 @@ class RedisBus:
                 self._wake.set()  # more than one batch queued: the next goes after this one
             while batch:
                 try:
-                    results = await self._pipeline(batch).execute()
+                    pipe, bodies = self._pipeline(batch)
+                    results = await pipe.execute()
                     self.published += len(batch)
                     self._sent.set()
+                    for r, body in zip(results, bodies):
+                        if body is not None and type(r) is int:
+                            self._written.add(abs(r), body)  # what a node that lost it may ask for
                     if any(type(r) is int and r < 0 for r in results):
                         self.note_lost("its counter went back")
                     break
@@ -280,7 +310,8 @@ class RedisBus:
         r = self._r
         while True:
             try:
-                got = await r.xread({self.events_key: self.last_event_id, self.inbox_key: self.last_inbox_id},
+                # the inbox first: a command (a refetch among them) is not kept behind a batch of events
+                got = await r.xread({self.inbox_key: self.last_inbox_id, self.events_key: self.last_event_id},
                                     count=BATCH, block=1000)  # fmt: skip
             except (RedisError, OSError) as exc:
                 if self._stopping:
@@ -308,6 +339,9 @@ class RedisBus:
                         self._deliver_one(who[0], fields)
                     else:
                         self._command_one(who[0], fields)
+                if events and entries:
+                    self._read_to = entry_order(self.last_event_id)
+                    self._moved_on()
 
     def _learning(self, key: str, entry_id: bytes) -> bool:
         """Whether ``entry_id`` is before the point ``key`` delivers from (read for its counter only)."""
@@ -341,7 +375,11 @@ class RedisBus:
         return self.lost_recently(self.live.grace)
 
     def _deliver_one(self, node: str, fields: dict) -> None:
-        """One stream entry: a batch of events (consecutive numbers from ``n``) and relays."""
+        """One stream entry: a batch of events (consecutive numbers from ``n``) and relays; held while
+        a refetch is under way, and one numbered above the next number expected starts one."""
+        if self._gap is not None:
+            self._gap.held.append((node, fields))
+            return
         try:
             n = int(fields[b"n"])
             items = orjson.loads(fields[b"b"])
@@ -350,9 +388,16 @@ class RedisBus:
         if type(items) is not list:
             self.auth.drop("unreadable", f"from node {node!r}")
             return
-        if n <= self._last_n and any(type(i) is list and i[:1] == ["e"] for i in items):
+        has_events = any(type(i) is list and i[:1] == ["e"] for i in items)
+        if n <= self._last_n and has_events:
             self.auth.drop("renumbered", f"from node {node!r}")
             return
+        if has_events and self._last_n and n > self._last_n + 1 and self._serving:
+            self._refetch(n, node, fields)
+            return
+        self._deliver_items(node, n, items)
+
+    def _deliver_items(self, node: str, n: int, items: list) -> None:
         for item in items:
             try:
                 kind, data = item
@@ -373,11 +418,95 @@ class RedisBus:
                     log.exception("bus: delivering event %d failed", n)
             n += 1
 
-    def _relay_one(self, node: str, data: Any) -> None:
-        if node == self.node_id or self.on_relay is None:
+    # --- catching up (catchup.py) ----------------------------------------------------------
+
+    def _refetch(self, n: int, node: str, fields: dict) -> None:
+        """Entry ``n`` came where ``_last_n + 1`` was expected: it and what follows held, every live
+        node asked for what it wrote in between."""
+        gap = self._gap = catchup.Gap(new_id(), self._last_n, n)
+        gap.held.append((node, fields))
+        gap.add(self.node_id, [[n, orjson.loads(body)] for n, body in self._written.between(gap.lo, gap.hi)])
+        self.tasks.spawn(self._fill(gap), name="bus-refetch")
+
+    async def _fill(self, gap: catchup.Gap) -> None:
+        try:  # a loss of Redis's keys took the liveness keys too: whoever was live a moment ago is asked
+            others = set(await self.live_nodes())
+        except (RedisError, OSError):
+            others = set()
+        others.update(self.live.recent(asyncio.get_running_loop().time()))
+        others.discard(self.node_id)
+        gap.asked.update(others)
+        for node in others:
+            self.send(node, {"bus": "refetch", "id": gap.rid, "lo": gap.lo, "hi": gap.hi})
+        try:
+            async with asyncio.timeout(catchup.REFETCH_WAIT):
+                while not gap.complete():
+                    await self._progress.wait()
+        except TimeoutError:
+            log.warning("bus: no answer from %s about the entries numbered %d to %d", sorted(gap.asked - gap.answered),
+                        gap.lo + 1, gap.hi - 1)  # fmt: skip
+        self._gap_over(gap)
+
+    def _gap_over(self, gap: catchup.Gap) -> None:
+        """The entries found delivered in number order, then those held (which may start another gap)."""
+        if self._gap is not gap:
+            return
+        self._gap = None
+        found = gap.recovered()
+        (log.warning if found else log.info)("bus: event %d came after %d: %d entries in between came back from "
+                                             "their writers", gap.hi, gap.lo, len(found))  # fmt: skip
+        self.refetched += len(found)
+        for n, node, items in found:
+            if type(items) is list:
+                self._deliver_items(node, n, items)
+        self._last_n = max(self._last_n, gap.hi - 1)  # what is still missing there is gone for good
+        held = gap.held
+        while held:
+            node, fields = held.popleft()
+            self._deliver_one(node, fields)
+            if self._gap is not None:  # another gap: what is left waits for it
+                self._gap.held.extend(held)
+                break
+        self._moved_on()
+
+    def _bus_command(self, sender: str, data: dict) -> None:
+        """The bus's own commands between nodes: a refetch asked (answered from ``Written``), or answered."""
+        if data.get("bus") == "refetch":
+            lo, hi, rid = data.get("lo"), data.get("hi"), data.get("id")
+            if type(lo) is int and type(hi) is int and type(rid) is str:
+                self._queue(f"{self.prefix}:inbox:{sender}", catchup.answer(rid, self._written.between(lo, hi)))
+        elif data.get("bus") == "refetched":
+            gap = self._gap
+            if gap is not None and data.get("id") == gap.rid:
+                gap.add(sender, data.get("entries"))
+                self._moved_on()
+
+    def _moved_on(self) -> None:
+        self._progress.set()
+        self._progress = asyncio.Event()
+
+    async def caught_up(self, timeout: float = catchup.CATCH_UP_WAIT) -> None:
+        """Return once this node has read (and delivered) the events stream up to where it ends now;
+        ``Unavailable`` when it cannot within ``timeout``. With Redis unreachable, at once: nothing
+        newer can be read then (what this node holds is all there is to go on)."""
+        if self._r is None or not self._serving:
             return
         try:
-            self.on_relay(node, data)
+            end = await self._end(keys=[self.events_key])
+        except (RedisError, OSError):
+            return
+        target = entry_order(end) if end else None
+        try:
+            async with asyncio.timeout(timeout):
+                while self._gap is not None or (target is not None and self._read_to < target):
+                    await self._progress.wait()
+        except TimeoutError:
+            raise Unavailable("This node is catching up with the others; try again") from None
+
+    def _relay_one(self, node: str, data: Any) -> None:
+        try:
+            if node != self.node_id and self.on_relay is not None:
+                self.on_relay(node, data)
         except Exception:  # one bad relay never stops the reader
             log.exception("bus: a relay from %s failed", node)
 
@@ -386,6 +515,9 @@ class RedisBus:
             data = orjson.loads(fields[b"b"])
         except ValueError:
             self.auth.drop("unreadable", f"from node {sender!r}")
+            return
+        if type(data) is dict and "bus" in data:
+            self._bus_command(sender, data)
             return
         if self._on_command is not None:
             try:
@@ -459,16 +591,19 @@ class RedisBus:
             out.append(node)
         return sorted(out)
 
-    async def flush(self, timeout: float = 10.0) -> None:
-        """Wait until everything published so far has been sent (tests, shutdown)."""
+    async def flush(self, timeout: float = 10.0, warn: bool = True) -> None:
+        """Wait until everything published so far has been sent (a command's answer, tests, shutdown)."""
         target = self.queued
+        if self.published >= target:
+            return
         try:
             async with asyncio.timeout(timeout):
                 while self.published < target and self._r is not None:
                     self._sent.clear()
                     await self._sent.wait()
         except TimeoutError:
-            log.warning("bus: %d queued items not sent within %g s", target - self.published, timeout)
+            if warn:
+                log.warning("bus: %d queued items not sent within %g s", target - self.published, timeout)
 
     async def stop(self) -> None:
         """A clean stop: what is queued is sent, the heartbeat key goes (others see this node gone at once)."""

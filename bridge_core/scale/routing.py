@@ -33,6 +33,7 @@ from .bus import Bus
 log = logging.getLogger("agent_bridge.cluster")
 
 ASK_TIMEOUT = 15.0  # a command sent to another node: no answer in this long is `unavailable`
+ACK_WAIT = 1.0  # s a command's answer waits for what it published to be on the bus (Redis away: no longer)
 NOT_HERE = "not_here"  # a node asked to run a message in a session it does not host
 
 # the commands another node may have to carry out, by name
@@ -151,9 +152,15 @@ class Router:
         return next((c for c in convs if c.run is not None and c.run.run_id == run_id), None)
 
     async def execute(self, command: Any, origin: cmd.Origin) -> Any:
+        """``command`` where it belongs, once this node read the bus up to where it ends (what any node
+        acknowledged is folded here first: catchup.py); carried out here, answered once what it
+        published is on the bus (then any node that reads it has it)."""
+        await self.bus.caught_up()
         node = self.route(command)
         if node is None:
-            return await self.bridge.execute_here(command, origin)
+            result = await self.bridge.execute_here(command, origin)
+            await self.bus.flush(ACK_WAIT, warn=False)
+            return result
         if node == _SCATTER:
             return await self._scatter(command, origin)
         return await self.ask(node, command, origin)
@@ -211,9 +218,11 @@ class Router:
                 raise BridgeError("Unknown command", code="bad_request")
             command = _CONV.structure(data.get("args"), cls)
             origin = _CONV.structure(data.get("origin"), cmd.Origin)
+            await self.bus.caught_up()  # (the asker read the bus to its end; this node may be behind it)
             if data.get("hosted") and not self._hosts(command):
                 raise BridgeError("Not hosted here", code=NOT_HERE)
             reply["ok"] = encode_result(await self.bridge.execute_here(command, origin))
+            await self.bus.flush(ACK_WAIT, warn=False)
         except BridgeError as exc:
             reply["err"] = {"code": exc.code, "message": exc.message}
         except Exception:

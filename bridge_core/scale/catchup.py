@@ -1,0 +1,85 @@
+"""What a node reading the bus does about being behind, and about entries the stream lost
+(docs/scale-out.md "Catching up"). Pure: no I/O; the Redis bus (redisbus.py) drives it.
+
+- **Read-your-writes.** A command is carried out only once this node has read the stream up to
+  where it ended when the command came (``Progress``): whatever another node acknowledged
+  before (a conversation it created, a run it ran there) is folded here first, so a node
+  continued after a stop never answers "not found" from a view it knows may be behind, and
+  never starts a run in a conversation before the runs other nodes ran there.
+- **Entries the stream lost.** Event numbers ``n`` go up by one from entry to entry. A node
+  that reads an entry numbered above the next one it expects (Redis lost its keys while the
+  node was behind: what it had not read went with them, and numbering went on above the
+  reservation) holds that entry and what follows (``Gap``), asks every live node for the
+  entries it wrote in between (each keeps its last ``KEEP_ENTRIES`` as Redis numbered them:
+  ``Written``), delivers what they give back in number order, then what it held. A gap left
+  by entries that were dropped (forged, of a node gone) or by numbering jumping forward
+  after a loss is asked about the same way; nobody has anything for it, and delivery goes on
+  as soon as every live node answered (or after ``REFETCH_WAIT``).
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any, Iterable
+
+import orjson
+
+KEEP_ENTRIES = 4096  # entries a node keeps of what it wrote to the events stream, for a refetch
+KEEP_BYTES = 8 << 20  # and at most this many bytes of them (the oldest go first): seconds of a busy stream
+REFETCH_WAIT = 5.0  # s a node holding a gap waits for the live nodes' answers (a node starved of CPU is slow)
+CATCH_UP_WAIT = 10.0  # s a command waits for this node to read the stream up to where it ended
+MAX_ANSWER = 2048  # entries in one answer to a refetch (the oldest of a longer range are gone for good)
+
+
+class Written:
+    """This node's last entries in the events stream: (n of their first event, the entry's payload)."""
+
+    def __init__(self, keep: int = KEEP_ENTRIES, keep_bytes: int = KEEP_BYTES):
+        self._ring: collections.deque = collections.deque()
+        self.keep, self.keep_bytes, self.size = keep, keep_bytes, 0
+
+    def add(self, n: int, body: bytes) -> None:
+        ring = self._ring
+        ring.append((n, body))
+        self.size += len(body)
+        while len(ring) > self.keep or (self.size > self.keep_bytes and len(ring) > 1):
+            self.size -= len(ring.popleft()[1])
+
+    def between(self, lo: int, hi: int) -> list[tuple[int, bytes]]:
+        """The entries numbered strictly between ``lo`` and ``hi`` (a refetch's range), oldest first."""
+        out = [(n, body) for n, body in self._ring if lo < n < hi]
+        return out[-MAX_ANSWER:]
+
+
+def answer(rid: str, entries: Iterable[tuple[int, bytes]]) -> bytes:
+    """The payload answering refetch ``rid``: the entries spliced in as they were written (no re-encoding)."""
+    items = b",".join(b"[%d,%s]" % (n, body) for n, body in entries)
+    return b'{"bus":"refetched","id":%s,"entries":[%s]}' % (orjson.dumps(rid), items)
+
+
+class Gap:
+    """One refetch under way: the numbers missing are strictly between ``lo`` and ``hi``; the
+    entries read meanwhile are held (``held``) until it is over."""
+
+    def __init__(self, rid: str, lo: int, hi: int):
+        self.rid, self.lo, self.hi = rid, lo, hi
+        self.held: collections.deque = collections.deque()  # (node, fields) read while it is under way
+        self.asked: set[str] = set()
+        self.answered: set[str] = set()
+        self.found: dict[int, tuple[str, Any]] = {}  # n -> (writer, its items)
+
+    def add(self, node: str, entries: Any) -> None:
+        """A node's answer: [[n, items], ...], its own entries; only numbers in the range count."""
+        self.answered.add(node)
+        if type(entries) is not list:
+            return
+        for entry in entries:
+            if type(entry) is list and len(entry) == 2 and type(entry[0]) is int and self.lo < entry[0] < self.hi:
+                self.found.setdefault(entry[0], (node, entry[1]))
+
+    def complete(self) -> bool:
+        return self.asked <= self.answered
+
+    def recovered(self) -> list[tuple[int, str, Any]]:
+        """(n, writer, items) of every entry found, in number order."""
+        return [(n, node, items) for n, (node, items) in sorted(self.found.items())]
