@@ -31,16 +31,9 @@ other node's key may be missing too, until its next beat.
 **Relays** (``relay(data)``): a front end's own payload in the same stream, in order with the
 events, without a number; every other node gets it through ``on_relay(node, data)``.
 
-**Signed entries** (``busauth.py``; docs/scale-out.md "Signed entries"). Every entry, events
-and commands alike, carries a header ``h`` and an HMAC-SHA256 ``m`` under the cluster key
-over the header and the whole payload ``b``; the reader applies an entry only when its MAC
-verifies, it was not seen before (its sender's counter goes up), and its sender is live
-(the epoch in its liveness key, new at every start). Everything else is dropped and counted
-(``dropped``, by reason). A starting node reads ``busauth.LEARN_BACK`` seconds of each
-stream before the point it delivers from, for the counters only. ``n`` is Redis's, not the
-sender's, so it is outside the MAC: the reader never delivers an event numbered at or below
-one it delivered (``renumbered``), so rewriting ``n`` can at most leave a gap, as writing to
-the counter key can.
+**Signed entries** (``busauth.py``, which says what is checked; docs/scale-out.md "Signed
+entries"): every entry carries a header ``h`` and an HMAC-SHA256 ``m``; the reader applies only
+what verifies, is new and comes from a live sender, and counts what it drops (``dropped``).
 """
 
 from __future__ import annotations
@@ -56,7 +49,8 @@ from redis.exceptions import RedisError
 
 from . import catchup
 from .bus import Deliver, OnCommand
-from .busauth import KEY_BYTES, LEARN_BACK, LiveNodes, Signer, Verifier, entry_order, fingerprint, genuine
+from . import readback
+from .busauth import KEY_BYTES, LEARN_BACK, LiveNodes, Signer, Verifier, entry_order, fingerprint
 from ..model.ids import new_id
 from ..model.errors import Unavailable
 from ..model.redact import mask_url
@@ -547,34 +541,8 @@ class RedisBus:
         except (RedisError, OSError) as exc:
             log.warning("bus: heartbeat failed (%s)", exc)
 
-    async def newest(self, needle: bytes, match: Any, back: float) -> Any:
-        """The newest event of the stream's last ``back`` seconds whose entry holds ``needle`` and that
-        ``match(data)`` takes, read backwards and applied nowhere (no counter noted); None if none. A
-        genuine entry only (its MAC), whatever its epoch: what the nodes delivered when it was live
-        (cluster.py: the text of a run a node closes as interrupted)."""
-        r = self._r
-        last = await r.xrevrange(self.events_key, count=1) if r is not None else None
-        if not last:
-            return None
-        low = f"{max(0, entry_order(last[0][0])[0] - int(back * 1000))}-0"
-        high = "+"
-        while True:
-            entries = await r.xrevrange(self.events_key, max=high, min=low, count=BATCH)
-            for entry_id, fields in entries:
-                payload = fields.get(b"b")
-                if type(payload) is not bytes or needle not in payload or \
-                        not genuine(self.auth.key, self.events_key, entry_id, fields):  # fmt: skip
-                    continue
-                try:
-                    items = orjson.loads(payload)
-                except ValueError:
-                    continue
-                for item in reversed(items if type(items) is list else []):
-                    if type(item) is list and len(item) == 2 and item[0] == "e" and match(item[1]):
-                        return item[1]
-            if len(entries) < BATCH:
-                return None
-            high = "(" + (entries[-1][0].decode() if isinstance(entries[-1][0], bytes) else entries[-1][0])
+    async def newest(self, needle: bytes, match: Any, back: float) -> Any:  # readback.py
+        return await readback.newest(self._r, self.events_key, self.auth.key, needle, match, back)
 
     async def live_nodes(self) -> list[str]:
         """The nodes whose heartbeat key has not expired (their epochs noted: ``live``)."""
