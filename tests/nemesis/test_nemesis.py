@@ -160,8 +160,8 @@ async def test_a_browser_refetching_while_the_origin_node_is_behind(cluster):
 
 @pytest.mark.hardening
 @INTERMITTENT
-@pytest.mark.parametrize("seed", [4201, 4202])
-async def test_a_longer_run_of_spinners_and_dropped_sockets(cluster, seed):
+@pytest.mark.parametrize("seed", [4201])  # one 45 s plan: the whole suite's budget is 20 min on 2 cores;
+async def test_a_longer_run_of_spinners_and_dropped_sockets(cluster, seed):  # more seeds: python -m bench chaos
     judge(await Run(plan(seed, CLUSTER, 45.0, phones=3, faults=RIDDEN_OUT), cluster).execute(), CRASH)
 
 
