@@ -30,6 +30,7 @@ from tests.conformance.pheby_client import PhebyApp
 from tests.hardening.proc import LVMH_TOKEN, PHEBY_SECRET
 
 from .history import History, Op
+from .rawsock import transport_of
 from .world import World
 
 OP_TIMEOUT = 20.0  # s: longer than any pause the nemesis makes (3 s) plus a node's restart
@@ -50,7 +51,7 @@ def abort(ws: Any, half_frame: Optional[bytes] = None) -> None:
     """End a client socket with no close frame: a reset, or (``half_frame``) those bytes and a FIN."""
     if ws is None or ws.closed:
         return
-    transport = ws._writer.transport  # aiohttp's: the raw connection under the WebSocket
+    transport = transport_of(ws)
     if transport is None:
         return
     if half_frame is not None:
