@@ -6,13 +6,13 @@ with the seqs every node gives them."""
 
 from __future__ import annotations
 
-import aiohttp
 import pytest
 
 from tests.conformance.loomi_client import LoomiApp, close_all
 from tests.conformance.lvmh_client import Browser, Rest
-from tests.hardening.proc import LVMH_TOKEN, BridgeProcess, admin_headers_for
+from tests.hardening.proc import LVMH_TOKEN, BridgeProcess
 from tests.waiting import until
+from tests.scale.phones import loomi_run as _run, loomi_ws as _ws, pair_qr as _qr
 
 
 @pytest.fixture
@@ -20,29 +20,11 @@ def nodes(serve_nodes):
     return lambda *names: serve_nodes(*names, adapters="loomi,lvmh")
 
 
-def _ws(proc: BridgeProcess) -> str:
-    return f"ws://127.0.0.1:{proc.ports['loomi']}/ws"
-
 
 def _http(proc: BridgeProcess) -> str:
     return f"http://127.0.0.1:{proc.ports['lvmh']}"
 
 
-async def _qr(proc: BridgeProcess) -> dict:
-    port = proc.ports["loomi"]
-    async with aiohttp.ClientSession() as http:
-        async with http.post(f"http://127.0.0.1:{port}/internal/pair/new", json={},
-                             headers=admin_headers_for(port)) as r:
-            assert r.status == 200, await r.text()
-            return (await r.json())["payload"]
-
-
-async def _run(app: LoomiApp, text: str) -> str:
-    ack = await app.request("session.send", {"text": text})
-    assert ack["type"] == "ack" and ack["payload"]["ok"] is True, ack
-    run_id = ack["payload"]["result"]["run_id"]
-    await app.wait_for("run.completed", run_id=run_id)
-    return run_id
 
 
 async def test_a_phone_alternating_between_three_nodes_one_killed_misses_nothing(nodes):
