@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 import psycopg
 from psycopg.adapt import Dumper
@@ -48,11 +48,13 @@ class _BoolAsInt(Dumper):
 class PgConnection:
     """A psycopg connection that takes the shared dialect (``?`` placeholders, ``INSERT OR ...``)."""
 
-    def __init__(self, raw: psycopg.Connection, keys: dict):
+    def __init__(self, raw: psycopg.Connection, keys: dict, committed: Optional[Callable[[int], Optional[bool]]] = None):
         self.raw = raw
         self._keys = keys  # table -> (primary key columns, has rowid), shared by the store's connections
         self._sql: dict[tuple[str, bool], tuple[str, Any]] = {}
         self.sent_commit = False  # a COMMIT was sent since the last BEGIN: a failure now is in doubt
+        self.xid: Optional[int] = None  # the open transaction's id, to learn its fate when its COMMIT's answer is lost
+        self._committed = committed  # xid -> True/False, None while that cannot be known (PostgresStore._committed)
 
     def _translate(self, sql: str, with_params: bool) -> tuple[str, Any]:
         key = (sql, with_params)
@@ -85,14 +87,42 @@ class PgConnection:
 
     def execute(self, sql: str, params: Iterable[Any] = ()) -> psycopg.Cursor:
         if sql == "BEGIN":
-            self.sent_commit = False
-        elif sql == "COMMIT":
-            self.sent_commit = True
+            return self._begin()
+        if sql == "COMMIT":
+            return self._commit()
         params = tuple(params)
         if params:
             text, order = self._translate(sql, True)
             return self.raw.execute(text, params if order is None else tuple(params[i] for i in order))
         return self.raw.execute(self._translate(sql, False)[0])
+
+    def _begin(self) -> psycopg.Cursor:
+        """BEGIN, and the transaction's id in the same round trip."""
+        self.sent_commit, self.xid = False, None
+        cur = self.raw.execute("BEGIN; SELECT txid_current()")
+        if cur.nextset():
+            self.xid = cur.fetchone()[0]
+        return cur
+
+    def _commit(self) -> Optional[psycopg.Cursor]:
+        """COMMIT. When the connection dies before its answer (a PostgreSQL restart), the transaction's
+        fate is asked on a fresh connection: committed, it counts as done (its writes are not run twice);
+        undone, it is no longer in doubt (``sent_commit`` cleared, so ``_ride_out`` runs it again)."""
+        self.sent_commit = True
+        try:
+            return self.raw.execute("COMMIT")
+        except psycopg.OperationalError:
+            if self.xid is None or self._committed is None or not (self.raw.closed or self.raw.broken):
+                raise
+            fate = self._committed(self.xid)
+            if fate is None:
+                raise  # still in doubt: refused as before
+            log.warning("store: a COMMIT's answer was lost with the connection: the transaction %s",
+                        "committed" if fate else "was undone (run again)")
+            if fate:
+                return None
+            self.sent_commit = False
+            raise
 
     def executemany(self, sql: str, seq: Iterable[Sequence[Any]]) -> psycopg.Cursor:
         text, order = self._translate(sql, True)
@@ -138,7 +168,26 @@ class PostgresStore(BaseStore):
             reason = mask_url(" ".join(str(exc).split())) or type(exc).__name__  # libpq may quote the conninfo
             raise Unavailable(f"cannot reach the store {self.describe()}: {reason}")
         raw.adapters.register_dumper(bool, _BoolAsInt)
-        return PgConnection(raw, self._keys)
+        return PgConnection(raw, self._keys, self._committed)
+
+    def _committed(self, xid: int) -> Optional[bool]:
+        """Whether transaction ``xid`` committed, asked on a fresh connection (while the server restarts,
+        again every ``RETRY_EVERY`` for up to ``RIDE_OUT`` s); None when that could not be learnt."""
+        deadline = time.monotonic() + RIDE_OUT
+        while True:
+            try:
+                conn = self._connect()
+                try:
+                    status = conn.raw.execute("SELECT txid_status(%s)", (xid,)).fetchone()[0]
+                finally:
+                    conn.close()
+                if status in ("committed", "aborted"):
+                    return status == "committed"
+            except (Unavailable, psycopg.Error):
+                pass
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(RETRY_EVERY)
 
     def _open_connections(self) -> None:
         self._wconn = self._connect()
