@@ -160,7 +160,8 @@ def main(argv=None) -> int:
     p.add_argument("--clients", default="1,10,100")
     p.add_argument("-n", type=int, default=2000, help="deltas per /bench run for the Loomi table")
     p.add_argument("--quick", action="store_true", help="one round, smaller runs (a smoke check, not a measurement)")
-    p.add_argument("--only", default="", help="comma list: loomi,pheby,extra,core,team")
+    p.add_argument("--only", default="", help="comma list: loomi,pheby,extra,core,team,ingest "
+                   "(ingest: lvmh ingest alone, --rounds times; extra includes it once)")
     p.add_argument("--team-runs", default="10,50,100", help="R for the team load")
     p.add_argument("--team-clients", default="3,10", help="K for the team load")
     p.add_argument("--team-protos", default="pheby,loomi")
@@ -181,6 +182,9 @@ def main(argv=None) -> int:
         ok &= asyncio.run(pheby_coalescing(10, 2000 if args.quick else 20000, args.rounds))
     if not only or "extra" in only:
         ok &= asyncio.run(extra.run_all(args.quick, args.rounds))
+    if "ingest" in only:  # the lvmh ingest of extra alone (bench/extra.py), a round per --rounds
+        for _ in range(args.rounds):
+            ok &= asyncio.run(extra.lvmh_ingest(args.quick))
     if not only or "core" in only:
         ok &= event_cost.run(args.quick, args.rounds)
     if not only or "team" in only:

@@ -62,6 +62,24 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+# The strings the two patterns accepted lately: a plugin sends the same session id and a handful of
+# types in every frame, so the hot path tests each once (a set lookup after). Bounded: emptied when full.
+_SEEN_MAX = 1024
+_SEEN_TYPES: set[str] = set()
+_SEEN_SIDS: set[str] = set()
+
+
+def _matches(value: str, pattern: re.Pattern, seen: set[str]) -> bool:
+    if value in seen:
+        return True
+    if not pattern.match(value):
+        return False
+    if len(seen) >= _SEEN_MAX:
+        seen.clear()
+    seen.add(value)
+    return True
+
+
 # --- plugin -> daemon -------------------------------------------------------------------------
 
 
@@ -89,42 +107,46 @@ def _loads(data: Union[str, bytes]) -> Any:
 
 
 def decode_plugin_frame(data: Union[str, bytes]) -> PluginFrame:
-    """One daemon-bound frame: a JSON object with the lvmh envelope."""
+    """One daemon-bound frame: a JSON object with the lvmh envelope.
+
+    The hot path of every plugin event: the checks are inlined (``type(x) is int`` is ``_is_int``
+    for what orjson returns) and the type and session id are matched once each (``_matches``)."""
     obj = _loads(data)
-    if not isinstance(obj, dict):
+    if type(obj) is not dict:
         raise FrameError("Frame must be one JSON object", code="invalid_json")
     ftype = obj.get("type")
-    if not isinstance(ftype, str) or not EVENT_TYPE.match(ftype):
+    if not isinstance(ftype, str) or not _matches(ftype, EVENT_TYPE, _SEEN_TYPES):
         raise FrameError("type must be a snake_case string", code="invalid_frame")
-    if obj.get("v") != PROTOCOL_VERSION or isinstance(obj.get("v"), bool):
+    v = obj.get("v")
+    if v != PROTOCOL_VERSION or v is True:
         raise FrameError(f"Unsupported protocol version (v must be {PROTOCOL_VERSION})", code="version_mismatch")
     sid = obj.get("sessionId")
-    if not is_session_id(sid):
+    if not isinstance(sid, str) or not _matches(sid, SESSION_ID, _SEEN_SIDS):
         raise FrameError("sessionId must be 1-128 characters of [A-Za-z0-9._:@+=-]", code="invalid_frame")
-    seq = obj.get("seq")
+    seq = sent_seq = obj.get("seq")
     if ftype == "hello":
         seq = 0
-    elif not _is_int(seq) or not 1 <= seq <= MAX_SEQ:  # type: ignore[operator]
+    elif type(seq) is not int or not 1 <= seq <= MAX_SEQ:
         raise FrameError("seq must be an integer from 1", code="invalid_frame")
     ts = obj.get("ts")
     reencode = False
-    if _is_int(ts) and 0 <= ts <= MAX_SEQ:  # type: ignore[operator]
-        ts_ms = int(ts)  # type: ignore[arg-type]
-    elif isinstance(ts, float) and math.isfinite(ts) and 0 <= ts <= MAX_SEQ:
+    if type(ts) is int and 0 <= ts <= MAX_SEQ:
+        ts_ms = ts
+    elif type(ts) is float and math.isfinite(ts) and 0 <= ts <= MAX_SEQ:
         ts_ms = int(ts)
         reencode = True
     else:
         ts_ms = now_ms()
         reencode = True
     if ftype == "message_update":
-        if not isinstance(obj.get("delta"), str):
+        if type(obj.get("delta")) is not str:
             raise FrameError("message_update needs a string delta", code="invalid_frame")
-    elif ftype in ("hello", "session_info"):
-        if not isinstance(obj.get("session"), dict):
+    elif ftype == "hello" or ftype == "session_info":
+        if type(obj.get("session")) is not dict:
             raise FrameError(f"{ftype} needs a session object", code="invalid_frame")
-    if ftype == "tool_execution_start" or ftype == "message_end":
+    elif ftype == "tool_execution_start" or ftype == "message_end":
         reencode |= _redact_tool_args(obj)
-    if obj.get("seq") != seq:  # a hello may omit seq (always 0)
+    if sent_seq != seq:  # a hello may omit seq (always 0)
         obj["seq"] = seq
         reencode = True
     if reencode:
@@ -134,7 +156,7 @@ def decode_plugin_frame(data: Union[str, bytes]) -> PluginFrame:
         raw = data
     else:
         raw = bytes(data).decode("utf-8")  # orjson accepted it, so it is valid UTF-8
-    return PluginFrame(type=ftype, session_id=sid, seq=seq, ts=ts_ms, obj=obj, raw=raw)  # type: ignore[arg-type]
+    return PluginFrame(ftype, sid, seq, ts_ms, obj, raw)
 
 
 def stored_size(raw: str) -> int:

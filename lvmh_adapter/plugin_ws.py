@@ -32,6 +32,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("agent_bridge.lvmh")
 
 HEARTBEAT = 30.0
+_TEXT, _BINARY = WSMsgType.TEXT, WSMsgType.BINARY
+_ENDS = (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED, WSMsgType.ERROR)
+_DRAIN = object()  # _frame's answer when the writer is backlogged: wait for it before reading on
 
 
 class PluginConn:
@@ -131,39 +134,49 @@ class PluginSockets:
                     continue
             else:
                 msg = await ws.receive()
-            if msg.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED, WSMsgType.ERROR):
-                return
-            if msg.type not in (WSMsgType.TEXT, WSMsgType.BINARY) or conn.replaced or conn.revoked:
+            t = msg.type
+            if t is not _TEXT and t is not _BINARY:  # identity first: the hot path reads one enum member
+                if t in _ENDS:
+                    return
+                continue
+            if conn.replaced or conn.revoked:
                 continue
             try:
-                await self._frame(conn, msg.data)
+                action = self._frame(conn, msg.data)
+                if action is not None:
+                    await self._act(conn, action)
             except (asyncio.CancelledError, ConnectionResetError):
                 raise
             except Exception:  # a bug on one frame never ends the session
                 log.exception("lvmh: handling a plugin frame failed")
                 conn.outbox.put(error_frame("Internal error", "internal_error", session_id=conn.state.session_id))
 
-    async def _frame(self, conn: PluginConn, data: Any) -> None:
+    def _frame(self, conn: PluginConn, data: Any) -> Any:
+        """One frame: an event of the bound session stored and shown here, without a coroutine (the
+        hot path); anything else returned for ``_act`` (a hello, a refusal, the writer's back-pressure)."""
         action = conn.state.receive(data)
         if type(action) is Event:
             rec = conn.record
             if rec is None or rec.conn is not conn:
-                return
+                return None
             frame = action.frame
             size = codec.stored_size(frame.raw) if frame.persisted else 0
             if not size or rec.charge(size, self.quota):
                 self.book.ingest(rec, frame, size)
-                if self.book.log.backlogged:
-                    await self.book.log.drain()
-                return
+                return _DRAIN if self.book.log.backlogged else None
             action = conn.state.refuse_over_quota(frame, self.quota_mb)  # nothing stored; others unaffected
             if conn.state.over_quota == 1:
                 log.warning("lvmh: plugin session %s has stored its quota of %g MB; refusing its events",
                             rec.id, self.quota_mb)
-        if type(action) is Hello:
+        return action
+
+    async def _act(self, conn: PluginConn, action: Any) -> None:
+        if action is _DRAIN:
+            await self.book.log.drain()
+        elif type(action) is Hello:
             await self._hello(conn, action.frame, action.rebind)
-            return
-        await self._answer(conn, action)
+        else:
+            await self._answer(conn, action)
 
     async def _answer(self, conn: PluginConn, action: Reject) -> None:
         """A refused frame's error frame; a fatal one closes the socket (errors.FATAL_CLOSE)."""

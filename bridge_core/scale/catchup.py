@@ -20,6 +20,9 @@
 from __future__ import annotations
 
 import collections
+import itertools
+import zlib
+from array import array
 from typing import Any, Iterable
 
 import orjson
@@ -29,25 +32,83 @@ KEEP_BYTES = 8 << 20  # and at most this many bytes of them (the oldest go first
 REFETCH_WAIT = 5.0  # s a node holding a gap waits for the live nodes' answers (a node starved of CPU is slow)
 CATCH_UP_WAIT = 10.0  # s a command waits for this node to read the stream up to where it ended
 MAX_ANSWER = 2048  # entries in one answer to a refetch (the oldest of a longer range are gone for good)
+CHUNK_BYTES = 64 << 10  # payload bytes a node's written entries gather before they are compressed together
+
+
+class _Chunk:
+    """Entries written one after another, their payloads compressed together: their numbers, where
+    each payload ends in the uncompressed run, and the run. ``start``: the first entry still kept."""
+
+    __slots__ = ("ns", "ends", "blob", "start")
+
+    def __init__(self, ns: Iterable[int], bodies: list[bytes]):
+        self.ns = array("q", ns)
+        self.ends = array("q", itertools.accumulate(len(b) for b in bodies))
+        self.blob = zlib.compress(b"".join(bodies), 1)
+        self.start = 0
+
+    def length(self, i: int) -> int:
+        return self.ends[i] - (self.ends[i - 1] if i else 0)
+
+    def entries(self, lo: int, hi: int) -> list[tuple[int, bytes]]:
+        ns = self.ns[self.start:]
+        if not ns or max(ns) <= lo or min(ns) >= hi:
+            return []
+        run, ends, out = zlib.decompress(self.blob), self.ends, []
+        for i in range(self.start, len(self.ns)):
+            n = self.ns[i]
+            if lo < n < hi:
+                out.append((n, run[ends[i - 1] if i else 0:ends[i]]))
+        return out
 
 
 class Written:
-    """This node's last entries in the events stream: (n of their first event, the entry's payload)."""
+    """This node's last entries in the events stream: (n of their first event, the entry's payload).
 
-    def __init__(self, keep: int = KEEP_ENTRIES, keep_bytes: int = KEEP_BYTES):
-        self._ring: collections.deque = collections.deque()
-        self.keep, self.keep_bytes, self.size = keep, keep_bytes, 0
+    At most ``keep`` entries and ``keep_bytes`` bytes of payloads (the oldest go first). Kept as
+    they come until ``CHUNK_BYTES`` of them are in, then compressed together (``_Chunk``): the
+    entries are read back only for a refetch, and a stream's events compress several times over,
+    so a busy node holds its 8 MB of them in a fraction of that (docs/performance.md).
+    """
+
+    def __init__(self, keep: int = KEEP_ENTRIES, keep_bytes: int = KEEP_BYTES, chunk_bytes: int = CHUNK_BYTES):
+        self._chunks: collections.deque[_Chunk] = collections.deque()
+        self._ns: list[int] = []  # the newest entries, not yet compressed
+        self._bodies: list[bytes] = []
+        self._fresh = 0  # bytes in _bodies
+        self.keep, self.keep_bytes, self.chunk_bytes = keep, keep_bytes, chunk_bytes
+        self.size = self.count = 0  # payload bytes and entries kept
 
     def add(self, n: int, body: bytes) -> None:
-        ring = self._ring
-        ring.append((n, body))
+        self._ns.append(n)
+        self._bodies.append(body)
+        self._fresh += len(body)
         self.size += len(body)
-        while len(ring) > self.keep or (self.size > self.keep_bytes and len(ring) > 1):
-            self.size -= len(ring.popleft()[1])
+        self.count += 1
+        if self._fresh >= self.chunk_bytes:
+            self._chunks.append(_Chunk(self._ns, self._bodies))
+            self._ns, self._bodies, self._fresh = [], [], 0
+        while self.count > self.keep or (self.size > self.keep_bytes and self.count > 1):
+            self._drop_oldest()
+
+    def _drop_oldest(self) -> None:
+        self.count -= 1
+        if not self._chunks:
+            self._ns.pop(0)
+            body = self._bodies.pop(0)
+            self._fresh -= len(body)
+            self.size -= len(body)
+            return
+        chunk = self._chunks[0]
+        self.size -= chunk.length(chunk.start)
+        chunk.start += 1
+        if chunk.start == len(chunk.ns):
+            self._chunks.popleft()
 
     def between(self, lo: int, hi: int) -> list[tuple[int, bytes]]:
         """The entries numbered strictly between ``lo`` and ``hi`` (a refetch's range), oldest first."""
-        out = [(n, body) for n, body in self._ring if lo < n < hi]
+        out = [e for chunk in self._chunks for e in chunk.entries(lo, hi)]
+        out += [(n, body) for n, body in zip(self._ns, self._bodies) if lo < n < hi]
         return out[-MAX_ANSWER:]
 
 
