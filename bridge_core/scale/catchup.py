@@ -14,7 +14,9 @@
   ``Written``), delivers what they give back in number order, then what it held. A gap left
   by entries that were dropped (forged, of a node gone) or by numbering jumping forward
   after a loss is asked about the same way; nobody has anything for it, and delivery goes on
-  as soon as every live node answered (or after ``REFETCH_WAIT``).
+  as soon as every live node answered (or after ``REFETCH_WAIT``). Numbers below the last
+  event that came back that no answer covers are events gone for good (``Gap.lost``: their
+  writer no longer kept them): said, never passed over in silence.
 """
 
 from __future__ import annotations
@@ -118,6 +120,12 @@ def answer(rid: str, entries: Iterable[tuple[int, bytes]]) -> bytes:
     return b'{"bus":"refetched","id":%s,"entries":[%s]}' % (orjson.dumps(rid), items)
 
 
+def spans(ranges: list[tuple[int, int]], most: int = 5) -> str:
+    """(first, last) ranges of numbers as a log line says them: ``3 to 4, 9`` (at most ``most``)."""
+    out = ", ".join(f"{a} to {b}" if b > a else str(a) for a, b in ranges[:most])
+    return out + (", ..." if len(ranges) > most else "")
+
+
 class Gap:
     """One refetch under way: the numbers missing are strictly between ``lo`` and ``hi``; the
     entries read meanwhile are held (``held``) until it is over."""
@@ -144,3 +152,16 @@ class Gap:
     def recovered(self) -> list[tuple[int, str, Any]]:
         """(n, writer, items) of every entry found, in number order."""
         return [(n, node, items) for n, (node, items) in sorted(self.found.items())]
+
+    def lost(self) -> list[tuple[int, int]]:
+        """The numbers known given and found nowhere, as (first, last) ranges: those between ``lo``
+        and the last event found that no entry found covers (an entry's events take consecutive
+        numbers from its ``n``). Their writer kept them no longer (``Written`` is bounded) or did
+        not answer. Above the last event found numbering may just have jumped: nothing is known."""
+        out, expect = [], self.lo + 1
+        for n, (_, items) in sorted(self.found.items()):
+            if n > expect:
+                out.append((expect, n - 1))
+            events = sum(1 for i in items if type(i) is list and i[:1] == ["e"]) if type(items) is list else 0
+            expect = max(expect, n + events)
+        return out

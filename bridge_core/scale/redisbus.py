@@ -156,6 +156,7 @@ class RedisBus:
         self._progress = asyncio.Event()  # set (and replaced) whenever reading moved on
         self._end: Any = None
         self.refetched = 0  # entries the stream lost that their writers gave back (catchup.py)
+        self.gone = 0  # events the stream lost that no writer gave back (catchup.Gap.lost)
 
     def describe(self) -> str:
         return mask_url(self.url)
@@ -446,10 +447,13 @@ class RedisBus:
         if self._gap is not gap:
             return
         self._gap = None
-        found = gap.recovered()
+        found, lost = gap.recovered(), gap.lost()
         (log.warning if found else log.info)("bus: event %d came after %d: %d entries in between came back from "
                                              "their writers", gap.hi, gap.lo, len(found))  # fmt: skip
         self.refetched += len(found)
+        if lost:  # events known given that no writer kept any longer: said, and counted
+            self.gone += sum(last - first + 1 for first, last in lost)
+            log.warning("bus: events %s came back from no node: gone for good", catchup.spans(lost))
         for n, node, items in found:
             if type(items) is list:
                 self._deliver_items(node, n, items)
