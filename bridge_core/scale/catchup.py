@@ -30,7 +30,7 @@ from typing import Any, Iterable
 import orjson
 
 KEEP_ENTRIES = 4096  # entries a node keeps of what it wrote to the events stream, for a refetch
-KEEP_BYTES = 8 << 20  # and at most this many bytes of them (the oldest go first): seconds of a busy stream
+KEEP_BYTES = 8 << 20  # held in at most this many bytes, compressed (the oldest go first): seconds of a busy stream
 REFETCH_WAIT = 5.0  # s a node holding a gap waits for the live nodes' answers (a node starved of CPU is slow)
 CATCH_UP_WAIT = 10.0  # s a command waits for this node to read the stream up to where it ended
 MAX_ANSWER = 2048  # entries in one answer to a refetch (the oldest of a longer range are gone for good)
@@ -67,10 +67,13 @@ class _Chunk:
 class Written:
     """This node's last entries in the events stream: (n of their first event, the entry's payload).
 
-    At most ``keep`` entries and ``keep_bytes`` bytes of payloads (the oldest go first). Kept as
+    At most ``keep`` entries, held in at most ``keep_bytes`` bytes (the oldest go first). Kept as
     they come until ``CHUNK_BYTES`` of them are in, then compressed together (``_Chunk``): the
-    entries are read back only for a refetch, and a stream's events compress several times over,
-    so a busy node holds its 8 MB of them in a fraction of that (docs/performance.md).
+    entries are read back only for a refetch, and a stream's events compress several times over
+    (a run's text deltas carry its text so far, each entry most of the one before: late in a long
+    run one is 10-16 KB, and 8 MB of them as written were a few hundred deltas, a fraction of a
+    second; seed 4107 in tests/nemesis). The bound is on what is held, compressed: the memory it
+    promises, and as many entries as fit in it (docs/scale-out.md "Catching up").
     """
 
     def __init__(self, keep: int = KEEP_ENTRIES, keep_bytes: int = KEEP_BYTES, chunk_bytes: int = CHUNK_BYTES):
@@ -80,18 +83,27 @@ class Written:
         self._fresh = 0  # bytes in _bodies
         self.keep, self.keep_bytes, self.chunk_bytes = keep, keep_bytes, chunk_bytes
         self.size = self.count = 0  # payload bytes and entries kept
+        self.held = 0  # bytes held for them: the chunks compressed, the newest as they came
 
     def add(self, n: int, body: bytes) -> None:
         self._ns.append(n)
         self._bodies.append(body)
         self._fresh += len(body)
         self.size += len(body)
+        self.held += len(body)
         self.count += 1
         if self._fresh >= self.chunk_bytes:
-            self._chunks.append(_Chunk(self._ns, self._bodies))
+            chunk = _Chunk(self._ns, self._bodies)
+            self._chunks.append(chunk)
+            self.held += len(chunk.blob) - self._fresh
             self._ns, self._bodies, self._fresh = [], [], 0
-        while self.count > self.keep or (self.size > self.keep_bytes and self.count > 1):
+        while self.count > self.keep:
             self._drop_oldest()
+        while self.held > self.keep_bytes and self.count > 1:
+            if self._chunks:  # a chunk's memory goes only with the whole chunk
+                self._drop_chunk()
+            else:
+                self._drop_oldest()
 
     def _drop_oldest(self) -> None:
         self.count -= 1
@@ -100,12 +112,21 @@ class Written:
             body = self._bodies.pop(0)
             self._fresh -= len(body)
             self.size -= len(body)
+            self.held -= len(body)
             return
         chunk = self._chunks[0]
         self.size -= chunk.length(chunk.start)
         chunk.start += 1
         if chunk.start == len(chunk.ns):
             self._chunks.popleft()
+            self.held -= len(chunk.blob)
+
+    def _drop_chunk(self) -> None:
+        chunk = self._chunks.popleft()
+        left = len(chunk.ns) - chunk.start
+        self.count -= left
+        self.size -= chunk.ends[-1] - (chunk.ends[chunk.start - 1] if chunk.start else 0)
+        self.held -= len(chunk.blob)
 
     def between(self, lo: int, hi: int) -> list[tuple[int, bytes]]:
         """The entries numbered strictly between ``lo`` and ``hi`` (a refetch's range), oldest first."""
