@@ -23,6 +23,7 @@ import { pageTitle, waitingEverywhere } from "./sessions.js";
 import { renderList as drawList } from "./sidebar.js";
 import { attentionBanner, setFavicon } from "./attention.js";
 import { Composer } from "./composer.js";
+import { onGrammars, warmUp } from "./markdown.js";
 import { agentIntro } from "./intro.js";
 import { notifyPending, renderNotifyButton } from "./notify.js";
 import { forgetPush, notifyMe } from "./push.js";
@@ -523,6 +524,7 @@ function start() {
   const id = routeFromHash();
   app.current = null;
   openSession(id);
+  if (id) warmUp(); // while its first page is on its way
 }
 
 function init() {
@@ -562,6 +564,7 @@ function init() {
       el.textContent = untilLine(Number(el.dataset.until), el.dataset.what);
     }
   }, CLOCK_MS);
+  onGrammars(() => scheduleRender(0)); // code blocks drawn before highlight.js's grammars were in, again
   renderList();
   renderView();
   if (!app.token) showGate("");

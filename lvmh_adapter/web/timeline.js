@@ -7,6 +7,7 @@
 import { h, clear } from "./dom.js";
 import { pendingDecisions } from "./reducer.js";
 import { renderItem } from "./view.js";
+import { codeEpoch, loadGrammars } from "./markdown.js";
 import { VirtualList } from "./virtual.js";
 
 export const STREAM_RENDER_MS = 100; // a streaming message is re-rendered (markdown) at most this often
@@ -61,7 +62,7 @@ function listFor(view, st, ctx, schedule) {
     scroller: tl.parentElement,
     list: tl,
     keyOf: (item) => item.key,
-    versionOf: (item) => `${item.rev}|${uiRevOf(view.ui, item)}`,
+    versionOf: (item) => `${item.rev}|${uiRevOf(view.ui, item)}|${codeEpoch()}`, // code drawn before its grammar: again
     render: (item) => {
       const node = renderItem(item, r.ctx);
       node.dataset.key = item.key;
@@ -101,6 +102,7 @@ export function renderTimeline(view, st, { ctx, footer, schedule, older, newer }
   if (lean && st.loaded && st.items.length) {
     r.painted = true;
     schedule(0);
+    requestAnimationFrame(() => setTimeout(loadGrammars, 0)); // after this first paint: highlight.js's grammars
   }
   if (stick && !pin) wrap.scrollTop = wrap.scrollHeight;
   r.stick = false;
