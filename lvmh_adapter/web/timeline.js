@@ -97,12 +97,15 @@ export function renderTimeline(view, st, { ctx, footer, schedule, older, newer }
   vlist.list.setAttribute("aria-busy", st.loaded && !st.loadingOlder && !st.loadingNewer ? "false" : "true");
   const pin = r.pin;
   r.pin = null;
-  const lean = !r.painted; // a conversation's first paint: the screen; the margin around it follows at once
+  const lean = !r.painted; // a conversation's first paint: the screen; the margin around it in the next frame
   const { deferred } = vlist.render(st.items, { stick: stick && !pin, pin, lean });
   if (lean && st.loaded && st.items.length) {
     r.painted = true;
-    schedule(0);
-    requestAnimationFrame(() => setTimeout(loadGrammars, 0)); // after this first paint: highlight.js's grammars
+    // once this first paint is on screen (the frame after it): the margin around the screen, highlight.js's grammars
+    requestAnimationFrame(() => setTimeout(() => {
+      schedule(0);
+      loadGrammars();
+    }, 0));
   }
   if (stick && !pin) wrap.scrollTop = wrap.scrollHeight;
   r.stick = false;
