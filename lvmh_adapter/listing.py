@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from bridge_core.model.errors import BadRequest
 
-from . import activity, codec
+from . import activity, codec, heap
 from .book import SOURCE_NAME
 
 if TYPE_CHECKING:
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
 PAGE_DEFAULT = 50
 CACHE_SECONDS = 1.0  # an encoded first frame serves every browser this long at most (lastEventAt moves)
+TRIM_AFTER_SECONDS = 1.5  # a whole list built: the heap trimmed this much later (its copies let go by then)
 PAGE_MAX = 200
 MAX_QUERY = 200  # characters of ``q``
 EXT_LIST_DELTAS = "list-deltas"  # the /ws extension: a first page, then one entry per change
@@ -82,6 +83,7 @@ class Listing:
         self._full_cache: Optional[tuple[int, float, bytes]] = None
         self._page_cache: Optional[tuple[int, float, bytes]] = None
         self._keys_cache: Optional[tuple[tuple, list]] = None
+        self._trim_handle: Optional[asyncio.TimerHandle] = None
 
     # --- one session ---------------------------------------------------------------------------
 
@@ -147,7 +149,17 @@ class Listing:
         """The spec's list encoded (``codec.entry_runs``), one entry's dict alive at a time: building the whole
         frame peaks at about twice its size (traced, 2,000 sessions), where every dict at once and one
         ``orjson.dumps`` of them peaked at 3.9 times."""
+        self._trim_later()
         return codec.entry_runs(v for v in (self.view(sid) for sid in self.spec_order(needle)) if v is not None)
+
+    def _trim_later(self) -> None:
+        """Once this whole list has left (its frame let go, its REST answer written): the heap trimmed (heap.py)."""
+        if self._trim_handle is None:
+            self._trim_handle = asyncio.get_running_loop().call_later(TRIM_AFTER_SECONDS, self._trim)
+
+    def _trim(self) -> None:
+        self._trim_handle = None
+        heap.trim()
 
     def total(self) -> int:
         return len(self.ids())
