@@ -163,7 +163,8 @@ function scheduleList() {
 
 // --- the open session --------------------------------------------------------------
 
-const loader = new Loader({ api, app, render: (delay) => scheduleRender(delay) });
+// the first page of the open conversation is drawn as it lands (the reader waits for nothing else); later ones at the next tick
+const loader = new Loader({ api, app, render: (delay) => (delay === 0 && !app.rendered.painted ? renderNow() : scheduleRender(delay)) });
 const finder = new Finder({ api, current: () => app.current, reveal: (hit) => revealHit(hit) });
 
 function routeFromHash() {
@@ -215,6 +216,12 @@ function resetRendered() {
   app.rendered?.vlist?.destroy();
   app.rendered = { sessionId: null, panelRev: -1, headKey: "", bannerKey: "", detached: null,
                    onScroll: () => scheduleRender(0), backToLatest: () => loader.leaveHistory() };
+}
+
+function renderNow() {
+  clearTimeout(app.renderTimer);
+  app.renderTimer = null;
+  renderSession();
 }
 
 function scheduleRender(delay = 16) {
@@ -520,11 +527,11 @@ const spawn = new SpawnDialog({
 // --- start -------------------------------------------------------------------------
 
 function start() {
-  socket.start(); // its probe loads the session list first
   const id = routeFromHash();
   app.current = null;
-  openSession(id);
-  if (id) warmUp(); // while its first page is on its way
+  openSession(id); // its first page before the list's: the reader asked for this conversation
+  socket.start(); // its probe loads the session list
+  if (id) warmUp(); // while the first page is on its way
 }
 
 function init() {
