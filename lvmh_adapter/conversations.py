@@ -27,8 +27,9 @@ from aiohttp import web
 from bridge_core.model import commands as cmd
 from bridge_core.model.errors import BadRequest, BridgeError, Conflict, NotImplementedByAgent
 from . import codec
-from .listing import matches, needle_of
+from .listing import needle_of
 from .errors import SessionNotFound, json_response, rest_error
+from .rest import list_response
 from .request import command_origin, read_json  # one Origin and one body reader for every lvmh route
 
 if TYPE_CHECKING:
@@ -68,10 +69,7 @@ class Conversations:
             needle = needle_of(request.query.get("q", ""))
         except BadRequest as exc:
             return rest_error(exc)
-        views = self.fe.listing.full()
-        if needle:
-            views = [v for v in views if matches((v.get("name"), v.get("repo"), v.get("cwd"), v.get("id")), needle)]
-        return json_response(views)
+        return await list_response(request, self.fe.listing.encoded(needle))
 
     async def create(self, request: web.Request) -> web.Response:
         try:

@@ -27,6 +27,19 @@ if TYPE_CHECKING:
     from .host import Host
 
 
+async def list_response(request: web.Request, runs: list) -> web.StreamResponse:
+    """The JSON array of the encoded entries ``runs`` (``listing.Listing.encoded``) written piece by piece, each
+    waiting for the socket to take it: the body is ``json_response``'s byte for byte, never one copy of it whole."""
+    resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+    resp.content_length = codec.json_array_length(runs)
+    await resp.prepare(request)
+    if request.method != "HEAD":
+        for piece in codec.json_array_pieces(runs):
+            await resp.write(piece)
+    await resp.write_eof()
+    return resp
+
+
 class Rest:
     def __init__(self, fe: "Host"):
         self.fe = fe
@@ -64,7 +77,7 @@ class Rest:
         """The spec's full list; with ``limit``, ``cursor`` or ``q``, a page of it (listing.py)."""
         query = request.query
         if not listing.wants_page(query):
-            return json_response(self.fe.listing.full())
+            return await list_response(request, self.fe.listing.encoded())
         try:
             limit = codec.query_int(query, "limit", listing.PAGE_DEFAULT, 1, listing.PAGE_MAX, clamp_high=True)
             return json_response(self.fe.listing.page(limit, query.get("cursor") or None, query.get("q", "")))

@@ -175,7 +175,7 @@ class EventStream:
         spec = [c for c in self.browsers if not c.deltas]
         deltas = [c for c in self.browsers if c.deltas]
         if spec:  # the whole list holds every entry that changed meanwhile
-            frame = codec.session_list_frame(self.listing.full())
+            frame = self.listing.spec_frame()
             for conn in spec:
                 conn.outbox.put(frame, key="session_list")
         if not deltas:

@@ -23,6 +23,7 @@ import { pageTitle, waitingEverywhere } from "./sessions.js";
 import { renderList as drawList } from "./sidebar.js";
 import { attentionBanner, setFavicon } from "./attention.js";
 import { Composer } from "./composer.js";
+import { onGrammars, warmUp } from "./markdown.js";
 import { agentIntro } from "./intro.js";
 import { notifyPending, renderNotifyButton } from "./notify.js";
 import { forgetPush, notifyMe } from "./push.js";
@@ -162,7 +163,8 @@ function scheduleList() {
 
 // --- the open session --------------------------------------------------------------
 
-const loader = new Loader({ api, app, render: (delay) => scheduleRender(delay) });
+// the first page of the open conversation is drawn as it lands (the reader waits for nothing else); later ones at the next tick
+const loader = new Loader({ api, app, render: (delay) => (delay === 0 && !app.rendered.painted ? renderNow() : scheduleRender(delay)) });
 const finder = new Finder({ api, current: () => app.current, reveal: (hit) => revealHit(hit) });
 
 function routeFromHash() {
@@ -214,6 +216,12 @@ function resetRendered() {
   app.rendered?.vlist?.destroy();
   app.rendered = { sessionId: null, panelRev: -1, headKey: "", bannerKey: "", detached: null,
                    onScroll: () => scheduleRender(0), backToLatest: () => loader.leaveHistory() };
+}
+
+function renderNow() {
+  clearTimeout(app.renderTimer);
+  app.renderTimer = null;
+  renderSession();
 }
 
 function scheduleRender(delay = 16) {
@@ -519,10 +527,11 @@ const spawn = new SpawnDialog({
 // --- start -------------------------------------------------------------------------
 
 function start() {
-  socket.start(); // its probe loads the session list first
   const id = routeFromHash();
   app.current = null;
-  openSession(id);
+  openSession(id); // its first page before the list's: the reader asked for this conversation
+  socket.start(); // its probe loads the session list
+  if (id) warmUp(); // while the first page is on its way
 }
 
 function init() {
@@ -562,6 +571,7 @@ function init() {
       el.textContent = untilLine(Number(el.dataset.until), el.dataset.what);
     }
   }, CLOCK_MS);
+  onGrammars(() => scheduleRender(0)); // code blocks drawn before highlight.js's grammars were in, again
   renderList();
   renderView();
   if (!app.token) showGate("");

@@ -6,23 +6,65 @@
 import { Marked } from "./vendor/marked.esm.js";
 import DOMPurify from "./vendor/purify.es.mjs";
 import hljs from "./vendor/hljs-core.min.js";
-import bash from "./vendor/hljs-bash.min.js";
-import css from "./vendor/hljs-css.min.js";
-import diff from "./vendor/hljs-diff.min.js";
-import go from "./vendor/hljs-go.min.js";
-import javascript from "./vendor/hljs-javascript.min.js";
-import json from "./vendor/hljs-json.min.js";
-import python from "./vendor/hljs-python.min.js";
-import rust from "./vendor/hljs-rust.min.js";
-import shell from "./vendor/hljs-shell.min.js";
-import sql from "./vendor/hljs-sql.min.js";
-import typescript from "./vendor/hljs-typescript.min.js";
-import xml from "./vendor/hljs-xml.min.js";
-import yaml from "./vendor/hljs-yaml.min.js";
 import { h } from "./dom.js";
 
-const LANGS = { bash, css, diff, go, javascript, json, python, rust, shell, sql, typescript, xml, yaml };
-for (const [name, lang] of Object.entries(LANGS)) hljs.registerLanguage(name, lang);
+// highlight.js's grammars (70 KB, 13 files) are not on the way to a first paint: they load once the page is idle
+// (`loadGrammars`), and a code block drawn before they were in is drawn again then (`codeEpoch`, `onGrammars`).
+const GRAMMARS = {
+  bash: () => import("./vendor/hljs-bash.min.js"),
+  css: () => import("./vendor/hljs-css.min.js"),
+  diff: () => import("./vendor/hljs-diff.min.js"),
+  go: () => import("./vendor/hljs-go.min.js"),
+  javascript: () => import("./vendor/hljs-javascript.min.js"),
+  json: () => import("./vendor/hljs-json.min.js"),
+  python: () => import("./vendor/hljs-python.min.js"),
+  rust: () => import("./vendor/hljs-rust.min.js"),
+  shell: () => import("./vendor/hljs-shell.min.js"),
+  sql: () => import("./vendor/hljs-sql.min.js"),
+  typescript: () => import("./vendor/hljs-typescript.min.js"),
+  xml: () => import("./vendor/hljs-xml.min.js"),
+  yaml: () => import("./vendor/hljs-yaml.min.js"),
+};
+const GRAMMARS_LATEST_MS = 1000;
+let grammarsIn = false;
+let drawnEarly = false; // a code block was drawn before the grammars were in
+let epoch = 0;
+let loading = null;
+const listeners = [];
+
+/** Load the grammars (once); then, if a code block was drawn without them, bump `codeEpoch` and tell `onGrammars`. */
+export function loadGrammars() {
+  if (!loading) {
+    loading = Promise.all(Object.entries(GRAMMARS).map(([name, load]) => load().then((m) => hljs.registerLanguage(name, m.default))))
+      .catch(() => {}) // a grammar that failed to load leaves its blocks plain
+      .then(() => {
+        grammarsIn = true;
+        if (!drawnEarly) return;
+        epoch += 1;
+        for (const cb of listeners) cb();
+      });
+  }
+  return loading;
+}
+
+/** Changes when code drawn earlier would now be drawn otherwise (part of a drawn item's version). */
+export function codeEpoch() {
+  return epoch;
+}
+
+export function onGrammars(cb) {
+  listeners.push(cb);
+}
+
+/** The first message drawn pays for marked's and DOMPurify's first use (their set-up): pay it while a
+ * conversation's first page is on its way instead. */
+export function warmUp() {
+  renderMarkdown("*warm* up", { highlightCode: false });
+}
+
+// once the conversation the page opened on is drawn (timeline.js), or after GRAMMARS_LATEST_MS at most
+setTimeout(() => loadGrammars(), GRAMMARS_LATEST_MS);
+
 const ALIASES = { sh: "bash", zsh: "bash", console: "shell", js: "javascript", mjs: "javascript", ts: "typescript",
   py: "python", html: "xml", svg: "xml", yml: "yaml", patch: "diff", rs: "rust", golang: "go" };
 const HIGHLIGHT_MAX = 20000; // characters; longer blocks stay plain
@@ -71,6 +113,7 @@ if (typeof DOMPurify.addHook === "function") DOMPurify.addHook("afterSanitizeAtt
 function highlight(code) {
   const text = code.textContent || "";
   if (!text || text.length > HIGHLIGHT_MAX) return;
+  if (!grammarsIn) drawnEarly = true;
   const m = /(?:^|\s)language-([\w+#.-]+)/.exec(code.getAttribute("class") || "");
   let lang = m ? m[1].toLowerCase() : "";
   lang = ALIASES[lang] || lang;

@@ -7,6 +7,7 @@
 import { h, clear } from "./dom.js";
 import { pendingDecisions } from "./reducer.js";
 import { renderItem } from "./view.js";
+import { codeEpoch, loadGrammars } from "./markdown.js";
 import { VirtualList } from "./virtual.js";
 
 export const STREAM_RENDER_MS = 100; // a streaming message is re-rendered (markdown) at most this often
@@ -61,7 +62,7 @@ function listFor(view, st, ctx, schedule) {
     scroller: tl.parentElement,
     list: tl,
     keyOf: (item) => item.key,
-    versionOf: (item) => `${item.rev}|${uiRevOf(view.ui, item)}`,
+    versionOf: (item) => `${item.rev}|${uiRevOf(view.ui, item)}|${codeEpoch()}`, // code drawn before its grammar: again
     render: (item) => {
       const node = renderItem(item, r.ctx);
       node.dataset.key = item.key;
@@ -96,11 +97,15 @@ export function renderTimeline(view, st, { ctx, footer, schedule, older, newer }
   vlist.list.setAttribute("aria-busy", st.loaded && !st.loadingOlder && !st.loadingNewer ? "false" : "true");
   const pin = r.pin;
   r.pin = null;
-  const lean = !r.painted; // a conversation's first paint: the screen; the margin around it follows at once
+  const lean = !r.painted; // a conversation's first paint: the screen; the margin around it in the next frame
   const { deferred } = vlist.render(st.items, { stick: stick && !pin, pin, lean });
   if (lean && st.loaded && st.items.length) {
     r.painted = true;
-    schedule(0);
+    // once this first paint is on screen (the frame after it): the margin around the screen, highlight.js's grammars
+    requestAnimationFrame(() => setTimeout(() => {
+      schedule(0);
+      loadGrammars();
+    }, 0));
   }
   if (stick && !pin) wrap.scrollTop = wrap.scrollHeight;
   r.stick = false;

@@ -125,11 +125,11 @@ export class VirtualList {
     return lo;
   }
 
-  /** The items to draw for a view of `height` px at `viewTop`: those on screen, the overscan, `minItems` at least. */
-  window(viewTop, height, least) {
+  /** The items to draw for a view of `height` px at `viewTop`: those on screen, `margin` px each side, `least` at least. */
+  window(viewTop, height, least, margin = this.overscan) {
     const n = this.items.length;
-    let start = this.find(viewTop - this.overscan);
-    let end = Math.min(n, this.find(viewTop + height + this.overscan) + 1);
+    let start = this.find(viewTop - margin);
+    let end = Math.min(n, this.find(viewTop + height + margin) + 1);
     const short = least - (end - start);
     if (short > 0) {
       start = Math.max(0, start - Math.ceil(short / 2));
@@ -159,7 +159,7 @@ export class VirtualList {
 
   /**
    * Draw `items`. `stick`: keep the end in view; `pin`: `{key, offset}` show that item `offset` px below
-   * the scroller's top; `lean`: the screen and the overscan only, not `minItems` (a first paint).
+   * the scroller's top; `lean`: the screen only, not the overscan nor `minItems` (a first paint).
    * Returns `{deferred}`: an item kept its older node (`hold`); render again soon.
    */
   render(items, { stick = false, pin = null, lean = false } = {}) {
@@ -176,7 +176,7 @@ export class VirtualList {
     else viewTop = this.scroller.scrollTop - listTop;
     let deferred = false;
     for (let pass = 0; pass < 3; pass += 1) {
-      const [start, end] = this.window(viewTop, view, lean ? 0 : this.minItems);
+      const [start, end] = lean ? this.window(viewTop, view, 0, 0) : this.window(viewTop, view, this.minItems);
       deferred = this.place(items, start, end, now) || deferred;
       ({ box, listTop } = this.geometry());
       if (stick && !anchor) {
