@@ -267,6 +267,7 @@ class EventLog:
         self.flush()
         self.committed.pop(sid, None)
         self._fail_cap.pop(sid, None)
+        self.epochs.pop(sid, None)
         self.store.write_later(
             lambda c: (
                 c.execute("DELETE FROM events WHERE sessionId=?", (sid,)),
