@@ -327,7 +327,8 @@ class EventLog:
         b = self._batch
         if b.rows or b.sessions or b.effects or sid in self.epochs:
             b.effects.append((sid, fn, args))
-            self._schedule()
+            if not self._scheduled:
+                self._schedule()
             return
         tail = self._tail
         if tail is not None and not tail.over:

@@ -111,10 +111,11 @@ class EventStream:
         """An event of ``sid`` (persisted kind or live ``message_update``) for its subscribers, once it
         is stored (durable before shown: a browser never sees an event a crash can take back, and its
         ``after=seq`` refetch and REST history agree with what it saw); in order, deltas included."""
-        if self.durable is None:
+        durable = self.durable
+        if durable is None:
             self._push(sid, seq, raw)
         else:
-            self.durable(sid, self._push, sid, seq, raw)
+            durable(sid, self._push, sid, seq, raw)
 
     def show(self, sid: str, seq: int, raw: str) -> None:
         """An event another node stored already (a pi session's frame it relayed): shown at once."""
