@@ -226,7 +226,7 @@ class SessionBook:
                 self.emit(cid, etype, payload, ts)
             return
         rec = self.bridge_record(cid)
-        persist = self.link.writes()
+        persist = self.link.writes(cid)
         if len(rendered) > SEQ_STRIDE:
             log.error("lvmh: %d events rendered from one; those past %d dropped", len(rendered), SEQ_STRIDE)
         for i, (etype, payload) in enumerate(rendered[:SEQ_STRIDE]):

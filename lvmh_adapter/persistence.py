@@ -14,6 +14,17 @@ asks the plugin to resend from there. Before a ``welcome`` the server awaits
 the session's writes still in flight, so a plugin never renumbers over rows
 that are about to land.
 
+Durable before shown: what a browser, another node or the core gets of an event (``after_durable``:
+the stream's push, the relay's frame, a pi event's shared events) runs once every write queued
+before it has committed, in order (group commit: one transaction per tick, then the tick's frames).
+A node killed with -9 never showed an event it had not stored.
+
+Several nodes: a pi session is fenced (docs/scale-out.md "Fenced ownership"; the rule is
+bridge_core/scale/fencing.py): a hello takes the session under a new epoch (``claim``, committed
+before the node reads the session's state), and every batch first guards the epochs of the
+sessions it writes for; a session another node claimed since gets nothing written, nothing of
+it queued here runs, and ``on_lost`` closes its plugin's socket.
+
 ``payload`` holds the whole event object (envelope and payload, the JSON
 text REST and the browser stream serve), so reads never re-encode.
 """
@@ -23,11 +34,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import orjson
 
 from bridge_core.bridge.store import BaseStore
+from bridge_core.scale import fencing
 
 log = logging.getLogger("agent_bridge.lvmh.store")
 
@@ -70,6 +82,8 @@ MIGRATIONS = [
     UPDATE sessions SET storedBytes = (SELECT COALESCE(SUM(LENGTH(payload)), 0) FROM events
                                        WHERE events.sessionId = sessions.id) WHERE source = 'plugin';
     """,
+    # 5: several nodes: the epoch under which one node at a time writes for a pi session (fencing.py)
+    "ALTER TABLE sessions ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0",
 ]
 
 _INSERT_EVENTS = "INSERT OR IGNORE INTO events(sessionId, seq, ts, type, payload) VALUES(?,?,?,?,?)"
@@ -77,6 +91,7 @@ _MAXIMA = ("UPDATE sessions SET lastSeq=MAX(lastSeq, ?), lastEventAt=MAX(COALESC
            "storedBytes=storedBytes+? WHERE id=?")
 _SESSION_COLUMNS = "id, info, lastSeq, lastEventAt, source, seqReserved, storedBytes"
 SEQ_BASE_KEY = "lvmh.cluster_seq_base"  # several nodes: where bridge sessions' derived seqs start (registry.py)
+SESSIONS = fencing.Owners("sessions", "id")  # where a pi session's epoch lives (several nodes)
 FLUSH_ROWS = 2000  # flush before the end of the tick once this many rows wait
 BACKLOG_HIGH = 50_000  # rows in flight before ingest waits for the writer
 BACKLOG_LOW = 10_000
@@ -97,13 +112,20 @@ class StoredSession:
 
 
 class _Batch:
-    __slots__ = ("rows", "sessions", "maxima", "done")
+    __slots__ = ("rows", "sessions", "maxima", "done", "effects", "held", "lost", "over")
 
     def __init__(self) -> None:
         self.rows: list[tuple] = []
         self.sessions: list[tuple] = []  # session row upserts, applied before the rows
         self.maxima: dict[str, list[int]] = {}  # sid -> [max seq, min seq, max ts, bytes charged]
         self.done: Optional[asyncio.Future] = None
+        self.effects: list[tuple] = []  # (sid, fn, args): run once the batch committed (``after_durable``)
+        self.held: dict[str, int] = {}  # sid -> the epoch this node writes it under (guarded first)
+        self.lost: set = set()  # of ``held``, the sessions another node claimed: nothing written for them
+        self.over = False  # its completion ran (a later effect runs at once, or behind a later batch)
+
+    def sids(self) -> set:
+        return {*self.maxima, *(s[0] for s in self.sessions), *(e[0] for e in self.effects)}
 
 
 class EventLog:
@@ -117,6 +139,9 @@ class EventLog:
         self.inflight_rows = 0
         self._drained: Optional[asyncio.Event] = None
         self.failures = 0
+        self._tail: Optional[_Batch] = None  # the batch submitted last (effects behind it wait for it)
+        self.epochs: dict[str, int] = {}  # several nodes: sid -> the epoch of a pi session this node took
+        self.on_lost: Optional[Callable[[str], None]] = None  # a session another node claimed (loop thread)
 
     # --- startup -----------------------------------------------------------------------------
 
@@ -242,6 +267,7 @@ class EventLog:
         self.flush()
         self.committed.pop(sid, None)
         self._fail_cap.pop(sid, None)
+        self.epochs.pop(sid, None)
         self.store.write_later(
             lambda c: (
                 c.execute("DELETE FROM events WHERE sessionId=?", (sid,)),
@@ -258,42 +284,31 @@ class EventLog:
         """Hand the gathered rows to the store's writer as one operation."""
         self._scheduled = False
         batch = self._batch
-        if not batch.rows and not batch.sessions:
+        if not batch.rows and not batch.sessions and not batch.effects:
             return
         self._batch = _Batch()
+        if self.epochs:  # several nodes: the pi sessions this node writes for, guarded first
+            batch.held = {sid: self.epochs[sid] for sid in batch.sids() if sid in self.epochs}
+        if not batch.rows and not batch.sessions and not batch.held:
+            self._behind(batch.effects)  # nothing to write: behind the batch in flight, or now
+            return
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             loop = None
-        rows, sessions, maxima = batch.rows, batch.sessions, batch.maxima
-
-        def op(conn: sqlite3.Connection) -> None:
-            for sid, kind, value, source, online in sessions:
-                if kind == "upsert":
-                    conn.execute(
-                        "INSERT INTO sessions(id, info, source, online) VALUES(?,?,?,?) "
-                        "ON CONFLICT(id) DO UPDATE SET info=excluded.info, "
-                        "online=COALESCE(?, sessions.online)",
-                        (sid, value, source, int(bool(online)), None if online is None else int(online)),
-                    )
-                elif kind == "online":
-                    conn.execute("UPDATE sessions SET online=? WHERE id=?", (int(online), sid))
-                else:
-                    conn.execute("UPDATE sessions SET seqReserved=MAX(seqReserved, ?) WHERE id=?", (value, sid))
-            if rows:
-                conn.executemany(_INSERT_EVENTS, rows)
-                conn.executemany(_MAXIMA, [(m[0], m[2], m[3], sid) for sid, m in maxima.items()])
-
-        fut = self.store.submit(op)
+        if self.store.shared:  # one order of the rows' locks on every node (two nodes may write the same)
+            batch.rows.sort(key=_row_key)
+        fut = self.store.submit(lambda conn: _write(conn, batch))
         if loop is None:  # shutdown path outside the loop: nothing waits on it
             fut.add_done_callback(lambda f: f.exception())
             return
         done = loop.create_future()
         batch.done = done
-        self.inflight_rows += len(rows)
-        for sid in maxima:
+        self._tail = batch
+        self.inflight_rows += len(batch.rows)
+        for sid in batch.maxima:
             self._inflight[sid] = done
-        for sid, *_ in sessions:
+        for sid, *_ in batch.sessions:
             self._inflight[sid] = done
 
         def finished(f: Any) -> None:
@@ -304,12 +319,66 @@ class EventLog:
 
         fut.add_done_callback(finished)
 
+    # --- durable before shown ------------------------------------------------------------------------
+
+    def after_durable(self, sid: str, fn: Callable, *args: Any) -> None:
+        """``fn(*args)`` (showing or relaying an event of ``sid``) once every write queued so far has
+        committed, in the order asked; never if another node claimed ``sid`` meanwhile (fenced)."""
+        b = self._batch
+        if b.rows or b.sessions or b.effects or sid in self.epochs:
+            b.effects.append((sid, fn, args))
+            if not self._scheduled:
+                self._schedule()
+            return
+        tail = self._tail
+        if tail is not None and not tail.over:
+            tail.effects.append((sid, fn, args))
+            return
+        fn(*args)
+
+    def _behind(self, effects: list) -> None:
+        tail = self._tail
+        if tail is not None and not tail.over:
+            tail.effects.extend(effects)
+        else:
+            _run(effects, ())
+
+    # --- several nodes: a pi session fenced -----------------------------------------------------------
+
+    async def claim(self, sid: str, info: dict) -> int:
+        """Take pi session ``sid`` under a new epoch (``fencing.claim``, committed; its row made if it
+        is new): from now on only this node's writes for it pass their guard. What was queued for it
+        before goes out first, under the epoch it was queued under."""
+        self.flush()
+        raw = orjson.dumps(info).decode()
+
+        def op(c: Any) -> int:
+            c.execute("INSERT INTO sessions(id, info, source) VALUES(?,?,'plugin') ON CONFLICT(id) DO NOTHING",
+                      (sid, raw))
+            while True:  # a claim that came between the read and the write: read again (the last one wins)
+                seen = c.execute("SELECT epoch FROM sessions WHERE id=?", (sid,)).fetchone()[0]
+                epoch = fencing.claim(c, SESSIONS, sid, int(seen))
+                if epoch is not None:
+                    return epoch
+
+        epoch = await self.store.write(op)
+        self.epochs[sid] = epoch
+        return epoch
+
+    def check(self, sid: str) -> None:
+        """Several nodes: another node says it holds ``sid``: a guard now tells whether it claimed it
+        from this node (``on_lost``), without waiting for this node's next write for it."""
+        if sid in self.epochs:
+            self.after_durable(sid, _nothing)
+
     def _finished(self, batch: _Batch, fut: Any) -> None:
         exc = fut.exception()
         self.inflight_rows -= len(batch.rows)
+        batch.over = True
+        lost = batch.lost if exc is None else set()
         if exc is None:
             for sid, m in batch.maxima.items():
-                if m[0] > self.committed.get(sid, 0):
+                if sid not in lost and m[0] > self.committed.get(sid, 0):
                     self.committed[sid] = m[0]
         else:
             self.failures += 1
@@ -322,6 +391,14 @@ class EventLog:
                 del self._inflight[sid]
         if batch.done is not None and not batch.done.done():
             batch.done.set_result(exc is None)
+        if lost:
+            log.info("lvmh: %d pi session(s) claimed by another node; nothing more is written or shown here",
+                     len(lost))
+            for sid in lost:
+                if self.on_lost is not None:
+                    self.on_lost(sid)
+        # a failed batch (the store down) shows what it held all the same, as before (its plugin resends)
+        _run(batch.effects, lost)
         if self._drained is not None and self.inflight_rows <= BACKLOG_LOW:
             self._drained.set()
 
@@ -399,6 +476,47 @@ class EventLog:
     def count(self, sid: str) -> int:
         row = self.store.query_one("SELECT COUNT(*) FROM events WHERE sessionId=?", (sid,))
         return int(row[0]) if row else 0
+
+
+def _row_key(row: tuple) -> tuple:
+    return row[0], row[1]
+
+
+def _nothing() -> None:
+    pass
+
+
+def _run(effects: list, lost: Any) -> None:
+    for sid, fn, args in effects:
+        if sid in lost:
+            continue
+        try:
+            fn(*args)
+        except Exception:  # one bad effect never holds back the others
+            log.exception("lvmh: showing an event failed")
+
+
+def _write(conn: Any, b: _Batch) -> None:
+    """One batch, in the store's writer thread: the epochs of the pi sessions it holds guarded first
+    (several nodes: their rows locked), nothing written for one another node claimed (``b.lost``)."""
+    lost = b.lost = fencing.guard(conn, SESSIONS, b.held) if b.held else set()
+    sessions = [s for s in b.sessions if s[0] not in lost] if lost else b.sessions
+    for sid, kind, value, source, online in sessions:
+        if kind == "upsert":
+            conn.execute(
+                "INSERT INTO sessions(id, info, source, online) VALUES(?,?,?,?) "
+                "ON CONFLICT(id) DO UPDATE SET info=excluded.info, "
+                "online=COALESCE(?, sessions.online)",
+                (sid, value, source, int(bool(online)), None if online is None else int(online)),
+            )
+        elif kind == "online":
+            conn.execute("UPDATE sessions SET online=? WHERE id=?", (int(online), sid))
+        else:
+            conn.execute("UPDATE sessions SET seqReserved=MAX(seqReserved, ?) WHERE id=?", (value, sid))
+    rows = [r for r in b.rows if r[0] not in lost] if lost else b.rows
+    if rows:
+        conn.executemany(_INSERT_EVENTS, rows)
+        conn.executemany(_MAXIMA, [(m[0], m[2], m[3], sid) for sid, m in b.maxima.items() if sid not in lost])
 
 
 __all__ = ["EventLog", "MIGRATIONS", "StoredSession"]

@@ -114,6 +114,14 @@ class SessionRecord:
         if reserved > self.seqs.reserved:
             self.seqs.set(reserved)
 
+    def lost(self) -> None:
+        """Several nodes: another node claimed this plugin session (its epoch moved on): what this node
+        counted of it is no longer the session's (frames it read after the claim were refused by the
+        store, never stored or shown), so its seq books start again from nothing; the next hello here
+        reads them from the store (``refreshed``)."""
+        self.high = self.top = self.stored = 0
+        self.seqs.set(0)
+
     def welcomed(self, last_seq: int) -> None:
         """``welcome`` told the plugin ``last_seq`` is stored: nothing at or below it is new."""
         if last_seq > self.high:

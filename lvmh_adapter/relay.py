@@ -17,6 +17,14 @@ travel as events); what only lvmh has travels as relays (``Cluster.relay``), in 
   browser subscribing mid-stream gets). Nothing is stored or translated again there, and the
   session's seq books are not touched (a plugin moving here reads them from the store).
 
+Fenced (docs/scale-out.md "Fenced ownership"): a hello here takes the session under a new epoch
+(``arriving``: ``EventLog.claim``, committed before its state is read here); every write of this
+node for it then carries that epoch, and one another node claimed since is refused: nothing of
+it queued here is shown, relayed or translated, and its plugin's socket here is closed (``_lost``).
+An ``on`` from another node for a session a socket here still holds makes a guard look at once
+(``EventLog.check``). What this node shows or relays of an event waits until it is stored
+(``EventLog.after_durable``).
+
 Prompts and aborts for a pi session are commands (``PluginPrompt``, ``PluginAbort``) carried
 out where the plugin is: ``Bridge.execute`` runs them here when the plugin is connected here,
 else the cluster asks the other nodes (``Cluster.add_hosted``); nobody holding it is 409
@@ -34,7 +42,8 @@ import orjson
 
 from bridge_core.model import commands as cmd
 
-from . import codec, cutshort
+from . import codec, cutshort, errors
+from .plugin_ws import close_later
 
 if TYPE_CHECKING:
     from .registry import SessionRecord
@@ -78,16 +87,22 @@ class PluginRelay:
         fe.bridge.extensions[PluginAbort] = self._abort
         self.cluster = fe.cluster
         self.shared = self.cluster is not None
+        fe.stream.durable = fe.book.log.after_durable  # durable before shown (persistence.py)
+        fe.book.log.on_lost = self._lost
         if self.cluster is not None:
             self.cluster.add_relay(NAME, self._relayed)
             self.cluster.add_hosted(PluginPrompt)
             self.cluster.add_hosted(PluginAbort)
             self.cluster.holds.on_inherit(cutshort.HOLD, lambda sid, dead: cutshort.inherit(fe, sid, dead))
 
-    def writes(self) -> bool:
-        """Whether this node stores what the book renders now: with several nodes, only the event's origin does."""
+    def writes(self, cid: Optional[str] = None) -> bool:
+        """Whether this node stores what the book renders now: with several nodes, the event's origin,
+        and for a conversation ``cid`` a browser here watches, this node too: what it shows is stored
+        first (durable before shown), in the same rows (seqs from the cluster number, the same bytes on
+        every node; ``INSERT OR IGNORE``), so the origin killed before it stored them loses none a
+        browser saw (docs/scale-out.md "lvmh numbering")."""
         c = self.cluster
-        return c is None or c.delivering_own
+        return c is None or c.delivering_own or (cid is not None and self.fe.stream.subscribed(cid))
 
     def start(self) -> None:
         if self.cluster is not None:
@@ -137,14 +152,20 @@ class PluginRelay:
         return frame
 
     async def arriving(self, rec: "SessionRecord") -> None:
-        """A hello here for a session no socket here holds: on several nodes, once the node it left let
-        go (``handover``), this node answers for its open run (a hold) and reads its seqs and open run
-        as that node stored them."""
-        if self.cluster is None or rec.conn is not None:
+        """A hello here: on several nodes, for a session no socket here holds, once the node it left let
+        go (``handover``), this node answers for its open run (a hold); it takes the session (a new
+        epoch, ``EventLog.claim``) and reads its seqs and open run as the store has them."""
+        if self.cluster is None:
             return
-        await self.handover(rec.id)  # the node it was connected to has stored what it got
-        await self.cluster.holds.hold(cutshort.HOLD, rec.id)  # this node answers for its open run from now
-        self.fe.book.refresh_plugin(rec)  # its plugin may have been connected to another node meanwhile
+        away = rec.conn is None
+        if away:
+            await self.handover(rec.id)  # the node it was connected to has stored what it got
+            await self.cluster.holds.hold(cutshort.HOLD, rec.id)  # this node answers for its open run from now
+        log_ = self.fe.book.log
+        before = log_.epochs.get(rec.id)
+        epoch = await log_.claim(rec.id, rec.info)  # the fence: from now on the node it left writes nothing
+        if away or before != epoch - 1:  # its plugin may have been connected to another node meanwhile
+            self.fe.book.refresh_plugin(rec)
 
     async def follow_run(self, sid: str) -> None:
         """Several nodes: a run the plugin left open on another node follows it here (``off``'s run)."""
@@ -166,8 +187,26 @@ class PluginRelay:
                 del self._handover[sid]
 
     def frame(self, sid: str, etype: str, seq: int, ts: int, raw: str) -> None:
+        """A pi session's event, for every node's browsers, once it is stored here (durable before shown)."""
         if self.cluster is not None:
-            self.cluster.relay(NAME, {"t": "f", "s": sid, "e": etype, "q": seq, "ts": ts, "r": raw})
+            data = {"t": "f", "s": sid, "e": etype, "q": seq, "ts": ts, "r": raw}
+            self.fe.book.log.after_durable(sid, self.cluster.relay, NAME, data)
+
+    def _lost(self, sid: str) -> None:
+        """Another node claimed ``sid`` (its epoch moved on): the socket here, if any, is closed, and
+        nothing it still sends is taken (the store refused this node's writes for it already)."""
+        rec = self.fe.book.records.get(sid)
+        if rec is None or rec.source != "plugin":
+            return
+        rec.lost()  # (its books: the store's again at its next hello here)
+        conn = rec.conn
+        if conn is None:
+            return
+        conn.replaced = True  # its frames are dropped from now on (plugin_ws: rec.conn is not it)
+        rec.conn = None
+        log.info("lvmh: pi session %s was claimed by another node; closing its socket here", sid)
+        close_later(self.fe, conn.ws, b"session claimed by another node", errors.CLOSE_REPLACED)
+        self.fe.stream.list_changed(sid)
 
     def is_online(self, rec: "SessionRecord") -> bool:
         """Connected here or to another node (``session_list``'s ``online``)."""
@@ -216,6 +255,8 @@ class PluginRelay:
         if rec.conn is None:  # (connected here too: a socket here that has not noticed it is gone)
             rec.info = codec.session_info(data.get("i"), rec.id, rec.info)
             cutshort.returned(rec)  # that node answers for its open run now
+        else:
+            self.fe.book.log.check(rec.id)  # claimed from this node? (the guard closes the socket here)
         self.carried.pop(rec.id, None)  # that node took the run over, if there was one
         self.elsewhere[rec.id] = node
         self.fe.stream.list_changed(rec.id)
@@ -240,7 +281,7 @@ class PluginRelay:
                 rec.info = codec.session_info(obj.get("session"), rec.id, rec.info)
                 fe.stream.list_changed(rec.id)
         fe.book.inflight.feed(rec.id, etype, seq, obj)
-        fe.stream.push(rec.id, seq, raw)
+        fe.stream.show(rec.id, seq, raw)  # its holder stored it before it relayed it (durable before shown)
 
     async def _watch(self) -> None:
         """Sessions held by a node that died (no ``off`` came) are offline once its liveness expired."""

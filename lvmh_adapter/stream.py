@@ -71,6 +71,9 @@ class EventStream:
         self.listing = listing  # listing.Listing: entries, the full list, the first page
         self.list_version = 0  # bumped on every change; lets a reader cache the encoded list
         self.spawn_jobs = spawn_jobs
+        # durable before shown: ``durable(sid, fn, *args)`` runs ``fn`` once what was queued for the store so
+        # far committed (persistence.EventLog.after_durable; set at prepare, relay.attach); None: at once
+        self.durable: Optional[Callable[..., None]] = None
 
     # --- subscriptions -------------------------------------------------------------------------
 
@@ -105,7 +108,20 @@ class EventStream:
     # --- fan-out ---------------------------------------------------------------------------------
 
     def push(self, sid: str, seq: int, raw: str) -> None:
-        """An event of ``sid`` (persisted kind or live ``message_update``) for its subscribers."""
+        """An event of ``sid`` (persisted kind or live ``message_update``) for its subscribers, once it
+        is stored (durable before shown: a browser never sees an event a crash can take back, and its
+        ``after=seq`` refetch and REST history agree with what it saw); in order, deltas included."""
+        durable = self.durable
+        if durable is None:
+            self._push(sid, seq, raw)
+        else:
+            durable(sid, self._push, sid, seq, raw)
+
+    def show(self, sid: str, seq: int, raw: str) -> None:
+        """An event another node stored already (a pi session's frame it relayed): shown at once."""
+        self._push(sid, seq, raw)
+
+    def _push(self, sid: str, seq: int, raw: str) -> None:
         before = self.last.get(sid, 0)
         self.last[sid] = seq
         if sid not in self.subs:

@@ -1,10 +1,11 @@
 """Fenced ownership of a per-client sequence across nodes (the rule and its SQL; docs/scale-out.md,
 "Fenced ownership").
 
-A sequence the cluster numbers for one client (a Loomi device; an lvmh browser's seqs and a pi
-session next) is numbered by one node at a time, its *owner*, under an *epoch*: a fencing token
-kept in the shared store (ZooKeeper-style fencing tokens, Kafka's producer epochs). The epoch
-lives in a column of the client's row (``Owners``: its table, key and epoch column):
+A sequence the cluster numbers for one client (a Loomi device, a pi session; an lvmh browser's
+seqs are its session's and need no owner of their own: docs/scale-out.md) is numbered by one node at
+a time, its *owner*, under an *epoch*: a fencing token kept in the shared store (ZooKeeper-style
+fencing tokens, Kafka's producer epochs). The epoch lives in a column of the client's row
+(``Owners``: its table, key and epoch column):
 
 - **claim**: one conditional write, ``epoch -> epoch + 1`` where the epoch is still the one read,
   committed *before* the new owner reads the sequence's state (two claims never both win);

@@ -1,6 +1,6 @@
 """lvmh on several nodes of one bridge (in one process, on a private PostgreSQL and Redis), with the
 spec-model browser and plugin: a bridge session's events get the same seqs on every node (live
-on a browser of another node, and refetched from any node), stored once; a pi session moving
+on a browser of another node, and refetched from any node), stored before shown; a pi session moving
 to another node goes on numbering where it was."""
 
 from __future__ import annotations
@@ -66,8 +66,10 @@ async def test_a_browser_on_another_node_sees_a_bridge_session_with_the_same_seq
         assert br.view(sid).texts() == ["Echo: run 1", "Echo: run 2"]
         live = [e["seq"] for e in br.view(sid).events]
         assert live == sorted(set(live))
+    # each row stored by the origin, and by a node whose browser watched it before showing it (durable
+    # before shown: the same rows, INSERT OR IGNORE; docs/scale-out.md "lvmh numbering"): at most once each
     mine = [k for k in stream.appended if k[0] == sid]
-    assert sorted(mine) == sorted(set(mine)) and len(mine) == len(stored)  # each stored once, by one node
+    assert set(mine) == {(sid, e["seq"]) for e in stored} and len(mine) <= 2 * len(stored)
 
 
 async def test_a_pi_session_moving_to_another_node_goes_on_where_it_was(nodes):
