@@ -65,7 +65,9 @@ async def test_the_whole_list_is_the_plain_builds_bytes_over_the_socket_and_rest
     await _fill(lvmh, plugins, 240)
     port = lvmh.ports["lvmh"]
     listing = lvmh.frontends["lvmh"].listing
-    await until(lambda: any(s["id"] == PI_ON and s["online"] for s in _reference(listing)), what="the pi session online")
+    # its event stored, then taken into the core (an lvmh event is acted on once it is durable): the list settled
+    await until(lambda: any(s["id"] == PI_ON and s["online"] and s["status"] == "running" for s in _reference(listing)),
+                what="the pi session online, its message taken in")
     async with aiohttp.ClientSession() as http:
         spec = await _spec_socket(http, port)
         frame = await _next_list(spec)
