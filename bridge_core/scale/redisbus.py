@@ -156,6 +156,7 @@ class RedisBus:
         self._progress = asyncio.Event()  # set (and replaced) whenever reading moved on
         self._end: Any = None
         self.refetched = 0  # entries the stream lost that their writers gave back (catchup.py)
+        self.catch_up_wait = catchup.CATCH_UP_WAIT  # s a command waits for this node to read to the end
 
     def describe(self) -> str:
         return mask_url(self.url)
@@ -479,10 +480,10 @@ class RedisBus:
         self._progress.set()
         self._progress = asyncio.Event()
 
-    async def caught_up(self, timeout: float = catchup.CATCH_UP_WAIT) -> None:
+    async def caught_up(self, timeout: Optional[float] = None) -> None:
         """Return once this node has read (and delivered) the events stream up to where it ends now;
-        ``Unavailable`` when it cannot within ``timeout``. With Redis unreachable, at once: nothing
-        newer can be read then (what this node holds is all there is to go on)."""
+        ``Unavailable`` when it cannot within ``timeout`` (default ``catch_up_wait``). With Redis
+        unreachable, at once: nothing newer can be read then (what this node holds is all there is to go on)."""
         if self._r is None or not self._serving:
             return
         try:
@@ -491,7 +492,7 @@ class RedisBus:
             return
         target = entry_order(end) if end else None
         try:
-            async with asyncio.timeout(timeout):
+            async with asyncio.timeout(self.catch_up_wait if timeout is None else timeout):
                 while self._gap is not None or (target is not None and self._read_to < target):
                     await self._progress.wait()
         except TimeoutError:
