@@ -105,6 +105,8 @@ class Cluster:
         self._own: collections.deque = collections.deque()  # (event, tag, ts) published here, not yet delivered
         self._held: Optional[list] = None  # deliveries held while joining
         self._loaded: dict[str, str] = {}  # run_id -> node, running runs as the store had them at join
+        self._left_open: set = set()  # this node's runs the store left open at join (their ends: read_ends)
+        self._ends: list = []
         self.tasks = TaskSet("cluster")
         self.taken_over = 0  # runs of dead nodes this node closed
         self.delivering_own = False  # the hub is publishing an event this node published (push: one node notifies)
@@ -138,7 +140,9 @@ class Cluster:
         self._loaded = dict(store.query("SELECT run_id, node_id FROM cluster_runs WHERE state='running'"))
         # the runs the bridge's load will close as interrupted here (Bridge._load_running): their texts first
         left = store.query(LEFT_OPEN, (ev.RUN_INTERRUPTED,))
-        await self.read_texts([run_id for run_id, _, _ in left if self.interrupted_here(run_id)])
+        self._left_open = {run_id for run_id, _, _ in left if self.interrupted_here(run_id)}
+        await self.read_ends(sorted(self._left_open))
+        await self.read_texts(sorted(self._left_open))
 
     def interrupted_here(self, run_id: str) -> bool:
         """A run the store has running: this node's own from before a restart (or nobody's)?"""
@@ -156,6 +160,9 @@ class Cluster:
                     owner = self.runs.get(request.run_id or "")
                     if owner is not None:
                         self.deciders[did] = owner[0]
+        ends, self._ends = self._ends, []
+        for data in ends:  # older than what the bus held (read_ends): folded, and written (_fold)
+            self._fold(self.node_id, data)
         held, self._held = self._held or [], None
         for n, node, data in held:
             event = self._fold(node, data)
@@ -264,7 +271,9 @@ class Cluster:
             self._ended[event.conversation_id] = event.run_id
         elif t is ev.ConversationDeleted:
             self._ended.pop(event.conversation_id, None)
-        elif t is ev.ApprovalRequested or t is ev.ClarifyRequested:
+        if node == self.node_id and t in (ev.RunFinished, ev.MessageCompleted) and event.run_id in self._left_open:
+            self._restore(event)  # its previous life's
+        if t is ev.ApprovalRequested or t is ev.ClarifyRequested:
             did = event.approval_id if t is ev.ApprovalRequested else event.clarify_id
             if bridge.decisions.pending(did) is not None:  # (the ledger took it: its conversation has it)
                 self.deciders[did] = node  # who decides: the node that asked (routing.Router)
@@ -273,6 +282,28 @@ class Cluster:
         elif t is ev.ClarifyResolved:
             self.deciders.pop(event.clarify_id, None)
         return event
+
+    def _restore(self, event: Any) -> None:
+        """The end (or completed message) of a run of this node's that its previous life published and died
+        before its store had it (a PostgreSQL restart holds a batch up to ``pgstore.RIDE_OUT``): written now;
+        else a later start closes the run again, a second run end on every front end (event_twice)."""
+        self.bridge.persister.persist(0, event)
+        if type(event) is ev.RunFinished:
+            self._left_open.discard(event.run_id)
+            self.bridge.store.execute_later("UPDATE cluster_runs SET state='done' WHERE run_id=?", (event.run_id,))
+
+    async def read_ends(self, run_ids: list) -> None:
+        """At join, for this node's runs the store has left open: the end its previous life published (in the
+        last ``TEXT_BACK`` s) and its message's completion, which ``joined`` folds (and writes) first."""
+        for run_id in run_ids:
+            try:
+                end = await self.bus.newest(run_id.encode(), lambda d, r=run_id: _end_of(d, r), TEXT_BACK)
+                done = None if end is None else await self.bus.newest(
+                    run_id.encode(), lambda d, r=run_id: _last_text(d, r) and d["event"] != "TextDelta", TEXT_BACK)
+            except Exception:  # the bus away for a moment: closed as interrupted (the store says it is open)
+                log.exception("cluster: reading the end of run %s from the bus failed", run_id)
+                continue
+            self._ends += [d for d in (done, end) if d is not None]
 
     # --- one run per conversation ---------------------------------------------------------------
 
@@ -500,6 +531,11 @@ def _last_text(data: Any, run_id: str) -> bool:
         return data.get("kind", "text") == "text" and type(data.get("draft")) is str
     return t == "MessageCompleted" and data.get("message_id") == draft_message_id(run_id) \
         and type(data.get("text")) is str  # fmt: skip
+
+
+def _end_of(data: Any, run_id: str) -> bool:
+    """Is ``data`` (an event's bus form) the end of ``run_id``?"""
+    return type(data) is dict and data.get("event") == "RunFinished" and data.get("run_id") == run_id
 
 
 def _run_started(c: Any, run_id: str, cid: str, node: str) -> None:
