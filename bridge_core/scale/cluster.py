@@ -293,8 +293,8 @@ class Cluster:
             self.bridge.store.execute_later("UPDATE cluster_runs SET state='done' WHERE run_id=?", (event.run_id,))
 
     async def read_ends(self, run_ids: list) -> None:
-        """At join, for this node's runs the store has left open: the end its previous life published (in the
-        last ``TEXT_BACK`` s) and its message's completion, which ``joined`` folds (and writes) first."""
+        """At join, for this node's runs the store left open: the end its previous life published (the last
+        ``TEXT_BACK`` s; its entries, not live, are not delivered) and the completion before, folded first."""
         for run_id in run_ids:
             try:
                 end = await self.bus.newest(run_id.encode(), lambda d, r=run_id: _end_of(d, r), TEXT_BACK)

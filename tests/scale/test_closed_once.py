@@ -1,13 +1,13 @@
-"""A run a node ended, whose end its store never had (the node killed while its writes waited: a
-PostgreSQL restart holds a batch up to ``pgstore.RIDE_OUT``), is closed once (chaos: event_twice,
-docs/performance.md "Chaos"). The node's next start found the run open in the store and its end in
-the stream: folded, not closed again, but not written either; the store kept the run open, so a
-later start of that node closed it a second time, a second run end on every front end. Now the end
-read back from the stream is written as it folds (bridge_core/scale/cluster.py ``_restore``).
+"""A run a node ended, whose end its store never had (the node killed as its writes waited: a batch
+is held up to ``pgstore.RIDE_OUT`` through a PostgreSQL restart, or the kill came first), is closed
+once (chaos seed 2003: event_twice, docs/performance.md "Chaos"). The node's next start found the
+run open in the store and closed it as interrupted: a second run end (run.failed after the
+run.completed) on every front end. It does not fold its previous life's entries (busauth.py: not
+live), so the end it published never reached its state. Now it reads that end back from the stream
+(bridge_core/scale/cluster.py ``read_ends``), folds it and writes it (``_restore``).
 
 Over real sockets to `agent-bridge serve` processes on a private PostgreSQL and Redis; the test's
-own transaction holds the run's row lock (the batch with its end then waits, as in a restart of
-PostgreSQL) while the node is killed."""
+own transaction holds the run's row lock (the batch with its end waits) while the node is killed."""
 
 from __future__ import annotations
 
