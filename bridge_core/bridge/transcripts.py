@@ -91,13 +91,15 @@ class Transcripts:
     # --- TranscriptKeeper -----------------------------------------------------------
 
     def load(self, conv: ConversationState) -> Transcript:
+        """The transcript as the store has it, less the active run's unfinished message when its row is the
+        newest (its saved draft: a run's message is its conversation's last while it streams). With rows
+        after it, the run has ended, the state here is behind (a node behind in the stream): the row is kept
+        where it is, and the completion, folded later, replaces its text (scale/cluster.py ``_seen``)."""
         run = conv.run
-        unfinished = run.message_id if run is not None and not run.completed else None
-        t = Transcript(
-            ev.Message(message_id=mid, role=role, text=text, ts=ts)
-            for mid, role, text, ts in self.store.transcript(conv.conversation_id, HISTORY_KEEP)
-            if mid != unfinished
-        )
+        rows = self.store.transcript(conv.conversation_id, HISTORY_KEEP)
+        if run is not None and not run.completed and rows and rows[-1][0] == run.message_id:
+            rows = rows[:-1]
+        t = Transcript(ev.Message(message_id=mid, role=role, text=text, ts=ts) for mid, role, text, ts in rows)
         self.loads += 1
         conv.transcript = t
         self._keep(conv, sum(map(cost, t)))

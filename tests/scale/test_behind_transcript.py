@@ -60,3 +60,40 @@ async def test_a_node_behind_loading_a_transcript_mid_run_keeps_the_completion_n
         await pa.close()
         if pb is not None:
             await pb.close()
+
+
+async def test_a_node_behind_loading_a_transcript_after_a_run_it_still_shows_active_keeps_the_order(
+        service_factory, engines, tmp_path):  # fmt: skip
+    """Chaos seed 2001 (nodes_disagree, the messages in another order on one node): ``b`` has folded a run's
+    start, not its end, when it reads the transcript, which by then holds the run's completed message and
+    later ones. The load left the run's message out (while a run streams, its row is its draft); its
+    completion, folded after, went to the end, after messages that came later. Only a newest row can be a
+    streaming draft: one with rows after it is kept where it is (bridge_core/bridge/transcripts.py)."""
+    (a,) = await _nodes(service_factory, engines, tmp_path, "a")
+    pa = await _app(a)
+    pb = None
+    try:
+        cid = await pa.create("made before b started")
+        (b,) = await _nodes(service_factory, engines, tmp_path, "b")
+        pb = await _app(b)
+        run_id = (await pa.chat(cid, "/slow 1"))["run_id"]
+        conv = b.bridge.conversations[cid]
+        await until(lambda: conv.run is not None and conv.run.run_id == run_id, what="the run's start on b")
+        gate = await _behind(b)
+        # the state a start of b would leave now (Bridge._load: transcripts cold; _load_running: the run the
+        # store has running, active): its transcript out of memory (the bound keeps none with a run active)
+        b.bridge.transcripts.forget(cid)
+        conv.transcript = None
+        await pa.wait_frame(lambda f: f["type"] == "run.finished" and f["run_id"] == run_id, 15)
+        later = (await pa.chat(cid, "later"))["run_id"]
+        await pa.wait_frame(lambda f: f["type"] == "run.finished" and f["run_id"] == later)
+        gate.open.set()
+        want = [(m.message_id, m.text) for m in a.bridge.conversations[cid].messages]
+        await until(lambda: conv.run is None and len(conv.messages) == len(want), what="b caught up")
+        assert [(m.message_id, m.text) for m in conv.messages] == want
+        snap = await pb.open(cid)
+        assert [(m["message_id"], m["text"]) for m in snap["messages"]] == want
+    finally:
+        await pa.close()
+        if pb is not None:
+            await pb.close()
