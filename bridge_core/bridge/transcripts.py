@@ -94,7 +94,7 @@ class Transcripts:
         """The transcript as the store has it, less the active run's unfinished message when its row is the
         newest (its saved draft: a run's message is its conversation's last while it streams). With rows
         after it, the run has ended, the state here is behind (a node behind in the stream): the row is kept
-        where it is, and the completion, folded later, replaces its text (scale/cluster.py ``_seen``)."""
+        where it is, and the completion, folded later, replaces its text (scale/seen.py)."""
         run = conv.run
         rows = self.store.transcript(conv.conversation_id, HISTORY_KEEP)
         if run is not None and not run.completed and rows and rows[-1][0] == run.message_id:

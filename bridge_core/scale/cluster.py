@@ -17,7 +17,7 @@ changes:
   and not persisted again.
 - **Joining.** A node starts the bus (joining the stream ``JOIN_BACK`` seconds before its
   end), holds what it delivers, loads the store, then folds what it held and what follows,
-  skipping what the store already had (``_seen``): an event committed or not at load time
+  skipping what the store already had (``seen.py``): an event committed or not at load time
   is in this node's state exactly once.
 - **Commands** that touch a run go to the node that runs it (``routing.Router``): cancel,
   pause, approval, clarification answer, deleting a conversation with a run, and a message
@@ -65,6 +65,7 @@ from . import holds
 from .bus import Bus
 from .numbering import ClusterNumber
 from .routing import Router
+from .seen import seen as _seen
 
 log = logging.getLogger("agent_bridge.cluster")
 
@@ -105,7 +106,8 @@ class Cluster:
         self._own: collections.deque = collections.deque()  # (event, tag, ts) published here, not yet delivered
         self._held: Optional[list] = None  # deliveries held while joining
         self._loaded: dict[str, str] = {}  # run_id -> node, running runs as the store had them at join
-        self._left_open: set = set()  # this node's runs the store left open at join (their ends: read_ends)
+        self._mine: frozenset = frozenset()  # this node's runs the store had open at join (closed here)
+        self._left_open: set = set()  # those of them not ended yet (their ends: read_ends)
         self._ends: list = []
         self.tasks = TaskSet("cluster")
         self.taken_over = 0  # runs of dead nodes this node closed
@@ -137,23 +139,32 @@ class Cluster:
         self.bus.on_relay = self._relayed
         await self.bus.start(self._deliver, self.router.on_command)
         await self.number.reserve()
-        self._loaded = dict(store.query("SELECT run_id, node_id FROM cluster_runs WHERE state='running'"))
-        # the runs the bridge's load will close as interrupted here (Bridge._load_running): their texts first
+        # the runs open, then their nodes: a run in the first read has its node's row by the second (claimed
+        # before it starts); a run started later is another node's, going on there (seed 2003: event_twice)
         left = store.query(LEFT_OPEN, (ev.RUN_INTERRUPTED,))
-        self._left_open = {run_id for run_id, _, _ in left if self.interrupted_here(run_id)}
-        await self.read_ends(sorted(self._left_open))
-        await self.read_texts(sorted(self._left_open))
+        self._loaded = dict(store.query("SELECT run_id, node_id FROM cluster_runs WHERE state='running'"))
+        mine = {r for r, _, _ in left if self._loaded.get(r) in (None, self.node_id)}  # (no node: nobody's)
+        self._mine, self._left_open = frozenset(mine), mine
+        await self.read_ends(sorted(mine))  # the runs the bridge's load closes here (Bridge._load_running)
+        await self.read_texts(sorted(mine))
 
     def interrupted_here(self, run_id: str) -> bool:
-        """A run the store has running: this node's own from before a restart (or nobody's)?"""
+        """A run the store has open: this node's own from before a restart (or nobody's), as at join?"""
+        return run_id in self._mine
+
+    def _node_of(self, run_id: str) -> Optional[str]:
         node = self._loaded.get(run_id)
-        return node is None or node == self.node_id
+        if node is None:  # a run started while this node joined
+            row = self.bridge.store.query_one("SELECT node_id FROM cluster_runs WHERE run_id=?", (run_id,))
+            node = row[0] if row is not None else None
+        return node
 
     def joined(self) -> None:
         """After the bridge loaded the store: other nodes' runs noted, what the bus held folded in."""
         for conv in self.bridge.conversations.values():
-            if conv.run is not None and not self.interrupted_here(conv.run.run_id):
-                self.runs[conv.run.run_id] = (self._loaded[conv.run.run_id], conv.conversation_id)
+            node = self._node_of(conv.run.run_id) if conv.run is not None else None
+            if node is not None and not self.interrupted_here(conv.run.run_id):
+                self.runs[conv.run.run_id] = (node, conv.conversation_id)
         for conv in self.bridge.conversations.values():  # decisions pending in other nodes' runs
             for table in (conv.approvals, conv.clarifications):
                 for did, request in table.items():
@@ -237,7 +248,7 @@ class Cluster:
     def _fold(self, node: str, data: Any) -> Any:
         """Another node's event into this node's state (as ``Bridge.publish`` folds its own).
 
-        What the state already has is not folded again (``_seen``): a joining node loads the
+        What the state already has is not folded again (``seen.py``): a joining node loads the
         store and gets the last ``JOIN_BACK`` seconds of the stream, whose events may or may not
         have been in the store when it read it (and the stream may still be delivering them
         after the node started serving)."""
@@ -556,40 +567,6 @@ def _holds_conversation(c: Any, run_id: str, cid: str, node: str) -> bool:
     row = c.execute("SELECT run_id FROM cluster_runs WHERE conversation_id=? AND state='running'",
                     (cid,)).fetchone()  # fmt: skip
     return row is not None and row[0] == run_id
-
-
-def _seen(conv: ConversationState, e: Any) -> bool:
-    """Is ``e`` already in ``conv`` (loaded from the store)? Only a transcript entry or a run's
-    start could be folded twice; folding any other event again changes nothing."""
-    t = type(e)
-    if t is ev.UserMessageSent or t is ev.Notification or t is ev.MessageCompleted:
-        mid, msgs = e.message_id, conv.messages
-        at = next((i for i in range(len(msgs) - 1, -1, -1) if msgs[i].message_id == mid), None)
-        if at is None:
-            return False
-        if t is ev.MessageCompleted and msgs[at].text != e.text:
-            _completes(conv, at, e)
-        run = conv.run
-        if t is ev.MessageCompleted and run is not None and e.run_id == run.run_id and e.message_id == run.message_id:
-            run.draft = ev.Draft(e.text)
-            run.completed = True
-        return True
-    if t is ev.RunStarted:
-        return conv.run is not None and conv.run.run_id == e.run_id
-    return False
-
-
-def _completes(conv: ConversationState, at: int, e: ev.MessageCompleted) -> None:
-    """A completion whose message the transcript holds with another text: the run's saved draft (its
-    message's row, drafts.py), read from the store by a node that had not folded the run's start (behind
-    in the stream: chaos seeds 2001, 2003). The completion replaces it, as it replaces the row there."""
-    msgs = conv.messages
-    old = msgs[at]
-    msgs[at] = ev.Message(message_id=old.message_id, role=old.role, text=e.text, ts=e.ts)
-    if conv.keeper is not None:
-        conv.keeper.grew(conv, msgs[at], old)
-    if at == len(msgs) - 1 and e.text:
-        conv.preview = e.text[:200]
 
 
 def connect(bridge: Bridge, url: str, node_id: str, key: bytes) -> Cluster:

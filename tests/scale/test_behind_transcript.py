@@ -3,7 +3,7 @@ node's run streams there (chaos seeds 2001 and 2003, docs/performance.md "Chaos"
 after a stop, or restarted): the store holds the run's saved draft as its message's row (bridge_core/
 bridge/drafts.py), and the node, which has not folded the run's start yet, takes that row for a
 message. The run's completion, folded later, found a message with its id and was taken as seen
-(bridge_core/scale/cluster.py ``_seen``): the node kept the draft's first words for good, its Pheby
+(bridge_core/scale/seen.py): the node kept the draft's first words for good, its Pheby
 ``conversation.open`` short of what every client got (transcript_contradicts_client) and its
 transcript short of the other nodes' (nodes_disagree). The completion replaces that row's text, as
 it replaces the row in the store. Over real Pheby sockets on a private PostgreSQL and Redis."""
