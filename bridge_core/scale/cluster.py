@@ -298,6 +298,9 @@ class Cluster:
         """The end (or completed message) of a run of this node's that its previous life published and died
         before its store had it (a PostgreSQL restart holds a batch up to ``pgstore.RIDE_OUT``): written now;
         else a later start closes the run again, a second run end on every front end (event_twice)."""
+        if type(event) is ev.MessageCompleted:  # (its row kept in place: written again, it would move last)
+            self.bridge.persister.restore_message(event.conversation_id, event.message_id, event.text, event.ts)
+            return
         self.bridge.persister.persist(0, event)
         if type(event) is ev.RunFinished:
             self._left_open.discard(event.run_id)

@@ -66,6 +66,10 @@ async def test_a_run_whose_end_the_store_lost_in_a_kill_is_closed_once(serve_nod
         assert await stored(("completed", True))
         texts = [m["text"] for m in (await a2.open(cid))["messages"] if m["role"] == "assistant"]
         assert texts[0].startswith("w1 ") and len(texts) == 2, texts  # the run's message, once
+        cur = await reads.execute("SELECT message_id, text FROM messages WHERE conversation_id=%s ORDER BY rowid",
+                                  (cid,))  # fmt: skip
+        stored_texts = [t for mid, t in await cur.fetchall() if mid.startswith("draft-")]
+        assert stored_texts == texts, stored_texts  # the completion written, in its place
     finally:
         if held is not None:
             await held.close()
