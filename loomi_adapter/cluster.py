@@ -52,6 +52,9 @@ CHECK_DEVICES_EVERY = 5.0  # s between two looks for a first paired device while
 _REPLY_SQL = "UPDATE loomi_epochs SET reply_seq=MAX(reply_seq, ?) WHERE device_id=? AND epoch=?"
 _RESERVE_SQL = "UPDATE loomi_devices SET seq_reserved=MAX(seq_reserved, ?) WHERE device_id=? AND epoch=?"
 DEVICES = fencing.Owners("loomi_devices", "device_id")  # where a device's epoch lives
+# s a hello's claim waits for the device's row lock (its owner stopped inside a batch that guards it):
+# then the hello is answered ``unavailable`` and the phone retries (docs/scale-out.md "Fenced ownership")
+CLAIM_LOCK_WAIT = 2.0
 
 
 class Claim:
@@ -251,7 +254,8 @@ class ClusterRegistry(Registry):
 
     async def claim(self, d: Device, last_seq: Optional[int]) -> Optional[Claim]:
         """Take ``d`` (a new epoch: the fence, committed first) and rebuild it from the store, or None
-        when another hello took it meanwhile. Nothing is numbered for ``d`` until ``attach``.
+        when another hello took it meanwhile; ``Unavailable`` when its row stayed locked longer than
+        ``CLAIM_LOCK_WAIT`` (its owner stopped mid-batch). Nothing is numbered for ``d`` until ``attach``.
 
         The epoch is taken before the history is read: from then on the node that numbered ``d`` has
         every write of its own for ``d`` refused (its batches guard the epoch: ``_write_rows``), and a
@@ -260,7 +264,9 @@ class ClusterRegistry(Registry):
         self.detach(d)
         prev = d.stored_epoch
         did = d.device_id
-        epoch = await self.store.write(lambda c: fencing.claim(c, DEVICES, did, prev))
+        store = self.store
+        epoch = await store.write(lambda c: store.lock_bounded(
+            c, CLAIM_LOCK_WAIT, lambda: fencing.claim(c, DEVICES, did, prev)))  # fmt: skip
         if epoch is None:
             self._reread(d)
             return None
@@ -287,7 +293,7 @@ class ClusterRegistry(Registry):
             c.execute("DELETE FROM loomi_segments WHERE device_id=?", (did,))  # the single-node window: gone
             return True
 
-        if not await self.store.write(write):
+        if not await store.write(lambda c: store.lock_bounded(c, CLAIM_LOCK_WAIT, lambda: write(c))):
             self._reread(d)
             return None
         d.stored_reserved = reserved

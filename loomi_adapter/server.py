@@ -365,7 +365,10 @@ class LoomiFrontEnd(FrontEnd):
         if old is not None:
             self._apply(old, old.proto.replaced())
         for _ in range(3):
-            claim = await self.registry.claim(d, last_seq)
+            try:
+                claim = await self.registry.claim(d, last_seq)
+            except Unavailable:  # the device's row stayed locked (its owner stopped mid-batch): the phone retries
+                return None
             if claim is not None:
                 return claim
         return None

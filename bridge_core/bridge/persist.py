@@ -76,3 +76,16 @@ class Persister:
     def write_message(self, cid: str, mid: str, role: str, text: str, ts: float) -> None:
         self.store.execute_later(MESSAGE_SQL, (cid, mid, role, text, ts))
         self.store.execute_later(LAST_ACTIVE_SQL, (ts, cid))
+
+    def restore_message(self, cid: str, mid: str, text: str, ts: float) -> None:
+        """A completion written late (published by a node's previous life, which died before its store had
+        it: bridge_core/scale/cluster.py ``_restore``): its row's text updated where the row is, else the
+        row added; never moved after the messages stored since (a transcript is read in row order)."""
+        self.drafts.done(mid)
+
+        def write(c: Any) -> None:
+            if c.execute("UPDATE messages SET text=? WHERE conversation_id=? AND message_id=?",
+                         (text, cid, mid)).rowcount == 0:  # fmt: skip
+                c.execute(MESSAGE_SQL, (cid, mid, "assistant", text, ts))
+
+        self.store.write_later(write)

@@ -141,6 +141,11 @@ class BaseStore:
     def _migration_sql(self, stmt: str) -> str:
         return stmt
 
+    def lock_bounded(self, conn: Any, seconds: float, fn: Callable[[], Any]) -> Any:
+        """Inside a write: ``fn()``, its waits for other processes' row locks bounded by ``seconds``
+        (``Unavailable`` past them). One process writes SQLite, through one thread: nothing to bound."""
+        return fn()
+
     def is_storage_error(self, exc: BaseException) -> bool:
         return is_storage_error(exc)
 

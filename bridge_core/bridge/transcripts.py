@@ -91,13 +91,17 @@ class Transcripts:
     # --- TranscriptKeeper -----------------------------------------------------------
 
     def load(self, conv: ConversationState) -> Transcript:
+        """The transcript as the store has it, less the active run's unfinished message (its row is the
+        saved draft), unless a user's message came after it: then the run has ended, one run per
+        conversation, and this state is behind (a node behind in the stream). That row is kept where it
+        is, and the completion, folded later, replaces its text (scale/seen.py)."""
         run = conv.run
-        unfinished = run.message_id if run is not None and not run.completed else None
-        t = Transcript(
-            ev.Message(message_id=mid, role=role, text=text, ts=ts)
-            for mid, role, text, ts in self.store.transcript(conv.conversation_id, HISTORY_KEEP)
-            if mid != unfinished
-        )
+        rows = self.store.transcript(conv.conversation_id, HISTORY_KEEP)
+        if run is not None and not run.completed:
+            at = next((i for i in range(len(rows) - 1, -1, -1) if rows[i][0] == run.message_id), None)
+            if at is not None and not any(r[1] == "user" for r in rows[at + 1:]):
+                del rows[at]
+        t = Transcript(ev.Message(message_id=mid, role=role, text=text, ts=ts) for mid, role, text, ts in rows)
         self.loads += 1
         conv.transcript = t
         self._keep(conv, sum(map(cost, t)))

@@ -17,7 +17,7 @@ changes:
   and not persisted again.
 - **Joining.** A node starts the bus (joining the stream ``JOIN_BACK`` seconds before its
   end), holds what it delivers, loads the store, then folds what it held and what follows,
-  skipping what the store already had (``_seen``): an event committed or not at load time
+  skipping what the store already had (``seen.py``): an event committed or not at load time
   is in this node's state exactly once.
 - **Commands** that touch a run go to the node that runs it (``routing.Router``): cancel,
   pause, approval, clarification answer, deleting a conversation with a run, and a message
@@ -65,6 +65,7 @@ from . import holds
 from .bus import Bus
 from .numbering import ClusterNumber
 from .routing import Router
+from .seen import seen as _seen
 
 log = logging.getLogger("agent_bridge.cluster")
 
@@ -105,6 +106,9 @@ class Cluster:
         self._own: collections.deque = collections.deque()  # (event, tag, ts) published here, not yet delivered
         self._held: Optional[list] = None  # deliveries held while joining
         self._loaded: dict[str, str] = {}  # run_id -> node, running runs as the store had them at join
+        self._mine: frozenset = frozenset()  # this node's runs the store had open at join (closed here)
+        self._left_open: set = set()  # those of them not ended yet (their ends: read_ends)
+        self._ends: list = []
         self.tasks = TaskSet("cluster")
         self.taken_over = 0  # runs of dead nodes this node closed
         self.delivering_own = False  # the hub is publishing an event this node published (push: one node notifies)
@@ -135,27 +139,41 @@ class Cluster:
         self.bus.on_relay = self._relayed
         await self.bus.start(self._deliver, self.router.on_command)
         await self.number.reserve()
-        self._loaded = dict(store.query("SELECT run_id, node_id FROM cluster_runs WHERE state='running'"))
-        # the runs the bridge's load will close as interrupted here (Bridge._load_running): their texts first
+        # the runs open, then their nodes: a run in the first read has its node's row by the second (claimed
+        # before it starts); a run started later is another node's, going on there (seed 2003: event_twice)
         left = store.query(LEFT_OPEN, (ev.RUN_INTERRUPTED,))
-        await self.read_texts([run_id for run_id, _, _ in left if self.interrupted_here(run_id)])
+        self._loaded = dict(store.query("SELECT run_id, node_id FROM cluster_runs WHERE state='running'"))
+        mine = {r for r, _, _ in left if self._loaded.get(r) in (None, self.node_id)}  # (no node: nobody's)
+        self._mine, self._left_open = frozenset(mine), mine
+        await self.read_ends(sorted(mine))  # the runs the bridge's load closes here (Bridge._load_running)
+        await self.read_texts(sorted(mine))
 
     def interrupted_here(self, run_id: str) -> bool:
-        """A run the store has running: this node's own from before a restart (or nobody's)?"""
+        """A run the store has open: this node's own from before a restart (or nobody's), as at join?"""
+        return run_id in self._mine
+
+    def _node_of(self, run_id: str) -> Optional[str]:
         node = self._loaded.get(run_id)
-        return node is None or node == self.node_id
+        if node is None:  # a run started while this node joined
+            row = self.bridge.store.query_one("SELECT node_id FROM cluster_runs WHERE run_id=?", (run_id,))
+            node = row[0] if row is not None else None
+        return node
 
     def joined(self) -> None:
         """After the bridge loaded the store: other nodes' runs noted, what the bus held folded in."""
         for conv in self.bridge.conversations.values():
-            if conv.run is not None and not self.interrupted_here(conv.run.run_id):
-                self.runs[conv.run.run_id] = (self._loaded[conv.run.run_id], conv.conversation_id)
+            node = self._node_of(conv.run.run_id) if conv.run is not None else None
+            if node is not None and not self.interrupted_here(conv.run.run_id):
+                self.runs[conv.run.run_id] = (node, conv.conversation_id)
         for conv in self.bridge.conversations.values():  # decisions pending in other nodes' runs
             for table in (conv.approvals, conv.clarifications):
                 for did, request in table.items():
                     owner = self.runs.get(request.run_id or "")
                     if owner is not None:
                         self.deciders[did] = owner[0]
+        ends, self._ends = self._ends, []
+        for data in ends:  # older than what the bus held (read_ends): folded, and written (_fold)
+            self._fold(self.node_id, data)
         held, self._held = self._held or [], None
         for n, node, data in held:
             event = self._fold(node, data)
@@ -230,7 +248,7 @@ class Cluster:
     def _fold(self, node: str, data: Any) -> Any:
         """Another node's event into this node's state (as ``Bridge.publish`` folds its own).
 
-        What the state already has is not folded again (``_seen``): a joining node loads the
+        What the state already has is not folded again (``seen.py``): a joining node loads the
         store and gets the last ``JOIN_BACK`` seconds of the stream, whose events may or may not
         have been in the store when it read it (and the stream may still be delivering them
         after the node started serving)."""
@@ -264,7 +282,9 @@ class Cluster:
             self._ended[event.conversation_id] = event.run_id
         elif t is ev.ConversationDeleted:
             self._ended.pop(event.conversation_id, None)
-        elif t is ev.ApprovalRequested or t is ev.ClarifyRequested:
+        if node == self.node_id and t in (ev.RunFinished, ev.MessageCompleted) and event.run_id in self._left_open:
+            self._restore(event)  # its previous life's
+        if t is ev.ApprovalRequested or t is ev.ClarifyRequested:
             did = event.approval_id if t is ev.ApprovalRequested else event.clarify_id
             if bridge.decisions.pending(did) is not None:  # (the ledger took it: its conversation has it)
                 self.deciders[did] = node  # who decides: the node that asked (routing.Router)
@@ -273,6 +293,31 @@ class Cluster:
         elif t is ev.ClarifyResolved:
             self.deciders.pop(event.clarify_id, None)
         return event
+
+    def _restore(self, event: Any) -> None:
+        """The end (or completed message) of a run of this node's that its previous life published and died
+        before its store had it (a PostgreSQL restart holds a batch up to ``pgstore.RIDE_OUT``): written now;
+        else a later start closes the run again, a second run end on every front end (event_twice)."""
+        if type(event) is ev.MessageCompleted:  # (its row kept in place: written again, it would move last)
+            self.bridge.persister.restore_message(event.conversation_id, event.message_id, event.text, event.ts)
+            return
+        self.bridge.persister.persist(0, event)
+        if type(event) is ev.RunFinished:
+            self._left_open.discard(event.run_id)
+            self.bridge.store.execute_later("UPDATE cluster_runs SET state='done' WHERE run_id=?", (event.run_id,))
+
+    async def read_ends(self, run_ids: list) -> None:
+        """At join, for this node's runs the store left open: the end its previous life published (the last
+        ``TEXT_BACK`` s; its entries, not live, are not delivered) and the completion before, folded first."""
+        for run_id in run_ids:
+            try:
+                end = await self.bus.newest(run_id.encode(), lambda d, r=run_id: _end_of(d, r), TEXT_BACK)
+                done = None if end is None else await self.bus.newest(
+                    run_id.encode(), lambda d, r=run_id: _last_text(d, r) and d["event"] != "TextDelta", TEXT_BACK)
+            except Exception:  # the bus away for a moment: closed as interrupted (the store says it is open)
+                log.exception("cluster: reading the end of run %s from the bus failed", run_id)
+                continue
+            self._ends += [d for d in (done, end) if d is not None]
 
     # --- one run per conversation ---------------------------------------------------------------
 
@@ -502,6 +547,11 @@ def _last_text(data: Any, run_id: str) -> bool:
         and type(data.get("text")) is str  # fmt: skip
 
 
+def _end_of(data: Any, run_id: str) -> bool:
+    """Is ``data`` (an event's bus form) the end of ``run_id``?"""
+    return type(data) is dict and data.get("event") == "RunFinished" and data.get("run_id") == run_id
+
+
 def _run_started(c: Any, run_id: str, cid: str, node: str) -> None:
     """The row of a run this node started (claimed already when a send started it; a run a pi
     plugin began itself was not: its node is the only one hosting the session, and any other
@@ -520,24 +570,6 @@ def _holds_conversation(c: Any, run_id: str, cid: str, node: str) -> bool:
     row = c.execute("SELECT run_id FROM cluster_runs WHERE conversation_id=? AND state='running'",
                     (cid,)).fetchone()  # fmt: skip
     return row is not None and row[0] == run_id
-
-
-def _seen(conv: ConversationState, e: Any) -> bool:
-    """Is ``e`` already in ``conv`` (loaded from the store)? Only a transcript entry or a run's
-    start could be folded twice; folding any other event again changes nothing."""
-    t = type(e)
-    if t is ev.UserMessageSent or t is ev.Notification or t is ev.MessageCompleted:
-        mid = e.message_id
-        if not any(m.message_id == mid for m in reversed(conv.messages)):
-            return False
-        run = conv.run
-        if t is ev.MessageCompleted and run is not None and e.run_id == run.run_id and e.message_id == run.message_id:
-            run.draft = ev.Draft(e.text)
-            run.completed = True
-        return True
-    if t is ev.RunStarted:
-        return conv.run is not None and conv.run.run_id == e.run_id
-    return False
 
 
 def connect(bridge: Bridge, url: str, node_id: str, key: bytes) -> Cluster:

@@ -210,6 +210,20 @@ class PostgresStore(BaseStore):
     def _migration_sql(self, stmt: str) -> str:
         return sqldialect.migration(stmt)
 
+    def lock_bounded(self, conn: Any, seconds: float, fn: Any) -> Any:
+        """Inside a write: ``fn()`` with PostgreSQL's ``lock_timeout`` at ``seconds`` (then back to the
+        default). A row lock held longer (another node stopped inside its transaction: a Loomi device's
+        claim, docs/scale-out.md "Fenced ownership") is ``Unavailable``: the caller is told to retry, and
+        the writer thread, which every write of this node waits on, is not held with it. The failed
+        statement's savepoint is rolled back (store.BaseStore._run_op), with the setting."""
+        conn.execute(f"SET LOCAL lock_timeout = '{max(1, int(seconds * 1000))}ms'")
+        try:
+            result = fn()
+        except psycopg.errors.LockNotAvailable:
+            raise Unavailable(f"a row this write needs stayed locked for {seconds:g} s") from None
+        conn.execute("SET LOCAL lock_timeout TO DEFAULT")
+        return result
+
     def is_storage_error(self, exc: BaseException) -> bool:
         """The server could not write (disk full, read-only, connection lost), not a bad statement."""
         sqlstate = getattr(exc, "sqlstate", None) or ""

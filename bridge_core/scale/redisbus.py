@@ -47,7 +47,7 @@ import orjson
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from . import catchup
+from . import buswrite, catchup
 from .bus import Deliver, OnCommand
 from . import readback
 from .busauth import KEY_BYTES, LEARN_BACK, LiveNodes, Signer, Verifier, entry_order, fingerprint
@@ -157,6 +157,7 @@ class RedisBus:
         self._end: Any = None
         self.refetched = 0  # entries the stream lost that their writers gave back (catchup.py)
         self.gone = 0  # events the stream lost that no writer gave back (catchup.Gap.lost)
+        self.catch_up_wait = catchup.CATCH_UP_WAIT  # s a command waits for this node to read to the end
 
     def describe(self) -> str:
         return mask_url(self.url)
@@ -235,37 +236,15 @@ class RedisBus:
         self.queued += 1
         self._wake.set()
 
-    def _pipeline(self, batch: list[tuple[str, bytes]]) -> Any:
-        """One pipeline for ``batch`` in its order: each run of events and relays becomes one
-        stream entry; a command to an inbox goes between them where it was sent. Each entry is
-        signed here (again at a retry: a fresh counter and clock)."""
+    def _pipeline(self, entries: list[tuple]) -> Any:
+        """One pipeline for signed ``entries`` (buswrite.py); per command, the body of an entry with events."""
         pipe = self._r.pipeline(transaction=False)
-        sign = self._signer.sign
-        items: list[bytes] = []
-        events = 0
-        bodies: list[Optional[bytes]] = []  # per command of the pipeline: an entry with events (kept: Written)
-
-        def entry() -> None:
-            nonlocal items, events
-            if items:
-                body = b"[" + b",".join(items) + b"]"
-                h, m = sign(self.events_key, body)
-                pipe.eval(_APPEND, 2, self.events_key, self.counter_key, h, body, events, MAXLEN, self.seen,
-                          self.floor + 1, m)  # fmt: skip
-                bodies.append(body if events else None)
-                items, events = [], 0
-
-        for kind, payload in batch:
-            if kind == "e" or kind == "r":
-                items.append(payload)
-                events += kind == "e"
+        for key, h, m, body, events in entries:
+            if key == self.events_key:
+                pipe.eval(_APPEND, 2, key, self.counter_key, h, body, events, MAXLEN, self.seen, self.floor + 1, m)
             else:
-                entry()
-                h, m = sign(kind, payload)
-                pipe.xadd(kind, {"h": h, "b": payload, "m": m}, maxlen=10_000, approximate=True)
-                bodies.append(None)
-        entry()
-        return pipe, bodies
+                pipe.xadd(key, {"h": h, "b": body, "m": m}, maxlen=10_000, approximate=True)
+        return pipe, [body if events else None for _, _, _, body, events in entries]
 
     async def _writer(self) -> None:
         loop = asyncio.get_running_loop()
@@ -283,19 +262,24 @@ class RedisBus:
             batch, self._out = self._out[:BATCH], self._out[BATCH:]
             if self._out:
                 self._wake.set()  # more than one batch queued: the next goes after this one
+            entries, signed, again = None, 0.0, False
             while batch:
                 try:
-                    pipe, bodies = self._pipeline(batch)
+                    if entries is None or loop.time() - signed > buswrite.RESIGN_AFTER:
+                        entries = buswrite.signed_entries(self._signer.sign, self.events_key, batch)
+                        signed = loop.time()
+                    pipe, bodies = self._pipeline(entries)
                     results = await pipe.execute()
                     self.published += len(batch)
                     self._sent.set()
-                    for r, body in zip(results, bodies):
-                        if body is not None and type(r) is int:
+                    for r, body in zip(results, bodies):  # (sent again: a refetch must not give a copy twice)
+                        if body is not None and type(r) is int and not again:
                             self._written.add(abs(r), body)  # what a node that lost it may ask for
                     if any(type(r) is int and r < 0 for r in results):
                         self.note_lost("its counter went back")
                     break
                 except (RedisError, OSError) as exc:  # Redis away: keep the batch, try again
+                    again = True
                     log.warning("bus: publishing failed (%s); retrying", exc)
                     await asyncio.sleep(0.5)
 
@@ -483,10 +467,10 @@ class RedisBus:
         self._progress.set()
         self._progress = asyncio.Event()
 
-    async def caught_up(self, timeout: float = catchup.CATCH_UP_WAIT) -> None:
+    async def caught_up(self, timeout: Optional[float] = None) -> None:
         """Return once this node has read (and delivered) the events stream up to where it ends now;
-        ``Unavailable`` when it cannot within ``timeout``. With Redis unreachable, at once: nothing
-        newer can be read then (what this node holds is all there is to go on)."""
+        ``Unavailable`` when it cannot within ``timeout`` (default ``catch_up_wait``). With Redis
+        unreachable, at once: nothing newer can be read then (what this node holds is all there is to go on)."""
         if self._r is None or not self._serving:
             return
         try:
@@ -495,7 +479,7 @@ class RedisBus:
             return
         target = entry_order(end) if end else None
         try:
-            async with asyncio.timeout(timeout):
+            async with asyncio.timeout(self.catch_up_wait if timeout is None else timeout):
                 while self._gap is not None or (target is not None and self._read_to < target):
                     await self._progress.wait()
         except TimeoutError:

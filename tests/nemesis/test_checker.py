@@ -214,6 +214,19 @@ def test_a_run_accepted_after_pairing_that_never_reached_the_phone():
     assert kinds(h) == {"event_missing"}
 
 
+def test_a_run_started_before_a_truncated_hello_and_acknowledged_after_it_is_excused():
+    """Seed 4201: the sender's acknowledgment came after the phone's ``truncated`` hello, the run's start
+    before it: the phone was told it missed frames, the run's among them (its task list then says)."""
+    h = clean()
+    h.ops.append(Op(7, "pheby-1", "chat", "n1", 3.7, {"conversation": C}, "ok", 4.6, {"run": "r3", "conversation": C}))
+    h.frames.append(Received("phone-1", "loomi", 1, "n3", 3.8, lf(14, "session.message", "r3", message_id="u3",
+                                                                   role="user", text="go")))  # fmt: skip
+    h.frames.append(Received("phone-1", "loomi", 2, "n3", 4.2, hello(2000, truncated=True)))
+    assert "event_missing" not in kinds(h)
+    h.frames[-1].frame["payload"]["truncated"] = False  # without the truncation, still missing
+    assert "event_missing" in kinds(h)
+
+
 def test_a_run_left_active_after_healing():
     h = clean()
     h.final.active["n1"][C] = {"run": {"run_id": "r2"}, "approvals": [], "clarifications": []}

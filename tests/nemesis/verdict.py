@@ -80,11 +80,19 @@ class Context:
         return None
 
     def accepted_runs(self) -> list[tuple[str, str, float]]:
-        """(run, conversation, time accepted) of every run a request started."""
+        """(run, conversation, time accepted) of every run a request started: its acknowledgment, or the
+        first frame of it any client got if that came first (a slow answer: seed 4201, a phone told
+        ``truncated`` between the run's start and the sender's acknowledgment)."""
+        first: dict = {}
+        for r in self.h.frames:
+            run = r.frame.get("run_id")
+            if run is not None and run not in first:
+                first[run] = r.t
         out = []
         for o in self.h.ops:
-            if o.outcome == "ok" and o.result.get("run") and o.complete is not None:
-                out.append((o.result["run"], o.result.get("conversation", ""), o.complete))
+            run = o.result.get("run")
+            if o.outcome == "ok" and run and o.complete is not None:
+                out.append((run, o.result.get("conversation", ""), min(o.complete, first.get(run, o.complete))))
         return out
 
     def frames_of(self, client: str) -> list[tuple[int, Any]]:
