@@ -92,6 +92,7 @@ _MAXIMA = ("UPDATE sessions SET lastSeq=MAX(lastSeq, ?), lastEventAt=MAX(COALESC
 _SESSION_COLUMNS = "id, info, lastSeq, lastEventAt, source, seqReserved, storedBytes"
 SEQ_BASE_KEY = "lvmh.cluster_seq_base"  # several nodes: where bridge sessions' derived seqs start (registry.py)
 SESSIONS = fencing.Owners("sessions", "id")  # where a pi session's epoch lives (several nodes)
+EFFECT = 5  # items of one deferred effect in ``_Batch.effects``: sid, fn, a, b, c
 FLUSH_ROWS = 2000  # flush before the end of the tick once this many rows wait
 BACKLOG_HIGH = 50_000  # rows in flight before ingest waits for the writer
 BACKLOG_LOW = 10_000
@@ -119,13 +120,15 @@ class _Batch:
         self.sessions: list[tuple] = []  # session row upserts, applied before the rows
         self.maxima: dict[str, list[int]] = {}  # sid -> [max seq, min seq, max ts, bytes charged]
         self.done: Optional[asyncio.Future] = None
-        self.effects: list[tuple] = []  # (sid, fn, args): run once the batch committed (``after_durable``)
+        # run once the batch committed (``after_durable``): flat, ``EFFECT`` items an effect (sid, fn, a, b, c
+        # for ``fn(a, b, c)``), so an event deferred allocates nothing the garbage collector tracks
+        self.effects: list = []
         self.held: dict[str, int] = {}  # sid -> the epoch this node writes it under (guarded first)
         self.lost: set = set()  # of ``held``, the sessions another node claimed: nothing written for them
         self.over = False  # its completion ran (a later effect runs at once, or behind a later batch)
 
     def sids(self) -> set:
-        return {*self.maxima, *(s[0] for s in self.sessions), *(e[0] for e in self.effects)}
+        return {*self.maxima, *(s[0] for s in self.sessions), *self.effects[::EFFECT]}
 
 
 class EventLog:
@@ -324,17 +327,23 @@ class EventLog:
     def after_durable(self, sid: str, fn: Callable, *args: Any) -> None:
         """``fn(*args)`` (showing or relaying an event of ``sid``) once every write queued so far has
         committed, in the order asked; never if another node claimed ``sid`` meanwhile (fenced)."""
-        b = self._batch
-        if b.rows or b.sessions or b.effects or sid in self.epochs:
-            b.effects.append((sid, fn, args))
+        self.later(sid, _apply, fn, args, None)
+
+    def later(self, sid: str, fn: Callable, a: Any, b: Any, c: Any) -> None:
+        """``after_durable`` of ``fn(a, b, c)``, the hot path's form (an event shown, relayed, translated):
+        kept flat in the batch (no tuple, closure or bound method per event: the ingest's garbage
+        collector stays idle), the deferred effects of a tick one list run once its batch committed."""
+        batch = self._batch
+        if batch.rows or batch.sessions or batch.effects or sid in self.epochs:
+            batch.effects += (sid, fn, a, b, c)
             if not self._scheduled:
                 self._schedule()
             return
         tail = self._tail
         if tail is not None and not tail.over:
-            tail.effects.append((sid, fn, args))
+            tail.effects += (sid, fn, a, b, c)
             return
-        fn(*args)
+        fn(a, b, c)
 
     def _behind(self, effects: list) -> None:
         tail = self._tail
@@ -486,12 +495,18 @@ def _nothing() -> None:
     pass
 
 
+def _apply(fn: Callable, args: tuple, _: Any) -> None:
+    fn(*args)
+
+
 def _run(effects: list, lost: Any) -> None:
-    for sid, fn, args in effects:
-        if sid in lost:
+    """A batch's deferred effects (flat, ``EFFECT`` items each), in order; those of ``lost`` sessions not."""
+    it = iter(effects)
+    for sid, fn, a, b, c in zip(it, it, it, it, it):
+        if lost and sid in lost:
             continue
         try:
-            fn(*args)
+            fn(a, b, c)
         except Exception:  # one bad effect never holds back the others
             log.exception("lvmh: showing an event failed")
 

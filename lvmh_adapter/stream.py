@@ -71,9 +71,10 @@ class EventStream:
         self.listing = listing  # listing.Listing: entries, the full list, the first page
         self.list_version = 0  # bumped on every change; lets a reader cache the encoded list
         self.spawn_jobs = spawn_jobs
-        # durable before shown: ``durable(sid, fn, *args)`` runs ``fn`` once what was queued for the store so
-        # far committed (persistence.EventLog.after_durable; set at prepare, relay.attach); None: at once
+        # durable before shown: ``durable(sid, fn, a, b, c)`` runs ``fn(a, b, c)`` once what was queued for the
+        # store so far committed (persistence.EventLog.later; set at prepare, relay.attach); None: at once
         self.durable: Optional[Callable[..., None]] = None
+        self._show = self._push  # bound once: an event deferred makes no method object of its own
 
     # --- subscriptions -------------------------------------------------------------------------
 
@@ -115,7 +116,7 @@ class EventStream:
         if durable is None:
             self._push(sid, seq, raw)
         else:
-            durable(sid, self._push, sid, seq, raw)
+            durable(sid, self._show, sid, seq, raw)
 
     def show(self, sid: str, seq: int, raw: str) -> None:
         """An event another node stored already (a pi session's frame it relayed): shown at once."""
