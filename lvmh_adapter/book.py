@@ -176,21 +176,28 @@ class SessionBook:
                 self.log.reserve(rec.id, reserve)
             if fresh:
                 self.inflight.feed(rec.id, etype, frame.seq, frame.obj)
-                self.browsers.push(rec.id, frame.seq, frame.raw)
-                self.link.frame(rec.id, etype, frame.seq, frame.ts, frame.raw)
-                self.source.translate(rec.id, etype, frame.obj)
+                self.log.later(rec.id, self._stored, rec.id, frame, None)  # behind what is queued before it
             return
         self.log.append(rec.id, frame.seq, frame.ts, etype, frame.raw, charged)
         if not rec.plugin_event(frame.seq, frame.ts):
             return  # a resend: stored once (INSERT OR IGNORE), not shown or translated twice
         rec.run.feed(etype, frame.obj)
         self.inflight.feed(rec.id, etype, frame.seq, frame.obj)
-        self.browsers.push(rec.id, frame.seq, frame.raw)
-        self.link.frame(rec.id, etype, frame.seq, frame.ts, frame.raw)
-        try:
-            if etype == "session_info":
+        if etype == "session_info":
+            try:
                 self.apply_info(rec, frame.obj.get("session"))
-            self.source.translate(rec.id, etype, frame.obj)
+            except Exception:  # the event is stored and shown all the same
+                log.exception("lvmh: a session_info event of a plugin session failed")
+        self.log.later(rec.id, self._stored, rec.id, frame, None)
+
+    def _stored(self, sid: str, frame: codec.PluginFrame, _: Any) -> None:
+        """A plugin's event once stored (durable before shown, persistence.EventLog.later): one deferred
+        effect per event for its browsers here, the other nodes' and the core's shared events."""
+        etype = frame.type
+        self.browsers.show(sid, frame.seq, frame.raw)
+        self.link.stored_frame(sid, etype, frame.seq, frame.ts, frame.raw)
+        try:
+            self.source.translate(sid, etype, frame.obj)
         except Exception:  # the event is stored and shown; only its shared-event form is lost
             log.exception("lvmh: translating a %s event of a plugin session failed", etype)
 

@@ -197,6 +197,11 @@ class PluginRelay:
             data = {"t": "f", "s": sid, "e": etype, "q": seq, "ts": ts, "r": raw}
             self.fe.book.log.later(sid, _relay_frame, self.cluster, data, None)
 
+    def stored_frame(self, sid: str, etype: str, seq: int, ts: int, raw: str) -> None:
+        """``frame`` of an event stored already (the book's effect of a plugin's event): relayed now."""
+        if self.cluster is not None:
+            self.cluster.relay(NAME, {"t": "f", "s": sid, "e": etype, "q": seq, "ts": ts, "r": raw})
+
     def _lost(self, sid: str) -> None:
         """Another node claimed ``sid`` (its epoch moved on): the socket here, if any, is closed, and
         nothing it still sends is taken (the store refused this node's writes for it already)."""

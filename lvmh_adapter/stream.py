@@ -74,7 +74,7 @@ class EventStream:
         # durable before shown: ``durable(sid, fn, a, b, c)`` runs ``fn(a, b, c)`` once what was queued for the
         # store so far committed (persistence.EventLog.later; set at prepare, relay.attach); None: at once
         self.durable: Optional[Callable[..., None]] = None
-        self._show = self._push  # bound once: an event deferred makes no method object of its own
+        self._show = self.show  # bound once: an event deferred makes no method object of its own
 
     # --- subscriptions -------------------------------------------------------------------------
 
@@ -114,15 +114,13 @@ class EventStream:
         ``after=seq`` refetch and REST history agree with what it saw); in order, deltas included."""
         durable = self.durable
         if durable is None:
-            self._push(sid, seq, raw)
+            self.show(sid, seq, raw)
         else:
             durable(sid, self._show, sid, seq, raw)
 
     def show(self, sid: str, seq: int, raw: str) -> None:
-        """An event another node stored already (a pi session's frame it relayed): shown at once."""
-        self._push(sid, seq, raw)
-
-    def _push(self, sid: str, seq: int, raw: str) -> None:
+        """An event stored already (``push`` deferred, a plugin's event once its batch committed, a pi
+        session's frame another node stored and relayed): shown at once."""
         before = self.last.get(sid, 0)
         self.last[sid] = seq
         if sid not in self.subs:
