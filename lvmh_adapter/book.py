@@ -176,7 +176,7 @@ class SessionBook:
                 self.log.reserve(rec.id, reserve)
             if fresh:
                 self.inflight.feed(rec.id, etype, frame.seq, frame.obj)
-                self.log.later(rec.id, self._stored, rec.id, frame, None)  # behind what is queued before it
+                self.log.later(rec.id, self._stored, frame.obj, frame.raw, frame.seq)  # behind what is queued
             return
         self.log.append(rec.id, frame.seq, frame.ts, etype, frame.raw, charged)
         if not rec.plugin_event(frame.seq, frame.ts):
@@ -188,16 +188,18 @@ class SessionBook:
                 self.apply_info(rec, frame.obj.get("session"))
             except Exception:  # the event is stored and shown all the same
                 log.exception("lvmh: a session_info event of a plugin session failed")
-        self.log.later(rec.id, self._stored, rec.id, frame, None)
+        self.log.later(rec.id, self._stored, frame.obj, frame.raw, frame.seq)
 
-    def _stored(self, sid: str, frame: codec.PluginFrame, _: Any) -> None:
+    def _stored(self, obj: dict, raw: str, seq: int) -> None:
         """A plugin's event once stored (durable before shown, persistence.EventLog.later): one deferred
-        effect per event for its browsers here, the other nodes' and the core's shared events."""
-        etype = frame.type
-        self.browsers.show(sid, frame.seq, frame.raw)
-        self.link.stored_frame(sid, etype, frame.seq, frame.ts, frame.raw)
+        effect per event for its browsers here, the other nodes' and the core's shared events. It keeps
+        the frame's decoded object, not the frame (one object less per event waiting for its commit):
+        the object holds the frame's session id, type and ts (codec.decode_plugin_frame)."""
+        sid, etype = obj["sessionId"], obj["type"]
+        self.browsers.show(sid, seq, raw)
+        self.link.stored_frame(sid, etype, seq, obj["ts"], raw)
         try:
-            self.source.translate(sid, etype, frame.obj)
+            self.source.translate(sid, etype, obj)
         except Exception:  # the event is stored and shown; only its shared-event form is lost
             log.exception("lvmh: translating a %s event of a plugin session failed", etype)
 
