@@ -65,6 +65,7 @@ class SessionBook:
         self.source: Any = None  # plugin_source.PluginSource
         self.seq_base = 0  # several nodes: where bridge sessions' derived seqs start (registry.cluster_seq)
         self._models: dict[str, tuple] = {}
+        self._shown = self._stored  # bound once: an event deferred makes no method object of its own
 
     # --- sessions ------------------------------------------------------------------------------------
 
@@ -176,7 +177,7 @@ class SessionBook:
                 self.log.reserve(rec.id, reserve)
             if fresh:
                 self.inflight.feed(rec.id, etype, frame.seq, frame.obj)
-                self.log.later(rec.id, self._stored, frame.obj, frame.raw, frame.seq)  # behind what is queued
+                self.log.later(rec.id, self._shown, frame.obj, frame.raw, frame.seq)  # behind what is queued
             return
         self.log.append(rec.id, frame.seq, frame.ts, etype, frame.raw, charged)
         if not rec.plugin_event(frame.seq, frame.ts):
@@ -188,7 +189,7 @@ class SessionBook:
                 self.apply_info(rec, frame.obj.get("session"))
             except Exception:  # the event is stored and shown all the same
                 log.exception("lvmh: a session_info event of a plugin session failed")
-        self.log.later(rec.id, self._stored, frame.obj, frame.raw, frame.seq)
+        self.log.later(rec.id, self._shown, frame.obj, frame.raw, frame.seq)
 
     def _stored(self, obj: dict, raw: str, seq: int) -> None:
         """A plugin's event once stored (durable before shown, persistence.EventLog.later): one deferred
