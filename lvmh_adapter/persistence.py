@@ -16,7 +16,8 @@ that are about to land.
 
 Durable before shown: what a browser, another node or the core gets of an event (``after_durable``:
 the stream's push, the relay's frame, a pi event's shared events) runs once every write queued
-before it has committed, in order (group commit: one transaction per tick, then the tick's frames).
+before it has committed, in order (group commit: one transaction per tick, then the tick's frames;
+``later`` its hot form, kept flat in the batch: no object made per event waits for the commit).
 A node killed with -9 never showed an event it had not stored.
 
 Several nodes: a pi session is fenced (docs/scale-out.md "Fenced ownership"; the rule is
