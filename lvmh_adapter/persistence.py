@@ -232,7 +232,7 @@ class EventLog:
             m[3] += charged
         if len(b.rows) >= FLUSH_ROWS:
             self.flush()
-        else:
+        elif not self._scheduled:  # (tested here: the hot path makes no call when a flush is scheduled)
             self._schedule()
 
     def upsert_session(self, sid: str, info: dict, source: str, online: Optional[bool] = None) -> None:

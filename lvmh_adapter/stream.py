@@ -149,7 +149,8 @@ class EventStream:
         """Activity in ``sid``: its entry goes to every browser (``session_entry``) at the end of the tick."""
         self.list_version += 1  # a browser connecting now gets the list with it
         self._entries_dirty.add(sid)
-        self._schedule()
+        if not self._scheduled:  # (once per event of every session: no call when a flush is scheduled)
+            self._schedule()
 
     def spawn_changed(self) -> None:
         self._spawn_dirty = True
