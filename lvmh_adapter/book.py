@@ -198,7 +198,8 @@ class SessionBook:
         the object holds the frame's session id, type and ts (codec.decode_plugin_frame)."""
         sid, etype = obj["sessionId"], obj["type"]
         self.browsers.show(sid, seq, raw)
-        self.link.stored_frame(sid, etype, seq, obj["ts"], raw)
+        if self.link.shared:  # several nodes: their browsers too
+            self.link.stored_frame(sid, etype, seq, obj["ts"], raw)
         try:
             self.source.translate(sid, etype, obj)
         except Exception:  # the event is stored and shown; only its shared-event form is lost
