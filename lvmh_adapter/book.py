@@ -65,6 +65,7 @@ class SessionBook:
         self.source: Any = None  # plugin_source.PluginSource
         self.seq_base = 0  # several nodes: where bridge sessions' derived seqs start (registry.cluster_seq)
         self._models: dict[str, tuple] = {}
+        self._shown = self._stored  # bound once: an event deferred makes no method object of its own
 
     # --- sessions ------------------------------------------------------------------------------------
 
@@ -176,21 +177,31 @@ class SessionBook:
                 self.log.reserve(rec.id, reserve)
             if fresh:
                 self.inflight.feed(rec.id, etype, frame.seq, frame.obj)
-                self.browsers.push(rec.id, frame.seq, frame.raw)
-                self.link.frame(rec.id, etype, frame.seq, frame.ts, frame.raw)
-                self.source.translate(rec.id, etype, frame.obj)
+                self.log.later(rec.id, self._shown, frame.obj, frame.raw, frame.seq)  # behind what is queued
             return
         self.log.append(rec.id, frame.seq, frame.ts, etype, frame.raw, charged)
         if not rec.plugin_event(frame.seq, frame.ts):
             return  # a resend: stored once (INSERT OR IGNORE), not shown or translated twice
         rec.run.feed(etype, frame.obj)
         self.inflight.feed(rec.id, etype, frame.seq, frame.obj)
-        self.browsers.push(rec.id, frame.seq, frame.raw)
-        self.link.frame(rec.id, etype, frame.seq, frame.ts, frame.raw)
-        try:
-            if etype == "session_info":
+        if etype == "session_info":
+            try:
                 self.apply_info(rec, frame.obj.get("session"))
-            self.source.translate(rec.id, etype, frame.obj)
+            except Exception:  # the event is stored and shown all the same
+                log.exception("lvmh: a session_info event of a plugin session failed")
+        self.log.later(rec.id, self._shown, frame.obj, frame.raw, frame.seq)
+
+    def _stored(self, obj: dict, raw: str, seq: int) -> None:
+        """A plugin's event once stored (durable before shown, persistence.EventLog.later): one deferred
+        effect per event for its browsers here, the other nodes' and the core's shared events. It keeps
+        the frame's decoded object, not the frame (one object less per event waiting for its commit):
+        the object holds the frame's session id, type and ts (codec.decode_plugin_frame)."""
+        sid, etype = obj["sessionId"], obj["type"]
+        self.browsers.show(sid, seq, raw)
+        if self.link.shared:  # several nodes: their browsers too
+            self.link.stored_frame(sid, etype, seq, obj["ts"], raw)
+        try:
+            self.source.translate(sid, etype, obj)
         except Exception:  # the event is stored and shown; only its shared-event form is lost
             log.exception("lvmh: translating a %s event of a plugin session failed", etype)
 

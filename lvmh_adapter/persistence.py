@@ -16,7 +16,8 @@ that are about to land.
 
 Durable before shown: what a browser, another node or the core gets of an event (``after_durable``:
 the stream's push, the relay's frame, a pi event's shared events) runs once every write queued
-before it has committed, in order (group commit: one transaction per tick, then the tick's frames).
+before it has committed, in order (group commit: one transaction per tick, then the tick's frames;
+``later`` its hot form, kept flat in the batch: no object made per event waits for the commit).
 A node killed with -9 never showed an event it had not stored.
 
 Several nodes: a pi session is fenced (docs/scale-out.md "Fenced ownership"; the rule is
@@ -92,6 +93,8 @@ _MAXIMA = ("UPDATE sessions SET lastSeq=MAX(lastSeq, ?), lastEventAt=MAX(COALESC
 _SESSION_COLUMNS = "id, info, lastSeq, lastEventAt, source, seqReserved, storedBytes"
 SEQ_BASE_KEY = "lvmh.cluster_seq_base"  # several nodes: where bridge sessions' derived seqs start (registry.py)
 SESSIONS = fencing.Owners("sessions", "id")  # where a pi session's epoch lives (several nodes)
+ROW = 5  # items of one event row in ``_Batch.rows``: sid, seq, ts, type, payload
+EFFECT = 5  # items of one deferred effect in ``_Batch.effects``: sid, fn, a, b, c
 FLUSH_ROWS = 2000  # flush before the end of the tick once this many rows wait
 BACKLOG_HIGH = 50_000  # rows in flight before ingest waits for the writer
 BACKLOG_LOW = 10_000
@@ -115,17 +118,22 @@ class _Batch:
     __slots__ = ("rows", "sessions", "maxima", "done", "effects", "held", "lost", "over")
 
     def __init__(self) -> None:
-        self.rows: list[tuple] = []
+        self.rows: list = []  # flat, ``ROW`` items a row (sid, seq, ts, type, payload): no tuple per event waits
         self.sessions: list[tuple] = []  # session row upserts, applied before the rows
         self.maxima: dict[str, list[int]] = {}  # sid -> [max seq, min seq, max ts, bytes charged]
         self.done: Optional[asyncio.Future] = None
-        self.effects: list[tuple] = []  # (sid, fn, args): run once the batch committed (``after_durable``)
+        # run once the batch committed (``after_durable``): flat, ``EFFECT`` items an effect (sid, fn, a, b, c
+        # for ``fn(a, b, c)``), so an event deferred allocates nothing the garbage collector tracks
+        self.effects: list = []
         self.held: dict[str, int] = {}  # sid -> the epoch this node writes it under (guarded first)
         self.lost: set = set()  # of ``held``, the sessions another node claimed: nothing written for them
         self.over = False  # its completion ran (a later effect runs at once, or behind a later batch)
 
+    def count(self) -> int:
+        return len(self.rows) // ROW
+
     def sids(self) -> set:
-        return {*self.maxima, *(s[0] for s in self.sessions), *(e[0] for e in self.effects)}
+        return {*self.maxima, *(s[0] for s in self.sessions), *self.effects[::EFFECT]}
 
 
 class EventLog:
@@ -214,7 +222,7 @@ class EventLog:
     def append(self, sid: str, seq: int, ts: int, etype: str, raw: str, charged: int = 0) -> None:
         """One event row; ``charged``: the bytes its session's quota counted for it (kept with the session)."""
         b = self._batch
-        b.rows.append((sid, seq, ts, etype, raw))
+        b.rows += (sid, seq, ts, etype, raw)
         m = b.maxima.get(sid)
         if m is None:
             b.maxima[sid] = [seq, seq, ts, charged]
@@ -226,9 +234,9 @@ class EventLog:
             if ts > m[2]:
                 m[2] = ts
             m[3] += charged
-        if len(b.rows) >= FLUSH_ROWS:
+        if len(b.rows) >= FLUSH_ROWS * ROW:
             self.flush()
-        else:
+        elif not self._scheduled:  # (tested here: the hot path makes no call when a flush is scheduled)
             self._schedule()
 
     def upsert_session(self, sid: str, info: dict, source: str, online: Optional[bool] = None) -> None:
@@ -296,16 +304,15 @@ class EventLog:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             loop = None
-        if self.store.shared:  # one order of the rows' locks on every node (two nodes may write the same)
-            batch.rows.sort(key=_row_key)
-        fut = self.store.submit(lambda conn: _write(conn, batch))
+        ordered = self.store.shared  # one order of the rows' locks on every node (two nodes may write the same)
+        fut = self.store.submit(lambda conn: _write(conn, batch, ordered))
         if loop is None:  # shutdown path outside the loop: nothing waits on it
             fut.add_done_callback(lambda f: f.exception())
             return
         done = loop.create_future()
         batch.done = done
         self._tail = batch
-        self.inflight_rows += len(batch.rows)
+        self.inflight_rows += batch.count()
         for sid in batch.maxima:
             self._inflight[sid] = done
         for sid, *_ in batch.sessions:
@@ -324,17 +331,23 @@ class EventLog:
     def after_durable(self, sid: str, fn: Callable, *args: Any) -> None:
         """``fn(*args)`` (showing or relaying an event of ``sid``) once every write queued so far has
         committed, in the order asked; never if another node claimed ``sid`` meanwhile (fenced)."""
-        b = self._batch
-        if b.rows or b.sessions or b.effects or sid in self.epochs:
-            b.effects.append((sid, fn, args))
+        self.later(sid, _apply, fn, args, None)
+
+    def later(self, sid: str, fn: Callable, a: Any, b: Any, c: Any) -> None:
+        """``after_durable`` of ``fn(a, b, c)``, the hot path's form (an event shown, relayed, translated):
+        kept flat in the batch (no tuple, closure or bound method per event: the ingest's garbage
+        collector stays idle), the deferred effects of a tick one list run once its batch committed."""
+        batch = self._batch
+        if batch.rows or batch.sessions or batch.effects or sid in self.epochs:
+            batch.effects += (sid, fn, a, b, c)
             if not self._scheduled:
                 self._schedule()
             return
         tail = self._tail
         if tail is not None and not tail.over:
-            tail.effects.append((sid, fn, args))
+            tail.effects += (sid, fn, a, b, c)
             return
-        fn(*args)
+        fn(a, b, c)
 
     def _behind(self, effects: list) -> None:
         tail = self._tail
@@ -373,7 +386,7 @@ class EventLog:
 
     def _finished(self, batch: _Batch, fut: Any) -> None:
         exc = fut.exception()
-        self.inflight_rows -= len(batch.rows)
+        self.inflight_rows -= batch.count()
         batch.over = True
         lost = batch.lost if exc is None else set()
         if exc is None:
@@ -382,7 +395,7 @@ class EventLog:
                     self.committed[sid] = m[0]
         else:
             self.failures += 1
-            log.error("lvmh: writing %d event(s) failed: %s", len(batch.rows), exc)
+            log.error("lvmh: writing %d event(s) failed: %s", batch.count(), exc)
             for sid, m in batch.maxima.items():
                 cap = m[1] - 1
                 self._fail_cap[sid] = min(self._fail_cap.get(sid, cap), cap)
@@ -486,19 +499,26 @@ def _nothing() -> None:
     pass
 
 
+def _apply(fn: Callable, args: tuple, _: Any) -> None:
+    fn(*args)
+
+
 def _run(effects: list, lost: Any) -> None:
-    for sid, fn, args in effects:
-        if sid in lost:
+    """A batch's deferred effects (flat, ``EFFECT`` items each), in order; those of ``lost`` sessions not."""
+    it = iter(effects)
+    for sid, fn, a, b, c in zip(it, it, it, it, it):
+        if lost and sid in lost:
             continue
         try:
-            fn(*args)
+            fn(a, b, c)
         except Exception:  # one bad effect never holds back the others
             log.exception("lvmh: showing an event failed")
 
 
-def _write(conn: Any, b: _Batch) -> None:
+def _write(conn: Any, b: _Batch, ordered: bool = False) -> None:
     """One batch, in the store's writer thread: the epochs of the pi sessions it holds guarded first
-    (several nodes: their rows locked), nothing written for one another node claimed (``b.lost``)."""
+    (several nodes: their rows locked), nothing written for one another node claimed (``b.lost``);
+    ``ordered``: its rows in (session, seq) order (a shared store: the same lock order on every node)."""
     lost = b.lost = fencing.guard(conn, SESSIONS, b.held) if b.held else set()
     sessions = [s for s in b.sessions if s[0] not in lost] if lost else b.sessions
     for sid, kind, value, source, online in sessions:
@@ -513,8 +533,13 @@ def _write(conn: Any, b: _Batch) -> None:
             conn.execute("UPDATE sessions SET online=? WHERE id=?", (int(online), sid))
         else:
             conn.execute("UPDATE sessions SET seqReserved=MAX(seqReserved, ?) WHERE id=?", (value, sid))
-    rows = [r for r in b.rows if r[0] not in lost] if lost else b.rows
-    if rows:
+    if b.rows:
+        it = iter(b.rows)
+        rows: Any = zip(it, it, it, it, it)  # the rows' tuples made here, in the writer thread
+        if lost:
+            rows = [r for r in rows if r[0] not in lost]
+        if ordered:
+            rows = sorted(rows, key=_row_key)
         conn.executemany(_INSERT_EVENTS, rows)
         conn.executemany(_MAXIMA, [(m[0], m[2], m[3], sid) for sid, m in b.maxima.items() if sid not in lost])
 

@@ -331,11 +331,11 @@ class PluginSource(AgentSource):
 
     def translate(self, sid: str, etype: str, obj: dict) -> None:
         """Publish the shared events of one new lvmh event of plugin session ``sid``, once it is stored
-        (persistence.EventLog.after_durable: never those of an event a crash can take back, nor, several
-        nodes, of one this node may no longer write: another node claimed the session)."""
+        (the book's deferred effect, persistence.EventLog.later: never those of an event a crash can take
+        back, nor, several nodes, of one this node may no longer write: another node claimed the session)."""
         fn = _TRANSLATE.get(etype)
         if fn is not None:
-            self.fe.book.log.after_durable(sid, fn, self, sid, obj)
+            fn(self, sid, obj)
 
     def _agent_start(self, sid: str, obj: dict) -> None:
         self._run(sid)

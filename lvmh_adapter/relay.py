@@ -71,6 +71,16 @@ class PluginAbort:
     conversation_id: str
 
 
+def _frame_data(sid: str, etype: str, seq: int, ts: int, raw: str) -> dict:
+    """A pi session's event as relayed to the other nodes' browsers (``_relayed``'s ``f``)."""
+    return {"t": "f", "s": sid, "e": etype, "q": seq, "ts": ts, "r": raw}
+
+
+def _relay_frame(cluster: Any, data: dict, _: Any) -> None:
+    """``frame``'s relay, deferred until the event is stored (a plain function: nothing made per event)."""
+    cluster.relay(NAME, data)
+
+
 class PluginRelay:
     def __init__(self, fe: "Host"):
         self.fe = fe
@@ -87,7 +97,7 @@ class PluginRelay:
         fe.bridge.extensions[PluginAbort] = self._abort
         self.cluster = fe.cluster
         self.shared = self.cluster is not None
-        fe.stream.durable = fe.book.log.after_durable  # durable before shown (persistence.py)
+        fe.stream.durable = fe.book.log.later  # durable before shown (persistence.py)
         fe.book.log.on_lost = self._lost
         if self.cluster is not None:
             self.cluster.add_relay(NAME, self._relayed)
@@ -189,8 +199,12 @@ class PluginRelay:
     def frame(self, sid: str, etype: str, seq: int, ts: int, raw: str) -> None:
         """A pi session's event, for every node's browsers, once it is stored here (durable before shown)."""
         if self.cluster is not None:
-            data = {"t": "f", "s": sid, "e": etype, "q": seq, "ts": ts, "r": raw}
-            self.fe.book.log.after_durable(sid, self.cluster.relay, NAME, data)
+            self.fe.book.log.later(sid, _relay_frame, self.cluster, _frame_data(sid, etype, seq, ts, raw), None)
+
+    def stored_frame(self, sid: str, etype: str, seq: int, ts: int, raw: str) -> None:
+        """``frame`` of an event stored already (the book's effect of a plugin's event): relayed now."""
+        if self.cluster is not None:
+            self.cluster.relay(NAME, _frame_data(sid, etype, seq, ts, raw))
 
     def _lost(self, sid: str) -> None:
         """Another node claimed ``sid`` (its epoch moved on): the socket here, if any, is closed, and

@@ -71,9 +71,10 @@ class EventStream:
         self.listing = listing  # listing.Listing: entries, the full list, the first page
         self.list_version = 0  # bumped on every change; lets a reader cache the encoded list
         self.spawn_jobs = spawn_jobs
-        # durable before shown: ``durable(sid, fn, *args)`` runs ``fn`` once what was queued for the store so
-        # far committed (persistence.EventLog.after_durable; set at prepare, relay.attach); None: at once
+        # durable before shown: ``durable(sid, fn, a, b, c)`` runs ``fn(a, b, c)`` once what was queued for the
+        # store so far committed (persistence.EventLog.later; set at prepare, relay.attach); None: at once
         self.durable: Optional[Callable[..., None]] = None
+        self._show = self.show  # bound once: an event deferred makes no method object of its own
 
     # --- subscriptions -------------------------------------------------------------------------
 
@@ -113,15 +114,13 @@ class EventStream:
         ``after=seq`` refetch and REST history agree with what it saw); in order, deltas included."""
         durable = self.durable
         if durable is None:
-            self._push(sid, seq, raw)
+            self.show(sid, seq, raw)
         else:
-            durable(sid, self._push, sid, seq, raw)
+            durable(sid, self._show, sid, seq, raw)
 
     def show(self, sid: str, seq: int, raw: str) -> None:
-        """An event another node stored already (a pi session's frame it relayed): shown at once."""
-        self._push(sid, seq, raw)
-
-    def _push(self, sid: str, seq: int, raw: str) -> None:
+        """An event stored already (``push`` deferred, a plugin's event once its batch committed, a pi
+        session's frame another node stored and relayed): shown at once."""
         before = self.last.get(sid, 0)
         self.last[sid] = seq
         if sid not in self.subs:
@@ -150,7 +149,8 @@ class EventStream:
         """Activity in ``sid``: its entry goes to every browser (``session_entry``) at the end of the tick."""
         self.list_version += 1  # a browser connecting now gets the list with it
         self._entries_dirty.add(sid)
-        self._schedule()
+        if not self._scheduled:  # (once per event of every session: no call when a flush is scheduled)
+            self._schedule()
 
     def spawn_changed(self) -> None:
         self._spawn_dirty = True
