@@ -369,7 +369,8 @@ def run_end(tails: Iterable[bytes], run_id: str) -> Optional[RunEnd]:
         payload = frame.get("payload") or {}
         if frame.get("type") != "run.completed" or frame.get("run_id") != run_id or "status" not in payload:
             continue
-        end = RunEnd(str(payload["status"]), payload.get("error"), payload.get("text") or "", float(frame.get("ts") or 0))
+        ts = float(frame.get("ts") or 0)
+        end = RunEnd(str(payload["status"]), payload.get("error"), payload.get("text") or "", ts)
     return end
 
 
