@@ -55,6 +55,7 @@ from typing import Any, Iterable, Optional
 
 import orjson
 
+from bridge_core.bridge.drafts import RunEnd
 from bridge_core.bridge.private import open_private
 
 log = logging.getLogger("agent_bridge.loomi.journal")
@@ -351,3 +352,30 @@ def stored_run_text(store: Any, run_id: str) -> Optional[str]:
         by_source.setdefault(source, []).append(bytes(body))
     texts += [run_text(tails, run_id) for tails in by_source.values()]
     return max((t for t in texts if t), key=len, default=None)
+
+
+def run_end(tails: Iterable[bytes], run_id: str) -> Optional[RunEnd]:
+    """The end of ``run_id`` as frame bodies (without their ``{``, in order) hold it: its last
+    ``run.completed`` (its status, error and text), or None."""
+    needle = b'"run_id":' + orjson.dumps(run_id)
+    end: Optional[RunEnd] = None
+    for tail in tails:
+        if needle not in tail or b'"run.completed"' not in tail:
+            continue
+        try:
+            frame = orjson.loads(b"{" + tail)
+        except orjson.JSONDecodeError:
+            continue
+        payload = frame.get("payload") or {}
+        if frame.get("type") != "run.completed" or frame.get("run_id") != run_id or "status" not in payload:
+            continue
+        ts = float(frame.get("ts") or 0)
+        end = RunEnd(str(payload["status"]), payload.get("error"), payload.get("text") or "", ts)
+    return end
+
+
+def stored_run_end(store: Any, run_id: str) -> Optional[RunEnd]:
+    """``run_end`` over one node's replay rows in the store (``Bridge.add_durable_end``): the journal's rows
+    were committed at start, before the bridge loads the runs it left open. A phone may have got this end
+    (replayed from these rows) though the core's store had not committed it when the process died."""
+    return run_end((bytes(b) for (b,) in store.query("SELECT body FROM loomi_events ORDER BY n")), run_id)

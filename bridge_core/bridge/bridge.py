@@ -31,7 +31,7 @@ from .agent import AgentSource
 from .attachments import AttachmentStore
 from .decisions import EVENTS as DECISION_EVENTS
 from .decisions import DecisionLedger
-from .drafts import DraftSaver, DurableText, longest_text
+from .drafts import DraftSaver, DurableEnd, DurableText, durable_end, longest_text
 from .handlers import HANDLERS, CommandHandlers
 from .hub import Hub
 from .persist import Persister
@@ -83,6 +83,7 @@ class Bridge(CommandHandlers):
         self.persister = Persister(self.store, self.conversations, self.drafts)
         self.interrupted_runs: list[tuple[str, str]] = []
         self.durable_texts: list[DurableText] = []  # front ends' durable records of a run's text (drafts.py)
+        self.durable_ends: list[DurableEnd] = []  # front ends' durable records of a run's end (drafts.py)
         self._interrupted_reported = False
         self.runs_ended: collections.Counter = collections.Counter()  # status -> runs this node ended (metrics)
         self.started = False
@@ -166,6 +167,8 @@ class Bridge(CommandHandlers):
         back as the conversation's active run, with the decisions it left pending, so that
         report_interrupted closes it by the one rule every run end follows (close_run)."""
         for run_id, cid, started in self.store.query(LEFT_OPEN, (ev.RUN_INTERRUPTED,)):
+            if self.durable_ends and self._restore_end(cid, run_id):
+                continue  # ended before the crash, as a front end holds (and a phone may have seen)
             if self.sequencing.interrupted_here(run_id):
                 self.interrupted_runs.append((cid, run_id))  # else another node's run, going on there
             conv = self.conversations.get(cid)
@@ -176,6 +179,21 @@ class Bridge(CommandHandlers):
                 saved = self.store.message_text(cid, run.message_id)
                 if saved is not None:
                     run.draft = ev.Draft(saved)
+
+    def _restore_end(self, cid: str, run_id: str) -> bool:
+        """A run the store left open whose end a front end's durable record holds (Loomi's journaled rows,
+        durable before the core's writer committed the end: a phone may have its ``run.completed``): that
+        end and its message's text are written, and the run is not closed again (a second end on every front
+        end: event_twice, chaos seed 2002). As ``Cluster.read_ends`` does with the bus's record."""
+        end = durable_end(run_id, self.durable_ends)
+        if end is None or cid not in self.conversations:
+            return False
+        if end.text:
+            self.persister.restore_message(cid, draft_message_id(run_id), end.text, end.ts)
+        self.persister.persist(0, ev.RunFinished(conversation_id=cid, run_id=run_id, status=end.status,
+                                                 error=end.error, text=end.text, ts=end.ts))  # fmt: skip
+        log.warning("run %s: its end (%s) restored from a front end's durable record", run_id, end.status)
+        return True
 
     async def _fail_interrupted(self) -> None:
         """Store the runs a crash cut short as failed (awaited: the loop keeps turning meanwhile), their
@@ -214,6 +232,11 @@ class Bridge(CommandHandlers):
         """A front end's durable record of runs' text (``drafts.DurableText``), asked when a run is
         interrupted; added before ``start`` (a front end's ``prepare``)."""
         self.durable_texts.append(source)
+
+    def add_durable_end(self, source: DurableEnd) -> None:
+        """A front end's durable record of runs' ends (``drafts.DurableEnd``), asked at start for the runs
+        the store left open; added before ``start`` (a front end's ``prepare``)."""
+        self.durable_ends.append(source)
 
     def interrupt(self, cid: str, run_id: str, notice: str) -> None:
         """Close a run nobody runs any more (a restart, or its node died: scale/cluster.py) and say why.

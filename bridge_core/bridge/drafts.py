@@ -27,13 +27,29 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, NamedTuple, Optional
 
 log = logging.getLogger("agent_bridge.drafts")
 
 # run id -> the text of its message as a front end's durable record holds it (None: not all of it, or
 # nothing): Loomi's replay rows (loomi_adapter/journal.py ``stored_run_text``)
 DurableText = Callable[[str], Optional[str]]
+
+
+
+class RunEnd(NamedTuple):
+    """A run's end as a front end's durable record holds it (its closing frame): what a phone may have got."""
+
+    status: str
+    error: Optional[str]
+    text: str
+    ts: float
+
+
+# run id -> its end, where a front end's durable record holds one (None: none there): Loomi's journaled replay
+# rows (loomi_adapter/journal.py ``stored_run_end``), durable on the loop before the core's writer commits the
+# run's end; a start writes that end rather than closing the run again (``Bridge._restore_end``)
+DurableEnd = Callable[[str], Optional[RunEnd]]
 
 DRAFT_SAVE_INTERVAL = 1.0  # seconds between saves of a streaming draft (what a crash can lose)
 
@@ -107,3 +123,17 @@ def longest_text(draft: str, run_id: str, sources: Iterable[DurableText]) -> str
         if text is not None and len(text) > len(best) and text.startswith(draft):
             best = text
     return best
+
+
+def durable_end(run_id: str, sources: Iterable[DurableEnd]) -> Optional[RunEnd]:
+    """The end of ``run_id`` the first durable record holding one offers (a record that cannot be read
+    now counts as holding none: the run is then closed as interrupted, as without it)."""
+    for source in sources:
+        try:
+            end = source(run_id)
+        except Exception:
+            log.exception("reading the durable end of run %s failed", run_id)
+            continue
+        if end is not None:
+            return end
+    return None
