@@ -15,7 +15,7 @@ renderer of the bridge's own conversations (``render``). It turns what happens i
 It notifies, and never imports, what is around it:
 
 - ``browsers`` (stream.EventStream): ``push(sid, seq, raw)``, ``list_changed(sid, change)``,
-  ``entry_changed(sid)``, ``forget(sid)`` and ``subs`` (who watches what);
+  ``entry_changed(sid)``, ``forget(sid)``, ``subs`` (who watches what) and ``last`` (the seq shown last);
 - ``link`` (relay.PluginRelay), the one link to the other nodes: ``shared`` (several nodes),
   ``writes()`` (whether this node stores what it renders now), ``frame(...)`` (a pi session's
   event, for every node's browsers);
@@ -252,11 +252,15 @@ class SessionBook:
             cid = e.conversation_id
             if e.kind != "text":
                 return
-            if cid not in self.browsers.subs and self.renderer.open_message(cid) is not None:
+            rec = self.records.get(cid)
+            # nobody watches, and nothing rendered waits for its commit to be shown (durable before shown): a
+            # browser subscribing before the message's start is shown would see it without these deltas (issue 41)
+            if cid not in self.browsers.subs and self.renderer.open_message(cid) is not None and (
+                    rec is None or self.browsers.last.get(cid, 0) >= rec.high):
                 if self.link.shared:
                     at = cluster_seq(self.seq_base, seq, 0)  # the seq its message_update would have had
                 else:
-                    at = self.records[cid].high if cid in self.records else 0
+                    at = rec.high if rec is not None else 0
                 self.inflight.append(cid, e.delta, at)
                 return
             conv = self.bridge.conversations.get(cid)
