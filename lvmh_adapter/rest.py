@@ -10,6 +10,7 @@ Spawn and GitLab routes come from ``spawn.py`` and ``gitlab.py``.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -23,6 +24,8 @@ from .errors import SessionNotFound, error_response, json_response, rest_error
 from .relay import PluginAbort, PluginPrompt
 from .request import command_origin, read_json
 
+log = logging.getLogger("agent_bridge.lvmh")
+
 if TYPE_CHECKING:
     from .host import Host
 
@@ -32,11 +35,14 @@ async def list_response(request: web.Request, runs: list) -> web.StreamResponse:
     waiting for the socket to take it: the body is ``json_response``'s byte for byte, never one copy of it whole."""
     resp = web.StreamResponse(headers={"Content-Type": "application/json"})
     resp.content_length = codec.json_array_length(runs)
-    await resp.prepare(request)
-    if request.method != "HEAD":
-        for piece in codec.json_array_pieces(runs):
-            await resp.write(piece)
-    await resp.write_eof()
+    try:
+        await resp.prepare(request)
+        if request.method != "HEAD":
+            for piece in codec.json_array_pieces(runs):
+                await resp.write(piece)
+        await resp.write_eof()
+    except ConnectionResetError:  # the client went away mid-list (aiohttp's reset error is one): nothing to answer
+        log.info("lvmh: a session list's reader went away before its end")
     return resp
 
 

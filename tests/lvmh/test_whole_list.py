@@ -9,6 +9,9 @@ compared here over real sockets against that build.
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import struct
 import tracemalloc
 
 import aiohttp
@@ -148,3 +151,27 @@ async def test_building_the_whole_list_holds_its_bytes_not_a_dict_per_session(lv
         tracemalloc.stop()
     assert len(orjson.loads(frame)["sessions"]) == 2002
     assert peak < 2.5 * len(frame), (peak, len(frame))
+
+
+async def test_a_reader_going_away_mid_list_is_no_error_and_the_next_gets_it_whole(lvmh, plugins, caplog):
+    """A client that asks for the whole list and resets its connection while the list is still being written (a
+    hardening fuzzer does): the server logs no error and the next reader gets the list whole."""
+    import socket
+
+    await _fill(lvmh, plugins, 3000)
+    port = lvmh.ports["lvmh"]
+    for k in range(20):
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)  # the server's writes wait on this reader
+        sock.setblocking(False)
+        loop = asyncio.get_running_loop()
+        await loop.sock_connect(sock, ("127.0.0.1", port))
+        await loop.sock_sendall(sock, f"GET /api/sessions HTTP/1.1\r\nHost: x\r\nAuthorization: {AUTH['Authorization']}"
+                                      f"\r\n\r\n".encode())
+        if k % 2:  # half the readers go before the answer starts, half once it has
+            assert (await loop.sock_recv(sock, 1024)).startswith(b"HTTP/1.1 200")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # reset, no close handshake
+        sock.close()
+    status, _, body = await _raw_get(port, "/api/sessions")
+    assert status == 200 and len(orjson.loads(body)) == 3002
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], [r.getMessage() for r in caplog.records]
