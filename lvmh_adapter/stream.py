@@ -207,8 +207,11 @@ class EventStream:
             if entry is None:
                 change, entry = "removed", {"id": sid}
             frame = codec.session_entry_frame(change, entry, total=total)
+            # an "added" is never replaced by a later "changed" of the same entry still queued (that one has no
+            # total: the browser's count missed the new entry under load); a later change goes out after it
+            key = ("session_entry", sid, "added") if change == "added" else ("session_entry", sid)
             for conn in deltas:
-                conn.outbox.put(frame, key=("session_entry", sid))
+                conn.outbox.put(frame, key=key)
         self._send_entries(dirty - changes.keys(), deltas)
 
     def _send_entries(self, sids: Any, conns: Any) -> None:

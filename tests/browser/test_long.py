@@ -231,8 +231,10 @@ async def test_a_long_list_holds_a_screenful_and_changes_arrive_as_one_entry(ui)
     await expect(items.first).to_contain_text("Created while watching")
     await expect(page.locator("#session-count")).to_have_text("301")
     arrived = frames[seen:]
-    assert [f["type"] for f in arrived] == ["session_entry"] and arrived[0]["change"] == "added"
-    assert len(json.dumps(arrived[0])) < 2048
+    # one entry: its "added" (under load the conversation's next change may follow in a frame of its own)
+    assert {f["type"] for f in arrived} == {"session_entry"} and arrived[0]["change"] == "added"
+    assert {f["session"]["id"] for f in arrived} == {arrived[0]["session"]["id"]}
+    assert all(len(json.dumps(f)) < 2048 for f in arrived)
 
     # the sidebar scrolled to its end: the next pages load, each entry once
     loaded = await page.evaluate("window.lvmhApp.book.entries.length")
