@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from lvmh_adapter.persistence import EventLog
+from lvmh_adapter.persistence import EFFECT, EventLog
 from lvmh_adapter.registry import SessionRecord
 from tests.waiting import until
 
@@ -32,9 +32,9 @@ async def test_a_browser_sees_an_event_only_once_it_is_stored(lvmh, plugins, bro
         await p.event("message_update", delta="live")  # never stored, but behind an event that is
         await until(lambda: lvmh.frontends["lvmh"].book.records[SID].high == 2, what="the events received")
         receiving = asyncio.ensure_future(b.events_until(SID, lambda e: e["type"] == "message_update", timeout=30))
-        # the subject: for this long, with nothing committing, nothing reaches the browser (a sleep bounds
-        # a "never"; what follows the release is waited for)
-        await asyncio.sleep(0.2)
+        # the subject: both events handled, what shows them waits for a commit that cannot come yet
+        log = lvmh.frontends["lvmh"].book.log
+        await until(lambda: _waiting(log, SID) >= 2, what="the two events' showing deferred behind their commit")
         assert not receiving.done()
         assert store.query("SELECT seq FROM events WHERE sessionId=?", (SID,)) == [(1,)]
     finally:
@@ -43,6 +43,12 @@ async def test_a_browser_sees_an_event_only_once_it_is_stored(lvmh, plugins, bro
     assert [(e["seq"], e["type"]) for e in got] == [(2, "message_start"), (3, "message_update")]
     assert store.query("SELECT seq FROM events WHERE sessionId=?", (SID,)) == [(1,), (2,)]
     await asyncio.wrap_future(blocked)
+
+
+def _waiting(log: EventLog, sid: str) -> int:
+    """Effects of ``sid`` held until a batch commits: in the batch submitted last (not yet over) and the next."""
+    batches = [b for b in (log._tail, log._batch) if b is not None and not b.over]
+    return sum(b.effects[0::EFFECT].count(sid) for b in batches)
 
 
 async def test_what_is_shown_runs_after_its_commit_in_order_and_at_once_when_nothing_waits(lvmh):
