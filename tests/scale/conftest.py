@@ -61,3 +61,17 @@ def serve_nodes(engines, tmp_path):
     yield start
     for proc in started:
         proc.stop()
+
+
+@pytest.fixture
+async def clients():
+    """Spec clients (tests/conformance) a test makes, each closed after it: ``clients(Browser(...))``."""
+    made: list = []
+
+    def keep(client):
+        made.append(client)
+        return client
+
+    yield keep
+    for c in made:
+        await c.close()

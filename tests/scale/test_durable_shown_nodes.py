@@ -18,29 +18,13 @@ import pytest
 
 from tests.conformance.lvmh_client import Browser, Rest, eventually, until
 from tests.conformance.pheby_client import PhebyApp
-from tests.hardening.proc import LVMH_TOKEN, PHEBY_SECRET, BridgeProcess
+from tests.hardening.proc import LVMH_TOKEN, PHEBY_SECRET
+from tests.scale.pi import lvmh_http
 
 
 @pytest.fixture
 def nodes(serve_nodes):
     return lambda *names: serve_nodes(*names, adapters="pheby,lvmh")
-
-
-@pytest.fixture
-async def clients():
-    made: list = []
-
-    def keep(client):
-        made.append(client)
-        return client
-
-    yield keep
-    for c in made:
-        await c.close()
-
-
-def _http(proc: BridgeProcess) -> str:
-    return f"http://127.0.0.1:{proc.ports['lvmh']}"
 
 
 def _settled(browser: Browser, sid: str) -> int:
@@ -62,11 +46,11 @@ def _inserts_waiting(store: str) -> int:
 async def test_a_browser_on_another_node_sees_only_what_is_stored_when_the_origin_dies(nodes, clients, engines):
     store = engines[0]
     n1, n2, n3 = nodes("n1", "n2", "n3")
-    rest1, rest2 = clients(Rest(_http(n1), LVMH_TOKEN)), clients(Rest(_http(n2), LVMH_TOKEN))
+    rest1, rest2 = clients(Rest(lvmh_http(n1), LVMH_TOKEN)), clients(Rest(lvmh_http(n2), LVMH_TOKEN))
     status, created = await rest1.call("POST", "/api/conversations", {"name": "Durable"})
     assert status in (200, 201), (status, created)
     sid = created["id"]
-    browser = clients(Browser(_http(n2), LVMH_TOKEN))
+    browser = clients(Browser(lvmh_http(n2), LVMH_TOKEN))
     await browser.connect()
     await until(lambda: browser.listed(sid), what="the conversation listed on n2")
     await browser.subscribe(sid)
@@ -96,7 +80,7 @@ async def test_a_browser_on_another_node_sees_only_what_is_stored_when_the_origi
         lock.close()
     await until(lambda: _settled(browser, sid) == 2, timeout=15, what="the second run in n2's browser")
     n1.start()
-    rest1 = clients(Rest(_http(n1), LVMH_TOKEN))
+    rest1 = clients(Rest(lvmh_http(n1), LVMH_TOKEN))
 
     view = browser.view(sid)  # it saw the second run settle (above): the history must hold all of it
 
@@ -111,7 +95,7 @@ async def test_a_browser_on_another_node_sees_only_what_is_stored_when_the_origi
         raise AssertionError(([e["seq"] for e in view.persisted()], [e["seq"] for e in stored])) from None
     assert await rest1.events(sid) == stored  # the restarted origin reads the same history
     assert view.texts()[:2] == ["Echo: run 1", "tok " * 400]
-    refetch = Rest(_http(n2), LVMH_TOKEN)
+    refetch = Rest(lvmh_http(n2), LVMH_TOKEN)
     try:  # a browser's refetch after what it saw first: the rest of it, nothing more
         first = [e["seq"] for e in view.persisted()][5]
         assert await refetch.events(sid, after=first) == [e for e in stored if e["seq"] > first]

@@ -33,7 +33,8 @@ import pytest
 
 from tests.conformance.lvmh_client import Browser, Plugin, Rest, until
 from tests.conformance.pheby_client import PhebyApp
-from tests.hardening.proc import LVMH_TOKEN, PHEBY_SECRET, BridgeProcess
+from tests.hardening.proc import LVMH_TOKEN, PHEBY_SECRET
+from tests.scale.pi import lvmh_http, plugin_url
 
 CLOSE_REPLACED = 4002
 
@@ -41,27 +42,6 @@ CLOSE_REPLACED = 4002
 @pytest.fixture
 def nodes(serve_nodes):
     return lambda *names: serve_nodes(*names, adapters="pheby,lvmh")
-
-
-@pytest.fixture
-async def clients():
-    made: list = []
-
-    def keep(client):
-        made.append(client)
-        return client
-
-    yield keep
-    for c in made:
-        await c.close()
-
-
-def _http(proc: BridgeProcess) -> str:
-    return f"http://127.0.0.1:{proc.ports['lvmh']}"
-
-
-def _plugin_url(proc: BridgeProcess) -> str:
-    return f"ws://127.0.0.1:{proc.ports['lvmh']}/agent/ws"
 
 
 def _live(browser: Browser, sid: str) -> list[dict]:
@@ -112,12 +92,12 @@ class Abandoned:
 async def test_a_stopped_node_continued_after_its_pi_session_was_claimed_elsewhere_is_fenced(nodes, clients, engines):
     n1, n2, n3 = nodes("n1", "n2", "n3")
     sid = f"pi-{uuid.uuid4()}"
-    plugin = clients(Plugin(_http(n1), LVMH_TOKEN, sid))
+    plugin = clients(Plugin(lvmh_http(n1), LVMH_TOKEN, sid))
     app = clients(PhebyApp(f"ws://127.0.0.1:{n3.ports['pheby']}/ws", PHEBY_SECRET))
     await app.connect()
-    browser = clients(Browser(_http(n3), LVMH_TOKEN))
+    browser = clients(Browser(lvmh_http(n3), LVMH_TOKEN))
     await browser.connect()
-    rest3 = clients(Rest(_http(n3), LVMH_TOKEN))
+    rest3 = clients(Rest(lvmh_http(n3), LVMH_TOKEN))
     assert await plugin.connect() == 0
     await app.wait_frame(lambda f: f.get("conversation_id") == sid)  # the pi session's conversation, open
     assert (await app.open(sid))["type"] == "conversation.history"
@@ -141,7 +121,7 @@ async def test_a_stopped_node_continued_after_its_pi_session_was_claimed_elsewhe
             await old.send(event)
         await old.send(plugin.envelope("agent_start", plugin.seq + 100))
         # the plugin gives up on n1 and says hello to n2 (n1 never lets go: n2 waits its handover time)
-        plugin.url = _plugin_url(n2)
+        plugin.url = plugin_url(n2)
         assert await plugin.connect() == last  # and it resends what follows
         await plugin.emit("message_update", delta="three")
         await plugin.finish(mid, "two three")
@@ -159,13 +139,13 @@ async def test_a_stopped_node_continued_after_its_pi_session_was_claimed_elsewhe
 
     # the legitimate path: the plugin comes back to n1, which takes the session again (epoch 3)
     await plugin.drop()
-    plugin.url = _plugin_url(n1)
+    plugin.url = plugin_url(n1)
     assert await plugin.connect() == _stored(plugin)[-1]["seq"]
     assert _epoch(engines[0], sid) == 3
     await plugin.run("back on the first node", prompt="three")
     stored = await rest3.settled(sid, runs=3)
     assert [e["seq"] for e in stored] == [e["seq"] for e in _stored(plugin)]  # nothing of n1's stale frames
-    for rest in (clients(Rest(_http(n1), LVMH_TOKEN)), clients(Rest(_http(n2), LVMH_TOKEN))):
+    for rest in (clients(Rest(lvmh_http(n1), LVMH_TOKEN)), clients(Rest(lvmh_http(n2), LVMH_TOKEN))):
         assert await rest.events(sid) == stored
     await until(lambda: browser.view(sid).persisted() == stored, what="n3's browser up to date")
     assert browser.twice == [], browser.twice  # no frame relayed twice
@@ -185,11 +165,11 @@ async def test_an_epoch_is_the_stores_alone(nodes, clients, engines):
     """A frame carrying an epoch changes nothing: each hello takes the next one, whatever it says."""
     (n1,) = nodes("n1")
     sid = f"pi-{uuid.uuid4()}"
-    plugin = clients(Plugin(_http(n1), LVMH_TOKEN, sid))
+    plugin = clients(Plugin(lvmh_http(n1), LVMH_TOKEN, sid))
     plugin.session = dict(plugin.session, epoch=10**6)
     assert await plugin.connect() == 0
     await plugin.emit("agent_start", epoch=10**6)
-    rest = clients(Rest(_http(n1), LVMH_TOKEN))
+    rest = clients(Rest(lvmh_http(n1), LVMH_TOKEN))
     await until(lambda: _epoch(engines[0], sid) == 1, what="the first epoch")
     await plugin.drop()
     await plugin.connect()

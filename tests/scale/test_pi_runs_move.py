@@ -14,6 +14,7 @@ from tests.conformance.lvmh_client import Browser, Plugin, Rest, eventually, unt
 from tests.conformance.pheby_client import PhebyApp
 from tests.conformance.test_lvmh_reconnect import closed, rest_view
 from tests.hardening.proc import LVMH_TOKEN, PHEBY_SECRET, BridgeProcess
+from tests.scale.pi import lvmh_http, plugin_url
 
 RETURN = 1.0  # [lvmh] plugin_return_seconds on these nodes: how long a lost plugin's run stays open
 CONTRACT = 15.0  # CONTRACT.md "Several nodes": a dead node's runs are closed within this
@@ -22,27 +23,6 @@ CONTRACT = 15.0  # CONTRACT.md "Several nodes": a dead node's runs are closed wi
 @pytest.fixture
 def nodes(serve_nodes):
     return lambda *names: serve_nodes(*names, adapters="pheby,lvmh", config={"lvmh": {"plugin_return_seconds": RETURN}})
-
-
-@pytest.fixture
-async def clients():
-    made: list = []
-
-    def keep(client):
-        made.append(client)
-        return client
-
-    yield keep
-    for c in made:
-        await c.close()
-
-
-def _http(proc: BridgeProcess) -> str:
-    return f"http://127.0.0.1:{proc.ports['lvmh']}"
-
-
-def _plugin_url(proc: BridgeProcess) -> str:
-    return f"ws://127.0.0.1:{proc.ports['lvmh']}/agent/ws"
 
 
 async def _pheby(proc: BridgeProcess) -> PhebyApp:
@@ -75,7 +55,7 @@ async def _durable(clients, proc: BridgeProcess, plugin: Plugin) -> None:
     """What the plugin sent is in the shared store (read through ``proc``): the node holding it
     writes in batches, and a kill -9 before its write is a loss the plugin's resend repairs, not
     what these tests are about (docs/scale-out.md)."""
-    last, rest = _stored(plugin)[-1]["seq"], clients(Rest(_http(proc), LVMH_TOKEN))
+    last, rest = _stored(plugin)[-1]["seq"], clients(Rest(lvmh_http(proc), LVMH_TOKEN))
     await eventually(lambda: _has_seq(rest, plugin.sid, last), what=f"seq {last} stored")
 
 
@@ -86,11 +66,11 @@ def _stored(plugin: Plugin) -> list[dict]:
 async def test_a_pi_run_in_progress_follows_its_plugin_to_another_node(nodes, clients):
     n1, n2, n3 = nodes("n1", "n2", "n3")
     sid = f"pi-{uuid.uuid4()}"
-    plugin = clients(Plugin(_http(n1), LVMH_TOKEN, sid))
+    plugin = clients(Plugin(lvmh_http(n1), LVMH_TOKEN, sid))
     app = clients(await _pheby(n3))
     assert await plugin.connect() == 0
     await _watch(app, sid)
-    browser = clients(Browser(_http(n1), LVMH_TOKEN))
+    browser = clients(Browser(lvmh_http(n1), LVMH_TOKEN))
     await browser.connect()
     await until(lambda: browser.listed(sid), what="the session in n1's session_list")
     await browser.subscribe(sid)
@@ -103,7 +83,7 @@ async def test_a_pi_run_in_progress_follows_its_plugin_to_another_node(nodes, cl
 
     # the plugin loses n1 and says hello to n2 within the grace: the run moves with it
     await plugin.drop()
-    plugin.url = _plugin_url(n2)
+    plugin.url = plugin_url(n2)
     assert await plugin.connect() == _stored(plugin)[-1]["seq"]  # (and it resends what follows lastSeq)
     assert await n1.wait_log(f"took its run {run_id} to another node")  # n1 let it go: its grace ends nothing
     for word in ("four", "five"):
@@ -126,7 +106,7 @@ async def test_a_pi_run_in_progress_follows_its_plugin_to_another_node(nodes, cl
     assert app.view(sid).run is None
 
     # the browser on n1: every event of the session once, live, in seq order, as the plugin sent it
-    rest = clients(Rest(_http(n3), LVMH_TOKEN))
+    rest = clients(Rest(lvmh_http(n3), LVMH_TOKEN))
     stored = await rest.settled(sid)
     await until(lambda: browser.view(sid).persisted() == stored, what="n1's browser up to date")
     assert _live(browser, sid) == plugin.sent
@@ -145,11 +125,11 @@ async def test_a_pi_run_in_progress_follows_its_plugin_to_another_node(nodes, cl
 async def test_a_pi_run_left_open_by_a_dead_node_is_closed_once_on_every_surface(nodes, clients):
     n1, n2, n3 = nodes("n1", "n2", "n3")
     sid = f"pi-{uuid.uuid4()}"
-    plugin = clients(Plugin(_http(n1), LVMH_TOKEN, sid))
+    plugin = clients(Plugin(lvmh_http(n1), LVMH_TOKEN, sid))
     app = clients(await _pheby(n2))
     assert await plugin.connect() == 0
     await _watch(app, sid)
-    browsers = [clients(Browser(_http(p), LVMH_TOKEN)) for p in (n2, n3)]
+    browsers = [clients(Browser(lvmh_http(p), LVMH_TOKEN)) for p in (n2, n3)]
     for b in browsers:
         await b.connect()
         await until(lambda: b.listed(sid), what="the session listed")
@@ -177,7 +157,7 @@ async def test_a_pi_run_left_open_by_a_dead_node_is_closed_once_on_every_surface
         await until(lambda: not b.view(sid).running(), timeout=CONTRACT + RETURN + 5 - (time.monotonic() - killed),
                     what="the lvmh run closed")  # fmt: skip
     assert time.monotonic() - killed < CONTRACT + RETURN
-    rest = clients(Rest(_http(n3), LVMH_TOKEN))
+    rest = clients(Rest(lvmh_http(n3), LVMH_TOKEN))
     events = await rest.events(sid)
     synthetic = [e for e in events if e["seq"] > _stored(plugin)[-1]["seq"]]
     assert [e["type"] for e in synthetic] == ["message_end", "tool_execution_end", "agent_settled"], synthetic
@@ -196,7 +176,7 @@ async def test_a_pi_run_left_open_by_a_dead_node_is_closed_once_on_every_surface
 async def test_a_pi_run_goes_on_where_its_plugin_returns_after_its_node_died(nodes, clients):
     n1, n2, n3 = nodes("n1", "n2", "n3")
     sid = f"pi-{uuid.uuid4()}"
-    plugin = clients(Plugin(_http(n1), LVMH_TOKEN, sid))
+    plugin = clients(Plugin(lvmh_http(n1), LVMH_TOKEN, sid))
     app1, app3 = clients(await _pheby(n1)), clients(await _pheby(n3))
     slow = await app1.create("Slow")  # a run of the demo agent on n1 too: its close shows the sweep came
     await _watch(app3, slow)
@@ -211,7 +191,7 @@ async def test_a_pi_run_goes_on_where_its_plugin_returns_after_its_node_died(nod
 
     n1.kill9()  # mid-run; the plugin comes back on n2 at once (n1 never says it let go)
     await plugin.drop()
-    plugin.url = _plugin_url(n2)
+    plugin.url = plugin_url(n2)
     assert await plugin.connect() == _stored(plugin)[-1]["seq"]
     await plugin.emit("message_update", delta="four ")
     await app3.wait_frame(lambda f: f["type"] == "message.delta" and f["text"] == "one two three four ")
@@ -229,7 +209,7 @@ async def test_a_pi_run_goes_on_where_its_plugin_returns_after_its_node_died(nod
     assert all(b.startswith(a) for a, b in zip(texts, texts[1:])), texts
     assert app3.view(sid).transcript()[-1] == ("assistant", "one two three four five")
     assert app3.view(sid).open_bubbles() == [] and app3.violations == []
-    rest = clients(Rest(_http(n3), LVMH_TOKEN))
+    rest = clients(Rest(lvmh_http(n3), LVMH_TOKEN))
     stored = await rest.settled(sid)
     assert [e["seq"] for e in stored] == [e["seq"] for e in _stored(plugin)]  # nothing invented, nothing lost
     assert not any(e.get("synthetic") for e in stored)
