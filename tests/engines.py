@@ -9,6 +9,7 @@ pytest skips with the reason, CI fails (scripts/install-peers installs both).
 
 from __future__ import annotations
 
+import atexit
 import glob
 import os
 import secrets
@@ -71,6 +72,24 @@ def _wait_port(port: int, proc: subprocess.Popen, what: str, timeout: float = 30
     raise RuntimeError(f"{what} did not listen on {port} within {timeout}s")
 
 
+_INITDB: dict[str, str] = {}
+
+
+def _initdb_once(bindir: str, as_user: list[str]) -> str:
+    """A freshly initdb'd data directory, made once per test process, that each server starts from a copy of."""
+    if bindir not in _INITDB:
+        top = tempfile.mkdtemp(prefix="ab-pg-initdb-")
+        atexit.register(shutil.rmtree, top, True)
+        if as_user:
+            os.chown(top, 65534, 65534)
+        data = os.path.join(top, "data")
+        subprocess.run(as_user + [os.path.join(bindir, "initdb"), "-D", data, "-A", "trust", "-U", "postgres",
+                                  "--no-sync", "-E", "UTF8"],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+        _INITDB[bindir] = data
+    return _INITDB[bindir]
+
+
 class Postgres:
     """One private PostgreSQL server; ``new_database()`` gives each test a database of its own."""
 
@@ -88,8 +107,8 @@ class Postgres:
 
     def start(self) -> "Postgres":
         data = os.path.join(self.dir, "data")
-        self._run(os.path.join(self.bindir, "initdb"), "-D", data, "-A", "trust", "-U", "postgres",
-                  "--no-sync", "-E", "UTF8")  # fmt: skip
+        # a copy of one initdb'd cluster per test process (0.4 s against initdb's 1.1 s, for each module's server)
+        self._run("cp", "-a", _initdb_once(self.bindir, self.as_user), data)
         opts = f"-k {self.dir} -p {self.port} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200"
         self._run(os.path.join(self.bindir, "pg_ctl"), "-D", data, "-l", os.path.join(self.dir, "log"), "-w",
                   "-t", "60", "-o", opts, "start")  # fmt: skip
