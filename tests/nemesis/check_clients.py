@@ -218,7 +218,7 @@ def _pheby_connection(ctx: Context, client: str, rows: list) -> list[Anomaly]:
                 out.append(Anomaly("turn_out_of_order", client, f"delta for {f['message_id']} after its complete",
                                    (i,)))
             out += draft(ctx, client, f["text"], ctx.message_text(f["message_id"]), r.t,
-                         f"message.delta of {f['message_id']}", i)
+                         f"message.delta of {f['message_id']}", i, f["message_id"])
         elif t == "message.complete" and f.get("kind") != "notice":
             if f["message_id"] in completed:
                 out.append(Anomaly("event_twice", client, f"message.complete {f['message_id']} twice",
@@ -258,7 +258,7 @@ def _snapshot(ctx: Context, client: str, f: dict, t: float, i: int) -> list[Anom
     run = f.get("run")
     if run:
         out += draft(ctx, client, run.get("text") or "", ctx.message_text(run["message_id"]), t,
-                     f"conversation.open run text of {run['message_id']}", i)
+                     f"conversation.open run text of {run['message_id']}", i, run["message_id"])
     return out
 
 
