@@ -54,3 +54,43 @@ def test_a_snapshot_showing_text_never_sent_before_is_judged_from_itself():
     h.frames = [r for r in h.frames if not (r.frame.get("type") == "message.delta" and r.frame.get("text") ==
                                             "w1 w2 w3")]
     assert kinds(h) == {"transcript_shorter_than_sent"}  # first shown at 20 s, 13.7 s after the kill
+
+
+# --- a phone's deltas past an interrupted close: the stated bound, where no durable record held more --------
+
+R = "r4"
+
+
+def _interrupted(topology: str = "cluster", redis_at: float | None = 10.0, closed_at: float = 12.0,
+                 kill_at: float = 6.3) -> object:
+    """clean(), plus a run r4 whose deltas "w1 w2" (6.0 s) and " w3" (6.2 s) phone-1 got live; its node
+    killed at ``kill_at``, Redis restarted at ``redis_at``, the run closed as interrupted with "w1 w2"
+    (the draft) at ``closed_at``; the store keeping "w1 w2"."""
+    from tests.nemesis.test_checker import lf
+
+    h = clean()
+    h.topology = topology
+    for t, f in [(5.9, lf(14, "run.started", R)), (6.0, lf(15, "run.delta", R, text="w1 w2", kind="text")),
+                 (6.2, lf(16, "run.delta", R, text=" w3", kind="text")),
+                 (closed_at, lf(17, "run.completed", R, text="w1 w2", status="failed", error="interrupted by a restart",
+                                finished=False))]:
+        h.frames.append(Received("phone-1", "loomi", 1, "n3", t, f))
+    h.frames.sort(key=lambda r: r.t)
+    for node in h.final.transcripts.values():
+        node[C].append({"message_id": f"draft-{R}", "role": "assistant", "text": "w1 w2"})
+    h.faults.append(Fault("kill9", "n1", kill_at, kill_at + 3))
+    if redis_at is not None:
+        h.faults.append(Fault("redis_restart", "redis", redis_at, redis_at + 0.1))
+    return h
+
+
+def test_deltas_past_an_interrupted_close_the_stream_had_lost_are_within_the_bound():
+    assert kinds(_interrupted()) == set()
+    assert kinds(_interrupted(redis_at=None, closed_at=6.2 + 16.5)) == set()  # closed past what the stream keeps
+
+
+def test_deltas_past_an_interrupted_close_a_durable_record_held_are_an_anomaly():
+    both = {"deltas_incomplete", "transcript_contradicts_client"}
+    assert kinds(_interrupted(redis_at=None)) == both  # the stream's last delta held " w3" at the close
+    assert kinds(_interrupted(topology="embedded")) == both  # Loomi's journal holds every delta a phone got
+    assert kinds(_interrupted(kill_at=6.2 + LOSS_BOUND + 1)) == both  # sent long before the kill: a saved draft

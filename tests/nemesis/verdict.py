@@ -11,6 +11,8 @@ from .history import History
 
 WINDOW = 512  # Loomi §2: the server keeps the last 512 events sent
 LOSS_BOUND = 2.0  # s: a streaming draft is saved every second (DRAFT_SAVE_INTERVAL), plus its write under load
+TEXT_BACK = 16.0  # s of stream a node closing its runs reads back for their last delta (scale/cluster.py TEXT_BACK)
+INTERRUPTED = "interrupted by a restart"  # a run a restart or a survivor closed (the core's RUN_INTERRUPTED)
 
 KINDS = ("hello_seq", "seq_not_increasing", "seq_gap", "truncated_under_window", "event_twice",
          "deltas_incomplete", "transcript_contradicts_client", "text_diverged", "transcript_shorter_than_sent",
@@ -100,6 +102,27 @@ class Context:
                     out.append((r.t, so_far[key]))
         out.sort()
         return out
+
+    def unrecorded(self, run_id: str, kept: str) -> bool:
+        """Could no durable record hold the text of ``run_id`` past ``kept`` when the run was closed
+        (docs/scale-out.md, "What a kill -9 can lose")? It was first sent within the loss bound of a kill -9
+        (the draft lags that much), on several nodes (on one, Loomi's journal holds every delta a phone got),
+        and the stream no longer held it: Redis lost its keys between its sending and the close, or the close
+        came more than ``TEXT_BACK`` after it. (The Loomi frames' window is not in the history: a close the
+        stream could not help is taken as one they could not either.)"""
+        if self.h.topology == "embedded":
+            return False
+        sent = self.first_shown(self.message_of.get(run_id, f"draft-{run_id}"), len(kept))
+        closed = self.closed_at(run_id)
+        if sent is None or closed is None or not self.loss_allowed(sent):
+            return False
+        lost = any(f.kind in ("redis_restart", "redis_flush") and sent <= f.start <= closed for f in self.h.faults)
+        return lost or closed - sent > TEXT_BACK
+
+    def closed_at(self, run_id: str) -> Optional[float]:
+        """When any client first got ``run_id``'s end (a phone's ``run.completed``, a Pheby ``run.finished``)."""
+        return min((r.t for r in self.h.frames if r.frame.get("run_id") == run_id
+                    and r.frame.get("type") in ("run.completed", "run.finished")), default=None)
 
     def final_reached(self, client: str) -> bool:
         """The client's last step (its final reconnect and barrier) succeeded: closure can be judged."""
