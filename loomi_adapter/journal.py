@@ -435,5 +435,5 @@ def stored_rows(store: Any) -> list[Any]:
     """``row_events`` over one node's replay rows in the store (``Bridge.add_durable_rows``): the journal's rows
     were committed at start, before the bridge loads the store. A kill -9 can leave them holding a whole
     exchange the core's writer never committed (the journal is durable at once, the core's rows a batch
-    later); a phone replays it, so the start writes it back (docs/loomi.md, "Seq across restarts")."""
+    later); a phone replays it, so the start writes it back (docs/loomi.md, "Seq and the window across restarts")."""
     return row_events(bytes(b) for (b,) in store.query("SELECT body FROM loomi_events ORDER BY n"))
