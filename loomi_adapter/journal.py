@@ -347,13 +347,47 @@ def run_text(tails: Iterable[bytes], run_id: str) -> Optional[str]:
 def stored_run_text(store: Any, run_id: str) -> Optional[str]:
     """``run_text`` over the replay rows in the store (``Bridge.add_durable_text``): one node's events
     (the journal's rows were committed at start, before the interrupted runs are closed), and with
-    several nodes each source's frames, every frame committed before it left. The longest."""
-    texts = [run_text((bytes(b) for (b,) in store.query("SELECT body FROM loomi_events ORDER BY n")), run_id)]
+    several nodes each source's frames, every frame committed before it left. Where the rows no longer
+    hold the run's start (a run longer than what they keep), the run's saved draft and the deltas the rows
+    hold past it (``text_after``). The longest."""
+    rows = [[bytes(b) for (b,) in store.query("SELECT body FROM loomi_events ORDER BY n")]]
     by_source: dict[str, list[bytes]] = {}
     for source, body in store.query("SELECT source, body FROM loomi_frames ORDER BY source, m"):
         by_source.setdefault(source, []).append(bytes(body))
-    texts += [run_text(tails, run_id) for tails in by_source.values()]
+    rows += by_source.values()
+    draft = store.query_one("SELECT text, ts FROM messages WHERE message_id=?", (draft_message_id(run_id),))
+    texts = []
+    for tails in rows:
+        text = run_text(tails, run_id)
+        if text is None and draft is not None and draft[1] is not None:
+            rest = text_after(tails, run_id, float(draft[1]))
+            text = None if rest is None else draft[0] + rest
+        texts.append(text)
     return max((t for t in texts if t), key=len, default=None)
+
+
+def text_after(tails: Iterable[bytes], run_id: str, ts: float) -> Optional[str]:
+    """The text of ``run_id``'s deltas after the one of time ``ts`` (its draft's: ``DraftSaver`` saves a
+    message's text as of its newest delta, with that delta's time, which its frame carries too), as frame
+    bodies (without their ``{``, in order) hold them; None unless they hold a delta of the run from ``ts`` or
+    before (then every one after it is there: rows are pruned oldest first)."""
+    needle = b'"run_id":' + orjson.dumps(run_id)
+    parts: Optional[list[str]] = None
+    for tail in tails:
+        if needle not in tail or b'"run.delta"' not in tail:
+            continue
+        try:
+            frame = orjson.loads(b"{" + tail)
+        except orjson.JSONDecodeError:
+            continue
+        payload = frame.get("payload") or {}
+        if frame.get("type") != "run.delta" or frame.get("run_id") != run_id or payload.get("kind", "text") != "text":
+            continue
+        if float(frame.get("ts") or 0) <= ts:
+            parts = []  # up to the draft: what follows goes on from it
+        elif parts is not None and isinstance(payload.get("text"), str):
+            parts.append(payload["text"])
+    return None if parts is None else "".join(parts)
 
 
 def run_end(tails: Iterable[bytes], run_id: str) -> Optional[RunEnd]:
