@@ -56,6 +56,8 @@ from typing import Any, Iterable, Optional
 import orjson
 
 from bridge_core.bridge.drafts import RunEnd
+from bridge_core.model import events as ev
+from bridge_core.model.ids import draft_message_id
 from bridge_core.bridge.private import open_private
 
 log = logging.getLogger("agent_bridge.loomi.journal")
@@ -345,13 +347,47 @@ def run_text(tails: Iterable[bytes], run_id: str) -> Optional[str]:
 def stored_run_text(store: Any, run_id: str) -> Optional[str]:
     """``run_text`` over the replay rows in the store (``Bridge.add_durable_text``): one node's events
     (the journal's rows were committed at start, before the interrupted runs are closed), and with
-    several nodes each source's frames, every frame committed before it left. The longest."""
-    texts = [run_text((bytes(b) for (b,) in store.query("SELECT body FROM loomi_events ORDER BY n")), run_id)]
+    several nodes each source's frames, every frame committed before it left. Where the rows no longer
+    hold the run's start (a run longer than what they keep), the run's saved draft and the deltas the rows
+    hold past it (``text_after``). The longest."""
+    rows = [[bytes(b) for (b,) in store.query("SELECT body FROM loomi_events ORDER BY n")]]
     by_source: dict[str, list[bytes]] = {}
     for source, body in store.query("SELECT source, body FROM loomi_frames ORDER BY source, m"):
         by_source.setdefault(source, []).append(bytes(body))
-    texts += [run_text(tails, run_id) for tails in by_source.values()]
+    rows += by_source.values()
+    draft = store.query_one("SELECT text, ts FROM messages WHERE message_id=?", (draft_message_id(run_id),))
+    texts = []
+    for tails in rows:
+        text = run_text(tails, run_id)
+        if text is None and draft is not None and draft[1] is not None:
+            rest = text_after(tails, run_id, float(draft[1]))
+            text = None if rest is None else draft[0] + rest
+        texts.append(text)
     return max((t for t in texts if t), key=len, default=None)
+
+
+def text_after(tails: Iterable[bytes], run_id: str, ts: float) -> Optional[str]:
+    """The text of ``run_id``'s deltas after the one of time ``ts`` (its draft's: ``DraftSaver`` saves a
+    message's text as of its newest delta, with that delta's time, which its frame carries too), as frame
+    bodies (without their ``{``, in order) hold them; None unless they hold a delta of the run from ``ts`` or
+    before (then every one after it is there: rows are pruned oldest first)."""
+    needle = b'"run_id":' + orjson.dumps(run_id)
+    parts: Optional[list[str]] = None
+    for tail in tails:
+        if needle not in tail or b'"run.delta"' not in tail:
+            continue
+        try:
+            frame = orjson.loads(b"{" + tail)
+        except orjson.JSONDecodeError:
+            continue
+        payload = frame.get("payload") or {}
+        if frame.get("type") != "run.delta" or frame.get("run_id") != run_id or payload.get("kind", "text") != "text":
+            continue
+        if float(frame.get("ts") or 0) <= ts:
+            parts = []  # up to the draft: what follows goes on from it
+        elif parts is not None and isinstance(payload.get("text"), str):
+            parts.append(payload["text"])
+    return None if parts is None else "".join(parts)
 
 
 def run_end(tails: Iterable[bytes], run_id: str) -> Optional[RunEnd]:
@@ -379,3 +415,59 @@ def stored_run_end(store: Any, run_id: str) -> Optional[RunEnd]:
     were committed at start, before the bridge loads the runs it left open. A phone may have got this end
     (replayed from these rows) though the core's store had not committed it when the process died."""
     return run_end((bytes(b) for (b,) in store.query("SELECT body FROM loomi_events ORDER BY n")), run_id)
+
+
+# the frames that stand for a row of the core's store (``row_events``), found in a body before it is parsed
+_ROW_FRAMES = (b'"task.created"', b'"task.deleted"', b'"session.message"', b'"run.started"', b'"run.completed"')
+
+
+def row_events(tails: Iterable[bytes]) -> list[Any]:
+    """The core's events behind the store's rows as frame bodies (without their ``{``, in order) hold them:
+    a task's creation and deletion, a user's message, a run's start, and its message as its ``run.completed``
+    holds it (a ``MessageCompleted`` where the end came: bridge_core/bridge/drafts.py ``DurableRows``)."""
+    out: list[Any] = []
+    for tail in tails:
+        if not any(kind in tail for kind in _ROW_FRAMES):
+            continue
+        try:
+            frame = orjson.loads(b"{" + tail)
+        except orjson.JSONDecodeError:
+            continue
+        e = _row_event(frame)
+        if e is not None:
+            out.append(e)
+    return out
+
+
+def _row_event(frame: dict) -> Any:
+    kind, cid, run = frame.get("type"), frame.get("task_id"), frame.get("run_id")
+    payload = frame.get("payload") or {}
+    ts = float(frame.get("ts") or 0)
+    if not isinstance(cid, str):
+        return None
+    if kind == "task.created":
+        task = payload.get("task") or {}
+        return ev.ConversationCreated(conversation_id=cid, name=str(task.get("title") or "New chat"),
+                                      source=str(task.get("source") or "demo"), ts=float(task.get("created_at") or ts))
+    if kind == "task.deleted":
+        return ev.ConversationDeleted(conversation_id=cid, ts=ts)
+    if kind == "session.message" and payload.get("role") == "user" and isinstance(payload.get("message_id"), str):
+        return ev.UserMessageSent(conversation_id=cid, message_id=payload["message_id"],
+                                  text=str(payload.get("text") or ""), run_id=run, ts=ts)
+    if not isinstance(run, str):
+        return None
+    if kind == "run.started":
+        return ev.RunStarted(conversation_id=cid, run_id=run, message_id=draft_message_id(run),
+                             ts=float(payload.get("started_at") or ts))
+    if kind == "run.completed" and "status" in payload:
+        return ev.MessageCompleted(conversation_id=cid, message_id=draft_message_id(run),
+                                   text=str(payload.get("text") or ""), run_id=run, ts=ts)
+    return None
+
+
+def stored_rows(store: Any) -> list[Any]:
+    """``row_events`` over one node's replay rows in the store (``Bridge.add_durable_rows``): the journal's rows
+    were committed at start, before the bridge loads the store. A kill -9 can leave them holding a whole
+    exchange the core's writer never committed (the journal is durable at once, the core's rows a batch
+    later); a phone replays it, so the start writes it back (docs/loomi.md, "Seq and the window across restarts")."""
+    return row_events(bytes(b) for (b,) in store.query("SELECT body FROM loomi_events ORDER BY n"))

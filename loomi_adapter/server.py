@@ -36,7 +36,7 @@ from .cluster import ClusterRegistry
 from .config import PART
 from .devices import Device, Registry
 from .errors import Replaced
-from .journal import stored_run_end, stored_run_text
+from .journal import stored_rows, stored_run_end, stored_run_text
 from .protocol import CHECK, REQUEST, Authenticate, Close, Job, LoomiProtocol, PairHello, Settings
 from .revocation import Revocations
 
@@ -157,6 +157,8 @@ class LoomiFrontEnd(FrontEnd):
         # after a crash, a run's message is completed with what its replay rows hold (journal.py)
         self.bridge.add_durable_text(functools.partial(stored_run_text, self.bridge.store))
         self.bridge.add_durable_end(functools.partial(stored_run_end, self.bridge.store))  # an end a phone may have
+        if cluster is None:  # one node: the journal's exchange the core's store may lack (journal.py stored_rows)
+            self.bridge.add_durable_rows(functools.partial(stored_rows, self.bridge.store))
 
     async def start(self, host: str, port: int, ssl_context: Optional[ssl.SSLContext] = None) -> int:
         port = await super().start(host, port, ssl_context)

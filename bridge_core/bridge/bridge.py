@@ -31,7 +31,7 @@ from .agent import AgentSource
 from .attachments import AttachmentStore
 from .decisions import EVENTS as DECISION_EVENTS
 from .decisions import DecisionLedger
-from .drafts import DraftSaver, DurableEnd, DurableText, durable_end, longest_text
+from .drafts import DraftSaver, DurableEnd, DurableRows, DurableText, durable_end, durable_rows, longest_text
 from .handlers import HANDLERS, CommandHandlers
 from .hub import Hub
 from .persist import Persister
@@ -84,6 +84,7 @@ class Bridge(CommandHandlers):
         self.interrupted_runs: list[tuple[str, str]] = []
         self.durable_texts: list[DurableText] = []  # front ends' durable records of a run's text (drafts.py)
         self.durable_ends: list[DurableEnd] = []  # front ends' durable records of a run's end (drafts.py)
+        self.durable_rows: list[DurableRows] = []  # front ends' durable records of the store's rows (drafts.py)
         self._interrupted_reported = False
         self.runs_ended: collections.Counter = collections.Counter()  # status -> runs this node ended (metrics)
         self.started = False
@@ -114,6 +115,7 @@ class Bridge(CommandHandlers):
         self.attachments = AttachmentStore(os.path.join(self.data_dir, "attachments"), self.store, self.retention_days)
         await self.attachments.start()  # (on a shared store, the table of their bytes)
         await self.sequencing.join()  # a bus joined before the store is loaded; what it delivers waits
+        await self._restore_rows()
         self._load()
         await self._fail_interrupted()
         self.sequencing.joined()  # one node: persisted as the hub's first subscriber; several: where published
@@ -195,6 +197,20 @@ class Bridge(CommandHandlers):
         log.warning("run %s: its end (%s) restored from a front end's durable record", run_id, end.status)
         return True
 
+    async def _restore_rows(self) -> None:
+        """What a front end's durable record holds and the store never got (Loomi's journal, durable at once,
+        the core's rows a writer's batch later: a kill -9 in between leaves a whole exchange, the task, the
+        user's message, the run and its end, that a phone replays after the restart while the transcript
+        lacks it; chaos, issue 41) is written back before the store is loaded, in order, once
+        (``Persister.restore_rows``). ``_load_running`` then ends such a run as the record holds
+        (``_restore_end``) or closes it as interrupted with the longest durable text (``interrupt``)."""
+        events = durable_rows(self.durable_rows)
+        if not events:
+            return
+        added = await self.store.write(lambda c: Persister.restore_rows(c, events))
+        if added:
+            log.warning("%d row(s) a front end's durable record held and the store lacked were restored", added)
+
     async def _fail_interrupted(self) -> None:
         """Store the runs a crash cut short as failed (awaited: the loop keeps turning meanwhile), their
         close still pending (``CLOSE_PENDING``: no ``finished_at`` until their ``RunFinished`` is stored):
@@ -237,6 +253,11 @@ class Bridge(CommandHandlers):
         """A front end's durable record of runs' ends (``drafts.DurableEnd``), asked at start for the runs
         the store left open; added before ``start`` (a front end's ``prepare``)."""
         self.durable_ends.append(source)
+
+    def add_durable_rows(self, source: DurableRows) -> None:
+        """A front end's durable record of the events behind the store's rows (``drafts.DurableRows``), asked
+        at start before the store is loaded; added before ``start`` (a front end's ``prepare``)."""
+        self.durable_rows.append(source)
 
     def interrupt(self, cid: str, run_id: str, notice: str) -> None:
         """Close a run nobody runs any more (a restart, or its node died: scale/cluster.py) and say why.

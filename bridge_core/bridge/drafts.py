@@ -51,6 +51,13 @@ class RunEnd(NamedTuple):
 # run's end; a start writes that end rather than closing the run again (``Bridge._restore_end``)
 DurableEnd = Callable[[str], Optional[RunEnd]]
 
+# the core's events behind the store's rows as a front end's durable record holds them, in their order:
+# Loomi's journaled replay rows (loomi_adapter/journal.py ``stored_rows``), durable at once while the core's
+# rows are written a writer's batch later (a kill -9 in between leaves a whole exchange there and none of it in
+# the store). A start writes back the rows the store lacks (``Persister.restore_rows``, before the store is
+# loaded); ``MessageCompleted`` stands for a run's message as its end holds it (where the end came).
+DurableRows = Callable[[], list]
+
 DRAFT_SAVE_INTERVAL = 1.0  # seconds between saves of a streaming draft (what a crash can lose)
 
 # a message's row (a draft's, a completion's: the completion replaces the draft) and its conversation's
@@ -137,3 +144,15 @@ def durable_end(run_id: str, sources: Iterable[DurableEnd]) -> Optional[RunEnd]:
         if end is not None:
             return end
     return None
+
+
+def durable_rows(sources: Iterable[DurableRows]) -> list:
+    """Every durable record's events (``DurableRows``), one record after another (a record that cannot be
+    read now offers none: the store is loaded as it is, as without it)."""
+    out: list = []
+    for source in sources:
+        try:
+            out += source()
+        except Exception:
+            log.exception("reading a durable record's rows failed")
+    return out

@@ -46,13 +46,7 @@ class Persister:
             s.execute_later("UPDATE conversations SET name=?, updated_at=? WHERE id=?", (e.name, e.ts, e.conversation_id))
         elif t is ev.ConversationDeleted:
             cid = e.conversation_id
-            s.write_later(
-                lambda c: (
-                    c.execute("DELETE FROM messages WHERE conversation_id=?", (cid,)),
-                    c.execute("DELETE FROM runs WHERE conversation_id=?", (cid,)),
-                    c.execute("DELETE FROM conversations WHERE id=?", (cid,)),
-                )
-            )
+            s.write_later(lambda c: delete_conversation(c, cid))
         elif t is ev.UserMessageSent:
             self.write_message(e.conversation_id, e.message_id, "user", e.text, e.ts)
         elif t is ev.MessageCompleted:
@@ -73,6 +67,37 @@ class Persister:
         elif t in DECISION_EVENTS:
             DecisionLedger.record(s, e)
 
+    @staticmethod
+    def restore_rows(c: Any, events: list) -> int:
+        """A write (``store.write``): the rows of ``events`` (a front end's durable record of them, in their
+        order: ``drafts.DurableRows``) the store lacks, each where it comes: a conversation, a user's message, a
+        run's row (running: the start then ends it as the record holds, or closes it as interrupted) and its
+        message as its end holds it, a deletion. A row the store has stays as it is (restored once, however
+        often the record is read); nothing goes into a conversation the store does not hold. The rows added."""
+        added = 0
+        for e in events:
+            t = type(e)
+            if t is ev.ConversationDeleted:
+                delete_conversation(c, e.conversation_id)
+                continue
+            if t is ev.ConversationCreated:
+                added += c.execute("INSERT OR IGNORE INTO conversations(id, name, source, created_at, updated_at) "
+                                   "VALUES(?,?,?,?,?)", (e.conversation_id, e.name, e.source, e.ts, e.ts)).rowcount
+                continue
+            if c.execute("SELECT 1 FROM conversations WHERE id=?", (e.conversation_id,)).fetchone() is None:
+                continue
+            if t is ev.RunStarted:
+                added += c.execute("INSERT OR IGNORE INTO runs(run_id, conversation_id, status, started_at) "
+                                   "VALUES(?,?,?,?)", (e.run_id, e.conversation_id, "running", e.ts)).rowcount
+            elif t is ev.UserMessageSent or t is ev.MessageCompleted:
+                if c.execute("SELECT 1 FROM messages WHERE conversation_id=? AND message_id=?",
+                             (e.conversation_id, e.message_id)).fetchone() is None:  # fmt: skip
+                    role = "user" if t is ev.UserMessageSent else "assistant"
+                    c.execute(MESSAGE_SQL, (e.conversation_id, e.message_id, role, e.text, e.ts))
+                    c.execute(LAST_ACTIVE_SQL, (e.ts, e.conversation_id))
+                    added += 1
+        return added
+
     def write_message(self, cid: str, mid: str, role: str, text: str, ts: float) -> None:
         self.store.execute_later(MESSAGE_SQL, (cid, mid, role, text, ts))
         self.store.execute_later(LAST_ACTIVE_SQL, (ts, cid))
@@ -89,3 +114,10 @@ class Persister:
                 c.execute(MESSAGE_SQL, (cid, mid, "assistant", text, ts))
 
         self.store.write_later(write)
+
+
+def delete_conversation(c: Any, cid: str) -> None:
+    """A write: a conversation's rows, its messages and runs."""
+    c.execute("DELETE FROM messages WHERE conversation_id=?", (cid,))
+    c.execute("DELETE FROM runs WHERE conversation_id=?", (cid,))
+    c.execute("DELETE FROM conversations WHERE id=?", (cid,))
