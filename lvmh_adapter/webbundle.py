@@ -15,7 +15,8 @@ module's namespace) and each import becomes a ``const`` taken from the namespace
 That is the modules' meaning only for what this bundler accepts, and it refuses the rest (``BundleError``):
 an import cycle (an export read before its module ran), ``export let``/``var`` (a live binding that may be
 reassigned), ``export default``, ``export *``, re-exports, ``import.meta``, and ``import()`` of anything but a
-literal path. Dynamic ``import("./x.js")`` stays (the highlight.js grammars load on demand), its path rewritten
+literal path. A top-level ``await`` would be a syntax error in a function scope: the web UI's bundle is
+checked with ``node --check`` (tests/lvmh/test_webbundle.py). Dynamic ``import("./x.js")`` stays (the highlight.js grammars load on demand), its path rewritten
 to be relative to the entry's folder, where the bundle is served. Import and export statements of our own
 modules are recognised at the start of a line; the vendored libraries' single ``export{a as b}`` clause anywhere.
 The output depends on the sources only (no time, no path): the same files give the same bytes.
