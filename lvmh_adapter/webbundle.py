@@ -16,9 +16,10 @@ That is the modules' meaning only for what this bundler accepts, and it refuses 
 an import cycle (an export read before its module ran), ``export let``/``var`` (a live binding that may be
 reassigned), ``export default``, ``export *``, re-exports, ``import.meta``, and ``import()`` of anything but a
 literal path. A top-level ``await`` would be a syntax error in a function scope: the web UI's bundle is
-checked with ``node --check`` (tests/lvmh/test_webbundle.py). Dynamic ``import("./x.js")`` stays (the highlight.js grammars load on demand), its path rewritten
-to be relative to the entry's folder, where the bundle is served. Import and export statements of our own
-modules are recognised at the start of a line; the vendored libraries' single ``export{a as b}`` clause anywhere.
+checked with ``node --check`` (tests/lvmh/test_webbundle.py). Dynamic ``import("./x.js")`` stays (the
+highlight.js grammars load on demand), its path rewritten to be relative to the entry's folder, where the
+bundle is served. Import and export statements of our own modules are recognised at the start of a line;
+the vendored libraries' single ``export{a as b}`` clause anywhere.
 The output depends on the sources only (no time, no path): the same files give the same bytes.
 """
 
@@ -31,11 +32,13 @@ from typing import Callable, NamedTuple
 PREFIX = "__lvmh_m"  # the namespaces' names; a module that uses this prefix itself is refused
 
 _IDENT = r"[A-Za-z_$][\w$]*"
-_IMPORT = re.compile(r"""^import\s+(?:(?P<clause>[^;"'`]*?)\s+from\s+)?(?P<q>["'])(?P<spec>[^"']+)(?P=q)[ \t]*;?""", re.M)
-_EXPORT_DECL = re.compile(rf"^export\s+(?P<kw>(?:async\s+)?function\b\s*\*?|class\b|const\b|let\b|var\b)\s*(?P<name>{_IDENT})",
-                          re.M)
+_IMPORT = re.compile(
+    r"""^import\s+(?:(?P<clause>[^;"'`]*?)\s+from\s+)?(?P<q>["'])(?P<spec>[^"']+)(?P=q)[ \t]*;?""", re.M)
+_EXPORT_DECL = re.compile(
+    rf"^export\s+(?P<kw>(?:async\s+)?function\b\s*\*?|class\b|const\b|let\b|var\b)\s*(?P<name>{_IDENT})", re.M)
 _EXPORT_LIST = re.compile(r"\bexport\s*\{(?P<list>[^}]*)\}(?P<from>\s*from\b)?\s*;?")
-_LEFT = re.compile(r"^\s*(?:import|export)\b(?!\s*\()|[;})]\s*export\s*[{*]|\bexport\s+default\b|\bimport\s*\.\s*meta\b", re.M)
+_LEFT = re.compile(  # an import or export left after the rewrite: something not translated
+    r"^\s*(?:import|export)\b(?!\s*\()|[;})]\s*export\s*[{*]|\bexport\s+default\b|\bimport\s*\.\s*meta\b", re.M)
 _DYNAMIC = re.compile(r"\bimport\s*\(\s*(?:(?P<q>[\"'])(?P<spec>[^\"']+)(?P=q)\s*\))?")
 _MAP = re.compile(r"^//[#@] sourceMappingURL=.*$", re.M)
 
@@ -161,7 +164,8 @@ def build(entry: str, read: Callable[[str], str]) -> Bundle:
     mods = order(entry, read)
     var = {m.name: f"{PREFIX}{i}" for i, m in enumerate(mods)}
     by_name = {m.name: m for m in mods}
-    parts = [f"// The lvmh web UI in one script: {entry} and the {len(mods) - 1} modules it imports, each in a function\n"
+    parts = [f"// The lvmh web UI in one script: {entry} and the {len(mods) - 1} modules it imports, each in a "
+             f"function\n"
              f"// scope, built by lvmh_adapter/webbundle.py from lvmh_adapter/web/ (edit the modules, not this).\n"]
     for m in mods:
         head = []
@@ -190,7 +194,7 @@ def _import_line(importer: str, dep: _Module, var: str, names: list[tuple[str, s
 
 
 def _dynamic(importer: str, entry: str, m: re.Match) -> str:
-    """``import("./x.js")`` in ``importer``, its path made relative to where the bundle is served (``entry``'s folder)."""
+    """``import("./x.js")`` in ``importer``, its path relative to where the bundle is served (``entry``'s folder)."""
     if m["spec"] is None:
         raise BundleError(f"{importer}: import() of something else than a literal path")
     target = resolve(importer, m["spec"])
