@@ -22,7 +22,9 @@ frames already streaming wait behind them.
 
 Every configuration runs in a fresh interpreter (``python -m bench.event_cost
 DEVICES N [COLD]``, which prints one JSON line); the figure is the best of several
-repetitions, the closest to the work itself on a shared machine.
+repetitions, the closest to the work itself on a shared machine. Each figure is
+also taken on the thread's CPU clock (``time.thread_time``): on a machine other
+processes load, the wall clock also counts the time they held the CPU.
 
 The same delta is also measured cold: one at a time, each after a read of a
 buffer as large as the last-level cache (``Evictor``), so that it finds
@@ -179,11 +181,13 @@ def run(quick: bool, rounds: int) -> bool:
         best = [g["best_us"] for g in got]
         rows.append((devices, statistics.median(best), min(best), max(best),
                      statistics.median(g["start_best_us"] for g in got),
-                     statistics.median(g["cold_median_us"] for g in got)))
-    for devices, med, lo, hi, start, cold in rows:
+                     statistics.median(g["cold_median_us"] for g in got),
+                     statistics.median(g["cpu_best_us"] for g in got),
+                     statistics.median(g["cold_cpu_median_us"] for g in got)))
+    for devices, med, lo, hi, start, cold, cpu, cold_cpu in rows:
         print(f"  {devices:>3} paired device(s): {med:6.2f} us/event [{lo:.2f}..{hi:.2f}], cold {cold:6.2f} us; "
-              f"a run's start {start:6.1f} us")
-    for label, col in (("hot", 1), ("cold", 5)):
+              f"on the thread's CPU clock {cpu:6.2f}, cold {cold_cpu:6.2f}; a run's start {start:6.1f} us")
+    for label, col in (("hot", 1), ("cold", 5), ("hot, CPU clock", 6), ("cold, CPU clock", 7)):
         by = {r[0]: r[col] for r in rows}
         per_device = (by[10] - by[1]) / 9
         print(f"  split, {label}: the core alone {by[0]:.2f} us (no device: Loomi renders nothing); Loomi's render and "
