@@ -134,7 +134,7 @@ def _run_started(e: ev.RunStarted, x: Extra) -> list[bytes]:
 
 
 # run.delta's tail (its body without the ``{``): the one body made per streamed delta, spliced from its
-# values' JSON, the envelope of ``body`` key for key (tests/loomi/test_codec_delta.py holds them equal)
+# values' JSON, the envelope of ``body`` key for key (tests/loomi/test_codec.py holds them equal)
 _DELTA_TAIL = (b'"v":%d,"ts":%%b,"type":"run.delta","task_id":%%b,"run_id":%%b,"payload":{"run_id":%%b,'
                b'"text":%%b,"kind":%%b,"iteration":%%d}}' % PROTOCOL_VERSION)
 

@@ -216,14 +216,13 @@ class Journal:
             payload = _ONE.pack(1, 0, n, len(body)) + body
         else:
             payload = payload_of(events, segments)
-        size = len(payload)
         pos = self.pos
-        start = pos + 8  # _HEAD.size
-        end = start + size
-        if end + 8 > self.file_bytes:  # room for the zero header that ends the file's reading, too
+        start = pos + _HEAD.size
+        end = start + len(payload)
+        if end + _HEAD.size > self.file_bytes:  # room for the zero header that ends the file's reading, too
             return False
         m[start:end] = payload  # the payload first, then its header: a crash in between leaves a zero header
-        m[pos:start] = _HEAD.pack(zlib.crc32(payload), size)  # head_of
+        m[pos:start] = _HEAD.pack(zlib.crc32(payload), len(payload))  # head_of, inlined
         self.pos = end
         return True
 
