@@ -31,6 +31,7 @@ MAX_REQUEST_ID = 128
 # --- server -> client ------------------------------------------------------
 
 _OPTS = orjson.OPT_NON_STR_KEYS
+_dumps = orjson.dumps
 
 
 def body(type_: str, payload: dict, *, task_id: Optional[str] = None, run_id: Optional[str] = None,
@@ -50,6 +51,7 @@ def body(type_: str, payload: dict, *, task_id: Optional[str] = None, run_id: Op
 
 
 SEQ_PREFIX = b'{"seq":%d,"event_id":"e_%d",'
+SEQ_FRAME = SEQ_PREFIX + b"%b"  # the prefix and a tail, spliced in one step (no prefix object between)
 
 
 def stamp(body_: bytes, seq: int) -> bytes:
@@ -59,7 +61,7 @@ def stamp(body_: bytes, seq: int) -> bytes:
 
 def stamp_tail(seq: int, tail: bytes) -> bytes:
     """A device's frame of a body without its ``{`` (as the replay rows store it): the same splice."""
-    return SEQ_PREFIX % (seq, seq) + tail
+    return SEQ_FRAME % (seq, seq, tail)
 
 
 def mark_replayed(frame: bytes) -> bytes:
@@ -131,9 +133,29 @@ def _run_started(e: ev.RunStarted, x: Extra) -> list[bytes]:
     return [body("run.started", payload, task_id=e.conversation_id, run_id=e.run_id, ts=e.ts)]
 
 
-def _delta(e: ev.TextDelta, x: Extra) -> list[bytes]:
+# run.delta's tail (its body without the ``{``): the one body made per streamed delta, spliced from its
+# values' JSON, the envelope of ``body`` key for key (tests/loomi/test_codec.py holds them equal)
+_DELTA_TAIL = (b'"v":%d,"ts":%%b,"type":"run.delta","task_id":%%b,"run_id":%%b,"payload":{"run_id":%%b,'
+               b'"text":%%b,"kind":%%b,"iteration":%%d}}' % PROTOCOL_VERSION)
+
+
+def delta_tail(e: ev.TextDelta) -> bytes:
+    """``_delta``'s body without its ``{`` (what each device's seq is spliced in front of)."""
+    iteration = e.iteration
+    if type(iteration) is not int:  # what %d would write otherwise differs from JSON's (a bool)
+        return _delta_body(e)[1:]
+    run_id = _dumps(e.run_id)
+    return _DELTA_TAIL % (_dumps(e.ts), _dumps(e.conversation_id), run_id, run_id, _dumps(e.delta), _dumps(e.kind),
+                          iteration)
+
+
+def _delta_body(e: ev.TextDelta) -> bytes:
     payload = {"run_id": e.run_id, "text": e.delta, "kind": e.kind, "iteration": e.iteration}
-    return [body("run.delta", payload, task_id=e.conversation_id, run_id=e.run_id, ts=e.ts)]
+    return body("run.delta", payload, task_id=e.conversation_id, run_id=e.run_id, ts=e.ts)
+
+
+def _delta(e: ev.TextDelta, x: Extra) -> list[bytes]:
+    return [b"{" + delta_tail(e)]
 
 
 def _interim(e: ev.InterimMessage, x: Extra) -> list[bytes]:

@@ -312,7 +312,8 @@ class Registry:
             self._pruned_at = n
             prune = n - self.window  # keeps the newest window + 1 events
         segments = [(d.device_id, k, off) for d, k, off in marks] if marks else marks
-        self._store_rows([(n0 + i + 1, t) for i, t in enumerate(tails)], segments, prune)
+        self._store_rows([(n, tails[0])] if n == n0 + 1 else [(n0 + i + 1, t) for i, t in enumerate(tails)],
+                         segments, prune)
         return out
 
     def _store_rows(self, events: list[tuple], segments: list[tuple], prune: Optional[int]) -> None:
@@ -324,7 +325,10 @@ class Registry:
             b = self._jbatch
             if b is None:  # record() runs on the loop (the hub's fan-out)
                 b = self._jbatch = RowBatch(keep=self.window + 1)
-            b.extend(events, segments, prune)
+            if segments or prune is not None:
+                b.extend(events, segments, prune)
+            else:  # the common record (an event's rows only): RowBatch.extend's one step
+                b.events.extend(events)
             if journal.due():
                 self._submit_rows()
             return

@@ -158,10 +158,10 @@ class Numbering:
         k = k0 = self.k
         marks: list[tuple[Numbered, int, int]] = []
         out: list[tuple[Numbered, bytes]] = []
-        prefix = codec.SEQ_PREFIX
+        frame = codec.SEQ_FRAME
         reserve = self.reserve
         streams = self.streams.values()
-        # the hot path, per device per frame: a seq, a prefix and a concatenation (SeqLog.keep inlined)
+        # the hot path, per device per frame: a seq and a splice (codec.stamp_tail and SeqLog.keep inlined)
         for tail in tails:
             k += 1
             for d in streams:
@@ -175,7 +175,7 @@ class Numbering:
                     marks.append((d, k, s - k))
                 if s > d.seqs.limit:
                     reserve(d)
-                f = prefix % (s, s) + tail
+                f = frame % (s, s, tail)
                 log.kept.append((s, f))
                 out.append((d, f))
         self.k = k

@@ -71,6 +71,8 @@ def _version() -> str:
 _NEEDS_EXTRA = frozenset({ev.ConversationCreated, ev.ConversationRenamed, ev.ConversationUpdated, ev.RunStarted,
                           ev.RunFinished})
 _NO_EXTRA = codec.Extra()
+_RENDERERS = codec.RENDERERS  # an event type's renderer (none: not shown)
+_TEXT_DELTA = ev.TextDelta
 
 
 class LoomiWS(web.WebSocketResponse):
@@ -224,16 +226,25 @@ class LoomiFrontEnd(FrontEnd):
         numbered for every device the registry numbers, and put into each connected device's outbox.
         The registry stores the event's rows before it returns (the durability barrier: docs/loomi.md),
         so once one device has the event it is durable for all of them."""
+        # the hot path, once per streamed delta: no layer but the render and the registry's record
         t = type(event)
         if t is ev.MessageCompleted and event.run_id is not None:
             self._remember_final_text(event)
         reg = self.registry
         if not reg.wants(seq):
             return
-        bodies = self._bodies(t, event)
-        if not bodies:
-            return
-        for d, frame in reg.record([b[1:] for b in bodies], seq):
+        # the bodies without their ``{`` (each device's seq is spliced in front)
+        if t is _TEXT_DELTA:
+            tails = [codec.delta_tail(event)]  # the most common event: codec._delta's body, made as its tail
+        else:
+            render = _RENDERERS.get(t)
+            if render is None:
+                return  # an event Loomi does not show
+            bodies = render(event, self._extra(t, event) if t in _NEEDS_EXTRA else _NO_EXTRA)
+            if not bodies:
+                return
+            tails = [b[1:] for b in bodies]
+        for d, frame in reg.record(tails, seq):
             conn = d.conn
             if conn is not None:
                 conn.outbox.put(frame)
@@ -243,18 +254,12 @@ class LoomiFrontEnd(FrontEnd):
         while len(self._final_text) > 1024:
             self._final_text.popitem(last=False)
 
-    def _bodies(self, t: type, event: Any) -> list[bytes]:
-        """The event's encoded bodies (none for an event Loomi does not show)."""
-        render = codec.RENDERERS.get(t)
-        if render is None:
-            return []
-        if t in _NEEDS_EXTRA:
-            extra = codec.Extra(conv=self.bridge.conversations.get(event.conversation_id))
-            if t is ev.RunFinished:
-                extra.final_text = self._final_text.pop(event.run_id, None)
-        else:
-            extra = _NO_EXTRA
-        return render(event, extra)
+    def _extra(self, t: type, event: Any) -> codec.Extra:
+        """What the render of an event of type ``t`` in ``_NEEDS_EXTRA`` needs beyond it."""
+        extra = codec.Extra(conv=self.bridge.conversations.get(event.conversation_id))
+        if t is ev.RunFinished:
+            extra.final_text = self._final_text.pop(event.run_id, None)
+        return extra
 
     # --- a socket ----------------------------------------------------------------------
 

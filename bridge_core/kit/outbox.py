@@ -307,6 +307,8 @@ class Outbox:
             if store is not None and ticket > store.processed:
                 self._grace = True
                 self._barrier.hold(self, ticket)  # type: ignore[union-attr]
+            elif self._soon is not None:
+                self._soon.add(self)  # _flush_soon, once the loop is known
             else:
                 self._flush_soon()
         return True
@@ -417,10 +419,15 @@ class Outbox:
                 self._grace = False
             if (len(q) == 1 and head.key is None and type(head.data) is bytes and sync is not None
                     and sync.write_one(head.data)):
-                # the common flush at a run's pace: one frame, written as it is (no batch built)
+                # the common flush at a run's pace: one frame, written as it is (no batch built); _sent inlined
                 q.popleft()
-                self._bytes -= head.size
-                self._sent(1, head.size)
+                size = head.size
+                self._bytes -= size
+                self.writes += 1
+                self.sent_frames += 1
+                self.sent_bytes += size
+                if self._counts is not None:
+                    self._counts.frames_sent += 1
                 continue
             if sync is None or not sync.ready():
                 self._go_send()  # the writer task writes and waits for the peer (flow control)

@@ -38,6 +38,9 @@ def now() -> float:
     return time.time()
 
 
+_time = time.time
+
+
 def _frozen(cls):
     return attrs.frozen(kw_only=True)(cls)
 
@@ -142,9 +145,7 @@ class _Buffer:
         self._parts: list[str] = []
         self.length = len(text)
 
-    def append(self, piece: str) -> None:
-        self._parts.append(piece)
-        self.length += len(piece)
+    # appended to by its Draft (Draft.append: the one writer)
 
     def upto(self, n: int) -> str:
         """The first ``n`` characters; joined lazily, so a run of deltas costs no O(n^2) copying."""
@@ -197,7 +198,9 @@ class Draft:
         return self._buf.length
 
     def append(self, piece: str) -> None:
-        self._buf.append(piece)
+        buf = self._buf  # once per streamed delta: _Buffer.append inlined
+        buf._parts.append(piece)
+        buf.length += len(piece)
 
     def set(self, text: str) -> None:
         self._buf = _Buffer(text)
@@ -230,7 +233,10 @@ def _text_so_far(value: Any) -> TextSoFar:
     raise TypeError(f"draft must be a Draft, TextSoFar or str, not {type(value).__name__}")
 
 
-@_frozen
+_UNSET: Any = object()
+
+
+@attrs.frozen(kw_only=True, init=False)
 class TextDelta:
     """Streamed text: the increment, and the cumulative text at this delta (immutable)."""
 
@@ -243,10 +249,31 @@ class TextDelta:
     iteration: int = 0
     ts: float = attrs.field(factory=now)
 
+    def __init__(self, *, conversation_id: str, run_id: str, message_id: str, delta: str, draft: Any = _UNSET,
+                 kind: DeltaKind = "text", iteration: int = 0, ts: Any = _UNSET) -> None:
+        # the one event made per streamed delta: what attrs' __init__ does (the fields above: the
+        # draft's converter, the factories), each slot set through its descriptor, not a setattr per field
+        _set_cid(self, conversation_id)
+        _set_rid(self, run_id)
+        _set_mid(self, message_id)
+        _set_delta(self, delta)
+        if type(draft) is Draft:  # the hot path: _text_so_far's first case
+            buf = draft._buf
+            _set_draft(self, _new_snapshot(TextSoFar, (buf, buf.length)))
+        else:
+            _set_draft(self, _text_so_far(Draft() if draft is _UNSET else draft))
+        _set_kind(self, kind)
+        _set_iteration(self, iteration)
+        _set_ts(self, _time() if ts is _UNSET else ts)  # now()
+
     @property
     def text(self) -> str:
         """The cumulative text of this kind up to and including this delta."""
         return self.draft.text()
+
+
+(_set_cid, _set_rid, _set_mid, _set_delta, _set_draft, _set_kind, _set_iteration, _set_ts) = (
+    TextDelta.__dict__[a.name].__set__ for a in attrs.fields(TextDelta))
 
 
 @_frozen

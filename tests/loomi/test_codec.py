@@ -87,6 +87,20 @@ def test_golden_frames(event, expected):
     assert got == want
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.text(), st.text(min_size=1), st.text(min_size=1), st.sampled_from(["text", "reasoning"]),
+       st.integers(0, 2**40) | st.booleans(), st.floats(0, 1e12, allow_nan=False) | st.integers(0, 2**40))
+def test_a_delta_made_as_its_tail_is_the_body_of_the_envelope(delta, conv, run, kind, iteration, ts):
+    """The streamed delta's frame, spliced from its values' JSON (codec.delta_tail: the hot path), is
+    byte for byte the body ``codec.body`` encodes, without its ``{``."""
+    e = ev.TextDelta(conversation_id=conv, run_id=run, message_id="m", delta=delta, kind=kind, iteration=iteration,
+                     ts=ts)
+    expected = codec.body("run.delta", {"run_id": run, "text": delta, "kind": kind, "iteration": iteration},
+                          task_id=conv, run_id=run, ts=ts)
+    assert codec.delta_tail(e) == expected[1:]
+    assert codec.render(e) == [expected]
+
+
 def test_run_completed_takes_the_final_message_when_the_run_has_no_text():
     e = ev.RunFinished(conversation_id="t", run_id="r", status="completed", ts=TS)
     (f,) = frames(e, final_text="from message.complete")
