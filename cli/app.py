@@ -222,7 +222,9 @@ class Service:
             return
         from bridge_core.kit.metrics import MetricsServer, bridge_registry
 
-        registry = bridge_registry(self.bridge, self.frontends, self.notifier, self.cfg.node_id)
+        def registry() -> Any:  # made at the first scrape (bridge_core/kit/metrics.py)
+            return bridge_registry(self.bridge, self.frontends, self.notifier, self.cfg.node_id)
+
         self.metrics = MetricsServer(registry, self.cfg)
         self.metrics_port = await self.metrics.start(m.port, None if is_loopback(m.host) else ssl_ctx)
 

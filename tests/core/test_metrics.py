@@ -239,3 +239,58 @@ def test_the_oldest_pending_approval_is_the_age_to_alert_on():
     assert v(m, "agent_bridge_runs_total", status="failed") == 2
     assert v(m, "agent_bridge_runs_total", status="completed") == 0
     assert v(m, "agent_bridge_store_write_failing") == 1
+
+
+LAZY_NODE = """
+import asyncio, json, pathlib, sys
+import aiohttp
+from bridge_core.bridge.demo import DemoAgent
+from cli.config import build_config
+from cli.serve import Service
+
+async def main():
+    env = {"PHEBY_SECRET": "lazy-pheby-secret-0123456789abcdef", "LVMH_TOKEN": "lazy-lvmh-token-0123456789abcdef"}
+    cfg = build_config({"data_dir": sys.argv[1], "adapters": "pheby,loomi,lvmh", "pheby_port": 0, "loomi_port": 0,
+                        "lvmh_port": 0, "metrics_port": 0}, env)
+    svc = Service(cfg, DemoAgent())
+    await svc.start()
+    seen = {"started": "prometheus_client" in sys.modules}
+    url = f"http://127.0.0.1:{svc.metrics_port}/metrics"
+    try:
+        async with aiohttp.ClientSession() as http:
+            async with http.get(url, headers={"Host": "evil.example"}) as r:
+                seen["refused"] = [r.status, "prometheus_client" in sys.modules]
+            for key in ("first", "second"):
+                async with http.get(url) as r:
+                    seen[key] = [r.status, await r.text(), "prometheus_client" in sys.modules]
+    finally:
+        await svc.stop()
+    print(json.dumps(seen))
+
+asyncio.run(main())
+"""
+
+
+async def test_a_node_nobody_scrapes_does_not_hold_the_library(tmp_path):
+    """prometheus_client (about 2.6 MB of a node) is imported at the first scrape that is let in, not at
+    start: a node started with its endpoint on, never scraped, holds none of it; a refused request
+    (DNS rebinding) imports nothing; the first scrape answers every family, and so does the next one."""
+    import asyncio
+    import json
+    import os
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", LAZY_NODE, str(tmp_path / "data"), cwd=root, env=dict(os.environ, PYTHONPATH=root),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode == 0, err.decode()[-2000:]
+    seen = json.loads(out.decode().strip().splitlines()[-1])
+    assert seen["started"] is False
+    assert seen["refused"] == [403, False]
+    for key in ("first", "second"):
+        status, text, loaded = seen[key]
+        assert status == 200 and loaded is True
+        assert set(REQUIRED) <= names(parse(text))
+        assert "agent_bridge_process_resident_memory_bytes" in names(parse(text))
