@@ -157,23 +157,36 @@ class Range:
     n_to: int
 
 
-def plan_catchup(cursor: int, own_first: int, others: list[tuple[str, int, int]]) -> tuple[list[Range], bool]:
+Holes = dict  # source -> [(first, last), ...]: numbers its node's delivery passed over, known given (gone)
+
+
+def plan_catchup(cursor: int, own_first: int, others: list[tuple[str, int, int]],
+                 holes: Optional[Holes] = None) -> tuple[list[Range], bool]:
     """Where the events a device missed before this node's first event come from.
 
     ``cursor``: the last event the device was numbered for; ``own_first``: the first event this
     node rendered (its own rows serve from there on); ``others``: the other sources as (source,
-    the first event whose rows they still keep, the last event they rendered). Returns the
+    the first event whose rows they still keep, the last event they rendered); ``holes``: per
+    source, the numbers its node passed over that were events gone for good (bridge_core/scale/
+    gone.py): a source serves nothing there, and a hole nobody else covers is a gap. Returns the
     ranges to read, oldest first, and whether some events in between cannot be served.
     """
+    holes = holes or {}
     out: list[Range] = []
     pos = cursor  # served up to here
     gap = False
     while pos < own_first - 1:
         best = None
         for source, kept_from, last in others:
-            if kept_from <= pos + 1 and last > pos and (best is None or last > best[2]):
-                best = (source, kept_from, last)
+            reach = _reach(pos + 1, last, holes.get(source, ()))
+            if kept_from <= pos + 1 and reach > pos and (best is None or reach > best[2]):
+                best = (source, kept_from, reach)
         if best is None:
+            gone = [b for hs in holes.values() for a, b in hs if a <= pos + 1 <= b]
+            if gone:  # events known given that no source has: gone, said
+                gap = True
+                pos = min(max(gone), own_first - 1)
+                continue
             later = [kf for _, kf, last in others if kf > pos + 1 and last > pos]
             if not later:
                 return out, gap  # no node stored anything after pos: nothing is known missing
@@ -184,3 +197,22 @@ def plan_catchup(cursor: int, own_first: int, others: list[tuple[str, int, int]]
         out.append(Range(best[0], pos + 1, end))
         pos = end
     return out, gap
+
+
+def _reach(start: int, last: int, holes: Iterable[tuple[int, int]]) -> int:
+    """The last number a source's rows cover from ``start`` on, up to ``last``, short of its next hole
+    (``start - 1``: it has nothing at ``start``)."""
+    for a, b in holes:
+        if a <= start <= b:
+            return start - 1
+        if start < a <= last:
+            last = a - 1
+    return last
+
+
+def crossed(start_n: int, cursor: int, nodes: Iterable[str], holes: Iterable[tuple[str, int, int]]) -> bool:
+    """Whether a device numbered from event ``start_n`` to ``cursor`` by rows of ``nodes`` was numbered
+    across events one of those nodes passed over, gone for good (``holes``: (node, first, last)): it missed
+    them and was never told, so its next hello is answered ``truncated``."""
+    nodes = set(nodes)
+    return any(node in nodes and b > start_n and a <= cursor for node, a, b in holes)

@@ -134,10 +134,10 @@ class Transcripts:
     # --- TranscriptKeeper -----------------------------------------------------------
 
     def load(self, conv: ConversationState) -> Transcript:
-        """The transcript as the store has it, in the one order (``in_order``), less the active run's unfinished message (its row is the
-        saved draft), unless a user's message came after it: then the run has ended, one run per
-        conversation, and this state is behind (a node behind in the stream). That row is kept where it
-        is, and the completion, folded later, replaces its text (scale/seen.py)."""
+        """The transcript as the store has it, in the one order (``in_order``), less the active run's
+        unfinished message (its row is the saved draft), unless a user's message came after it: then the
+        run has ended, one run per conversation, and this state is behind (a node behind in the stream).
+        That row is kept where it is, and the completion, folded later, replaces its text (scale/seen.py)."""
         run = conv.run
         rows = in_order(self.store.transcript(conv.conversation_id, HISTORY_KEEP))
         if run is not None and not run.completed:
@@ -175,6 +175,28 @@ class Transcripts:
         self._hot.move_to_end(conv.conversation_id)
         if len(self._hot) > self.max_conversations or self.bytes > self.max_bytes:
             self._trim(conv.conversation_id)
+
+    def refresh(self) -> int:
+        """Messages the store has that a transcript in memory lacks, added in the one order (several nodes: the
+        stream lost events this node's state may lack, bridge_core/scale/gone.py; call it once this node's own
+        writes are committed). Nothing in memory goes (another node's event folded here may not be committed
+        yet). A conversation with an active run keeps its own, and one replaced from outside too. Returns how
+        many messages were added."""
+        added = 0
+        for cid, hot in list(self._hot.items()):
+            conv, t = hot.conv, hot.conv.transcript
+            if t is None or t.held or conv.run is not None:
+                continue
+            have = {m.message_id for m in t}
+            for mid, role, text, ts in in_order(self.store.transcript(cid, HISTORY_KEEP)):
+                if mid not in have:
+                    m = ev.Message(message_id=mid, role=role, text=text, ts=ts)
+                    t.append(m)
+                    place(t, m)
+                    hot.size += cost(m)
+                    self.bytes += cost(m)
+                    added += 1
+        return added
 
     # --- the bound ----------------------------------------------------------------------
 

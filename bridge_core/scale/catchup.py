@@ -135,10 +135,29 @@ class Written:
         return out[-MAX_ANSWER:]
 
 
-def answer(rid: str, entries: Iterable[tuple[int, bytes]]) -> bytes:
-    """The payload answering refetch ``rid``: the entries spliced in as they were written (no re-encoding)."""
+def answer(rid: str, entries: Iterable[tuple[int, bytes]], seen: int = 0) -> bytes:
+    """The payload answering refetch ``rid``: the entries spliced in as they were written (no re-encoding),
+    and ``seen``, the highest number below the gap's end the answering node knows given (``Gap.lost``)."""
     items = b",".join(b"[%d,%s]" % (n, body) for n, body in entries)
-    return b'{"bus":"refetched","id":%s,"entries":[%s]}' % (orjson.dumps(rid), items)
+    return b'{"bus":"refetched","id":%s,"entries":[%s],"seen":%d}' % (orjson.dumps(rid), items, seen)
+
+
+def seen_below(hi: int, first: int, last: int, jumps: Iterable[tuple[int, int]]) -> int:
+    """The highest number below ``hi`` a node knows given, from what it delivered: ``first`` and ``last``
+    (the lowest and highest it delivered since it started) and the ``jumps`` its delivery made, as (last
+    before, first after), oldest first. Numbers are given one after another between jumps: below a jump's
+    first, the last before it is the highest known; a node that started at ``hi`` or later knows nothing
+    below it (0)."""
+    if first <= 0 or first >= hi:
+        return 0
+    if last < hi:
+        return last
+    for before, after in reversed(list(jumps)):
+        if after < hi:
+            break
+        if before < hi:
+            return before
+    return hi - 1
 
 
 def spans(ranges: list[tuple[int, int]], most: int = 5) -> str:
@@ -157,10 +176,13 @@ class Gap:
         self.asked: set[str] = set()
         self.answered: set[str] = set()
         self.found: dict[int, tuple[str, Any]] = {}  # n -> (writer, its items)
+        self.seen = lo  # the highest number in the range a node answering knows given (it delivered it)
 
-    def add(self, node: str, entries: Any) -> None:
+    def add(self, node: str, entries: Any, seen: Any = None) -> None:
         """A node's answer: [[n, items], ...], its own entries; only numbers in the range count."""
         self.answered.add(node)
+        if type(seen) is int and self.lo < seen < self.hi and seen > self.seen:
+            self.seen = seen
         if type(entries) is not list:
             return
         for entry in entries:
@@ -177,12 +199,16 @@ class Gap:
     def lost(self) -> list[tuple[int, int]]:
         """The numbers known given and found nowhere, as (first, last) ranges: those between ``lo``
         and the last event found that no entry found covers (an entry's events take consecutive
-        numbers from its ``n``). Their writer kept them no longer (``Written`` is bounded) or did
-        not answer. Above the last event found numbering may just have jumped: nothing is known."""
+        numbers from its ``n``), and up to the highest number a node answering delivered (``seen``:
+        a node not behind when Redis lost its keys read them, their writer is gone or kept them no
+        longer). Their writer kept them no longer (``Written`` is bounded) or did not answer. Above
+        both, numbering may just have jumped: nothing is known."""
         out, expect = [], self.lo + 1
         for n, (_, items) in sorted(self.found.items()):
             if n > expect:
                 out.append((expect, n - 1))
             events = sum(1 for i in items if type(i) is list and i[:1] == ["e"]) if type(items) is list else 0
             expect = max(expect, n + events)
+        if self.seen >= expect:
+            out.append((expect, self.seen))
         return out
