@@ -34,8 +34,6 @@ import secrets
 import time
 from typing import Any, Callable, Optional
 
-import orjson
-
 from bridge_core.kit.security import same_secret
 from bridge_core.bridge.store import BaseStore
 from bridge_core.scale import fencing, gone
@@ -57,14 +55,6 @@ DEVICES = fencing.Owners("loomi_devices", "device_id")  # where a device's epoch
 # s a hello's claim waits for the device's row lock (its owner stopped inside a batch that guards it):
 # then the hello is answered ``unavailable`` and the phone retries (docs/scale-out.md "Fenced ownership")
 CLAIM_LOCK_WAIT = 2.0
-
-
-def _ts(tail: bytes) -> float:
-    """The time of a stored frame (its body without the opening brace)."""
-    try:
-        return float(orjson.loads(b"{" + tail)["ts"])
-    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
-        return 0.0
 
 
 class Claim:
@@ -320,13 +310,7 @@ class ClusterRegistry(Registry):
         epoch, start_n = row
         nodes = {src.rsplit(":", 1)[0] for (src,) in self.store.query(
             "SELECT DISTINCT source FROM loomi_spans WHERE device_id=? AND epoch=?", (did, epoch))}
-        return crossed(start_n, cursor, nodes, self.gone_holes(start_n))
-
-    def gone_holes(self, above: int) -> list[tuple[str, int, int]]:
-        """The holes above ``above`` that lost events: those known gone, and those nobody knows of where the
-        core's store records something done meanwhile (``gone.happened``), as (node, first, last)."""
-        return [(node, a, b) for node, a, b, known in gone.holes(self.store, above)
-                if known or self.lost_between(a - 1, b + 1)]
+        return crossed(start_n, cursor, nodes, gone.holes(self.store, start_n))
 
     def _reread(self, d: Device) -> None:
         row = self.store.query_one("SELECT epoch, seq_reserved FROM loomi_devices WHERE device_id=?", (d.device_id,))
@@ -369,14 +353,14 @@ class ClusterRegistry(Registry):
             others = [(s, kf, last) for s, kf, last in self.store.query(
                 "SELECT s.source, s.kept_from_n, MAX(f.n) FROM loomi_sources s JOIN loomi_frames f "
                 "ON f.source = s.source WHERE s.source != ? GROUP BY s.source, s.kept_from_n", (self.source,))]
-            ranges, gap = plan_catchup(cursor, own_from, others, self._holes(others, cursor), self.lost_between)
+            ranges, gap = plan_catchup(cursor, own_from, others, self._holes(others, cursor))
             for r in ranges:
                 rows = self.store.query("SELECT m, n, body FROM loomi_frames WHERE source=? AND n>=? AND n<=? "
                                         "ORDER BY m", (r.source, r.n_from, r.n_to))
                 if rows:
                     parts.append((r.source, [(m, n, bytes(b)) for m, n, b in rows]))
         own = [row for row in self.recent if row[1] > cursor]
-        if own and any(node == self.node_id and a <= own[-1][1] for node, a, _ in self.gone_holes(cursor)):
+        if own and any(node == self.node_id and a <= own[-1][1] for node, a, _ in gone.holes(self.store, cursor)):
             gap = True  # this node's own rows pass over events gone for good (gone.py)
         if own:
             parts.append((self.source, own))
@@ -394,23 +378,10 @@ class ClusterRegistry(Registry):
                 d.offset = offset
         return spans, gap
 
-    def lost_between(self, after: int, before: int) -> bool:
-        """Whether the core's store records something done between events ``after`` and ``before`` (the times
-        of the frames nearest them: the newest at or below ``after``, the oldest at or above ``before``): if
-        no node's rows hold events between them, those were lost, not numbers the numbering jumped over."""
-        q = self.store.query_one
-        low = q("SELECT body FROM loomi_frames WHERE n<=? ORDER BY n DESC LIMIT 1", (after,))
-        high = q("SELECT body FROM loomi_frames WHERE n>=? ORDER BY n LIMIT 1", (before,))
-        t1 = _ts(bytes(high[0])) if high is not None else next(
-            (_ts(body) for _, n, body in self.recent if n >= before), time.time())  # fmt: skip
-        if low is None:
-            return True  # the device's last event is in no row any more: nothing rules a loss out
-        return gone.happened(self.store, _ts(bytes(low[0])), t1)
-
     def _holes(self, others: list, above: int) -> dict:
-        """Per source of ``others``: the holes its node recorded above ``above`` that lost events (gone.py)."""
+        """Per source of ``others``: the holes its node recorded above ``above`` (gone.py)."""
         by_node: dict[str, list] = {}
-        for node, a, b in self.gone_holes(above):
+        for node, a, b in gone.holes(self.store, above):
             by_node.setdefault(node, []).append((a, b))
         return {src: by_node[src.rsplit(":", 1)[0]] for src, _, _ in others if src.rsplit(":", 1)[0] in by_node}
 

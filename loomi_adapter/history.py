@@ -161,18 +161,14 @@ Holes = dict  # source -> [(first, last), ...]: numbers its node's delivery pass
 
 
 def plan_catchup(cursor: int, own_first: int, others: list[tuple[str, int, int]],
-                 holes: Optional[Holes] = None,
-                 happened: Optional[Callable[[int, int], bool]] = None) -> tuple[list[Range], bool]:
+                 holes: Optional[Holes] = None) -> tuple[list[Range], bool]:
     """Where the events a device missed before this node's first event come from.
 
     ``cursor``: the last event the device was numbered for; ``own_first``: the first event this
     node rendered (its own rows serve from there on); ``others``: the other sources as (source,
     the first event whose rows they still keep, the last event they rendered); ``holes``: per
     source, the numbers its node passed over that were events gone for good (bridge_core/scale/
-    gone.py): a source serves nothing there, and a hole nobody else covers is a gap; ``happened(a, b)``:
-    whether a durable record says something was done between events ``a`` and ``b`` (the core's store:
-    after Redis lost its keys while the nodes that render were behind, no node may have rows after
-    ``a``, yet, or ever): then events there are missing, not a jump of the numbering. Returns the
+    gone.py): a source serves nothing there, and a hole nobody else covers is a gap. Returns the
     ranges to read, oldest first, and whether some events in between cannot be served.
     """
     holes = holes or {}
@@ -192,8 +188,8 @@ def plan_catchup(cursor: int, own_first: int, others: list[tuple[str, int, int]]
                 pos = min(max(gone), own_first - 1)
                 continue
             later = [kf for _, kf, last in others if kf > pos + 1 and last > pos]
-            if not later:  # no node stored anything after pos: a jump, or what nobody rendered (yet)
-                return out, gap or (happened is not None and happened(pos, own_first))
+            if not later:
+                return out, gap  # no node stored anything after pos: nothing is known missing
             gap = True  # events pos+1 .. min(later)-1 were stored, and are gone everywhere
             pos = min(min(later), own_first) - 1
             continue

@@ -43,7 +43,6 @@ from .revocation import Revocations
 log = logging.getLogger("agent_bridge.loomi")
 
 MAX_FRAME = 2 * 1024 * 1024
-GONE_LOOK = 1.0  # s after a gap nobody knows of, its numbers are looked at (once the rows after it are written)
 
 
 def qr_fingerprint(public_fp: str, public_url: Optional[str], served_fp: str, served_public_ca: bool,
@@ -476,22 +475,10 @@ class LoomiFrontEnd(FrontEnd):
                 self._apply(conn, cmds)
                 return
 
-    def _gone(self, lost: list, unknown: list) -> None:
-        """This node passed over numbers the stream lost (bridge_core/scale/gone.py), before what follows is
-        numbered: events known gone, or numbers nobody knows of (looked at once the rows after them are
-        rendered: events were lost there if the core's store records something done meanwhile). Every phone
-        connected here is then closed (``unavailable``), so that its next hello, which finds its numbering
-        crossed them, is answered ``truncated`` (the spec's word for events gone)."""
-        if lost:
-            self._close_all_for_gone()
-        elif unknown:
-            self._loop.call_later(GONE_LOOK, self._look_gone, unknown)
-
-    def _look_gone(self, unknown: list) -> None:
-        if any(self.registry.lost_between(a - 1, b + 1) for a, b in unknown):
-            self._close_all_for_gone()
-
-    def _close_all_for_gone(self) -> None:
+    def _gone(self, lost: list) -> None:
+        """Events gone for good passed over by this node (bridge_core/scale/gone.py), before what follows
+        is numbered: every phone connected here is closed (``unavailable``), so that its next hello, which
+        finds its numbering crossed them, is answered ``truncated`` (the spec's word for events gone)."""
         for d in list(self.registry.devices.values()):
             if d.conn is not None:
                 self._kick(d.conn, Unavailable("Events were lost in the cluster; connect again to resync"))

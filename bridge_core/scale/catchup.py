@@ -207,17 +207,8 @@ class Gap:
         for n, (_, items) in sorted(self.found.items()):
             if n > expect:
                 out.append((expect, n - 1))
-            expect = max(expect, n + _events(items))
+            events = sum(1 for i in items if type(i) is list and i[:1] == ["e"]) if type(items) is list else 0
+            expect = max(expect, n + events)
         if self.seen >= expect:
             out.append((expect, self.seen))
         return out
-
-    def known(self) -> int:
-        """The highest number in the range known given (the last event found, or ``seen``); ``lo`` when none:
-        above it up to ``hi`` nothing is known (a jump of the numbering, or events nobody knows of)."""
-        return max([self.seen] + [n + _events(items) - 1 for n, (_, items) in self.found.items()])
-
-
-def _events(items: Any) -> int:
-    """How many events an entry's items hold (each takes a number)."""
-    return sum(1 for i in items if type(i) is list and i[:1] == ["e"]) if type(items) is list else 0

@@ -16,11 +16,6 @@ delivered (``passed``):
   hook is called (``hooks``): Loomi closes the sockets of the phones this node numbers, and a hello
   whose numbering crossed a hole, or whose catch-up would be served over one, is answered
   ``truncated`` (loomi_adapter/cluster.py, history.py).
-- **Numbers nobody knows of** (above the highest known given: every node behind when Redis lost its
-  keys, and the writer gone) are recorded too (``gone`` 0): a jump of the numbering, or events nobody
-  knows were given. The core's store tells which: if it records something done between the events on
-  either side (``happened``: a message written, a run started or ended), events were lost there, and
-  the phones are told as above; if not, it was a jump, and nobody is told anything.
 """
 
 from __future__ import annotations
@@ -39,7 +34,6 @@ CREATE TABLE cluster_holes(
     node_id TEXT NOT NULL,
     n_from INTEGER NOT NULL,
     n_to INTEGER NOT NULL,
-    gone INTEGER NOT NULL,
     at REAL NOT NULL
 );
 CREATE INDEX cluster_holes_to ON cluster_holes(n_to);
@@ -47,11 +41,8 @@ CREATE INDEX cluster_holes_to ON cluster_holes(n_to);
 
 AGAIN = 20.0  # s after a gap the store is read again (pgstore.py RIDE_OUT: an origin's write held that long)
 KEEP_HOLES = 7 * 24 * 3600.0  # s a hole is kept (a phone away longer is past its replay window anyway)
-EDGE = 0.02  # s off each end of a window ``happened`` looks in: events of two nodes may be stamped out of order
 
-# the ranges (first, last) of numbers gone, and of numbers nobody knows of (a jump of the numbering, or
-# events nobody knows were given: a front end asks the store, ``happened``)
-Hook = Callable[[list, list], None]
+Hook = Callable[[list], None]  # the ranges (first, last) of numbers gone
 
 
 class Gone:
@@ -62,24 +53,22 @@ class Gone:
         self.hooks: list[Hook] = []  # front ends told of events gone (loomi_adapter/server.py)
         self.refreshes = 0  # state read again after a gap (tests, metrics)
 
-    def passed(self, lo: int, hi: int, lost: list, known: int) -> None:
-        """The bus passed over the numbers strictly between ``lo`` and ``hi``; ``lost``: those known gone;
-        above ``known`` (the highest known given) nothing is known."""
+    def passed(self, lo: int, hi: int, lost: list) -> None:
+        """The bus passed over the numbers strictly between ``lo`` and ``hi``; ``lost``: those known gone."""
         self.tasks.spawn(self._refresh(), name="cluster-refresh")
-        unknown = [(max(lo, known) + 1, hi - 1)] if max(lo, known) + 1 <= hi - 1 else []
-        now = time.time()
-        rows = [(self.node_id, a, b, 1, now) for a, b in lost] + [(self.node_id, a, b, 0, now) for a, b in unknown]
-        if not rows:
+        if not lost:
             return
+        now = time.time()
+        rows = [(self.node_id, a, b, now) for a, b in lost]
 
         def write(c: Any) -> None:
-            c.executemany("INSERT INTO cluster_holes(node_id, n_from, n_to, gone, at) VALUES(?,?,?,?,?)", rows)
+            c.executemany("INSERT INTO cluster_holes(node_id, n_from, n_to, at) VALUES(?,?,?,?)", rows)
             c.execute("DELETE FROM cluster_holes WHERE at<?", (now - KEEP_HOLES,))
 
         self.bridge.store.write_later(write)
         for hook in list(self.hooks):
             try:
-                hook(lost, unknown)
+                hook(lost)
             except Exception:
                 log.exception("cluster: telling a front end of events gone failed")
 
@@ -95,21 +84,7 @@ class Gone:
                 log.warning("cluster: %d message(s) the stream lost read back from the store", added)
 
 
-def holes(store: Any, above: int) -> list[tuple[str, int, int, bool]]:
-    """The holes recorded whose last number is above ``above``: (node, first, last, known gone)."""
-    return [(r[0], int(r[1]), int(r[2]), bool(r[3])) for r in store.query(
-        "SELECT node_id, n_from, n_to, gone FROM cluster_holes WHERE n_to>?", (above,))]  # fmt: skip
-
-
-def happened(store: Any, t0: float, t1: float) -> bool:
-    """Whether the store records something done strictly between times ``t0`` and ``t1``: a message written
-    (a user's, a completion, a run's saved draft), or a run started or ended. A durable record of events a
-    phone's catch-up finds no node's rows for (loomi_adapter/cluster.py): anything there, and they are gone
-    for it (``truncated``); nothing, and the numbers between were a jump."""
-    t0, t1 = t0 + EDGE, t1 - EDGE
-    if t1 <= t0:
-        return False
-    if store.query_one("SELECT 1 FROM messages WHERE ts>? AND ts<? LIMIT 1", (t0, t1)) is not None:
-        return True
-    return store.query_one("SELECT 1 FROM runs WHERE (started_at>? AND started_at<?) OR (finished_at>? AND "
-                           "finished_at<?) LIMIT 1", (t0, t1, t0, t1)) is not None  # fmt: skip
+def holes(store: Any, above: int) -> list[tuple[str, int, int]]:
+    """The holes recorded whose last number is above ``above``: (node, first, last)."""
+    return [(r[0], int(r[1]), int(r[2])) for r in store.query(
+        "SELECT node_id, n_from, n_to FROM cluster_holes WHERE n_to>?", (above,))]  # fmt: skip

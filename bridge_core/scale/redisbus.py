@@ -160,9 +160,8 @@ class RedisBus:
         self.refetched = 0  # entries the stream lost that their writers gave back (catchup.py)
         self.gone = 0  # events the stream lost that no writer gave back (catchup.Gap.lost)
         self.jumps: collections.deque = collections.deque(maxlen=64)  # (last before, first after) of gaps passed
-        # (last before, first after, the numbers gone, the highest known given): a gap passed, before what
-        # follows it is delivered
-        self.on_passed: Optional[Callable[[int, int, list, int], None]] = None  # (.., the highest known given)
+        # (last before, first after, the numbers gone): a gap passed, before what follows it is delivered
+        self.on_passed: Optional[Callable[[int, int, list], None]] = None
         self.catch_up_wait = catchup.CATCH_UP_WAIT  # s a command waits for this node to read to the end
 
     def describe(self) -> str:
@@ -449,7 +448,7 @@ class RedisBus:
         self.jumps.append((gap.lo, gap.hi))
         if self.on_passed is not None:  # before what follows is delivered (Cluster: the front ends told)
             try:
-                self.on_passed(gap.lo, gap.hi, lost, gap.known())
+                self.on_passed(gap.lo, gap.hi, lost)
             except Exception:
                 log.exception("bus: telling what the stream lost failed")
         for n, node, items in found:
