@@ -34,6 +34,8 @@ import secrets
 import time
 from typing import Any, Callable, Optional
 
+import orjson
+
 from bridge_core.kit.security import same_secret
 from bridge_core.bridge.store import BaseStore
 from bridge_core.scale import fencing, gone
@@ -55,6 +57,14 @@ DEVICES = fencing.Owners("loomi_devices", "device_id")  # where a device's epoch
 # s a hello's claim waits for the device's row lock (its owner stopped inside a batch that guards it):
 # then the hello is answered ``unavailable`` and the phone retries (docs/scale-out.md "Fenced ownership")
 CLAIM_LOCK_WAIT = 2.0
+
+
+def _ts(tail: bytes) -> float:
+    """The time of a stored frame (its body without the opening brace)."""
+    try:
+        return float(orjson.loads(b"{" + tail)["ts"])
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+        return 0.0
 
 
 class Claim:
@@ -353,7 +363,7 @@ class ClusterRegistry(Registry):
             others = [(s, kf, last) for s, kf, last in self.store.query(
                 "SELECT s.source, s.kept_from_n, MAX(f.n) FROM loomi_sources s JOIN loomi_frames f "
                 "ON f.source = s.source WHERE s.source != ? GROUP BY s.source, s.kept_from_n", (self.source,))]
-            ranges, gap = plan_catchup(cursor, own_from, others, self._holes(others, cursor))
+            ranges, gap = plan_catchup(cursor, own_from, others, self._holes(others, cursor), self._happened)
             for r in ranges:
                 rows = self.store.query("SELECT m, n, body FROM loomi_frames WHERE source=? AND n>=? AND n<=? "
                                         "ORDER BY m", (r.source, r.n_from, r.n_to))
@@ -377,6 +387,16 @@ class ClusterRegistry(Registry):
             if live:
                 d.offset = offset
         return spans, gap
+
+    def _happened(self, after: int, before: int) -> bool:
+        """Whether the core's store records something done between events ``after`` and ``before``: from the
+        latest time of the newest rows at or below ``after`` to that of this node's first row at or above
+        ``before`` (history.plan_catchup)."""
+        rows = self.store.query("SELECT body FROM loomi_frames WHERE n<=? ORDER BY n DESC LIMIT 16", (after,))
+        first = next((body for _, n, body in self.recent if n >= before), None)
+        if not rows or first is None:
+            return False  # no time to look from: as before, nothing known missing
+        return gone.happened(self.store, max(_ts(bytes(r[0])) for r in rows), _ts(first))
 
     def _holes(self, others: list, above: int) -> dict:
         """Per source of ``others``: the holes its node recorded above ``above`` (gone.py)."""

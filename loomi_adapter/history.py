@@ -161,15 +161,19 @@ Holes = dict  # source -> [(first, last), ...]: numbers its node's delivery pass
 
 
 def plan_catchup(cursor: int, own_first: int, others: list[tuple[str, int, int]],
-                 holes: Optional[Holes] = None) -> tuple[list[Range], bool]:
+                 holes: Optional[Holes] = None,
+                 happened: Optional[Callable[[int, int], bool]] = None) -> tuple[list[Range], bool]:
     """Where the events a device missed before this node's first event come from.
 
     ``cursor``: the last event the device was numbered for; ``own_first``: the first event this
     node rendered (its own rows serve from there on); ``others``: the other sources as (source,
     the first event whose rows they still keep, the last event they rendered); ``holes``: per
     source, the numbers its node passed over that were events gone for good (bridge_core/scale/
-    gone.py): a source serves nothing there, and a hole nobody else covers is a gap. Returns the
-    ranges to read, oldest first, and whether some events in between cannot be served.
+    gone.py): a source serves nothing there, and a hole nobody else covers is a gap; ``happened(a, b)``:
+    whether a durable record (the core's store) says something was done between events ``a`` and ``b``,
+    asked when no node has rows after ``a`` (after Redis lost its keys while the nodes were behind, a
+    node started since): then events there are missing, not numbers the numbering jumped over. Returns
+    the ranges to read, oldest first, and whether some events in between cannot be served.
     """
     holes = holes or {}
     out: list[Range] = []
@@ -188,8 +192,8 @@ def plan_catchup(cursor: int, own_first: int, others: list[tuple[str, int, int]]
                 pos = min(max(gone), own_first - 1)
                 continue
             later = [kf for _, kf, last in others if kf > pos + 1 and last > pos]
-            if not later:
-                return out, gap  # no node stored anything after pos: nothing is known missing
+            if not later:  # no node stored anything after pos: a jump, or what nobody rendered (yet)
+                return out, gap or (happened is not None and happened(pos, own_first))
             gap = True  # events pos+1 .. min(later)-1 were stored, and are gone everywhere
             pos = min(min(later), own_first) - 1
             continue

@@ -25,7 +25,7 @@ import collections
 import itertools
 import zlib
 from array import array
-from typing import Any, Iterable
+from typing import Any, Iterable, Optional
 
 import orjson
 
@@ -177,6 +177,8 @@ class Gap:
         self.answered: set[str] = set()
         self.found: dict[int, tuple[str, Any]] = {}  # n -> (writer, its items)
         self.seen = lo  # the highest number in the range a node answering knows given (it delivered it)
+        self.t_lo: Optional[float] = None  # the time of event ``lo`` (the last delivered before the gap)
+        self.t_hi: Optional[float] = None  # the time of event ``hi`` (the first after it)
 
     def add(self, node: str, entries: Any, seen: Any = None) -> None:
         """A node's answer: [[n, items], ...], its own entries; only numbers in the range count."""
@@ -207,8 +209,53 @@ class Gap:
         for n, (_, items) in sorted(self.found.items()):
             if n > expect:
                 out.append((expect, n - 1))
-            events = sum(1 for i in items if type(i) is list and i[:1] == ["e"]) if type(items) is list else 0
-            expect = max(expect, n + events)
+            expect = max(expect, n + len(_events(items)))
         if self.seen >= expect:
             out.append((expect, self.seen))
         return out
+
+    def known(self) -> tuple[int, Optional[float]]:
+        """The highest number in the range known given, and the latest time of the events known before it
+        (the last delivered, ``t_lo``, and those found), or None when it is ``seen`` (a node answering
+        delivered it). Above it up to ``hi`` nothing is known: a jump of the numbering, or events nobody
+        knows were given (bridge_core/scale/gone.py asks the store about the time between)."""
+        top, ts = self.lo, self.t_lo
+        for n, (_, items) in self.found.items():
+            events = _events(items)
+            top = max(top, n + len(events) - 1)
+            ts = _latest(ts, *(_ts(e) for e in events))
+        return (top, ts) if self.seen <= top else (self.seen, None)
+
+    def after(self) -> Optional[float]:
+        """The earliest time of the events known after the range: the entry that showed the gap (``t_hi``)
+        and those read meanwhile (two nodes' entries may reach Redis out of their events' times)."""
+        out = self.t_hi
+        for _, fields in self.held:
+            try:
+                ts = first_ts(orjson.loads(fields[b"b"]))
+            except (KeyError, TypeError, ValueError):
+                continue
+            if ts is not None and (out is None or ts < out):
+                out = ts
+        return out
+
+
+def _latest(*times: Optional[float]) -> Optional[float]:
+    known = [t for t in times if t is not None]
+    return max(known) if known else None
+
+
+def _events(items: Any) -> list:
+    """The events of an entry's items (each takes a number), in order."""
+    return [i[1] for i in items if type(i) is list and i[:1] == ["e"] and len(i) == 2] if type(items) is list else []
+
+
+def _ts(event: Any) -> Optional[float]:
+    ts = event.get("ts") if type(event) is dict else None
+    return ts if type(ts) is float else None
+
+
+def first_ts(items: Any) -> Optional[float]:
+    """The time of an entry's first event (its items as read), None when it has none."""
+    events = _events(items)
+    return _ts(events[0]) if events else None

@@ -53,11 +53,25 @@ class Gone:
         self.hooks: list[Hook] = []  # front ends told of events gone (loomi_adapter/server.py)
         self.refreshes = 0  # state read again after a gap (tests, metrics)
 
-    def passed(self, lo: int, hi: int, lost: list) -> None:
-        """The bus passed over the numbers strictly between ``lo`` and ``hi``; ``lost``: those known gone."""
+    def passed(self, gap: Any, lost: list) -> None:
+        """The bus passed over the numbers strictly between ``gap.lo`` and ``gap.hi`` (catchup.Gap); ``lost``:
+        those known gone. Above the highest known given, what the store records done before the event after
+        the gap (``happened``) says whether the numbers there were events too, gone, or a jump."""
         self.tasks.spawn(self._refresh(), name="cluster-refresh")
-        if not lost:
-            return
+        try:
+            top, t_top = gap.known()
+            t_after = gap.after()
+            if not lost and top + 1 < gap.hi and t_top is not None and t_after is not None and \
+                    happened(self.bridge.store, t_top, t_after):  # fmt: skip
+                lost = [(top + 1, gap.hi - 1)]
+                log.warning("bus: events %d to %d came from no node and the store records what they did: gone "
+                            "for good", top + 1, gap.hi - 1)  # fmt: skip
+        except Exception:  # the store unreadable now: only what is known gone is said
+            log.exception("cluster: looking for events gone after a gap failed")
+        if lost:
+            self._said(lost)
+
+    def _said(self, lost: list) -> None:
         now = time.time()
         rows = [(self.node_id, a, b, now) for a, b in lost]
 
@@ -88,3 +102,20 @@ def holes(store: Any, above: int) -> list[tuple[str, int, int]]:
     """The holes recorded whose last number is above ``above``: (node, first, last)."""
     return [(r[0], int(r[1]), int(r[2])) for r in store.query(
         "SELECT node_id, n_from, n_to FROM cluster_holes WHERE n_to>?", (above,))]  # fmt: skip
+
+
+EDGE = 0.02  # s off each end of a window ``happened`` looks in: two nodes' events may be stamped out of order
+
+
+def happened(store: Any, t0: float, t1: float) -> bool:
+    """Whether the store records something done strictly between times ``t0`` and ``t1`` (less ``EDGE`` at
+    each end): a message written (a user's, a completion, a run's saved draft), a run started or ended. The
+    durable record of events no node's delivery or rows hold: anything there, and they were events, gone
+    for good; nothing, and their numbers were a jump of the numbering (after Redis lost its keys)."""
+    t0, t1 = t0 + EDGE, t1 - EDGE
+    if t1 <= t0:
+        return False
+    if store.query_one("SELECT 1 FROM messages WHERE ts>? AND ts<? LIMIT 1", (t0, t1)) is not None:
+        return True
+    return store.query_one("SELECT 1 FROM runs WHERE (started_at>? AND started_at<?) OR (finished_at>? AND "
+                           "finished_at<?) LIMIT 1", (t0, t1, t0, t1)) is not None  # fmt: skip

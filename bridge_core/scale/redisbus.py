@@ -152,6 +152,7 @@ class RedisBus:
         self._learn: dict[str, tuple[int, int]] = {}  # stream -> the last entry id read for its counters only
         self._last_n = 0  # the highest event number delivered (a lower one is never delivered)
         self._first_n = 0  # the first event number delivered since this node started
+        self._last_ts: Any = None  # the latest time of the events delivered (their "ts")
         self._written = catchup.Written()  # this node's last entries in the events stream, as Redis numbered them
         self._gap: Optional[catchup.Gap] = None  # a refetch under way (catchup.py): delivery held meanwhile
         self._read_to = (0, 0)  # the last events stream entry read (its id as (ms, seq))
@@ -160,8 +161,7 @@ class RedisBus:
         self.refetched = 0  # entries the stream lost that their writers gave back (catchup.py)
         self.gone = 0  # events the stream lost that no writer gave back (catchup.Gap.lost)
         self.jumps: collections.deque = collections.deque(maxlen=64)  # (last before, first after) of gaps passed
-        # (last before, first after, the numbers gone): a gap passed, before what follows it is delivered
-        self.on_passed: Optional[Callable[[int, int, list], None]] = None
+        self.on_passed: Optional[Callable[[catchup.Gap, list], None]] = None  # a gap passed, what it lost: gone.py
         self.catch_up_wait = catchup.CATCH_UP_WAIT  # s a command waits for this node to read to the end
 
     def describe(self) -> str:
@@ -378,6 +378,7 @@ class RedisBus:
             return
         if has_events and self._last_n and n > self._last_n + 1 and self._serving:
             self._refetch(n, node, fields)
+            self._gap.t_hi = catchup.first_ts(items)
             return
         self._deliver_items(node, n, items)
 
@@ -397,6 +398,9 @@ class RedisBus:
             self._last_n = n
             if n > self.seen:
                 self.seen = n
+            ts = data.get("ts") if type(data) is dict else None
+            if type(ts) is float and (self._last_ts is None or ts > self._last_ts):
+                self._last_ts = ts
             if self._deliver is not None:
                 try:
                     self._deliver(n, node, data)
@@ -410,6 +414,7 @@ class RedisBus:
         """Entry ``n`` came where ``_last_n + 1`` was expected: it and what follows held, every live
         node asked for what it wrote in between."""
         gap = self._gap = catchup.Gap(new_id(), self._last_n, n)
+        gap.t_lo = self._last_ts
         gap.held.append((node, fields))
         gap.add(self.node_id, [[n, orjson.loads(body)] for n, body in self._written.between(gap.lo, gap.hi)])
         self.tasks.spawn(self._fill(gap), name="bus-refetch")
@@ -446,11 +451,8 @@ class RedisBus:
             self.gone += sum(last - first + 1 for first, last in lost)
             log.warning("bus: events %s came back from no node: gone for good", catchup.spans(lost))
         self.jumps.append((gap.lo, gap.hi))
-        if self.on_passed is not None:  # before what follows is delivered (Cluster: the front ends told)
-            try:
-                self.on_passed(gap.lo, gap.hi, lost)
-            except Exception:
-                log.exception("bus: telling what the stream lost failed")
+        if self.on_passed is not None:  # before what follows is delivered (Cluster: gone.py; it logs its own errors)
+            self.on_passed(gap, lost)
         for n, node, items in found:
             if type(items) is list:
                 self._deliver_items(node, n, items)

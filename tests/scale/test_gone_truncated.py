@@ -90,3 +90,37 @@ def test_what_a_node_answering_a_refetch_knows_given():
     assert seen_below(5001, 1, 5003, []) == 5000  # it delivered through there: all given
     assert seen_below(5001, 5001, 5003, []) == 0  # started since: knows nothing below (no false gone)
     assert seen_below(5001, 0, 0, []) == 0
+
+
+async def test_a_run_nobody_read_before_redis_lost_it_reaches_the_phone_as_truncated(
+        service_factory, engines, tmp_path, redis_server):  # fmt: skip
+    """Item 2 of the chaos findings: every node that would render a run was behind when Redis lost its keys,
+    and its writer is gone: nobody knows its numbers were given (no ``Gap.lost``), yet the store has what it
+    did. The node past the gap reads its transcripts back from the store, and its phone is told
+    ``truncated``: the numbers nobody knows of hold something the store records (``gone.happened``)."""
+    a, b = await _nodes(service_factory, engines, tmp_path, "a", "b", adapters=("loomi",))
+    phone, other = LoomiApp("Pixel 9"), LoomiApp("Other phone")
+    try:
+        await phone.pair(await _qr(b))
+        await other.pair(await _qr(a))
+        first = await _send(phone, "before")
+        await phone.wait_for("run.completed", run_id=first)
+        cid = next(c for c, conv in b.bridge.conversations.items() if conv.run is None and conv.messages)
+        gate = Gate(b.bridge.cluster.bus)
+        gate.close()
+        await until(lambda: gate.parked.is_set(), what="b's reads held")
+        missed = await _send(other, "/bench 30 200", cid)
+        await other.wait_for("run.completed", run_id=missed)
+        await other.disconnect()
+        await a.stop()  # its writer gone (what it wrote with it)
+        redis_server.flush()
+        gate.open.set()
+        after = await _send(phone, "after")  # numbered above the reservation: b finds the gap, nobody to ask
+        await phone.until(lambda: phone.close_code is not None)
+        ok = await phone.connect()
+        assert ok["payload"]["truncated"] is True, ok
+        await phone.wait_for("run.completed", run_id=after)
+        texts = [m.text for m in b.bridge.conversations[cid].messages]
+        assert "/bench 30 200" in texts, texts  # b's state has the run back from the store
+    finally:
+        await close_all()
