@@ -16,6 +16,10 @@ delivered (``passed``):
   hook is called (``hooks``): Loomi closes the sockets of the phones this node numbers, and a hello
   whose numbering crossed a hole, or whose catch-up would be served over one, is answered
   ``truncated`` (loomi_adapter/cluster.py, history.py).
+- **Numbers nobody knows of** (above the highest known given: every node behind when Redis lost its
+  keys, and the writer gone) are a jump of the numbering or events nobody knows were given: the core's
+  store tells which (``happened``: something done strictly between the events on either side). Events,
+  and they are said as gone; a jump, and nobody is told anything.
 """
 
 from __future__ import annotations
