@@ -152,8 +152,8 @@ class LoomiFrontEnd(FrontEnd):
             self.registry = ClusterRegistry(self.bridge.store, cluster.node_id)
             self.registry.on_lost = self._fenced_out
             self._loop = asyncio.get_running_loop()
-            if getattr(cluster, "gone", None) is not None:  # events the stream lost: the phones here told
-                cluster.gone.hooks.append(self._gone)
+            if getattr(cluster, "gaps", None) is not None:  # events the stream lost: the phones here told
+                cluster.gaps.hooks.append(self._gone)
         await self.registry.prepare()
         await self.revocations.prepare()
         # after a crash, a run's message is completed with what its replay rows hold (journal.py)

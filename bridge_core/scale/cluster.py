@@ -119,9 +119,9 @@ class Cluster:
         self._origins: dict[str, cmd.Origin] = {}  # run_id -> the command origin of another node's run (move_run)
         self._ending: dict[str, asyncio.Future] = {}  # run_id -> resolved when its end is folded here (move_run)
         self.holds = holds.Holds(bridge.store, self.node_id)  # what this node answers for besides its runs
-        self.gone = gone.Gone(bridge, self.node_id, self.tasks)  # after a gap the stream left (gone.py)
+        self.gaps = gone.Gone(bridge, self.node_id, self.tasks)  # after a gap the stream left (gone.py)
         if hasattr(bus, "on_passed"):
-            bus.on_passed = self.gone.passed
+            bus.on_passed = self.gaps.passed
         self.lag: Optional[float] = None  # s from the last event's publish (its ts) to its delivery here (metrics)
         self.router = Router(bridge, bus, self.node_id, self.runs, self.deciders, self.tasks)  # commands' nodes
         # the text of runs this node closes as interrupted, as the stream's last delta of each holds it: what

@@ -56,7 +56,7 @@ async def test_events_gone_for_good_reach_the_phone_as_truncated(service_factory
         assert ok["payload"]["truncated"] is True, ok
         await phone.wait_for("run.completed", run_id=after)  # and what follows, as ever
         # b's state, which lacked the run the stream lost, is read again from the store: as a's
-        await until(lambda: b.bridge.cluster.gone.refreshes > 0, what="b's state read again")
+        await until(lambda: b.bridge.cluster.gaps.refreshes > 0, what="b's state read again")
         await until(lambda: len(b.bridge.conversations[cid].messages) == len(a.bridge.conversations[cid].messages),
                     what="the conversation on b as on a")  # fmt: skip
         assert [(m.message_id, m.text) for m in b.bridge.conversations[cid].messages] == \
