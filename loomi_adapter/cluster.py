@@ -34,13 +34,15 @@ import secrets
 import time
 from typing import Any, Callable, Optional
 
+import orjson
+
 from bridge_core.kit.security import same_secret
 from bridge_core.bridge.store import BaseStore
-from bridge_core.scale import fencing
+from bridge_core.scale import fencing, gone
 
 from . import codec
 from .devices import _DEVICE_COLUMNS, _DUMMY_HASH, MIGRATIONS, Device, Registry, hash_secret
-from .history import Epoch, History, Span, plan_catchup, rebuild
+from .history import Epoch, History, Span, crossed, plan_catchup, rebuild
 from .replay import Numbering, Resume, SeqLog
 from .rows import RowBatch, RowQueue, held, write_cluster_rows
 
@@ -57,17 +59,26 @@ DEVICES = fencing.Owners("loomi_devices", "device_id")  # where a device's epoch
 CLAIM_LOCK_WAIT = 2.0
 
 
+def _ts(tail: bytes) -> float:
+    """The time of a stored frame (its body without the opening brace)."""
+    try:
+        return float(orjson.loads(b"{" + tail)["ts"])
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+        return 0.0
+
+
 class Claim:
     """What a hello read and won: the device's history and its new epoch."""
 
-    __slots__ = ("history", "epoch", "base", "lost", "reserved")
+    __slots__ = ("history", "epoch", "base", "lost", "reserved", "gone")
 
-    def __init__(self, history: History, epoch: int, base: int, lost: bool, reserved: int):
+    def __init__(self, history: History, epoch: int, base: int, lost: bool, reserved: int, gone: bool = False):
         self.history = history
         self.epoch = epoch
         self.base = base  # the seq before the epoch's first frame
         self.lost = lost  # the app reported a seq above anything stored (its state was lost)
         self.reserved = reserved
+        self.gone = gone  # it was numbered across events gone for good (bridge_core/scale/gone.py)
 
 
 class ClusterRegistry(Registry):
@@ -297,7 +308,19 @@ class ClusterRegistry(Registry):
             self._reread(d)
             return None
         d.stored_reserved = reserved
-        return Claim(h, epoch, base, lost, reserved)
+        return Claim(h, epoch, base, lost, reserved, self._crossed(did, h.cursor, epoch))
+
+    def _crossed(self, did: str, cursor: int, epoch: int) -> bool:
+        """Whether the device's epoch before ``epoch`` numbered it across events its node passed over, gone
+        for good (bridge_core/scale/gone.py): it missed them, and its hello is answered ``truncated``."""
+        row = self.store.query_one("SELECT epoch, start_n FROM loomi_epochs WHERE device_id=? AND epoch<? "
+                                   "ORDER BY epoch DESC LIMIT 1", (did, epoch))
+        if row is None:
+            return False
+        epoch, start_n = row
+        nodes = {src.rsplit(":", 1)[0] for (src,) in self.store.query(
+            "SELECT DISTINCT source FROM loomi_spans WHERE device_id=? AND epoch=?", (did, epoch))}
+        return crossed(start_n, cursor, nodes, gone.holes(self.store, start_n))
 
     def _reread(self, d: Device) -> None:
         row = self.store.query_one("SELECT epoch, seq_reserved FROM loomi_devices WHERE device_id=?", (d.device_id,))
@@ -327,7 +350,7 @@ class ClusterRegistry(Registry):
         self.attached[d.device_id] = d
         self.any_devices = True
         res = log_.resume(last_seq)
-        if last_seq is not None and (claim.lost or gap) and not res.truncated:
+        if last_seq is not None and (claim.lost or claim.gone or gap) and not res.truncated:
             res = Resume(res.seq, res.frames, True)
         return res
 
@@ -340,13 +363,15 @@ class ClusterRegistry(Registry):
             others = [(s, kf, last) for s, kf, last in self.store.query(
                 "SELECT s.source, s.kept_from_n, MAX(f.n) FROM loomi_sources s JOIN loomi_frames f "
                 "ON f.source = s.source WHERE s.source != ? GROUP BY s.source, s.kept_from_n", (self.source,))]
-            ranges, gap = plan_catchup(cursor, own_from, others)
+            ranges, gap = plan_catchup(cursor, own_from, others, self._holes(others, cursor), self._happened)
             for r in ranges:
                 rows = self.store.query("SELECT m, n, body FROM loomi_frames WHERE source=? AND n>=? AND n<=? "
                                         "ORDER BY m", (r.source, r.n_from, r.n_to))
                 if rows:
                     parts.append((r.source, [(m, n, bytes(b)) for m, n, b in rows]))
         own = [row for row in self.recent if row[1] > cursor]
+        if own and any(node == self.node_id and a <= own[-1][1] for node, a, _ in gone.holes(self.store, cursor)):
+            gap = True  # this node's own rows pass over events gone for good (gone.py)
         if own:
             parts.append((self.source, own))
         spans = []
@@ -362,6 +387,23 @@ class ClusterRegistry(Registry):
             if live:
                 d.offset = offset
         return spans, gap
+
+    def _happened(self, after: int, before: int) -> bool:
+        """Whether the core's store records something done between events ``after`` and ``before``: from the
+        latest time of the newest rows at or below ``after`` to that of this node's first row at or above
+        ``before`` (history.plan_catchup)."""
+        rows = self.store.query("SELECT body FROM loomi_frames WHERE n<=? ORDER BY n DESC LIMIT 16", (after,))
+        first = next((body for _, n, body in self.recent if n >= before), None)
+        if not rows or first is None:
+            return False  # no time to look from: as before, nothing known missing
+        return gone.happened(self.store, max(_ts(bytes(r[0])) for r in rows), _ts(first))
+
+    def _holes(self, others: list, above: int) -> dict:
+        """Per source of ``others``: the holes its node recorded above ``above`` (gone.py)."""
+        by_node: dict[str, list] = {}
+        for node, a, b in gone.holes(self.store, above):
+            by_node.setdefault(node, []).append((a, b))
+        return {src: by_node[src.rsplit(":", 1)[0]] for src, _, _ in others if src.rsplit(":", 1)[0] in by_node}
 
     def detach(self, d: Device) -> None:
         self.attached.pop(d.device_id, None)

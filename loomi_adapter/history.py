@@ -157,26 +157,43 @@ class Range:
     n_to: int
 
 
-def plan_catchup(cursor: int, own_first: int, others: list[tuple[str, int, int]]) -> tuple[list[Range], bool]:
+Holes = dict  # source -> [(first, last), ...]: numbers its node's delivery passed over, known given (gone)
+
+
+def plan_catchup(cursor: int, own_first: int, others: list[tuple[str, int, int]],
+                 holes: Optional[Holes] = None,
+                 happened: Optional[Callable[[int, int], bool]] = None) -> tuple[list[Range], bool]:
     """Where the events a device missed before this node's first event come from.
 
     ``cursor``: the last event the device was numbered for; ``own_first``: the first event this
     node rendered (its own rows serve from there on); ``others``: the other sources as (source,
-    the first event whose rows they still keep, the last event they rendered). Returns the
-    ranges to read, oldest first, and whether some events in between cannot be served.
+    the first event whose rows they still keep, the last event they rendered); ``holes``: per
+    source, the numbers its node passed over that were events gone for good (bridge_core/scale/
+    gone.py): a source serves nothing there, and a hole nobody else covers is a gap; ``happened(a, b)``:
+    whether a durable record (the core's store) says something was done between events ``a`` and ``b``,
+    asked when no node has rows after ``a`` (after Redis lost its keys while the nodes were behind, a
+    node started since): then events there are missing, not numbers the numbering jumped over. Returns
+    the ranges to read, oldest first, and whether some events in between cannot be served.
     """
+    holes = holes or {}
     out: list[Range] = []
     pos = cursor  # served up to here
     gap = False
     while pos < own_first - 1:
         best = None
         for source, kept_from, last in others:
-            if kept_from <= pos + 1 and last > pos and (best is None or last > best[2]):
-                best = (source, kept_from, last)
+            reach = _reach(pos + 1, last, holes.get(source, ()))
+            if kept_from <= pos + 1 and reach > pos and (best is None or reach > best[2]):
+                best = (source, kept_from, reach)
         if best is None:
+            gone = [b for hs in holes.values() for a, b in hs if a <= pos + 1 <= b]
+            if gone:  # events known given that no source has: gone, said
+                gap = True
+                pos = min(max(gone), own_first - 1)
+                continue
             later = [kf for _, kf, last in others if kf > pos + 1 and last > pos]
-            if not later:
-                return out, gap  # no node stored anything after pos: nothing is known missing
+            if not later:  # no node stored anything after pos: a jump, or what nobody rendered (yet)
+                return out, gap or (happened is not None and happened(pos, own_first))
             gap = True  # events pos+1 .. min(later)-1 were stored, and are gone everywhere
             pos = min(min(later), own_first) - 1
             continue
@@ -184,3 +201,22 @@ def plan_catchup(cursor: int, own_first: int, others: list[tuple[str, int, int]]
         out.append(Range(best[0], pos + 1, end))
         pos = end
     return out, gap
+
+
+def _reach(start: int, last: int, holes: Iterable[tuple[int, int]]) -> int:
+    """The last number a source's rows cover from ``start`` on, up to ``last``, short of its next hole
+    (``start - 1``: it has nothing at ``start``)."""
+    for a, b in holes:
+        if a <= start <= b:
+            return start - 1
+        if start < a <= last:
+            last = a - 1
+    return last
+
+
+def crossed(start_n: int, cursor: int, nodes: Iterable[str], holes: Iterable[tuple[str, int, int]]) -> bool:
+    """Whether a device numbered from event ``start_n`` to ``cursor`` by rows of ``nodes`` was numbered
+    across events one of those nodes passed over, gone for good (``holes``: (node, first, last)): it missed
+    them and was never told, so its next hello is answered ``truncated``."""
+    nodes = set(nodes)
+    return any(node in nodes and b > start_n and a <= cursor for node, a, b in holes)

@@ -154,6 +154,8 @@ class LoomiFrontEnd(FrontEnd):
             self.registry = ClusterRegistry(self.bridge.store, cluster.node_id)
             self.registry.on_lost = self._fenced_out
             self._loop = asyncio.get_running_loop()
+            if getattr(cluster, "gaps", None) is not None:  # events the stream lost: the phones here told
+                cluster.gaps.hooks.append(self._gone)
         await self.registry.prepare()
         await self.revocations.prepare()
         # after a crash, a run's message is completed with what its replay rows hold (journal.py)
@@ -479,6 +481,14 @@ class LoomiFrontEnd(FrontEnd):
             if cmds:
                 self._apply(conn, cmds)
                 return
+
+    def _gone(self, lost: list) -> None:
+        """Events gone for good passed over by this node (bridge_core/scale/gone.py), before what follows
+        is numbered: every phone connected here is closed (``unavailable``), so that its next hello, which
+        finds its numbering crossed them, is answered ``truncated`` (the spec's word for events gone)."""
+        for d in list(self.registry.devices.values()):
+            if d.conn is not None:
+                self._kick(d.conn, Unavailable("Events were lost in the cluster; connect again to resync"))
 
     def _fenced_out(self, d: Device) -> None:
         """In the store's writer thread: another node claimed ``d`` (its epoch moved on: cluster.py), found

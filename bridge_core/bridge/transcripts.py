@@ -25,6 +25,16 @@ A transcript is dropped only when the store can give it back as it is in memory:
 The oldest transcript is looked at first; one whose writes are still queued stops the pass
 (the next use tries again, a millisecond or so later for the writer), so the bound can be
 passed for as long as the store takes to commit what was just said.
+
+**One order.** A conversation's messages are in the order of their ``ts`` (the event's time at its
+origin; equal times as they came): a transcript read from the store is put in that order
+(``in_order``), and a message added or completed in memory takes its place by it (``place``). The
+store's row order is its writers' commit order: with several nodes a node's write of a run's
+completion can commit after another node's write of the user's next message (its writer held by a
+PostgreSQL restart, a stop, a starved CPU), and a completion written late (``persist.py``
+``restore_message``) or again replaces its row at the end; every node folding the stream has it in
+stream order. So a node that reads the transcript from the store (restarted, or its copy dropped by
+the bound) kept another order than the others for good (chaos seed 2004, ``nodes_disagree``).
 """
 
 from __future__ import annotations
@@ -54,6 +64,39 @@ class _Hot:
 
 def cost(message: ev.Message) -> int:
     return len(message.text) + MESSAGE_OVERHEAD
+
+
+def in_order(rows: list) -> list:
+    """Rows ``(message_id, role, text, ts)`` as the store read them (oldest written first) in the one order:
+    by ``ts``, equal ones as read; a row without one keeps its place after the row before it."""
+    keys, last = [], float("-inf")
+    for i, r in enumerate(rows):
+        if r[3] is not None:
+            last = r[3]
+        keys.append((last, i))
+    keys.sort()
+    return [rows[i] for _, i in keys]
+
+
+def place(t: Transcript, message: ev.Message) -> None:
+    """``message`` (in ``t``, looked for from the newest) moved to its place by ``ts`` (the one order):
+    usually it is the newest and already there, and this costs a comparison."""
+    ts = message.ts
+    if ts is None or t.held or len(t) < 2:
+        return
+    last = len(t) - 1
+    at = last if t[last] is message else next((i for i in range(last - 1, -1, -1) if t[i] is message), None)
+    if at is None:
+        return
+    to = at
+    while to > 0 and t[to - 1].ts is not None and t[to - 1].ts > ts:
+        to -= 1
+    if to == at:
+        while to < last and t[to + 1].ts is not None and t[to + 1].ts < ts:
+            to += 1
+    if to != at:
+        del t[at]
+        t.insert(to, message)
 
 
 class Transcripts:
@@ -91,12 +134,12 @@ class Transcripts:
     # --- TranscriptKeeper -----------------------------------------------------------
 
     def load(self, conv: ConversationState) -> Transcript:
-        """The transcript as the store has it, less the active run's unfinished message (its row is the
-        saved draft), unless a user's message came after it: then the run has ended, one run per
-        conversation, and this state is behind (a node behind in the stream). That row is kept where it
-        is, and the completion, folded later, replaces its text (scale/seen.py)."""
+        """The transcript as the store has it, in the one order (``in_order``), less the active run's
+        unfinished message (its row is the saved draft), unless a user's message came after it: then the
+        run has ended, one run per conversation, and this state is behind (a node behind in the stream).
+        That row is kept where it is, and the completion, folded later, replaces its text (scale/seen.py)."""
         run = conv.run
-        rows = self.store.transcript(conv.conversation_id, HISTORY_KEEP)
+        rows = in_order(self.store.transcript(conv.conversation_id, HISTORY_KEEP))
         if run is not None and not run.completed:
             at = next((i for i in range(len(rows) - 1, -1, -1) if rows[i][0] == run.message_id), None)
             if at is not None and not any(r[1] == "user" for r in rows[at + 1:]):
@@ -119,6 +162,8 @@ class Transcripts:
             self._trim(conv.conversation_id)  # (one left over: its writes were not committed when another came in)
 
     def grew(self, conv: ConversationState, message: ev.Message, dropped: Optional[ev.Message] = None) -> None:
+        if conv.transcript is not None:
+            place(conv.transcript, message)
         hot = self._hot.get(conv.conversation_id)
         if hot is None:
             self.touch(conv)
@@ -130,6 +175,28 @@ class Transcripts:
         self._hot.move_to_end(conv.conversation_id)
         if len(self._hot) > self.max_conversations or self.bytes > self.max_bytes:
             self._trim(conv.conversation_id)
+
+    def refresh(self) -> int:
+        """Messages the store has that a transcript in memory lacks, added in the one order (several nodes: the
+        stream lost events this node's state may lack, bridge_core/scale/gone.py; call it once this node's own
+        writes are committed). Nothing in memory goes (another node's event folded here may not be committed
+        yet). A conversation with an active run keeps its own, and one replaced from outside too. Returns how
+        many messages were added."""
+        added = 0
+        for cid, hot in list(self._hot.items()):
+            conv, t = hot.conv, hot.conv.transcript
+            if t is None or t.held or conv.run is not None:
+                continue
+            have = {m.message_id for m in t}
+            for mid, role, text, ts in in_order(self.store.transcript(cid, HISTORY_KEEP)):
+                if mid not in have:
+                    m = ev.Message(message_id=mid, role=role, text=text, ts=ts)
+                    t.append(m)
+                    place(t, m)
+                    hot.size += cost(m)
+                    self.bytes += cost(m)
+                    added += 1
+        return added
 
     # --- the bound ----------------------------------------------------------------------
 

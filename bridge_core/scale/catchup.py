@@ -25,7 +25,7 @@ import collections
 import itertools
 import zlib
 from array import array
-from typing import Any, Iterable
+from typing import Any, Iterable, Optional
 
 import orjson
 
@@ -135,10 +135,29 @@ class Written:
         return out[-MAX_ANSWER:]
 
 
-def answer(rid: str, entries: Iterable[tuple[int, bytes]]) -> bytes:
-    """The payload answering refetch ``rid``: the entries spliced in as they were written (no re-encoding)."""
+def answer(rid: str, entries: Iterable[tuple[int, bytes]], seen: int = 0) -> bytes:
+    """The payload answering refetch ``rid``: the entries spliced in as they were written (no re-encoding),
+    and ``seen``, the highest number below the gap's end the answering node knows given (``Gap.lost``)."""
     items = b",".join(b"[%d,%s]" % (n, body) for n, body in entries)
-    return b'{"bus":"refetched","id":%s,"entries":[%s]}' % (orjson.dumps(rid), items)
+    return b'{"bus":"refetched","id":%s,"entries":[%s],"seen":%d}' % (orjson.dumps(rid), items, seen)
+
+
+def seen_below(hi: int, first: int, last: int, jumps: Iterable[tuple[int, int]]) -> int:
+    """The highest number below ``hi`` a node knows given, from what it delivered: ``first`` and ``last``
+    (the lowest and highest it delivered since it started) and the ``jumps`` its delivery made, as (last
+    before, first after), oldest first. Numbers are given one after another between jumps: below a jump's
+    first, the last before it is the highest known; a node that started at ``hi`` or later knows nothing
+    below it (0)."""
+    if first <= 0 or first >= hi:
+        return 0
+    if last < hi:
+        return last
+    for before, after in reversed(list(jumps)):
+        if after < hi:
+            break
+        if before < hi:
+            return before
+    return hi - 1
 
 
 def spans(ranges: list[tuple[int, int]], most: int = 5) -> str:
@@ -157,10 +176,15 @@ class Gap:
         self.asked: set[str] = set()
         self.answered: set[str] = set()
         self.found: dict[int, tuple[str, Any]] = {}  # n -> (writer, its items)
+        self.seen = lo  # the highest number in the range a node answering knows given (it delivered it)
+        self.t_lo: Optional[float] = None  # the time of event ``lo`` (the last delivered before the gap)
+        self.t_hi: Optional[float] = None  # the time of event ``hi`` (the first after it)
 
-    def add(self, node: str, entries: Any) -> None:
+    def add(self, node: str, entries: Any, seen: Any = None) -> None:
         """A node's answer: [[n, items], ...], its own entries; only numbers in the range count."""
         self.answered.add(node)
+        if type(seen) is int and self.lo < seen < self.hi and seen > self.seen:
+            self.seen = seen
         if type(entries) is not list:
             return
         for entry in entries:
@@ -177,12 +201,61 @@ class Gap:
     def lost(self) -> list[tuple[int, int]]:
         """The numbers known given and found nowhere, as (first, last) ranges: those between ``lo``
         and the last event found that no entry found covers (an entry's events take consecutive
-        numbers from its ``n``). Their writer kept them no longer (``Written`` is bounded) or did
-        not answer. Above the last event found numbering may just have jumped: nothing is known."""
+        numbers from its ``n``), and up to the highest number a node answering delivered (``seen``:
+        a node not behind when Redis lost its keys read them, their writer is gone or kept them no
+        longer). Their writer kept them no longer (``Written`` is bounded) or did not answer. Above
+        both, numbering may just have jumped: nothing is known."""
         out, expect = [], self.lo + 1
         for n, (_, items) in sorted(self.found.items()):
             if n > expect:
                 out.append((expect, n - 1))
-            events = sum(1 for i in items if type(i) is list and i[:1] == ["e"]) if type(items) is list else 0
-            expect = max(expect, n + events)
+            expect = max(expect, n + len(_events(items)))
+        if self.seen >= expect:
+            out.append((expect, self.seen))
         return out
+
+    def known(self) -> tuple[int, Optional[float]]:
+        """The highest number in the range known given, and the latest time of the events known before it
+        (the last delivered, ``t_lo``, and those found), or None when it is ``seen`` (a node answering
+        delivered it). Above it up to ``hi`` nothing is known: a jump of the numbering, or events nobody
+        knows were given (bridge_core/scale/gone.py asks the store about the time between)."""
+        top, ts = self.lo, self.t_lo
+        for n, (_, items) in self.found.items():
+            events = _events(items)
+            top = max(top, n + len(events) - 1)
+            ts = _latest(ts, *(_ts(e) for e in events))
+        return (top, ts) if self.seen <= top else (self.seen, None)
+
+    def after(self) -> Optional[float]:
+        """The earliest time of the events known after the range: the entry that showed the gap (``t_hi``)
+        and those read meanwhile (two nodes' entries may reach Redis out of their events' times)."""
+        out = self.t_hi
+        for _, fields in self.held:
+            try:
+                ts = first_ts(orjson.loads(fields[b"b"]))
+            except (KeyError, TypeError, ValueError):
+                continue
+            if ts is not None and (out is None or ts < out):
+                out = ts
+        return out
+
+
+def _latest(*times: Optional[float]) -> Optional[float]:
+    known = [t for t in times if t is not None]
+    return max(known) if known else None
+
+
+def _events(items: Any) -> list:
+    """The events of an entry's items (each takes a number), in order."""
+    return [i[1] for i in items if type(i) is list and i[:1] == ["e"] and len(i) == 2] if type(items) is list else []
+
+
+def _ts(event: Any) -> Optional[float]:
+    ts = event.get("ts") if type(event) is dict else None
+    return ts if type(ts) is float else None
+
+
+def first_ts(items: Any) -> Optional[float]:
+    """The time of an entry's first event (its items as read), None when it has none."""
+    events = _events(items)
+    return _ts(events[0]) if events else None

@@ -61,7 +61,7 @@ from ..model.errors import BridgeError, RunActive
 from ..model.ids import draft_message_id
 from ..model.serialize import UnknownEvent, from_dict, to_dict
 from ..model.state import ConversationState
-from . import holds
+from . import gone, holds
 from .bus import Bus
 from .numbering import ClusterNumber
 from .routing import Router
@@ -93,6 +93,7 @@ MIGRATIONS = [
     # one running run per conversation, cluster-wide: a run's start claims its conversation (claim())
     "CREATE UNIQUE INDEX cluster_runs_running ON cluster_runs(conversation_id) WHERE state='running'",
     holds.MIGRATION,  # what a node answers for besides its runs: one survivor inherits a dead node's (holds.py)
+    gone.MIGRATION,  # the numbers a node's delivery passed over, known given: events gone for good (gone.py)
 ]
 
 
@@ -118,6 +119,9 @@ class Cluster:
         self._origins: dict[str, cmd.Origin] = {}  # run_id -> the command origin of another node's run (move_run)
         self._ending: dict[str, asyncio.Future] = {}  # run_id -> resolved when its end is folded here (move_run)
         self.holds = holds.Holds(bridge.store, self.node_id)  # what this node answers for besides its runs
+        self.gaps = gone.Gone(bridge, self.node_id, self.tasks)  # after a gap the stream left (gone.py)
+        if hasattr(bus, "on_passed"):
+            bus.on_passed = self.gaps.passed
         self.lag: Optional[float] = None  # s from the last event's publish (its ts) to its delivery here (metrics)
         self.router = Router(bridge, bus, self.node_id, self.runs, self.deciders, self.tasks)  # commands' nodes
         # the text of runs this node closes as interrupted, as the stream's last delta of each holds it: what

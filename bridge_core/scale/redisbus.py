@@ -39,9 +39,10 @@ what verifies, is new and comes from a live sender, and counts what it drops (``
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import secrets
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import orjson
 import redis.asyncio as aioredis
@@ -150,6 +151,8 @@ class RedisBus:
         self._serving = False  # started: beats from now on find the key they set before
         self._learn: dict[str, tuple[int, int]] = {}  # stream -> the last entry id read for its counters only
         self._last_n = 0  # the highest event number delivered (a lower one is never delivered)
+        self._first_n = 0  # the first event number delivered since this node started
+        self._last_ts: Any = None  # the latest time of the events delivered (their "ts")
         self._written = catchup.Written()  # this node's last entries in the events stream, as Redis numbered them
         self._gap: Optional[catchup.Gap] = None  # a refetch under way (catchup.py): delivery held meanwhile
         self._read_to = (0, 0)  # the last events stream entry read (its id as (ms, seq))
@@ -157,6 +160,8 @@ class RedisBus:
         self._end: Any = None
         self.refetched = 0  # entries the stream lost that their writers gave back (catchup.py)
         self.gone = 0  # events the stream lost that no writer gave back (catchup.Gap.lost)
+        self.jumps: collections.deque = collections.deque(maxlen=64)  # (last before, first after) of gaps passed
+        self.on_passed: Optional[Callable[[catchup.Gap, list], None]] = None  # a gap passed, what it lost: gone.py
         self.catch_up_wait = catchup.CATCH_UP_WAIT  # s a command waits for this node to read to the end
 
     def describe(self) -> str:
@@ -373,6 +378,7 @@ class RedisBus:
             return
         if has_events and self._last_n and n > self._last_n + 1 and self._serving:
             self._refetch(n, node, fields)
+            self._gap.t_hi = catchup.first_ts(items)
             return
         self._deliver_items(node, n, items)
 
@@ -387,9 +393,14 @@ class RedisBus:
                 self._relay_one(node, data)
                 continue
             self.delivered += 1
+            if not self._first_n:
+                self._first_n = n
             self._last_n = n
             if n > self.seen:
                 self.seen = n
+            ts = data.get("ts") if type(data) is dict else None
+            if type(ts) is float and (self._last_ts is None or ts > self._last_ts):
+                self._last_ts = ts
             if self._deliver is not None:
                 try:
                     self._deliver(n, node, data)
@@ -403,6 +414,7 @@ class RedisBus:
         """Entry ``n`` came where ``_last_n + 1`` was expected: it and what follows held, every live
         node asked for what it wrote in between."""
         gap = self._gap = catchup.Gap(new_id(), self._last_n, n)
+        gap.t_lo = self._last_ts
         gap.held.append((node, fields))
         gap.add(self.node_id, [[n, orjson.loads(body)] for n, body in self._written.between(gap.lo, gap.hi)])
         self.tasks.spawn(self._fill(gap), name="bus-refetch")
@@ -438,6 +450,9 @@ class RedisBus:
         if lost:  # events known given that no writer kept any longer: said, and counted
             self.gone += sum(last - first + 1 for first, last in lost)
             log.warning("bus: events %s came back from no node: gone for good", catchup.spans(lost))
+        self.jumps.append((gap.lo, gap.hi))
+        if self.on_passed is not None:  # before what follows is delivered (Cluster: gone.py; it logs its own errors)
+            self.on_passed(gap, lost)
         for n, node, items in found:
             if type(items) is list:
                 self._deliver_items(node, n, items)
@@ -456,11 +471,12 @@ class RedisBus:
         if data.get("bus") == "refetch":
             lo, hi, rid = data.get("lo"), data.get("hi"), data.get("id")
             if type(lo) is int and type(hi) is int and type(rid) is str:
-                self._queue(f"{self.prefix}:inbox:{sender}", catchup.answer(rid, self._written.between(lo, hi)))
+                seen = catchup.seen_below(hi, self._first_n, self._last_n, self.jumps)
+                self._queue(f"{self.prefix}:inbox:{sender}", catchup.answer(rid, self._written.between(lo, hi), seen))
         elif data.get("bus") == "refetched":
             gap = self._gap
             if gap is not None and data.get("id") == gap.rid:
-                gap.add(sender, data.get("entries"))
+                gap.add(sender, data.get("entries"), data.get("seen"))
                 self._moved_on()
 
     def _moved_on(self) -> None:

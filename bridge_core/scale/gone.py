@@ -1,0 +1,125 @@
+"""What a node does once its delivery passed over numbers the stream lost (docs/scale-out.md "Catching up").
+
+The bus (redisbus.py, catchup.py) holds a gap, asks every live node for what it wrote in between, and
+delivers what came back; what did not come back is either a jump of the numbering (after a loss of
+Redis's keys) or events gone for good (``Gap.lost``: numbers known given). Then, before what follows is
+delivered (``passed``):
+
+- **The node's state is read again from the store**, a durable record of what every node's events did:
+  a transcript this node holds in memory may lack a message whose event the stream lost (chaos seeds
+  2000 and 2003: ``nodes_disagree``, a node missing a user's message or a whole run), so what the store
+  has that a transcript in memory lacks is added to it, in the one order (``Transcripts.refresh``), once
+  this node's own writes are committed, and again ``AGAIN`` s later. Whatever the gap was: after a mere
+  jump this costs a read per transcript in memory.
+- **Events gone for good are said**: their numbers are recorded as a hole of this node's
+  (``cluster_holes``: whatever this node rendered from the stream lacks them), and every front end's
+  hook is called (``hooks``): Loomi closes the sockets of the phones this node numbers, and a hello
+  whose numbering crossed a hole, or whose catch-up would be served over one, is answered
+  ``truncated`` (loomi_adapter/cluster.py, history.py).
+- **Numbers nobody knows of** (above the highest known given: every node behind when Redis lost its
+  keys, and the writer gone) are a jump of the numbering or events nobody knows were given: the core's
+  store tells which (``happened``: something done strictly between the events on either side). Events,
+  and they are said as gone; a jump, and nobody is told anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, Callable
+
+from ..bridge.tasks import TaskSet
+
+log = logging.getLogger("agent_bridge.cluster")
+
+MIGRATION = """
+CREATE TABLE cluster_holes(
+    node_id TEXT NOT NULL,
+    n_from INTEGER NOT NULL,
+    n_to INTEGER NOT NULL,
+    at REAL NOT NULL
+);
+CREATE INDEX cluster_holes_to ON cluster_holes(n_to);
+"""
+
+AGAIN = 20.0  # s after a gap the store is read again (pgstore.py RIDE_OUT: an origin's write held that long)
+KEEP_HOLES = 7 * 24 * 3600.0  # s a hole is kept (a phone away longer is past its replay window anyway)
+
+Hook = Callable[[list], None]  # the ranges (first, last) of numbers gone
+
+
+class Gone:
+    def __init__(self, bridge: Any, node_id: str, tasks: TaskSet):
+        self.bridge = bridge
+        self.node_id = node_id
+        self.tasks = tasks
+        self.hooks: list[Hook] = []  # front ends told of events gone (loomi_adapter/server.py)
+        self.refreshes = 0  # state read again after a gap (tests, metrics)
+
+    def passed(self, gap: Any, lost: list) -> None:
+        """The bus passed over the numbers strictly between ``gap.lo`` and ``gap.hi`` (catchup.Gap); ``lost``:
+        those known gone. Above the highest known given, what the store records done before the event after
+        the gap (``happened``) says whether the numbers there were events too, gone, or a jump."""
+        self.tasks.spawn(self._refresh(), name="cluster-refresh")
+        try:
+            top, t_top = gap.known()
+            t_after = gap.after()
+            if not lost and top + 1 < gap.hi and t_top is not None and t_after is not None and \
+                    happened(self.bridge.store, t_top, t_after):  # fmt: skip
+                lost = [(top + 1, gap.hi - 1)]
+                log.warning("bus: events %d to %d came from no node and the store records what they did: gone "
+                            "for good", top + 1, gap.hi - 1)  # fmt: skip
+        except Exception:  # the store unreadable now: only what is known gone is said
+            log.exception("cluster: looking for events gone after a gap failed")
+        if lost:
+            self._said(lost)
+
+    def _said(self, lost: list) -> None:
+        now = time.time()
+        rows = [(self.node_id, a, b, now) for a, b in lost]
+
+        def write(c: Any) -> None:
+            c.executemany("INSERT INTO cluster_holes(node_id, n_from, n_to, at) VALUES(?,?,?,?)", rows)
+            c.execute("DELETE FROM cluster_holes WHERE at<?", (now - KEEP_HOLES,))
+
+        self.bridge.store.write_later(write)
+        for hook in list(self.hooks):
+            try:
+                hook(lost)
+            except Exception:
+                log.exception("cluster: telling a front end of events gone failed")
+
+    async def _refresh(self) -> None:
+        """Twice: at once (this node's own writes committed first), and once more ``AGAIN`` s later (an
+        origin's write held by a PostgreSQL restart is committed by then)."""
+        for wait in (0.0, AGAIN):
+            await asyncio.sleep(wait)
+            await self.bridge.store.aflush()
+            added = self.bridge.transcripts.refresh()
+            self.refreshes += 1
+            if added:
+                log.warning("cluster: %d message(s) the stream lost read back from the store", added)
+
+
+def holes(store: Any, above: int) -> list[tuple[str, int, int]]:
+    """The holes recorded whose last number is above ``above``: (node, first, last)."""
+    return [(r[0], int(r[1]), int(r[2])) for r in store.query(
+        "SELECT node_id, n_from, n_to FROM cluster_holes WHERE n_to>?", (above,))]  # fmt: skip
+
+
+EDGE = 0.02  # s off each end of a window ``happened`` looks in: two nodes' events may be stamped out of order
+
+
+def happened(store: Any, t0: float, t1: float) -> bool:
+    """Whether the store records something done strictly between times ``t0`` and ``t1`` (less ``EDGE`` at
+    each end): a message written (a user's, a completion, a run's saved draft), a run started or ended. The
+    durable record of events no node's delivery or rows hold: anything there, and they were events, gone
+    for good; nothing, and their numbers were a jump of the numbering (after Redis lost its keys)."""
+    t0, t1 = t0 + EDGE, t1 - EDGE
+    if t1 <= t0:
+        return False
+    if store.query_one("SELECT 1 FROM messages WHERE ts>? AND ts<? LIMIT 1", (t0, t1)) is not None:
+        return True
+    return store.query_one("SELECT 1 FROM runs WHERE (started_at>? AND started_at<?) OR (finished_at>? AND "
+                           "finished_at<?) LIMIT 1", (t0, t1, t0, t1)) is not None  # fmt: skip
