@@ -48,7 +48,7 @@ import orjson
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from . import buswrite, catchup
+from . import buswrite, catchup, sharedread
 from .bus import Deliver, OnCommand
 from . import readback
 from .busauth import KEY_BYTES, LEARN_BACK, LiveNodes, Signer, Verifier, entry_order, fingerprint
@@ -174,7 +174,7 @@ class RedisBus:
         try:
             await self._r.ping()
             self._beat = self._r.register_script(_BEAT)
-            self._end = self._r.register_script(_END)
+            self._end = sharedread.of_script(self._r.register_script(_END), [self.events_key], self.tasks)
             await self._raise_counter()
             self.last_event_id = await self._join(self.events_key, self.join_back)
             self._read_to = entry_order(self.last_event_id)
@@ -490,7 +490,7 @@ class RedisBus:
         if self._r is None or not self._serving:
             return
         try:
-            end = await self._end(keys=[self.events_key])
+            end = await self._end()
         except (RedisError, OSError):
             return
         target = entry_order(end) if end else None

@@ -51,3 +51,8 @@ class SharedRead:
                 if left is not None and not left.done():
                     left.set_exception(ConnectionError("the shared read stopped"))
             self._next = None
+
+
+def of_script(script: Callable[..., Awaitable[Any]], keys: list, tasks: TaskSet) -> SharedRead:
+    """A Redis script's reads of ``keys``, shared as above."""
+    return SharedRead(lambda: script(keys=keys), tasks)
