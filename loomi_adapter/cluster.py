@@ -67,6 +67,25 @@ def _ts(tail: bytes) -> float:
         return 0.0
 
 
+def held_by(tails: list) -> gone.Held:
+    """What stored frames (bodies without the opening brace) carry: the runs they start and end, the
+    messages they hold (gone.happened counts only what they lack)."""
+    starts, ends, messages = set(), set(), set()
+    for tail in tails:
+        try:
+            f = orjson.loads(b"{" + bytes(tail))
+        except orjson.JSONDecodeError:
+            continue
+        kind, run_id, payload = f.get("type"), f.get("run_id"), f.get("payload") or {}
+        if run_id and kind == "run.started":
+            starts.add(run_id)
+        elif run_id and kind in ("run.completed", "run.failed"):
+            ends.add(run_id)
+        if isinstance(payload, dict) and payload.get("message_id"):
+            messages.add(payload["message_id"])
+    return gone.Held(frozenset(starts), frozenset(ends), frozenset(messages))
+
+
 class Claim:
     """What a hello read and won: the device's history and its new epoch."""
 
@@ -393,10 +412,10 @@ class ClusterRegistry(Registry):
         latest time of the newest rows at or below ``after`` to that of this node's first row at or above
         ``before`` (history.plan_catchup)."""
         rows = self.store.query("SELECT body FROM loomi_frames WHERE n<=? ORDER BY n DESC LIMIT 16", (after,))
-        first = next((body for _, n, body in self.recent if n >= before), None)
-        if not rows or first is None:
+        served = [body for _, n, body in self.recent if n >= before]
+        if not rows or not served:
             return False  # no time to look from: as before, nothing known missing
-        return gone.happened(self.store, max(_ts(bytes(r[0])) for r in rows), _ts(first))
+        return gone.happened(self.store, max(_ts(bytes(r[0])) for r in rows), _ts(served[0]), held_by(served))
 
     def _holes(self, others: list, above: int) -> dict:
         """Per source of ``others``: the holes its node recorded above ``above`` (gone.py)."""

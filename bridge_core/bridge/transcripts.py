@@ -43,6 +43,7 @@ import collections
 from typing import Any, Optional
 
 from ..model import events as ev
+from ..model.ids import draft_message_id
 from ..model.state import HISTORY_KEEP, ConversationState, Transcript
 
 HOT_CONVERSATIONS = 256  # transcripts kept in memory at most
@@ -76,6 +77,15 @@ def in_order(rows: list) -> list:
         keys.append((last, i))
     keys.sort()
     return [rows[i] for _, i in keys]
+
+
+def unfinished_out(rows: list, drafts: set) -> list:
+    """``rows`` (in order) less the saved drafts ``drafts`` of runs still running (their message unfinished),
+    unless a user's message came after one: then its run has ended (one run per conversation) and this state
+    is behind; that row is kept where it is, and the completion, folded later, replaces its text (scale/seen.py)."""
+    users = [i for i, r in enumerate(rows) if r[1] == "user"]
+    last_user = users[-1] if users else -1
+    return [r for i, r in enumerate(rows) if r[0] not in drafts or i < last_user]
 
 
 def place(t: Transcript, message: ev.Message) -> None:
@@ -141,9 +151,7 @@ class Transcripts:
         run = conv.run
         rows = in_order(self.store.transcript(conv.conversation_id, HISTORY_KEEP))
         if run is not None and not run.completed:
-            at = next((i for i in range(len(rows) - 1, -1, -1) if rows[i][0] == run.message_id), None)
-            if at is not None and not any(r[1] == "user" for r in rows[at + 1:]):
-                del rows[at]
+            rows = unfinished_out(rows, {run.message_id})
         t = Transcript(ev.Message(message_id=mid, role=role, text=text, ts=ts) for mid, role, text, ts in rows)
         self.loads += 1
         conv.transcript = t
@@ -188,7 +196,11 @@ class Transcripts:
             if t is None or t.held or conv.run is not None:
                 continue
             have = {m.message_id for m in t}
-            for mid, role, text, ts in in_order(self.store.transcript(cid, HISTORY_KEEP)):
+            # a run the store has open (its start lost to this node, it may not know of it): its draft row is
+            # no message yet (chaos seed 2003: ``conversation.open`` showed a streaming run's first words)
+            streaming = {draft_message_id(r) for (r,) in self.store.query(
+                "SELECT run_id FROM runs WHERE conversation_id=? AND finished_at IS NULL", (cid,))}  # fmt: skip
+            for mid, role, text, ts in unfinished_out(in_order(self.store.transcript(cid, HISTORY_KEEP)), streaming):
                 if mid not in have:
                     m = ev.Message(message_id=mid, role=role, text=text, ts=ts)
                     t.append(m)

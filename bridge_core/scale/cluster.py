@@ -177,7 +177,9 @@ class Cluster:
                         self.deciders[did] = owner[0]
         ends, self._ends = self._ends, []
         for data in ends:  # older than what the bus held (read_ends): folded, and written (_fold)
-            self._fold(self.node_id, data)
+            event = self._fold(self.node_id, data)
+            if type(event) is ev.Notification:  # a close's notice (read_ends): no run id to restore it by
+                self.bridge.persister.persist(0, event)
         held, self._held = self._held or [], None
         for n, node, data in held:
             event = self._fold(node, data)
@@ -312,16 +314,19 @@ class Cluster:
 
     async def read_ends(self, run_ids: list) -> None:
         """At join, for this node's runs the store left open: the end its previous life published (the last
-        ``TEXT_BACK`` s; its entries, not live, are not delivered) and the completion before, folded first."""
+        ``TEXT_BACK`` s; its entries, not live, are not delivered) and the completion before, folded first; a
+        close as interrupted, the notice it published after (``Bridge.interrupt``: seed 2003, nodes_disagree)."""
         for run_id in run_ids:
             try:
                 end = await self.bus.newest(run_id.encode(), lambda d, r=run_id: _end_of(d, r), TEXT_BACK)
                 done = None if end is None else await self.bus.newest(
                     run_id.encode(), lambda d, r=run_id: _last_text(d, r) and d["event"] != "TextDelta", TEXT_BACK)
+                notice = None if end is None or end.get("error") != ev.RUN_INTERRUPTED else await self.bus.newest(
+                    str(end.get("conversation_id")).encode(), lambda d, e=end: _notice_of(d, e), TEXT_BACK)
             except Exception:  # the bus away for a moment: closed as interrupted (the store says it is open)
                 log.exception("cluster: reading the end of run %s from the bus failed", run_id)
                 continue
-            self._ends += [d for d in (done, end) if d is not None]
+            self._ends += [d for d in (done, end, notice) if d is not None]
 
     # --- one run per conversation ---------------------------------------------------------------
 
@@ -554,6 +559,12 @@ def _last_text(data: Any, run_id: str) -> bool:
 def _end_of(data: Any, run_id: str) -> bool:
     """Is ``data`` (an event's bus form) the end of ``run_id``?"""
     return type(data) is dict and data.get("event") == "RunFinished" and data.get("run_id") == run_id
+
+
+def _notice_of(data: Any, end: dict) -> bool:
+    """Is ``data`` the notice ``Bridge.interrupt`` published right after ``end`` (a run closed as interrupted)?"""
+    return type(data) is dict and data.get("event") == "Notification" and data.get("source") == "bridge" and \
+        data.get("conversation_id") == end.get("conversation_id") and 0 <= data.get("ts", -1) - end.get("ts", 0) < 1
 
 
 def _run_started(c: Any, run_id: str, cid: str, node: str) -> None:

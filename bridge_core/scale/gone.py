@@ -27,7 +27,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Optional
+
+import attrs
 
 from ..bridge.tasks import TaskSet
 
@@ -109,17 +111,47 @@ def holes(store: Any, above: int) -> list[tuple[str, int, int]]:
 
 
 EDGE = 0.02  # s off each end of a window ``happened`` looks in: two nodes' events may be stamped out of order
+LOOK = 200  # rows of the window ``happened`` compares with what is held (more: something is surely missing)
 
 
-def happened(store: Any, t0: float, t1: float) -> bool:
+@attrs.frozen
+class Held:
+    """What the events a node serves after a gap carry (the runs they start and end, the messages they
+    hold): a run's start lost as it streamed and sent again by its node after the loss is numbered after
+    the gap yet stamped before its end, so the store shows it in the gap's window though nothing is missing."""
+
+    starts: frozenset = frozenset()  # run ids whose start is held
+    ends: frozenset = frozenset()  # run ids whose end is held
+    messages: frozenset = frozenset()  # message ids held
+
+    def message(self, message_id: str) -> bool:
+        """A run's message (its saved draft, its completion) is held with the run's start or end."""
+        if message_id in self.messages:
+            return True
+        run_id = message_id[len("draft-"):] if message_id.startswith("draft-") else None
+        return run_id is not None and (run_id in self.starts or run_id in self.ends)
+
+
+def happened(store: Any, t0: float, t1: float, held: Optional[Held] = None) -> bool:
     """Whether the store records something done strictly between times ``t0`` and ``t1`` (less ``EDGE`` at
-    each end): a message written (a user's, a completion, a run's saved draft), a run started or ended. The
-    durable record of events no node's delivery or rows hold: anything there, and they were events, gone
-    for good; nothing, and their numbers were a jump of the numbering (after Redis lost its keys)."""
+    each end) that ``held`` lacks: a message written (a user's, a completion, a run's saved draft), a run
+    started or ended. The durable record of events no node's delivery or rows hold: anything there, and
+    they were events, gone for good; nothing (or only what the events served after the gap carry), and
+    their numbers were a jump of the numbering (after Redis lost its keys)."""
     t0, t1 = t0 + EDGE, t1 - EDGE
     if t1 <= t0:
         return False
-    if store.query_one("SELECT 1 FROM messages WHERE ts>? AND ts<? LIMIT 1", (t0, t1)) is not None:
+    held = held or Held()
+    messages = store.query("SELECT message_id FROM messages WHERE ts>? AND ts<? LIMIT ?", (t0, t1, LOOK))
+    if len(messages) >= LOOK or any(not held.message(str(r[0])) for r in messages):
         return True
-    return store.query_one("SELECT 1 FROM runs WHERE (started_at>? AND started_at<?) OR (finished_at>? AND "
-                           "finished_at<?) LIMIT 1", (t0, t1, t0, t1)) is not None  # fmt: skip
+    runs = store.query("SELECT run_id, started_at, finished_at FROM runs WHERE (started_at>? AND started_at<?) OR "
+                       "(finished_at>? AND finished_at<?) LIMIT ?", (t0, t1, t0, t1, LOOK))  # fmt: skip
+    if len(runs) >= LOOK:
+        return True
+    for run_id, started, finished in runs:
+        if t0 < started < t1 and run_id not in held.starts:
+            return True
+        if finished is not None and t0 < finished < t1 and run_id not in held.ends:
+            return True
+    return False
