@@ -53,6 +53,7 @@ const app = {
   rendered: {},
   renderTimer: null,
   listTimer: null,
+  listLater: null, // the list's draw put off while the open conversation's first page is on its way
   unseen: false, // content arrived below while the user was scrolled up
   notified: new Set(), // decision keys a browser notification was shown for
 };
@@ -148,7 +149,23 @@ function listChanged() {
   spawn.renderJobs();
 }
 
+// While the conversation the page opens on waits for its first page, the list waits too: it is drawn the frame
+// after that page is (`renderNow`), or LIST_LATER_MS later at most. Not on a phone's screen then, and on a
+// desktop not what the reader asked for: its 50 entries are not drawn on the way to the conversation's first paint.
+const LIST_LATER_MS = 500;
+
 function renderList() {
+  const st = app.current ? app.states.get(app.current) : null;
+  if (st && !st.loaded) {
+    if (!app.listLater) app.listLater = setTimeout(listNow, LIST_LATER_MS);
+    return;
+  }
+  listNow();
+}
+
+function listNow() {
+  clearTimeout(app.listLater);
+  app.listLater = null;
   drawList($("session-list"), $("session-count"), { book, current: app.current, more: () => book.more(),
                                                     onResize: () => scheduleList() });
 }
@@ -222,6 +239,7 @@ function renderNow() {
   clearTimeout(app.renderTimer);
   app.renderTimer = null;
   renderSession();
+  if (app.listLater) requestAnimationFrame(() => setTimeout(() => app.listLater && renderList(), 0)); // the list's turn
 }
 
 function scheduleRender(delay = 16) {

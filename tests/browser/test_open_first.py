@@ -66,3 +66,52 @@ async def test_the_first_paint_draws_the_screen_and_the_margin_follows(ui):
     settled = await (await page.wait_for_function(f"() => {{ const s = ({SETTLED})(); return s.items >= 80 && s; }}")).json_value()
     assert settled["above"] > 0, settled
     await plugin.close()
+
+
+# from a page's first script on: when the first locale formatter is made (the page's Intl set-up), and what the
+# frame that first shows the newest message holds
+WATCH_OPENING = """(text) => { window.__intl = null; window.__first = null;
+  const first = () => { if (window.__intl === null) window.__intl = performance.now(); };
+  for (const name of ['DateTimeFormat', 'NumberFormat', 'RelativeTimeFormat']) {
+    const Real = Intl[name];
+    Intl[name] = new Proxy(Real, { construct: (t, args) => { first(); return new t(...args); },
+                                   apply: (t, self, args) => { first(); return t(...args); } });
+  }
+  for (const [proto, key] of [[Date.prototype, 'toLocaleString'], [Date.prototype, 'toLocaleTimeString'],
+                              [Date.prototype, 'toLocaleDateString'], [Number.prototype, 'toLocaleString']]) {
+    const real = proto[key];
+    proto[key] = function (...args) { first(); return real.apply(this, args); };
+  }
+  const look = () => {
+    const els = document.querySelectorAll('#timeline .msg-assistant');
+    const el = els[els.length - 1];
+    if (el && el.textContent.includes(text)) {
+      const times = document.querySelectorAll('#timeline time.rel');
+      window.__first = { at: performance.now(), listed: document.querySelectorAll('#session-list > .session-item').length,
+                         times: times.length, titled: [...times].filter((t) => t.title).length };
+    } else requestAnimationFrame(look);
+  };
+  requestAnimationFrame(look); }"""
+AFTER = """() => { const times = [...document.querySelectorAll('#timeline time.rel')];
+  return { listed: document.querySelectorAll('#session-list > .session-item').length, times: times.length,
+           titled: times.filter((t) => t.title && t.title.length > 10).length }; }"""
+
+
+async def test_the_first_paint_waits_for_no_list_nor_locale_set_up_and_they_follow(ui):
+    """A page opened on a conversation draws its newest messages before the sessions list and before any locale
+    formatter (the first one costs the page tens of milliseconds): in the frame that first shows the newest message
+    the list is empty and the timestamps have no tooltip yet; the frames after, the list is drawn and every
+    timestamp has its full date as its tooltip."""
+    plugin = await filled(ui, SID, 30)
+    page = await ui.page()
+    await page.context.add_init_script(f"({WATCH_OPENING})('tok29x')")
+    await page.goto("about:blank")
+    await page.goto(f"{ui.base}/#/s/{SID}")
+    first = await (await page.wait_for_function("() => window.__first")).json_value()
+    assert first["times"] > 0 and first["titled"] == 0 and first["listed"] == 0, first
+    intl = await page.evaluate("() => window.__intl")
+    assert intl is None or intl > first["at"], (intl, first)
+    after = await (await page.wait_for_function(
+        f"() => {{ const a = ({AFTER})(); return a.listed > 0 && a.titled === a.times && a.times > 0 && a; }}")).json_value()
+    assert after["listed"] == 1, after
+    await plugin.close()
