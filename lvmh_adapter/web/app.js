@@ -53,7 +53,8 @@ const app = {
   rendered: {},
   renderTimer: null,
   listTimer: null,
-  listLater: null, // the list's draw put off while the open conversation's first page is on its way
+  opening: null, // the conversation of the page's address, until the list is drawn after its first page
+  listLater: null, // the list's draw put off meanwhile
   unseen: false, // content arrived below while the user was scrolled up
   notified: new Set(), // decision keys a browser notification was shown for
 };
@@ -149,14 +150,14 @@ function listChanged() {
   spawn.renderJobs();
 }
 
-// While the conversation the page opens on waits for its first page, the list waits too: it is drawn the frame
-// after that page is (`renderNow`), or LIST_LATER_MS later at most. Not on a phone's screen then, and on a
-// desktop not what the reader asked for: its 50 entries are not drawn on the way to the conversation's first paint.
+// While the conversation the page opens on (its address) waits for its first page, the list waits too: it is
+// drawn the frame after that page is (`renderNow`), or LIST_LATER_MS later at most. Not on a phone's screen then,
+// and on a desktop not what the reader asked for: neither its entries nor its first layout are on the way to the
+// conversation's first paint. A conversation opened later from the list marks its entry at once.
 const LIST_LATER_MS = 500;
 
 function renderList() {
-  const st = app.current ? app.states.get(app.current) : null;
-  if (st && !st.loaded) {
+  if (app.opening && app.opening === app.current && !app.states.get(app.current)?.loaded) {
     if (!app.listLater) app.listLater = setTimeout(listNow, LIST_LATER_MS);
     return;
   }
@@ -166,6 +167,7 @@ function renderList() {
 function listNow() {
   clearTimeout(app.listLater);
   app.listLater = null;
+  app.opening = null;
   drawList($("session-list"), $("session-count"), { book, current: app.current, more: () => book.more(),
                                                     onResize: () => scheduleList() });
 }
@@ -547,6 +549,7 @@ const spawn = new SpawnDialog({
 function start() {
   const id = routeFromHash();
   app.current = null;
+  app.opening = id;
   openSession(id); // its first page before the list's: the reader asked for this conversation
   socket.start(); // its probe loads the session list
   if (id) warmUp(); // while the first page is on its way
@@ -590,8 +593,10 @@ function init() {
     }
   }, CLOCK_MS);
   onGrammars(() => scheduleRender(0)); // code blocks drawn before highlight.js's grammars were in, again
-  renderList();
-  renderView();
+  if (!app.token || !routeFromHash()) {
+    renderList();
+    renderView();
+  } // else openSession draws both (the list once the conversation's first page is drawn)
   if (!app.token) showGate("");
   else start();
 }
