@@ -51,9 +51,10 @@ export function expiryEl(expiresAt, what = "expires") {
   const ms = toMillis(expiresAt);
   if (ms === null) return null;
   const d = new Date(ms);
-  return h("time.until", { datetime: d.toISOString(), "data-until": String(ms), "data-what": what,
-                           title: FULL_DATE.format(d) },
+  const el = h("time.until", { datetime: d.toISOString(), "data-until": String(ms), "data-what": what },
     untilLine(ms, what));
+  titleOf(el, d);
+  return el;
 }
 
 export function untilLine(expiresAt, what = "expires", now = Date.now()) {
