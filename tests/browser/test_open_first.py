@@ -115,3 +115,32 @@ async def test_the_first_paint_waits_for_no_list_nor_locale_set_up_and_they_foll
         f"() => {{ const a = ({AFTER})(); return a.listed > 0 && a.titled === a.times && a.times > 0 && a; }}")).json_value()
     assert after["listed"] == 1, after
     await plugin.close()
+
+
+# every frame from the moment the hash changes: the first one whose timeline holds anything, what it shows
+WATCH_FIRST_ITEMS = """([sid, text]) => { window.__firstItems = null;
+  const look = () => {
+    const items = [...document.querySelectorAll('#timeline > *')];
+    if (items.length) {
+      const box = document.getElementById('timeline-wrap').getBoundingClientRect();
+      const shown = items.filter((n) => { const r = n.getBoundingClientRect(); return r.bottom > box.top && r.top < box.bottom; });
+      window.__firstItems = { items: items.length, shown: shown.length, height: Math.round(box.height),
+                              newest: shown.some((n) => n.classList.contains('msg-assistant') && n.textContent.includes(text)) };
+    } else requestAnimationFrame(look);
+  };
+  requestAnimationFrame(look);
+  location.hash = '#/s/' + sid; }"""
+
+
+@pytest.mark.parametrize("width, height", [(390, 844), (800, 900), (1280, 800)])
+async def test_the_first_frame_of_a_conversation_shows_its_screen_and_its_newest_message(ui, width, height):
+    """The first frame with anything of the conversation in it shows the screen's items, the newest message among
+    them, at every width. At 1,024 px and less the timeline was placed, the task panel hidden, in the grid's
+    auto row: as tall as what it held when the first page came (52 px on a phone), so the first paint drew one
+    item and the newest message came a frame later with the margin's draw."""
+    plugin = await filled(ui, SID, 60)
+    page = await ui.page(width=width, height=height)
+    await page.evaluate(WATCH_FIRST_ITEMS, [SID, "tok59x"])
+    first = await (await page.wait_for_function("() => window.__firstItems")).json_value()
+    assert first["newest"] and first["shown"] >= 3 and first["height"] > height / 2, first
+    await plugin.close()
