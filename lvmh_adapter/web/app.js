@@ -53,8 +53,8 @@ const app = {
   rendered: {},
   renderTimer: null,
   listTimer: null,
-  opening: null, // the conversation of the page's address, until the list is drawn after its first page
-  listLater: null, // the list's draw put off meanwhile
+  opening: null, // the address's conversation until the list is drawn after its first page (listLater: that draw)
+  listLater: null,
   unseen: false, // content arrived below while the user was scrolled up
   notified: new Set(), // decision keys a browser notification was shown for
 };
@@ -150,24 +150,17 @@ function listChanged() {
   spawn.renderJobs();
 }
 
-// While the conversation the page opens on (its address) waits for its first page, the list waits too: it is
-// drawn the frame after that page is (`renderNow`), or LIST_LATER_MS later at most. Not on a phone's screen then,
-// and on a desktop not what the reader asked for: neither its entries nor its first layout are on the way to the
-// conversation's first paint. A conversation opened later from the list marks its entry at once.
+// The list waits for the first page of the conversation the page opens on (not what the reader asked for, not on a
+// phone's screen): drawn the frame after it (`renderNow`), LIST_LATER_MS later at most. Later openings: at once.
 const LIST_LATER_MS = 500;
-
 function renderList() {
-  if (app.opening && app.opening === app.current && !app.states.get(app.current)?.loaded) {
-    if (!app.listLater) app.listLater = setTimeout(listNow, LIST_LATER_MS);
-    return;
-  }
-  listNow();
+  if (!app.opening || app.opening !== app.current || app.states.get(app.current)?.loaded) return listNow();
+  if (!app.listLater) app.listLater = setTimeout(listNow, LIST_LATER_MS);
 }
 
 function listNow() {
   clearTimeout(app.listLater);
-  app.listLater = null;
-  app.opening = null;
+  app.listLater = app.opening = null;
   drawList($("session-list"), $("session-count"), { book, current: app.current, more: () => book.more(),
                                                     onResize: () => scheduleList() });
 }
@@ -593,10 +586,8 @@ function init() {
     }
   }, CLOCK_MS);
   onGrammars(() => scheduleRender(0)); // code blocks drawn before highlight.js's grammars were in, again
-  if (!app.token || !routeFromHash()) {
-    renderList();
-    renderView();
-  } // else openSession draws both (the list once the conversation's first page is drawn)
+  if (!app.token || !routeFromHash()) renderList(); // with a conversation's address openSession draws both,
+  if (!app.token || !routeFromHash()) renderView(); // the list after the conversation's first page
   if (!app.token) showGate("");
   else start();
 }
