@@ -28,10 +28,12 @@ function titleOf(el, d) {
     return;
   }
   if (!untitled.length) {
-    requestAnimationFrame(() => setTimeout(() => {
-      fullDate = new Intl.DateTimeFormat([], { dateStyle: "full", timeStyle: "medium" });
+    const make = () => {
+      fullDate = fullDate || new Intl.DateTimeFormat([], { dateStyle: "full", timeStyle: "medium" });
       for (const [e, at] of untitled.splice(0)) e.title = fullDate.format(at);
-    }, 0));
+    };
+    requestAnimationFrame(() => setTimeout(make, 0));
+    setTimeout(make, 1000); // a page opened hidden draws no frame: its <time>s are not held for long
   }
   untitled.push([el, d]);
 }
