@@ -87,3 +87,35 @@ async def test_an_event_delivered_again_is_not_rendered_again(service_factory, e
         assert await api.events(sid) == before
     finally:
         await api.close()
+
+
+async def test_a_node_that_missed_a_run_start_renders_the_run_from_the_store(service_factory, engines, tmp_path):
+    """A node whose renderer never got a run's start (chaos seed 2003: paused, then Redis restarted and the
+    stream lost the start) rendered the run's next delta as a new message ``assistant`` (no draft id) and
+    its completion as a message outside any run: a browser got the message's end without any of its
+    deltas (``deltas_incomplete``). It now rebuilds the run and its open message from the stored events."""
+    from bridge_core.model import commands as cmd
+    from tests.lvmh.helpers import Api
+    from tests.scale.test_cluster import _nodes
+
+    (a,) = await _nodes(service_factory, engines, tmp_path, "a", adapters=("lvmh",))
+    api = Api(a.ports["lvmh"])
+    try:
+        conv = await a.bridge.execute(cmd.CreateConversation(name="start missed"), cmd.LOCAL)
+        sid = conv.conversation_id
+        status, _ = await api.post(f"/api/sessions/{sid}/prompt", {"message": "/approve make all"})
+        assert status == 200
+        evs = await api.wait_events(sid, lambda e: any(x["type"] == "approval_request" for x in e))
+        draft = next(e["message"]["id"] for e in evs if e["type"] == "message_start" and e["message"]["role"] == "assistant")
+        aid = next(e["approvalId"] for e in evs if e["type"] == "approval_request")
+        a.frontends["lvmh"].book.renderer.forget(sid)  # the run's start never reached this renderer
+        status, _ = await api.post(f"/api/approvals/{aid}", {"choice": "once"})
+        assert status == 200
+        evs = await api.wait_events(sid, lambda e: bool(e) and e[-1]["type"] == "agent_settled")
+        await a.frontends["lvmh"].book.log.aflush()
+        evs = await api.events(sid)
+        assistant = [(e["type"], e["message"]["id"]) for e in evs
+                     if e["type"] in ("message_start", "message_end") and e["message"]["role"] == "assistant"]
+        assert assistant == [("message_start", draft), ("message_end", draft)], assistant
+    finally:
+        await api.close()
