@@ -268,8 +268,6 @@ class SessionBook:
             conv = self.bridge.conversations.get(cid)
             if conv is None or conv.source == SOURCE_NAME:
                 return
-            if self.link.shared and self._rendered(cid, seq):
-                return  # rendered here already
             if not self.renderer.knows(cid, e.run_id):
                 self._rebuild(cid, e.run_id)
             self.emit_all(cid, self.renderer.render(e), e.ts, seq)
@@ -289,22 +287,9 @@ class SessionBook:
         conv = self.bridge.conversations.get(cid)
         if conv is None or conv.source == SOURCE_NAME:
             return  # plugin sessions are stored as their plugin sent them, never re-rendered
-        if self.link.shared and self._rendered(cid, seq):
-            return
         if t in RUN_STATE_EVENTS and e.run_id is not None and not self.renderer.knows(cid, e.run_id):
             self._rebuild(cid, e.run_id)
         self.emit_all(cid, self.renderer.render(e), e.ts, seq)
-
-    def _rendered(self, cid: str, n: int) -> bool:
-        """Several nodes: is event ``n`` of ``cid`` at or below the seqs this node rendered or loaded as
-        stored? Then it was rendered already (a redelivery, or an event every node stored before this one
-        started): rendering it again from a renderer that moved past it gives the same seqs other bytes,
-        and the seqs the first rendering did not use new events no browser is shown (issue 41, chaos seed
-        2000: a run's completed message rendered again once its run had ended, as a message outside any
-        run: its ``message_end`` a second time, one seq on). A run it skips is rebuilt from the store when
-        its next event comes (``_rebuild``)."""
-        rec = self.records.get(cid)
-        return rec is not None and cluster_seq(self.seq_base, n, 0) <= rec.high
 
     def _rebuild(self, cid: str, run_id: str) -> None:
         """An event of a run this node's renderer never saw start (a node restarted mid-run, which folds

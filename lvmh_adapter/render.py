@@ -287,6 +287,8 @@ class Renderer:
 
     def _completed(self, e: ev.MessageCompleted, out: Rendered) -> None:
         c = self._conv(e.conversation_id)
+        if e.run_id is not None and e.run_id == c.seen and e.run_id != c.run_id:
+            return  # its run ended here, its message with it (the core completes it first): delivered again
         if e.run_id is None or e.run_id != c.run_id:
             mid = e.message_id  # a notice outside any run
             out.append(("message_start", {"message": message("assistant", mid)}))

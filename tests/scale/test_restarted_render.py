@@ -56,11 +56,11 @@ async def test_a_restarted_origin_stores_the_run_end_the_watching_browser_saw(no
         await rest2.close()
 
 
-async def test_an_event_delivered_again_is_not_rendered_again(service_factory, engines, tmp_path):
-    """The bus delivering an event a second time (a Redis restart right after it was published, as
-    chaos seed 2000 had) renders nothing new: before, the run's completed message, delivered again once
-    its run had ended, was rendered as a message outside any run, and the store got a second
-    ``message_end`` of the message one seq past the one every browser was shown."""
+async def test_a_run_completion_delivered_again_after_its_end_renders_nothing(service_factory, engines, tmp_path):
+    """A run's completed message delivered a second time once the run ended here (a Redis restart right
+    after it was published, as chaos seed 2000 had) renders nothing: before, it was rendered as a message
+    outside any run, and the store got a second ``message_end`` of the message one seq past the one every
+    browser was shown (lvmh_adapter/render.py ``_completed``)."""
     from bridge_core.model import commands as cmd
     from bridge_core.model import events as ev
     from tests.lvmh.helpers import Api
