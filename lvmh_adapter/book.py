@@ -41,6 +41,8 @@ log = logging.getLogger("agent_bridge.lvmh")
 
 SOURCE_NAME = "lvmh"  # the agent source of pi sessions (plugin_source.py)
 LIST_EVENTS = (ev.ConversationCreated, ev.ConversationRenamed, ev.ConversationUpdated)
+# events whose rendering depends on the run and message the renderer holds open (render.py)
+RUN_STATE_EVENTS = frozenset({ev.InterimMessage, ev.MessageCompleted, ev.RunFinished})
 
 
 def display_name(info: dict) -> str:
@@ -266,6 +268,8 @@ class SessionBook:
             conv = self.bridge.conversations.get(cid)
             if conv is None or conv.source == SOURCE_NAME:
                 return
+            if not self.renderer.knows(cid, e.run_id):
+                self._rebuild(cid, e.run_id)
             self.emit_all(cid, self.renderer.render(e), e.ts, seq)
             return
         if t in LIST_EVENTS:
@@ -283,7 +287,18 @@ class SessionBook:
         conv = self.bridge.conversations.get(cid)
         if conv is None or conv.source == SOURCE_NAME:
             return  # plugin sessions are stored as their plugin sent them, never re-rendered
+        if t in RUN_STATE_EVENTS and e.run_id is not None and not self.renderer.knows(cid, e.run_id):
+            self._rebuild(cid, e.run_id)
         self.emit_all(cid, self.renderer.render(e), e.ts, seq)
+
+    def _rebuild(self, cid: str, run_id: str) -> None:
+        """An event of a run this node's renderer never saw start (a node restarted mid-run, which folds
+        what the bus held before its front ends restore what the store left open; issue 41): the run and
+        its open message are rebuilt from the stored events, so this node renders the event as every node
+        that saw the run does (the same seqs, the same bytes: docs/scale-out.md "Durable before shown").
+        Read once per run: a run the store does not show open renders as before."""
+        run = self.log.open_run(cid)
+        self.renderer.rebuild(cid, run_id, run if run.open and run.run_id == run_id else None)
 
     def _model_changed(self, cid: Optional[str]) -> None:
         if cid is None:

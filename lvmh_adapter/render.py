@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any, Callable, Optional
 
 from bridge_core.model import events as ev
+from bridge_core.model.ids import draft_message_id
 
 Rendered = list[tuple[str, dict]]
 
@@ -62,7 +63,7 @@ def attachment(a: ev.Attachment) -> dict:
 
 
 class _Conv:
-    __slots__ = ("open_id", "run_id", "draft_id", "parts", "restored")
+    __slots__ = ("open_id", "run_id", "draft_id", "parts", "restored", "seen")
 
     def __init__(self) -> None:
         self.open_id: Optional[str] = None  # the assistant message currently open
@@ -70,6 +71,7 @@ class _Conv:
         self.draft_id: Optional[str] = None
         self.parts = 0  # assistant messages opened in this run
         self.restored: Optional[OpenRun] = None  # a run rebuilt from stored events after a restart
+        self.seen: Optional[str] = None  # the last run whose start this renderer saw or rebuilt (kept past its end)
 
 
 class OpenRun:
@@ -193,13 +195,28 @@ class Renderer:
         open message, and what only these events know (decisions and tools the core's
         memory lost with the old process) is closed with it.
         """
+        self.rebuild(cid, run.run_id or "", run)
+        run.open_id = None  # the renderer's own closing covers the message
+        self._conv(cid).restored = run
+
+    def rebuild(self, cid: str, run_id: str, run: Optional[OpenRun]) -> None:
+        """Run ``run_id`` of ``cid`` as its stored events leave it (``run``; None: the store does not show
+        it open): the run and open message a node that rendered it from its start holds, so what this
+        renderer renders next is the same on every node. The run's first message has its draft id
+        (``_run_started``), later parts are numbered from it."""
         c = self._conv(cid)
+        c.seen = run_id
+        if run is None:
+            return
         c.run_id = run.run_id
         c.open_id = run.open_id
         c.parts = run.messages
-        c.draft_id = None
-        run.open_id = None  # the renderer's own closing covers the message
-        c.restored = run
+        c.draft_id = draft_message_id(run.run_id) if run.run_id is not None else None
+
+    def knows(self, cid: str, run_id: str) -> bool:
+        """Whether this renderer saw run ``run_id`` of ``cid`` start (or rebuilt it), ended or not."""
+        c = self._convs.get(cid)
+        return c is not None and c.seen == run_id
 
     def restored(self, cid: str) -> Optional[str]:
         """The run id of a restored run not yet finished (``None`` when there is none)."""
@@ -248,7 +265,7 @@ class Renderer:
 
     def _run_started(self, e: ev.RunStarted, out: Rendered) -> None:
         c = self._conv(e.conversation_id)
-        c.run_id, c.draft_id, c.parts, c.open_id = e.run_id, e.message_id, 0, None
+        c.run_id, c.draft_id, c.parts, c.open_id, c.seen = e.run_id, e.message_id, 0, None, e.run_id
         payload: dict = {"runId": e.run_id}
         if e.model:
             payload["model"] = e.model
@@ -270,6 +287,8 @@ class Renderer:
 
     def _completed(self, e: ev.MessageCompleted, out: Rendered) -> None:
         c = self._conv(e.conversation_id)
+        if e.run_id is not None and e.run_id == c.seen and e.run_id != c.run_id:
+            return  # its run ended here, its message with it (the core completes it first): delivered again
         if e.run_id is None or e.run_id != c.run_id:
             mid = e.message_id  # a notice outside any run
             out.append(("message_start", {"message": message("assistant", mid)}))
