@@ -571,21 +571,9 @@ export function applyEvents(state, events) {
   return n;
 }
 
-const decisionsOf = new WeakMap(); // state -> {items, structureRev, list}: its approvals and clarifications
-
-/**
- * Pending (unanswered) approvals and clarifications, oldest first. Asked at every draw: the decisions are
- * picked out of the items again only when items were added or removed (not at every event of a stream,
- * in a conversation of tens of thousands of items).
- */
+/** Pending (unanswered) approvals and clarifications, oldest first. */
 export function pendingDecisions(state) {
-  let memo = decisionsOf.get(state);
-  if (!memo || memo.items !== state.items || memo.structureRev !== state.structureRev) {
-    const list = state.items.filter((i) => i.kind === "approval" || i.kind === "clarify");
-    memo = { items: state.items, structureRev: state.structureRev, list };
-    decisionsOf.set(state, memo);
-  }
-  return memo.list.filter((i) => !i.resolved);
+  return state.items.filter((i) => (i.kind === "approval" || i.kind === "clarify") && !i.resolved);
 }
 
 /** Human text for who settled a decision: "you", "Pheby", "timeout"... */
