@@ -535,20 +535,28 @@ class LoomiFrontEnd(FrontEnd):
 
     def _apply(self, conn: Connection, cmds: list) -> None:
         """A fatal error the protocol decided for ``conn`` (a takeover, the heartbeat, a kick): detach it at
-        once, write the error and close in a task of its own."""
+        once, write the error and close in a task of its own.
+
+        The error's seq is taken here, before the detach: numbered later (in the task), it was a seq this
+        node's rows had given already in the store's view of the device, which goes on numbering it over
+        the rows stored after the detach (history.py), so the replay at its next hello held two frames of
+        the same seq and the phone dropped the second (issue 41: a run's completion after ``truncated``)."""
         for cmd in cmds:
             if isinstance(cmd, Close):
+                frame = conn.proto.farewell(cmd)
                 self._detach(conn)
-                conn.closer = self.tasks.spawn(self._fatal(conn, cmd), name="loomi-kick")
+                conn.closer = self.tasks.spawn(self._fatal(conn, cmd, frame), name="loomi-kick")
 
-    async def _fatal(self, conn: Connection, close: Close) -> None:
-        """Send the fatal ``error`` and close with its close code."""
+    async def _fatal(self, conn: Connection, close: Close, frame: Optional[bytes] = None) -> None:
+        """Send the fatal ``error`` (``frame``: its seq taken already) and close with its close code."""
+        if frame is None:
+            frame = conn.proto.farewell(close)
         if not conn.outbox.closed:
-            conn.outbox.put(conn.proto.farewell(close))
+            conn.outbox.put(frame)
             await conn.outbox.flush(1.0 if conn.device is not None else 0.3)
         else:  # overflowed: write the error past the dropped queue (uncompressed frames are atomic)
             try:
-                data = await asyncio.wait_for(self._synced(conn.proto.farewell(close)), 1.0)
+                data = await asyncio.wait_for(self._synced(frame), 1.0)
                 await asyncio.wait_for(conn.ws.send_frame(data, WSMsgType.TEXT), 1.0)
             except Exception:
                 pass
