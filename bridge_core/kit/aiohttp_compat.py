@@ -150,8 +150,7 @@ class FrameWriter:
         n = len(data)
         self._transport.write((_LEN1(0x81, n) if n < 126 else _LEN2(0x81, 126, n) if n < 65536
                                else _LEN3(0x81, 127, n)) + data)
-        n += w._output_size + HEAD_MAX
-        w._output_size = 0 if n > w._limit else n  # a pause shows in ready()
+        _count(w, n + HEAD_MAX)  # a pause shows in ready()
         return True
 
     def write(self, frames: list) -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from bridge_core.bridge.tasks import TaskSet
 from bridge_core.scale.sharedread import SharedRead
+from tests.waiting import until
 
 
 class _Source:
@@ -57,7 +58,7 @@ async def test_a_caller_during_a_read_gets_the_next_one_shared_with_the_others_t
     first = asyncio.ensure_future(shared())
     await src.started.wait()  # read 1 is under way
     later = [asyncio.ensure_future(shared()) for _ in range(20)]
-    await asyncio.sleep(0)  # they are waiting (a loop turn, not a wait for an outcome)
+    await until(lambda: shared._next is not None, what="the callers waiting for the next read")
     assert src.sent == 1
     src.release.set()
     assert await first == 1
@@ -92,7 +93,7 @@ async def test_stopping_leaves_no_caller_waiting():
     first = asyncio.ensure_future(shared())
     await src.started.wait()
     waiting = asyncio.ensure_future(shared())  # for the next read, which will never be sent
-    await asyncio.sleep(0)
+    await until(lambda: shared._next is not None, what="a caller waiting for the next read")
     await tasks.close()  # the bus stopping
     for fut in (first, waiting):
         with pytest.raises(ConnectionError):
