@@ -51,7 +51,7 @@ import os
 import struct
 import time
 import zlib
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Iterator, Optional
 
 import orjson
 
@@ -370,22 +370,29 @@ def stored_run_text(store: Any, run_id: str) -> Optional[str]:
     return max((t for t in texts if t), key=len, default=None)
 
 
-def text_after(tails: Iterable[bytes], run_id: str, ts: float) -> Optional[str]:
-    """The text of ``run_id``'s deltas after the one of time ``ts`` (its draft's: ``DraftSaver`` saves a
-    message's text as of its newest delta, with that delta's time, which its frame carries too), as frame
-    bodies (without their ``{``, in order) hold them; None unless they hold a delta of the run from ``ts`` or
-    before (then every one after it is there: rows are pruned oldest first)."""
-    needle = b'"run_id":' + orjson.dumps(run_id)
-    parts: Optional[list[str]] = None
+def _run_frames(tails: Iterable[bytes], run_id: str, type_: str) -> Iterator[tuple[dict, dict]]:
+    """``(frame, payload)`` of each ``type_`` frame of ``run_id`` that frame bodies (without their ``{``, in
+    order) hold; a body that does not parse is passed over."""
+    needle, kind = b'"run_id":' + orjson.dumps(run_id), b'"' + type_.encode() + b'"'
     for tail in tails:
-        if needle not in tail or b'"run.delta"' not in tail:
+        if needle not in tail or kind not in tail:
             continue
         try:
             frame = orjson.loads(b"{" + tail)
         except orjson.JSONDecodeError:
             continue
-        payload = frame.get("payload") or {}
-        if frame.get("type") != "run.delta" or frame.get("run_id") != run_id or payload.get("kind", "text") != "text":
+        if frame.get("type") == type_ and frame.get("run_id") == run_id:
+            yield frame, frame.get("payload") or {}
+
+
+def text_after(tails: Iterable[bytes], run_id: str, ts: float) -> Optional[str]:
+    """The text of ``run_id``'s deltas after the one of time ``ts`` (its draft's: ``DraftSaver`` saves a
+    message's text as of its newest delta, with that delta's time, which its frame carries too), as frame
+    bodies (without their ``{``, in order) hold them; None unless they hold a delta of the run from ``ts`` or
+    before (then every one after it is there: rows are pruned oldest first)."""
+    parts: Optional[list[str]] = None
+    for frame, payload in _run_frames(tails, run_id, "run.delta"):
+        if payload.get("kind", "text") != "text":
             continue
         if float(frame.get("ts") or 0) <= ts:
             parts = []  # up to the draft: what follows goes on from it
@@ -397,17 +404,9 @@ def text_after(tails: Iterable[bytes], run_id: str, ts: float) -> Optional[str]:
 def run_end(tails: Iterable[bytes], run_id: str) -> Optional[RunEnd]:
     """The end of ``run_id`` as frame bodies (without their ``{``, in order) hold it: its last
     ``run.completed`` (its status, error and text), or None."""
-    needle = b'"run_id":' + orjson.dumps(run_id)
     end: Optional[RunEnd] = None
-    for tail in tails:
-        if needle not in tail or b'"run.completed"' not in tail:
-            continue
-        try:
-            frame = orjson.loads(b"{" + tail)
-        except orjson.JSONDecodeError:
-            continue
-        payload = frame.get("payload") or {}
-        if frame.get("type") != "run.completed" or frame.get("run_id") != run_id or "status" not in payload:
+    for frame, payload in _run_frames(tails, run_id, "run.completed"):
+        if "status" not in payload:
             continue
         ts = float(frame.get("ts") or 0)
         end = RunEnd(str(payload["status"]), payload.get("error"), payload.get("text") or "", ts)
