@@ -7,8 +7,9 @@ what the core does for one streamed delta, from the agent's ``ctx.delta``
 to the frames kept for replay: the ``TextDelta``, ``Bridge.publish`` (the
 conversation's state, the draft saver, the push notifier), and Loomi's
 ``on_event`` (the render, each paired device's seq splice and replay
-window, the journal record). Devices are paired but not connected, so no
-frame is put into an outbox: what a connection's write costs is the team
+window, the journal record). Devices are paired but not connected (a device
+offline gets no frame, only its seq and window entry) unless ``live`` is given
+(then each frame goes into a stand-in outbox, a short deque): what a connection's write costs is the team
 load's per-client slope. The journaled replay rows reach the store when a
 journal file is half full (about every 7,700 deltas here): that insert, by
 the store's writer thread sharing the GIL, falls inside some repetitions.
@@ -21,7 +22,8 @@ team's start a hundred of these fall within one pacing interval, and the
 frames already streaming wait behind them.
 
 Every configuration runs in a fresh interpreter (``python -m bench.event_cost
-DEVICES N [COLD]``, which prints one JSON line); the figure is the best of several
+DEVICES N [COLD [live]]``, which prints one JSON line; ``live``: each device as if
+connected, its frame made and put into an outbox, as in a team load); the figure is the best of several
 repetitions, the closest to the work itself on a shared machine. Each figure is
 also taken on the thread's CPU clock (``time.thread_time``): on a machine other
 processes load, the wall clock also counts the time they held the CPU.
@@ -39,6 +41,7 @@ least the work can cost; cold is what it costs the server at a run's pace
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import os
 import shutil
@@ -47,6 +50,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 
 from .proc import ROOT
 
@@ -89,7 +93,7 @@ class Evictor:
         self.buf.find(b"\x02")  # one pass over every byte (there is no such byte)
 
 
-async def _measure(devices: int, n: int, cold_n: int = COLD) -> dict:
+async def _measure(devices: int, n: int, cold_n: int = COLD, live: bool = False) -> dict:
     from bridge_core.model import commands as cmd
     from bridge_core.model import events as ev
     from bridge_core.bridge.agent import RunContext
@@ -109,6 +113,10 @@ async def _measure(devices: int, n: int, cold_n: int = COLD) -> dict:
             registry = svc.frontends["loomi"].registry
             for i in range(devices):
                 await registry.pair(codec.DeviceInfo(name=f"bench-{i}"))
+            if live:  # each device as if connected: its frame made and put into an outbox (a short deque)
+                for d in registry.devices.values():
+                    put = collections.deque(maxlen=16).append
+                    d.conn = types.SimpleNamespace(outbox=types.SimpleNamespace(put=put))
             bridge = svc.bridge
             conv = bridge.create_conversation("bench")
             ctx = RunContext(bridge, bridge.default_source, conv.conversation_id, new_id())
@@ -147,7 +155,8 @@ async def _measure(devices: int, n: int, cold_n: int = COLD) -> dict:
                     await bridge.execute(cmd.SendMessage(text="/bench 5 0.1", request_id=f"s{rep}-{i}"), origin)
                 per_start.append((time.perf_counter() - t0) / STARTS * 1e6)
                 await asyncio.sleep(0)
-            return {"devices": devices, "n": n, "best_us": min(per_event), "median_us": statistics.median(per_event),
+            return {"devices": devices, "n": n, "live": live, "best_us": min(per_event),
+                    "median_us": statistics.median(per_event),
                     "start_best_us": min(per_start), "cold_median_us": statistics.median(cold) if cold else None,
                     # the same on the thread's CPU clock: what the delta cost, not the time other processes
                     # of a shared machine took the CPU from it meanwhile
@@ -201,8 +210,9 @@ def main() -> None:
 
     devices, n = int(sys.argv[1]), int(sys.argv[2])
     cold_n = int(sys.argv[3]) if len(sys.argv) > 3 else COLD
+    live = len(sys.argv) > 4 and sys.argv[4] == "live"
     with asyncio.Runner(loop_factory=looping.new_event_loop) as runner:
-        print(json.dumps(runner.run(_measure(devices, n, cold_n))))
+        print(json.dumps(runner.run(_measure(devices, n, cold_n, live))))
 
 
 if __name__ == "__main__":

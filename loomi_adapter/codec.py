@@ -1,10 +1,9 @@
 """Loomi wire codec: shared events -> frame bodies, client frames -> requests -> commands.
 
-Pure functions, no I/O. A shared event is encoded ONCE into a *body*: the
-envelope without ``seq``/``event_id`` (``{"v":1,"ts":..,"type":..,"task_id":..,
-"run_id":..,"payload":{..}}``). Each device's frame is that body with its own
-``{"seq":N,"event_id":"e_N",`` spliced in front (``stamp``), so fanning an
-event out to many devices never re-encodes JSON.
+Pure functions, no I/O. A shared event is encoded ONCE into a *body*: the envelope without
+``seq``/``event_id`` (``{"v":1,"ts":..,"type":..,"task_id":..,"run_id":..,"payload":{..}}``). Each
+device's frame is that body with its own ``{"seq":N,"event_id":"e_N",`` spliced in front (``stamp``),
+so fanning an event out to many devices never re-encodes JSON.
 """
 
 from __future__ import annotations
@@ -18,11 +17,10 @@ import orjson
 
 from bridge_core.model import commands as cmd
 from bridge_core.model import events as ev
-from bridge_core.model.wire import attachment_fields
 from bridge_core.model.errors import BadRequest, InvalidJson, UnknownType, VersionMismatch
 from bridge_core.push.model import RegisterPush, UnregisterPush
 from bridge_core.model.redact import fingerprint
-from bridge_core.model.wire import prepare_hooks, strict_converter
+from bridge_core.model.wire import attachment_fields, prepare_hooks, strict_converter
 
 PROTOCOL_VERSION = 1
 REPLAY_WINDOW = 512
@@ -139,14 +137,24 @@ _DELTA_TAIL = (b'"v":%d,"ts":%%b,"type":"run.delta","task_id":%%b,"run_id":%%b,"
                b'"text":%%b,"kind":%%b,"iteration":%%d}}' % PROTOCOL_VERSION)
 
 
+# a run's _DELTA_TAIL with its ids, kind and iteration spliced in (each % of their JSON doubled), %b left for a
+# delta's ts and text: run_id -> (conversation_id, kind, iteration, template), at most 1024 runs (then anew)
+_run_tails: dict[str, tuple[str, str, int, bytes]] = {}
+
+
 def delta_tail(e: ev.TextDelta) -> bytes:
     """``_delta``'s body without its ``{`` (what each device's seq is spliced in front of)."""
     iteration = e.iteration
     if type(iteration) is not int:  # what %d would write otherwise differs from JSON's (a bool)
         return _delta_body(e)[1:]
-    run_id = _dumps(e.run_id)
-    return _DELTA_TAIL % (_dumps(e.ts), _dumps(e.conversation_id), run_id, run_id, _dumps(e.delta), _dumps(e.kind),
-                          iteration)
+    got = _run_tails.get(e.run_id)
+    if got is None or got[0] != e.conversation_id or got[1] != e.kind or got[2] != iteration:
+        if len(_run_tails) >= 1024:
+            _run_tails.clear()
+        c, r, k = (_dumps(v).replace(b"%", b"%%") for v in (e.conversation_id, e.run_id, e.kind))
+        got = _run_tails[e.run_id] = (e.conversation_id, e.kind, iteration,
+                                      _DELTA_TAIL % (b"%b", c, r, r, b"%b", k, iteration))
+    return got[3] % (_dumps(e.ts), _dumps(e.delta))
 
 
 def _delta_body(e: ev.TextDelta) -> bytes:

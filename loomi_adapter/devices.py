@@ -205,7 +205,7 @@ class Registry:
         self.devices: dict[str, Device] = {}
         self._tokens: dict[str, float] = {}  # token hash -> expires_at
         # the one seq rule (replay.py): one node numbers every paired device, connected or not
-        self.numbering = Numbering(self.devices, self._reserve)
+        self.numbering = Numbering(self.devices, self._reserve, live_only=True)
         self._rows = RowQueue(store.write_later)  # the replay rows' open write (without a journal)
         self._jbatch: Optional[RowBatch] = None  # the journaled rows not yet handed to the store
         self._pruned_at = 0

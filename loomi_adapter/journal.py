@@ -224,7 +224,7 @@ class Journal:
         if end + _HEAD.size > self.file_bytes:  # room for the zero header that ends the file's reading, too
             return False
         m[start:end] = payload  # the payload first, then its header: a crash in between leaves a zero header
-        m[pos:start] = _HEAD.pack(zlib.crc32(payload), len(payload))  # head_of, inlined
+        _HEAD.pack_into(m, pos, zlib.crc32(payload), len(payload))  # head_of, inlined (no header object between)
         self.pos = end
         return True
 

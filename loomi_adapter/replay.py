@@ -67,11 +67,19 @@ class SeqLog:
 
     @property
     def window(self) -> list[tuple[int, bytes]]:
-        """The kept events' (seq, frame), the last ``size`` of them."""
-        return list(itertools.islice(self.kept, max(0, len(self.kept) - self.size), None))
+        """The kept events' (seq, frame), the last ``size`` of them.
+
+        A kept entry is the frame itself (``keep``, a restart's or a claim's rows) or, as ``Numbering``
+        keeps an event, the node's body without its ``{`` (the tail every device's frame of it shares:
+        a frame starts with ``{``, a tail never does), whose frame is ``codec.stamp_tail(seq, tail)``,
+        byte for byte the frame sent."""
+        stamp = codec.stamp_tail
+        return [(s, f if f[:1] == b"{" else stamp(s, f))
+                for s, f in itertools.islice(self.kept, max(0, len(self.kept) - self.size), None)]
 
     def keep(self, seq: int, frame: bytes) -> Optional[int]:
-        """Keep an event frame for replay; returns the seq of the event it pushed out of the window, if any."""
+        """Keep an event frame (or its tail, see ``window``) for replay; returns the seq of the event it pushed
+        out of the window, if any."""
         kept = self.kept
         kept.append((seq, frame))
         return kept[0][0] if len(kept) > self.size else None
@@ -142,26 +150,34 @@ class Numbering:
     stored. ``reserve(device)`` is called when a device's seq passed its reservation's limit.
     """
 
-    __slots__ = ("k", "streams", "reserve")
+    __slots__ = ("k", "streams", "reserve", "live_only")
 
-    def __init__(self, streams: Mapping[str, Numbered], reserve: Callable[[Numbered], None], k: int = 0):
+    def __init__(self, streams: Mapping[str, Numbered], reserve: Callable[[Numbered], None], k: int = 0,
+                 live_only: bool = False):
         self.k = k
         self.streams = streams
         self.reserve = reserve
+        # frames only for the devices with a connection (``d.conn``): one node numbers its paired devices
+        # whether connected or not, and a device offline needs its seqs and window, not a frame now
+        self.live_only = live_only
 
     def record(self, tails: list[bytes], n: int = 0) -> tuple[int, list[tuple[Numbered, int, int]],
                                                                list[tuple[Numbered, bytes]]]:
         """Event ``n`` (its bodies without their ``{``) for every device: the frame number before it,
         the marks ``(device, k, offset)`` of the devices whose offset changed, and the frames ``(device,
-        frame)`` (each device's next seq spliced in; a device's frames in order), each kept in its
-        window. The node stores the rows before any frame leaves."""
+        frame)`` (each device's next seq spliced in; a device's frames in order; with ``live_only``, only
+        the connected devices'). Each device's window keeps the event's tail with its seq (one body shared
+        by every device's window, no frame kept per device: ``SeqLog.window``). The node stores the rows
+        before any frame leaves."""
         k = k0 = self.k
         marks: list[tuple[Numbered, int, int]] = []
         out: list[tuple[Numbered, bytes]] = []
         frame = codec.SEQ_FRAME
         reserve = self.reserve
         streams = self.streams.values()
-        # the hot path, per device per frame: a seq and a splice (codec.stamp_tail and SeqLog.keep inlined)
+        live_only = self.live_only
+        # the hot path, per device per frame: a seq, the window's entry and, for a connected device, the
+        # splice (SeqLog.keep and codec.stamp_tail inlined)
         for tail in tails:
             k += 1
             for d in streams:
@@ -175,9 +191,10 @@ class Numbering:
                     marks.append((d, k, s - k))
                 if s > d.seqs.limit:
                     reserve(d)
-                f = frame % (s, s, tail)
-                log.kept.append((s, f))
-                out.append((d, f))
+                log.kept.append((s, tail))
+                if live_only and d.conn is None:
+                    continue
+                out.append((d, frame % (s, s, tail)))
         self.k = k
         return k0, marks, out
 

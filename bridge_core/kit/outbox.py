@@ -97,6 +97,9 @@ class plain_sender:
 _RESERVED = object()  # a slot's data until its reply is filled in (Outbox.reserve)
 
 
+_new_slot = object.__new__
+
+
 class _Slot:
     __slots__ = ("data", "key", "size", "ticket")
 
@@ -297,7 +300,12 @@ class Outbox:
                 except Exception:
                     log.exception("overflow handler failed")
             return False
-        slot = _Slot(data, key, size, ticket)
+        # _Slot(data, key, size, ticket) without its __init__'s frame (once per frame per connection)
+        slot = _new_slot(_Slot)
+        slot.data = data
+        slot.key = key
+        slot.size = size
+        slot.ticket = ticket
         self._q.append(slot)
         if key is not None:
             self._keyed[key] = slot

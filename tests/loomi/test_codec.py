@@ -212,3 +212,17 @@ def test_garbage_only_ever_raises_bridge_errors(data):
                 codec.decode_request(codec.parse_frame(data))
         except BridgeError:
             pass
+
+
+def test_a_runs_later_deltas_reuse_its_template_and_still_match_the_envelope():
+    """codec.delta_tail keeps a template per run (its ids, kind and iteration spliced in): the run's next
+    deltas, a kind or iteration that changes, another conversation under the same run id and a ``%`` in
+    an id still give the body ``codec.body`` encodes."""
+    for conv, run, kind, iteration, delta in [("c%d", "r%b", "text", 0, "a"), ("c%d", "r%b", "text", 0, "b%s"),
+                                              ("c%d", "r%b", "reasoning", 0, "c"), ("c%d", "r%b", "text", 2, "d"),
+                                              ("other", "r%b", "text", 2, "e")]:
+        e = ev.TextDelta(conversation_id=conv, run_id=run, message_id="m", delta=delta, kind=kind,
+                         iteration=iteration, ts=TS)
+        expected = codec.body("run.delta", {"run_id": run, "text": delta, "kind": kind, "iteration": iteration},
+                              task_id=conv, run_id=run, ts=TS)
+        assert codec.delta_tail(e) == expected[1:]
