@@ -17,7 +17,7 @@ It notifies, and never imports, what is around it:
 - ``browsers`` (stream.EventStream): ``push(sid, seq, raw)``, ``list_changed(sid, change)``,
   ``entry_changed(sid)``, ``forget(sid)``, ``subs`` (who watches what) and ``last`` (the seq shown last);
 - ``link`` (relay.PluginRelay), the one link to the other nodes: ``shared`` (several nodes),
-  ``writes()`` (whether this node stores what it renders now), ``frame(...)`` (a pi session's
+  ``writes()`` (whether this node writes a bridge session's row now), ``frame(...)`` (a pi session's
   event, for every node's browsers);
 - ``source`` (plugin_source.PluginSource): ``translate`` and ``info_changed`` (a pi session's
   shared events).
@@ -233,20 +233,23 @@ class SessionBook:
         self.store_event(rec, seq, etype, payload, int(ts * 1000))
 
     def emit_all(self, cid: str, rendered: list, ts: float, n: int) -> None:
-        """Events rendered from event ``n``: on several nodes numbered from ``n`` (registry.cluster_seq)."""
+        """Events rendered from event ``n``: on several nodes numbered from ``n`` (registry.cluster_seq),
+        and stored by every node that renders them, not only the event's origin (the same rows:
+        ``INSERT OR IGNORE``): an origin killed before its batch committed, whose browser-less session
+        no other node would store, loses none of them while one node lives (issue 41, chaos seed 2003
+        ``decision_not_once``: an approval every phone saw resolved, missing from the stored events)."""
         if not self.link.shared:
             for etype, payload in rendered:
                 self.emit(cid, etype, payload, ts)
             return
         rec = self.bridge_record(cid)
-        persist = self.link.writes(cid)
         if len(rendered) > SEQ_STRIDE:
             log.error("lvmh: %d events rendered from one; those past %d dropped", len(rendered), SEQ_STRIDE)
         for i, (etype, payload) in enumerate(rendered[:SEQ_STRIDE]):
             seq = cluster_seq(self.seq_base, n, i)
             if seq > rec.high:
                 rec.high = seq
-            self.store_event(rec, seq, etype, payload, int(ts * 1000), persist)
+            self.store_event(rec, seq, etype, payload, int(ts * 1000))
 
     def on_event(self, seq: int, e: Any) -> None:
         t = type(e)
@@ -276,7 +279,7 @@ class SessionBook:
             self._listed(e)
             return
         if t is ev.ConversationDeleted:
-            self.forget(e.conversation_id, store=self.link.writes())  # several nodes: by the deletion's node
+            self.forget(e.conversation_id)  # by every node, after what it stored of it (emit_all)
             return
         if t is ev.ModelChanged:
             self._model_changed(e.conversation_id)

@@ -276,6 +276,8 @@ class Renderer:
         if e.kind != "text":
             return
         c = self._conv(e.conversation_id)
+        if e.run_id is not None and e.run_id == c.seen and e.run_id != c.run_id:
+            return  # its run ended here (or the store shows it ended: _rebuild): delivered again, as _completed
         self._open(c, out)
         out.append(("message_update", {"delta": e.delta}))
 
