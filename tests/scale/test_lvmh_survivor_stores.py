@@ -11,6 +11,8 @@ survivor, with no browser, must store the resolution and the run's end, once eac
 
 from __future__ import annotations
 
+import pytest
+
 from bridge_core.model import commands as cmd
 from tests.lvmh.helpers import Api
 from tests.scale.test_cluster import _nodes
@@ -56,51 +58,85 @@ def _resolved(events: list, aid: str) -> list:
     return [e for e in events if e["type"] == "approval_resolved" and e["approvalId"] == aid]
 
 
-async def test_kill9_right_after_a_resolve_leaves_the_resolution_stored_once_on_every_node(serve_nodes):
-    """Over real processes: n1 resolves the approval of its run and is killed at once, before any browser
-    fetched the session. The survivors close its run once its liveness expired; their ``/events`` hold the
-    resolution once and the run's end, and so does n1's once it is back (after the close)."""
+async def _resolve_then_kill(serve_nodes) -> tuple:
+    """Three nodes; a run on n1 asks an approval, n1 resolves it and is killed at once, before any browser
+    fetched the session (it renders its lvmh events of the resolution as the bus returns them)."""
     from tests.conformance.lvmh_client import Rest
     from tests.hardening.proc import LVMH_TOKEN
 
-    n1, n2, n3 = serve_nodes("n1", "n2", "n3", adapters="lvmh")
-    rests = [Rest(_http(n), LVMH_TOKEN) for n in (n1, n2, n3)]
-    rest1 = rests[0]
+    procs = serve_nodes("n1", "n2", "n3", adapters="lvmh")
+    rests = [Rest(_http(n), LVMH_TOKEN) for n in procs]
+    status, created = await rests[0].call("POST", "/api/conversations", {"name": "Resolved, then killed"})
+    assert status in (200, 201), (status, created)
+    sid = created["id"]
+    status, _ = await rests[0].prompt(sid, "/approve make all")
+    assert status in (200, 202), status
+
+    async def asked():
+        evs = await rests[0].events(sid)
+        return next((e["approvalId"] for e in evs if e["type"] == "approval_request"), None)
+
+    aid = await until(asked, what="the approval asked on n1")
+    status, body = await rests[0].call("POST", f"/api/approvals/{aid}", {"choice": "once"})
+    assert status == 200, (status, body)
+    procs[0].kill9()
+    return procs, rests, sid, aid
+
+
+async def _restarted(n1, rests: list) -> None:
+    from tests.conformance.lvmh_client import Rest
+    from tests.hardening.proc import LVMH_TOKEN
+
+    n1.start()  # under its own name
+    await rests[0].close()
+    rests[0] = Rest(_http(n1), LVMH_TOKEN)  # (its ports may have moved)
+
+
+async def _closed(rests: list, sid: str, timeout: float, what: str) -> list:
+    """Once every node's ``/events`` of ``sid`` hold the run's end, the same on all: those events."""
     last: list = []
+
+    async def same():
+        last[:] = [await r.events(sid) for r in rests]
+        return all(v and "agent_settled" in [e["type"] for e in v] for v in last) and all(v == last[0] for v in last)
+
+    await until(same, timeout=timeout, what=what)
+    return last[0]
+
+
+def _once(stored: list, aid: str) -> None:
+    types = [e["type"] for e in stored]
+    assert len(_resolved(stored, aid)) == 1, _decisions(stored)
+    assert _resolved(stored, aid)[0]["choice"] == "once", _decisions(stored)
+    assert types.count("agent_start") == types.count("agent_end") == types.count("agent_settled") == 1, types
+    seqs = [e["seq"] for e in stored]
+    assert seqs == sorted(set(seqs)), seqs
+
+
+async def test_kill9_right_after_a_resolve_leaves_the_resolution_stored_once_on_every_node(serve_nodes):
+    """Over real processes: the survivors close n1's run once its liveness expired; their ``/events``
+    hold the resolution once and the run's end, and so does n1's once it is back (after the close)."""
+    (n1, _, _), rests, sid, aid = await _resolve_then_kill(serve_nodes)
     try:
-        status, created = await rest1.call("POST", "/api/conversations", {"name": "Resolved, then killed"})
-        assert status in (200, 201), (status, created)
-        sid = created["id"]
-        status, _ = await rest1.prompt(sid, "/approve make all")
-        assert status in (200, 202), status
+        stored = await _closed(rests[1:], sid, 45, "n1's run closed, the same events on n2 and n3")
+        _once(stored, aid)
+        await _restarted(n1, rests)
+        assert await _closed(rests, sid, 20, "the same events on every node, n1 back") == stored
+    finally:
+        for r in rests:
+            await r.close()
 
-        async def asked():
-            evs = await rest1.events(sid)
-            return next((e["approvalId"] for e in evs if e["type"] == "approval_request"), None)
 
-        aid = await until(asked, what="the approval asked on n1")
-        status, body = await rest1.call("POST", f"/api/approvals/{aid}", {"choice": "once"})
-        assert status == 200, (status, body)
-        n1.kill9()  # before it stored its lvmh events of the resolution (it renders them as the bus returns them)
-
-        async def closed(of: list):
-            last[:] = [await r.events(sid) for r in of]
-            done = all(v and "agent_settled" in [e["type"] for e in v] for v in last)
-            return done and all(v == last[0] for v in last)
-
-        await until(lambda: closed(rests[1:]), timeout=45, what="n1's run closed, the same events on n2 and n3")
-        stored = last[0]
-        types = [e["type"] for e in stored]
-        assert len(_resolved(stored, aid)) == 1, _decisions(stored)
-        assert _resolved(stored, aid)[0]["choice"] == "once", _decisions(stored)
-        assert types.count("agent_start") == types.count("agent_end") == types.count("agent_settled") == 1, types
-        seqs = [e["seq"] for e in stored]
-        assert seqs == sorted(set(seqs)), seqs
-        n1.start()  # under its own name, after the survivors closed its run
-        await rest1.close()
-        rests[0] = Rest(_http(n1), LVMH_TOKEN)  # (its ports may have moved)
-        await until(lambda: closed(rests), timeout=20, what="the same events on every node, n1 back")
-        assert last[0] == stored, _decisions(last[0])
+@pytest.mark.xfail(strict=False, reason=(
+    "bridge_core/scale: n1 restarted before the survivors closed its run loads a store without the "
+    "resolution its previous life published (the bus has it: every phone got it) and closes the run, "
+    "resolving the approval a second time (deny, decided by restart); Cluster.join's read_ends reads a "
+    "left-open run's end back from the stream, not its decisions"))
+async def test_kill9_right_after_a_resolve_then_an_immediate_restart_resolves_it_once(serve_nodes):
+    (n1, _, _), rests, sid, aid = await _resolve_then_kill(serve_nodes)
+    try:
+        await _restarted(n1, rests)
+        _once(await _closed(rests, sid, 30, "n1's run closed, the same events on every node"), aid)
     finally:
         for r in rests:
             await r.close()
