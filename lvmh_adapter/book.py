@@ -290,9 +290,29 @@ class SessionBook:
         conv = self.bridge.conversations.get(cid)
         if conv is None or conv.source == SOURCE_NAME:
             return  # plugin sessions are stored as their plugin sent them, never re-rendered
-        if t in RUN_STATE_EVENTS and e.run_id is not None and not self.renderer.knows(cid, e.run_id):
-            self._rebuild(cid, e.run_id)
+        if t in RUN_STATE_EVENTS and e.run_id is not None:
+            if not self.renderer.knows(cid, e.run_id):
+                self._rebuild(cid, e.run_id)
+            if self.link.shared and cid in self.browsers.subs:
+                self._fill(cid, e, seq)
         self.emit_all(cid, self.renderer.render(e), e.ts, seq)
+
+    def _fill(self, cid: str, e: Any, n: int) -> None:
+        """Before the open message's end (event ``n``, a completion, an interim message, the run's end): the
+        text its deltas here fell short of, as one more ``message_update``, when they made a prefix of it.
+        Several nodes: deltas the stream lost for good (a Redis restart, their writer killed) never reach
+        this node, and a browser here that got the message's start got its end without them (issue 41,
+        chaos seed 2003 ``deltas_incomplete``). Its seq is the last below event ``n``'s, never stored (a
+        delta): above every seq rendered from an earlier event, below the message's end."""
+        mid = self.renderer.open_message(cid)
+        if mid is None or self.renderer.run_of(cid) != e.run_id:
+            return
+        text, said = e.text, self.inflight.shown(cid, mid)
+        if said is None or len(said) >= len(text) or not text.startswith(said):
+            return
+        rec = self.bridge_record(cid)
+        self.store_event(rec, cluster_seq(self.seq_base, n, 0) - 1, "message_update",
+                         {"delta": text[len(said):]}, int(e.ts * 1000))
 
     def _rebuild(self, cid: str, run_id: str) -> None:
         """An event of a run this node's renderer never saw start (a node restarted mid-run, which folds

@@ -223,6 +223,11 @@ class Renderer:
         c = self._convs.get(cid)
         return c.run_id if c is not None and c.restored is not None else None
 
+    def run_of(self, cid: str) -> Optional[str]:
+        """The id of the run open in ``cid`` (None between runs)."""
+        c = self._convs.get(cid)
+        return c.run_id if c is not None else None
+
     def open_message(self, cid: str) -> Optional[str]:
         """The id of the assistant message open in ``cid`` (None between messages)."""
         c = self._convs.get(cid)
