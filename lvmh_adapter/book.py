@@ -310,9 +310,9 @@ class SessionBook:
         text, said = e.text, self.inflight.shown(cid, mid)
         if said is None or len(said) >= len(text) or not text.startswith(said):
             return
-        rec = self.bridge_record(cid)
-        self.store_event(rec, cluster_seq(self.seq_base, n, 0) - 1, "message_update",
-                         {"delta": text[len(said):]}, int(e.ts * 1000))
+        rec, seq = self.bridge_record(cid), cluster_seq(self.seq_base, n, 0) - 1
+        if seq > rec.high:  # (a later event rendered already, delivered late after a gap: not in order)
+            self.store_event(rec, seq, "message_update", {"delta": text[len(said):]}, int(e.ts * 1000))
 
     def _rebuild(self, cid: str, run_id: str) -> None:
         """An event of a run this node's renderer never saw start (a node restarted mid-run, which folds
