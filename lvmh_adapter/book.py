@@ -17,7 +17,7 @@ It notifies, and never imports, what is around it:
 - ``browsers`` (stream.EventStream): ``push(sid, seq, raw)``, ``list_changed(sid, change)``,
   ``entry_changed(sid)``, ``forget(sid)``, ``subs`` (who watches what) and ``last`` (the seq shown last);
 - ``link`` (relay.PluginRelay), the one link to the other nodes: ``shared`` (several nodes),
-  ``writes()`` (whether this node stores what it renders now), ``frame(...)`` (a pi session's
+  ``writes()`` (whether this node writes a bridge session's row now), ``frame(...)`` (a pi session's
   event, for every node's browsers);
 - ``source`` (plugin_source.PluginSource): ``translate`` and ``info_changed`` (a pi session's
   shared events).
@@ -233,20 +233,23 @@ class SessionBook:
         self.store_event(rec, seq, etype, payload, int(ts * 1000))
 
     def emit_all(self, cid: str, rendered: list, ts: float, n: int) -> None:
-        """Events rendered from event ``n``: on several nodes numbered from ``n`` (registry.cluster_seq)."""
+        """Events rendered from event ``n``: on several nodes numbered from ``n`` (registry.cluster_seq),
+        and stored by every node that renders them, not only the event's origin (the same rows:
+        ``INSERT OR IGNORE``): an origin killed before its batch committed, whose browser-less session
+        no other node would store, loses none of them while one node lives (issue 41, chaos seed 2003
+        ``decision_not_once``: an approval every phone saw resolved, missing from the stored events)."""
         if not self.link.shared:
             for etype, payload in rendered:
                 self.emit(cid, etype, payload, ts)
             return
         rec = self.bridge_record(cid)
-        persist = self.link.writes(cid)
         if len(rendered) > SEQ_STRIDE:
             log.error("lvmh: %d events rendered from one; those past %d dropped", len(rendered), SEQ_STRIDE)
         for i, (etype, payload) in enumerate(rendered[:SEQ_STRIDE]):
             seq = cluster_seq(self.seq_base, n, i)
             if seq > rec.high:
                 rec.high = seq
-            self.store_event(rec, seq, etype, payload, int(ts * 1000), persist)
+            self.store_event(rec, seq, etype, payload, int(ts * 1000))
 
     def on_event(self, seq: int, e: Any) -> None:
         t = type(e)
@@ -276,7 +279,7 @@ class SessionBook:
             self._listed(e)
             return
         if t is ev.ConversationDeleted:
-            self.forget(e.conversation_id, store=self.link.writes())  # several nodes: by the deletion's node
+            self.forget(e.conversation_id)  # by every node, after what it stored of it (emit_all)
             return
         if t is ev.ModelChanged:
             self._model_changed(e.conversation_id)
@@ -287,9 +290,29 @@ class SessionBook:
         conv = self.bridge.conversations.get(cid)
         if conv is None or conv.source == SOURCE_NAME:
             return  # plugin sessions are stored as their plugin sent them, never re-rendered
-        if t in RUN_STATE_EVENTS and e.run_id is not None and not self.renderer.knows(cid, e.run_id):
-            self._rebuild(cid, e.run_id)
+        if t in RUN_STATE_EVENTS and e.run_id is not None:
+            if not self.renderer.knows(cid, e.run_id):
+                self._rebuild(cid, e.run_id)
+            if self.link.shared and cid in self.browsers.subs:
+                self._fill(cid, e, seq)
         self.emit_all(cid, self.renderer.render(e), e.ts, seq)
+
+    def _fill(self, cid: str, e: Any, n: int) -> None:
+        """Before the open message's end (event ``n``, a completion, an interim message, the run's end): the
+        text its deltas here fell short of, as one more ``message_update``, when they made a prefix of it.
+        Several nodes: deltas the stream lost for good (a Redis restart, their writer killed) never reach
+        this node, and a browser here that got the message's start got its end without them (issue 41,
+        chaos seed 2003 ``deltas_incomplete``). Its seq is the last below event ``n``'s, never stored (a
+        delta): above every seq rendered from an earlier event, below the message's end."""
+        mid = self.renderer.open_message(cid)
+        if mid is None or self.renderer.run_of(cid) != e.run_id:
+            return
+        text, said = e.text, self.inflight.shown(cid, mid)
+        if said is None or len(said) >= len(text) or not text.startswith(said):
+            return
+        rec, seq = self.bridge_record(cid), cluster_seq(self.seq_base, n, 0) - 1
+        if seq > rec.high:  # (a later event rendered already, delivered late after a gap: not in order)
+            self.store_event(rec, seq, "message_update", {"delta": text[len(said):]}, int(e.ts * 1000))
 
     def _rebuild(self, cid: str, run_id: str) -> None:
         """An event of a run this node's renderer never saw start (a node restarted mid-run, which folds

@@ -81,6 +81,14 @@ class InFlight:
             cur.parts = ["".join(cur.parts)]
         return cur.parts[0] if cur.parts else ""
 
+    def shown(self, sid: str, mid: Optional[str]) -> Optional[str]:
+        """The whole text the deltas of open message ``mid`` of ``sid`` made (None: another message open,
+        none, or a text longer than is kept)."""
+        cur = self._open.get(sid)
+        if cur is None or cur.id != mid or cur.length > MAX_TEXT:
+            return None
+        return self.text(sid)
+
     def frame(self, sid: str) -> Optional[bytes]:
         """The ``inflight`` frame for a browser subscribing to ``sid``, or None when no text streams."""
         cur = self._open.get(sid)

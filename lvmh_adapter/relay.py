@@ -105,14 +105,11 @@ class PluginRelay:
             self.cluster.add_hosted(PluginAbort)
             self.cluster.holds.on_inherit(cutshort.HOLD, lambda sid, dead: cutshort.inherit(fe, sid, dead))
 
-    def writes(self, cid: Optional[str] = None) -> bool:
-        """Whether this node stores what the book renders now: with several nodes, the event's origin,
-        and for a conversation ``cid`` a browser here watches, this node too: what it shows is stored
-        first (durable before shown), in the same rows (seqs from the cluster number, the same bytes on
-        every node; ``INSERT OR IGNORE``), so the origin killed before it stored them loses none a
-        browser saw (docs/scale-out.md "lvmh numbering")."""
+    def writes(self) -> bool:
+        """Whether this node writes a bridge conversation's session row now: with several nodes, the
+        event's origin. Its rendered events are stored by every node (``SessionBook.emit_all``)."""
         c = self.cluster
-        return c is None or c.delivering_own or (cid is not None and self.fe.stream.subscribed(cid))
+        return c is None or c.delivering_own
 
     def start(self) -> None:
         if self.cluster is not None:

@@ -223,6 +223,11 @@ class Renderer:
         c = self._convs.get(cid)
         return c.run_id if c is not None and c.restored is not None else None
 
+    def run_of(self, cid: str) -> Optional[str]:
+        """The id of the run open in ``cid`` (None between runs)."""
+        c = self._convs.get(cid)
+        return c.run_id if c is not None else None
+
     def open_message(self, cid: str) -> Optional[str]:
         """The id of the assistant message open in ``cid`` (None between messages)."""
         c = self._convs.get(cid)
@@ -276,6 +281,8 @@ class Renderer:
         if e.kind != "text":
             return
         c = self._conv(e.conversation_id)
+        if e.run_id is not None and e.run_id == c.seen and e.run_id != c.run_id:
+            return  # its run ended here (or the store shows it ended: _rebuild): delivered again, as _completed
         self._open(c, out)
         out.append(("message_update", {"delta": e.delta}))
 
