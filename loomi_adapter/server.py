@@ -556,8 +556,8 @@ class LoomiFrontEnd(FrontEnd):
         early = conn.device is None and not len(conn.outbox)
         if not conn.outbox.closed and not early:
             conn.outbox.put(frame)
-            await conn.outbox.flush(1.0)
-        else:  # overflowed: write the error past the dropped queue (uncompressed frames are atomic)
+            await conn.outbox.flush(1.0 if conn.device is not None else 0.3)
+        else:  # overflowed, or early: write the error past the queue (uncompressed frames are atomic)
             try:
                 data = frame if early else await asyncio.wait_for(self._synced(frame), 1.0)
                 await asyncio.wait_for(conn.ws.send_frame(data, WSMsgType.TEXT), 1.0)
