@@ -551,12 +551,15 @@ class LoomiFrontEnd(FrontEnd):
         """Send the fatal ``error`` (``frame``: its seq taken already) and close with its close code."""
         if frame is None:
             frame = conn.proto.farewell(close)
-        if not conn.outbox.closed:
+        # before authentication (seq 0, nothing stored behind it) the error is written at once: queued, it
+        # waited for this node's writes and its writer task, and under load the close came first (a bare 1008)
+        early = conn.device is None and not len(conn.outbox)
+        if not conn.outbox.closed and not early:
             conn.outbox.put(frame)
             await conn.outbox.flush(1.0 if conn.device is not None else 0.3)
-        else:  # overflowed: write the error past the dropped queue (uncompressed frames are atomic)
+        else:  # overflowed, or early: write the error past the queue (uncompressed frames are atomic)
             try:
-                data = await asyncio.wait_for(self._synced(frame), 1.0)
+                data = frame if early else await asyncio.wait_for(self._synced(frame), 1.0)
                 await asyncio.wait_for(conn.ws.send_frame(data, WSMsgType.TEXT), 1.0)
             except Exception:
                 pass

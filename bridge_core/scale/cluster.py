@@ -61,7 +61,7 @@ from ..model.errors import BridgeError, RunActive
 from ..model.ids import draft_message_id
 from ..model.serialize import UnknownEvent, from_dict, to_dict
 from ..model.state import ConversationState
-from . import gone, holds
+from . import gone, holds, started
 from .bus import Bus
 from .numbering import ClusterNumber
 from .routing import Router
@@ -143,6 +143,7 @@ class Cluster:
         self.bus.on_relay = self._relayed
         await self.bus.start(self._deliver, self.router.on_command)
         await self.number.reserve()
+        await started.restore_starts(store, self.bus, self.node_id)  # a run whose start the store never had
         # the runs open, then their nodes: a run in the first read has its node's row by the second (claimed
         # before it starts); a run started later is another node's, going on there (seed 2003: event_twice)
         left = store.query(LEFT_OPEN, (ev.RUN_INTERRUPTED,))

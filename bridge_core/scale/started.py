@@ -1,0 +1,69 @@
+"""A run its node claimed and died before its store had its start (docs/scale-out.md "A node coming back closes
+its own runs, once").
+
+A send claims its conversation in ``cluster_runs`` (committed before the source starts the run:
+``Cluster.start_run``); the run's row in ``runs``, the user's message and the run's end come later, in the
+writer's next batches. A kill -9 before those commit (a batch waiting on a slow or locked PostgreSQL) leaves
+this node's claim running and no run in the store, while every other node folded the start from the stream
+and shows the run running, its phones streaming it. The node's restart closed only the runs its store had
+open, and it was live again before anyone took it for dead, so nobody ever closed that run (chaos seed 2003:
+``run_not_closed``, ``event_missing``, a run accepted 0.5 s before its node was killed). A short run ended
+before the kill lost its completion the same way: its end is read back from the stream only for a run the
+store has open (``Cluster.read_ends``; ``transcript_contradicts_client``).
+
+So at join, before the open runs are read, each claim of this node's still running with no run in the store
+is looked up in the stream (its last ``BACK`` s): the run's start found, it and the user's message that
+started it are written where the store lacks them (``Persister.restore_rows``), and the run is one the store
+left open, closed by the one rule (``Bridge._load_running``: as interrupted, or with the end its previous
+life published); not found, nobody saw it start and the claim is let go.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from ..bridge.persist import Persister
+from ..model.errors import BridgeError
+from ..model.serialize import from_dict
+
+log = logging.getLogger("agent_bridge.cluster")
+
+# s of stream read back for a lost start: a batch is held up to pgstore.py RIDE_OUT (20 s) through a PostgreSQL
+# restart, and a node is restarted within the restart's own window (cluster.py TEXT_BACK, 16 s)
+BACK = 40.0
+
+CLAIMS_SQL = ("SELECT run_id FROM cluster_runs WHERE node_id=? AND state='running' AND "
+              "NOT EXISTS (SELECT 1 FROM runs WHERE runs.run_id=cluster_runs.run_id)")  # fmt: skip
+
+
+async def restore_starts(store: Any, bus: Any, node_id: str) -> int:
+    """The starts (with their user's messages) of ``node_id``'s claimed runs the store lacks, read back from
+    the stream and written; the claims whose start the stream does not hold marked done. The runs restored."""
+    restored = 0
+    for (run_id,) in store.query(CLAIMS_SQL, (node_id,)):
+        try:
+            start = await bus.newest(run_id.encode(), lambda d, r=run_id: _of(d, "RunStarted", r), BACK)
+            asked = None if start is None else await bus.newest(
+                run_id.encode(), lambda d, r=run_id: _of(d, "UserMessageSent", r), BACK)
+        except Exception:  # the bus away for a moment: the claim stays as it is
+            log.exception("cluster: reading the start of run %s from the bus failed", run_id)
+            continue
+        if start is None:  # nobody saw it start (it died starting it): the conversation is free again
+            await store.write(lambda c, r=run_id: c.execute(
+                "UPDATE cluster_runs SET state='done' WHERE run_id=? AND state='running'", (r,)))
+            continue
+        try:
+            events = [from_dict(d) for d in (asked, start) if d is not None]
+        except BridgeError:
+            log.warning("cluster: the start of run %s read back from the bus is unreadable", run_id)
+            continue
+        if await store.write(lambda c, e=events: Persister.restore_rows(c, e)):
+            restored += 1
+            log.warning("run %s: its start, lost with this node's previous life, read back from the bus", run_id)
+    return restored
+
+
+def _of(data: Any, event: str, run_id: str) -> bool:
+    """Is ``data`` (an event's bus form) an ``event`` of ``run_id``?"""
+    return type(data) is dict and data.get("event") == event and data.get("run_id") == run_id
