@@ -21,6 +21,13 @@ highlight.js grammars load on demand), its path rewritten to be relative to the 
 bundle is served. Import and export statements of our own modules are recognised at the start of a line;
 the vendored libraries' single ``export{a as b}`` clause anywhere.
 The output depends on the sources only (no time, no path): the same files give the same bytes.
+
+A module named in ``late`` runs at the first read of one of its exports instead of in its turn: its section
+returns a namespace of getters, the first of which runs the module (its imports then read from the modules
+before it, already run). Every import of it must be a namespace import (``import * as ns``), whose reads
+(``ns.default``) are those of the running program: a named import would read the export, and run the module,
+as the importer runs. For a library whose set-up is not on the way to a page's first paint (highlight.js's
+core: nothing is highlighted before its grammars are in).
 """
 
 from __future__ import annotations
@@ -159,9 +166,11 @@ def order(entry: str, read: Callable[[str], str]) -> list[_Module]:
     return list(done.values())
 
 
-def build(entry: str, read: Callable[[str], str]) -> Bundle:
-    """``entry`` and every module it imports as one script (see the module's docstring)."""
+def build(entry: str, read: Callable[[str], str], late: frozenset[str] = frozenset()) -> Bundle:
+    """``entry`` and every module it imports as one script; those in ``late`` run when first read (see the
+    module's docstring)."""
     mods = order(entry, read)
+    _check_late(mods, late)
     var = {m.name: f"{PREFIX}{i}" for i, m in enumerate(mods)}
     by_name = {m.name: m for m in mods}
     parts = [f"// The lvmh web UI in one script: {entry} and the {len(mods) - 1} modules it imports, each in a "
@@ -172,10 +181,33 @@ def build(entry: str, read: Callable[[str], str]) -> Bundle:
         for dep, names in m.imports:
             head.append(_import_line(m.name, by_name[dep], var[dep], names))
         body = _DYNAMIC.sub(lambda d, m=m: _dynamic(m.name, entry, d), m.body)
-        exported = ", ".join(f"{k}: {v}" if k != v else k for k, v in sorted(m.exports.items()))  # a namespace's order
-        parts.append(f"const {var[m.name]} = (() => {{ // ---- {m.name}\n{''.join(head)}{body.rstrip()}\n"
-                     f";return Object.freeze({{ __proto__: null{', ' if exported else ''}{exported} }});\n}})();\n")
+        parts.append(_section(m, var[m.name], "".join(head) + body.rstrip(), m.name in late))
     return Bundle("".join(parts), tuple(m.name for m in mods))
+
+
+def _section(m: _Module, var: str, code: str, late: bool) -> str:
+    """Module ``m`` (``code``: its import lines and body) as a function scope whose namespace is ``var``; run now,
+    or at the first read of an export when ``late``."""
+    exported = ", ".join(f"{k}: {v}" if k != v else k for k, v in sorted(m.exports.items()))  # a namespace's order
+    ns = f"Object.freeze({{ __proto__: null{', ' if exported else ''}{exported} }})"
+    if not late:
+        return f"const {var} = (() => {{ // ---- {m.name}\n{code}\n;return {ns};\n}})();\n"
+    # the module's own names cannot hold the prefix (`parse`): nothing of it shadows var_ns nor var_run
+    getters = "".join(f", get {k}() {{ return {var}_run().{k}; }}" for k in sorted(m.exports))
+    return (f"const {var} = (() => {{ // ---- {m.name}\n// late: run at the first read of an export\n"
+            f"let {var}_ns = null;\nconst {var}_run = () => {var}_ns || ({var}_ns = (() => {{\n{code}\n"
+            f";return {ns};\n}})());\nreturn Object.freeze({{ __proto__: null{getters} }});\n}})();\n")
+
+
+def _check_late(mods: list[_Module], late: frozenset[str]) -> None:
+    """Every module in ``late`` is in the graph, and imported as a namespace only (``import * as ns``)."""
+    names = {m.name for m in mods}
+    for name in sorted(late - names):
+        raise BundleError(f"{name} is to run late but nothing imports it")
+    for m in mods:
+        for dep, bindings in m.imports:
+            if dep in late and (not bindings or any(exported != "*" for exported, _ in bindings)):
+                raise BundleError(f"{m.name}: {dep} runs late: import it as a namespace (`import * as ns`)")
 
 
 def _import_line(importer: str, dep: _Module, var: str, names: list[tuple[str, str]]) -> str:

@@ -100,6 +100,7 @@ def _file_response(path: Path, request: web.Request) -> web.StreamResponse:
 
 
 ENTRY = "app.js"  # the page's script: served as the bundle of its whole module graph
+LATE = frozenset({"vendor/hljs-core.min.js"})  # in the bundle, run at its first use (after the first paint)
 
 _bundle: dict = {}
 
@@ -122,7 +123,7 @@ def app_bundle() -> tuple[bytes, str]:
             stamp[name] = _stat(name)  # before the read: a file written meanwhile differs next time, and is read again
             return path.read_text(encoding="utf-8")
 
-        built = build(ENTRY, source)
+        built = build(ENTRY, source, LATE)
         body = built.text.encode()
         etag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
         _bundle.update(modules=built.modules, stamp=stamp, body=body, etag=etag)
@@ -165,7 +166,7 @@ def web_files() -> list[str]:
     return ["index.html", *STATIC_FILES]
 
 
-__all__ = ["static_routes", "web_files", "WEB_DIR", "CSP"]
+__all__ = ["static_routes", "web_files", "WEB_DIR", "CSP", "LATE"]
 
 if __name__ == "__main__":  # pragma: no cover - quick local preview: python -m lvmh_adapter.web [port]
     import sys

@@ -53,6 +53,8 @@ const app = {
   rendered: {},
   renderTimer: null,
   listTimer: null,
+  opening: null, // the address's conversation until the list is drawn after its first page (listLater: that draw)
+  listLater: null,
   unseen: false, // content arrived below while the user was scrolled up
   notified: new Set(), // decision keys a browser notification was shown for
 };
@@ -148,7 +150,17 @@ function listChanged() {
   spawn.renderJobs();
 }
 
+// The list waits for the first page of the conversation the page opens on (not what the reader asked for, not on a
+// phone's screen): drawn the frame after it (`renderNow`), LIST_LATER_MS later at most. Later openings: at once.
+const LIST_LATER_MS = 500;
 function renderList() {
+  if (!app.opening || app.opening !== app.current || app.states.get(app.current)?.loaded) return listNow();
+  if (!app.listLater) app.listLater = setTimeout(listNow, LIST_LATER_MS);
+}
+
+function listNow() {
+  clearTimeout(app.listLater);
+  app.listLater = app.opening = null;
   drawList($("session-list"), $("session-count"), { book, current: app.current, more: () => book.more(),
                                                     onResize: () => scheduleList() });
 }
@@ -222,6 +234,7 @@ function renderNow() {
   clearTimeout(app.renderTimer);
   app.renderTimer = null;
   renderSession();
+  if (app.listLater) requestAnimationFrame(() => setTimeout(() => app.listLater && renderList(), 0)); // the list's turn
 }
 
 function scheduleRender(delay = 16) {
@@ -529,6 +542,7 @@ const spawn = new SpawnDialog({
 function start() {
   const id = routeFromHash();
   app.current = null;
+  app.opening = id;
   openSession(id); // its first page before the list's: the reader asked for this conversation
   socket.start(); // its probe loads the session list
   if (id) warmUp(); // while the first page is on its way
@@ -572,8 +586,8 @@ function init() {
     }
   }, CLOCK_MS);
   onGrammars(() => scheduleRender(0)); // code blocks drawn before highlight.js's grammars were in, again
-  renderList();
-  renderView();
+  if (!app.token || !routeFromHash()) renderList(); // with a conversation's address openSession draws both,
+  if (!app.token || !routeFromHash()) renderView(); // the list after the conversation's first page
   if (!app.token) showGate("");
   else start();
 }

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from lvmh_adapter.web import WEB_DIR, STATIC_FILES
+from lvmh_adapter.web import LATE, WEB_DIR, STATIC_FILES
 from lvmh_adapter.webbundle import BundleError, build, resolve
 from tests.peers import missing_peer
 
@@ -109,6 +109,52 @@ def test_a_dynamic_import_is_made_relative_to_where_the_bundle_is_served():
     assert 'import("./sub/g.js")' in text and 'import("./top.js")' in text
 
 
+# a module run late (`late`): at the first read of one of its exports, once, after what it imports
+LATE_MODULES = {
+    "main.js": """import * as slow from "./slow.js";
+import { tag } from "./shared.js";
+log("main runs", tag, Object.keys(slow).join("+"));
+log("read", slow.value, slow.twice(2));
+log("again", slow.value);
+""",
+    "slow.js": """import { bump } from "./shared.js";
+log("slow runs", bump());
+export const value = 7;
+export function twice(x) { return 2 * x; }
+""",
+    "shared.js": MODULES["shared.js"],
+}
+
+
+def test_a_late_module_runs_at_the_first_read_of_an_export_and_once(tmp_path):
+    node = _node()
+    (tmp_path / "package.json").write_text('{"type": "module"}')
+    bundle = build("main.js", _reader(LATE_MODULES), frozenset({"slow.js"}))
+    (tmp_path / "main.js").write_text(bundle.text)
+    (tmp_path / "run.js").write_text(PRELUDE + 'await import("./main.js");\n')
+    assert _run(node, tmp_path, "run.js") == "shared runs\nmain runs T twice+value\nslow runs 1\nread 7 4\nagain 7\n"
+    assert bundle.modules == ("shared.js", "slow.js", "main.js")
+    # not late: in its turn, as node runs it
+    (tmp_path / "main.js").write_text(build("main.js", _reader(LATE_MODULES)).text)
+    assert _run(node, tmp_path, "run.js").startswith("shared runs\nslow runs 1\nmain runs")
+
+
+@pytest.mark.parametrize(
+    "files, late, refused",
+    [
+        ({"main.js": 'import { value } from "./slow.js";\n', "slow.js": "export const value = 1;\n"}, "slow.js",
+         "main.js: slow.js runs late: import it as a namespace"),
+        ({"main.js": 'import "./slow.js";\n', "slow.js": "log(1);\n"}, "slow.js",
+         "main.js: slow.js runs late: import it as a namespace"),
+        ({"main.js": "log(1);\n"}, "slow.js", "slow.js is to run late but nothing imports it"),
+    ],
+)
+def test_a_late_module_is_imported_as_a_namespace_only(files, late, refused):
+    with pytest.raises(BundleError) as err:
+        build("main.js", _reader(files), frozenset({late}))
+    assert refused in str(err.value)
+
+
 @pytest.mark.parametrize(
     "files, refused",
     [
@@ -158,7 +204,9 @@ def _graph_by_scan() -> set[str]:
 
 
 def test_the_web_ui_bundle_holds_every_module_of_its_graph_and_parses(tmp_path):
-    bundle = build("app.js", lambda name: STATIC_FILES[name].read_text(encoding="utf-8"))
+    bundle = build("app.js", lambda name: STATIC_FILES[name].read_text(encoding="utf-8"), LATE)
+    # highlight.js's core is not on the way to a first paint: it runs once the grammars come
+    assert LATE == {"vendor/hljs-core.min.js"} and "// ---- vendor/hljs-core.min.js\n// late: run at" in bundle.text
     assert set(bundle.modules) == _graph_by_scan() and bundle.modules[-1] == "app.js"
     assert {"markdown.js", "virtual.js", "vendor/marked.esm.js", "vendor/purify.es.mjs", "vendor/hljs-core.min.js"} <= set(
         bundle.modules)
