@@ -2,7 +2,7 @@
 // It talks to the daemon like any client: REST under /api with the bearer token, and the browser
 // WebSocket /ws?token=... for live frames. No build step, no network beyond this origin.
 
-import { Api, ApiError } from "./api.js";
+import { Api, ApiError, closeEarly } from "./api.js";
 import { h, replaceChildren } from "./dom.js";
 import { pendingDecisions } from "./reducer.js";
 import { relativeTime } from "./format.js";
@@ -590,6 +590,7 @@ function init() {
   if (!app.token || !routeFromHash()) renderView(); // the list after the conversation's first page
   if (!app.token) showGate("");
   else start();
+  closeEarly(); // boot.js's responses answer only the requests just made (api.js)
 }
 
 // exposed for tests and debugging (read-only use)
