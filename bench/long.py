@@ -6,7 +6,8 @@ tests use), at desktop (1280×800) and phone (390×844) viewports:
 
 - time to open a conversation (page load to its newest message on screen), DOM nodes (elements),
   JS heap after a garbage collection, send → echo (Enter to the demo agent's "Echo: ..." on screen),
-  and scrolling to the oldest message (page by page), for conversations of ``--turns`` turns;
+  and scrolling to the oldest message (page by page), for conversations of ``--turns`` turns; then,
+  with the whole conversation held, back at its newest message, send → echo again;
 - bytes each browser receives for one change of the list (a create, a rename, a delete) with
   ``--conversations`` conversations, for the web UI (``ext=list-deltas``) and a spec client;
 - the server: time per history page (``GET .../events?before=``, over loopback HTTP) and RSS, empty
@@ -18,6 +19,13 @@ a run, a tool call every second turn, an approval asked and answered every tenth
 run's end), rendered into lvmh events by the lvmh front end's own ``Renderer`` and encoded by its
 codec, so the rows are what the server would have stored; the core's rows (conversation, messages,
 runs) are written as the core writes them. Nothing is measured while filling.
+
+"open" is ``performance.now()`` when the newest message is on screen in a fresh page: milliseconds from
+the start of that page's navigation (its time origin), in a new browser context of a browser started
+once for the whole run. Not in it: the browser's start, the context's creation. In it: the request for
+index.html, the scripts' fetch, compile and run, the first history page, the first paint. A send waits
+first for the page to be idle (``requestIdleCallback``): what the opening still does after its first
+paint (the margin around the screen, highlight.js's grammars) is not counted in the send.
 
 Targets (ratios within one run): opening 10,000 turns ≤ 1.2× opening 50 and ≤ 300 ms; DOM nodes
 < 3,000 at every length; send → echo at 10,000 turns ≤ 1.2× at 50; a list change < 2 KB per browser
@@ -206,6 +214,7 @@ NEWEST_ON_SCREEN = """(text) => { const els = document.querySelectorAll('#timeli
 
 SEND_ECHO = """async (text) => { const ta = document.getElementById('prompt-input');
   while (ta.disabled) await new Promise((r) => setTimeout(r, 20));
+  for (let i = 0; i < 2; i++) await new Promise((r) => requestIdleCallback(r, { timeout: 2000 }));
   ta.value = text; const t0 = performance.now();
   ta.dispatchEvent(new KeyboardEvent('keydown', { key: 'Enter', bubbles: true }));
   return await new Promise((res) => { const tick = () => { const els = document.querySelectorAll('#timeline .msg-assistant');
@@ -217,6 +226,11 @@ TO_THE_OLDEST = """async () => { const a = window.lvmhApp.app; const w = documen
     const first = document.querySelector('#timeline > .msg-user');
     if (!st.hasOlder && !st.loadingOlder && !a.renderTimer && first && first.textContent.includes('question 0 tok0x')
         && first.getBoundingClientRect().bottom > w.getBoundingClientRect().top) return [performance.now() - t0, st.items.length]; } }"""
+
+TO_THE_NEWEST = """async () => { const a = window.lvmhApp.app; const w = document.getElementById('timeline-wrap');
+  for (;;) { w.scrollTop = w.scrollHeight; await new Promise((r) => requestAnimationFrame(r));
+    const st = a.states.get(a.current);
+    if (!a.renderTimer && !st.loadingOlder && w.scrollHeight - w.scrollTop - w.clientHeight < 2) return st.items.length; } }"""
 
 DOM_NODES = "document.getElementsByTagName('*').length"
 
@@ -248,6 +262,9 @@ async def open_conversation(browser: Any, base: str, cid: str, newest: str, view
             out["dom_oldest"] = await page.evaluate(DOM_NODES)
             await cdp.send("HeapProfiler.collectGarbage")
             out["heap_oldest_mb"] = (await cdp.send("Runtime.getHeapUsage"))["usedSize"] / 1e6
+            if send is not None:  # the whole conversation held: a draw must not cost it all
+                await page.evaluate(TO_THE_NEWEST)
+                out["send_all_ms"] = await page.evaluate(SEND_ECHO, send + "all")
         return out
     finally:
         await ctx.close()
@@ -417,6 +434,7 @@ def report_sizes(res: dict, turns: list[int]) -> bool:
         rows = [("open, ms", "open_ms", _spread), ("DOM nodes", "dom", lambda v: f"{max(v):,}"),
                 ("JS heap after GC, MB", "heap_mb", lambda v: f"{_med(v):.1f}"), ("send → echo, ms", "send_ms", _spread),
                 ("scroll to the oldest, s", "oldest_s", lambda v: f"{_med(v):.1f}" if v else "-"),
+                ("send → echo, all held, ms", "send_all_ms", lambda v: f"{_med(v):.0f}" if v else "-"),
                 ("JS heap after GC there, MB", "heap_oldest_mb", lambda v: f"{_med(v):.1f}" if v else "-")]
         for name, key, fmt in rows:
             cells = [fmt([x[key] for x in got[(n, vp)] if key in x]) for n in turns]

@@ -3,9 +3,11 @@
 The page holds no data (every API call and the browser WebSocket carry the token),
 so these routes need no auth. Files are served only by name from a fixed list built
 at import time (no path from the request ever reaches the file system), with
-``Cache-Control: no-cache`` and a strict Content-Security-Policy. ``index.html`` is
-served with a ``modulepreload`` link for every module the page imports (``module_graph``),
-so that a page load fetches them at once (docs/web-ui.md, "Long conversations").
+``Cache-Control: no-cache`` and a strict Content-Security-Policy. The page's script,
+``/static/app.js``, is served as one script holding app.js and every module it imports
+(``app_bundle``, lvmh_adapter/webbundle.py): a page load fetches and compiles one file, not
+some 35 (docs/web-ui.md, "Long conversations"). The modules stay served by name too, and the
+highlight.js grammars are fetched from there on demand.
 
 Usage in the daemon's app::
 
@@ -17,10 +19,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 from pathlib import Path
 
 from aiohttp import web
+
+from ..webbundle import BundleError, build
 
 WEB_DIR = Path(__file__).resolve().parent
 
@@ -70,11 +73,21 @@ _bytes: dict[Path, tuple[str, bytes]] = {}
 
 
 def _read(path: Path, etag: str) -> bytes:
-    """A shipped file's bytes, read again only when it changed (a page load asks for some 45 of them)."""
+    """A shipped file's bytes, read again only when it changed."""
     cached = _bytes.get(path)
     if cached is None or cached[0] != etag:
         cached = _bytes[path] = (etag, path.read_bytes())
     return cached[1]
+
+
+def _response(request: web.Request, body: bytes, etag: str, content_type: str) -> web.StreamResponse:
+    """``body`` with the page's headers and ``etag``; a 304 when the browser holds that version already."""
+    headers = dict(HEADERS)
+    headers["ETag"] = etag
+    if request.headers.get("If-None-Match") == etag:
+        return web.Response(status=304, headers=headers)
+    headers["Content-Type"] = content_type
+    return web.Response(body=body, headers=headers)
 
 
 def _file_response(path: Path, request: web.Request) -> web.StreamResponse:
@@ -83,63 +96,48 @@ def _file_response(path: Path, request: web.Request) -> web.StreamResponse:
     except OSError:
         raise web.HTTPNotFound(text='{"error": "not found"}', content_type="application/json")
     etag = f'"{stat.st_mtime_ns:x}-{stat.st_size:x}"'
-    headers = dict(HEADERS)
-    headers["ETag"] = etag
-    if request.headers.get("If-None-Match") == etag:
-        return web.Response(status=304, headers=headers)
-    body = _read(path, etag)
-    headers["Content-Type"] = CONTENT_TYPES[path.suffix]
-    return web.Response(body=body, headers=headers)
+    return _response(request, _read(path, etag), etag, CONTENT_TYPES[path.suffix])
 
 
-_IMPORT = re.compile(r'^\s*import\s[^;]*?from\s+"(\./[^"]+)"|^\s*import\s+"(\./[^"]+)"', re.M)
+ENTRY = "app.js"  # the page's script: served as the bundle of its whole module graph
+LATE = frozenset({"vendor/hljs-core.min.js"})  # in the bundle, run at its first use (after the first paint)
+
+_bundle: dict = {}
 
 
-def module_graph(entry: str = "app.js") -> list[str]:
-    """Every module ``entry`` imports, directly or not (names as ``/static/`` serves them), in the order found."""
-    seen, queue = [entry], [entry]
-    while queue:
-        name = queue.pop(0)
-        path = STATIC_FILES.get(name)
-        if path is None:
-            continue
-        base = os.path.dirname(name)
-        for m in _IMPORT.finditer(path.read_text(encoding="utf-8")):
-            spec = (m.group(1) or m.group(2))[2:]
-            dep = os.path.normpath(os.path.join(base, spec)) if base else spec
-            if dep in STATIC_FILES and dep not in seen:
-                seen.append(dep)
-                queue.append(dep)
-    return seen
+def _stat(name: str) -> tuple[int, int]:
+    st = STATIC_FILES[name].stat()
+    return st.st_mtime_ns, st.st_size
 
 
-_index_cache: dict = {}
+def app_bundle() -> tuple[bytes, str]:
+    """``app.js`` and every module it imports as one script (lvmh_adapter/webbundle.py) and its ETag: built on
+    first use, kept, and built again when one of its modules changed (an edit in a checkout shows on reload)."""
+    if not _bundle or {n: _stat(n) for n in _bundle["modules"]} != _bundle["stamp"]:
+        stamp: dict[str, tuple[int, int]] = {}
 
+        def source(name: str) -> str:
+            path = STATIC_FILES.get(name)
+            if path is None:
+                raise BundleError(f"{name} is not a shipped file of the web UI")
+            stamp[name] = _stat(name)  # before the read: a file written meanwhile differs next time, and is read again
+            return path.read_text(encoding="utf-8")
 
-def index_html() -> bytes:
-    """index.html with a ``modulepreload`` link for every module the page imports: the browser fetches them all
-    at once instead of level by level of the import graph (a few round trips less before the page starts)."""
-    files = [WEB_DIR / "index.html", *STATIC_FILES.values()]
-    stamp = tuple(f.stat().st_mtime_ns for f in files)
-    if _index_cache.get("stamp") != stamp:
-        text = (WEB_DIR / "index.html").read_text(encoding="utf-8")
-        tag = '<script type="module" src="/static/app.js"></script>'
-        links = "".join(f'\n  <link rel="modulepreload" href="/static/{name}">' for name in module_graph()[1:])
-        _index_cache.update(stamp=stamp, body=text.replace(tag, tag + links).encode())
-    return _index_cache["body"]
+        built = build(ENTRY, source, LATE)
+        body = built.text.encode()
+        etag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
+        _bundle.update(modules=built.modules, stamp=stamp, body=body, etag=etag)
+    return _bundle["body"], _bundle["etag"]
 
 
 async def index(request: web.Request) -> web.StreamResponse:
-    body = index_html()
-    headers = dict(HEADERS)
-    headers["ETag"] = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
-    if request.headers.get("If-None-Match") == headers["ETag"]:
-        return web.Response(status=304, headers=headers)
-    headers["Content-Type"] = CONTENT_TYPES[".html"]
-    return web.Response(body=body, headers=headers)
+    return _file_response(WEB_DIR / "index.html", request)
 
 
 async def static_file(request: web.Request) -> web.StreamResponse:
+    if request.match_info["name"] == ENTRY:
+        body, etag = app_bundle()
+        return _response(request, body, etag, CONTENT_TYPES[".js"])
     path = STATIC_FILES.get(request.match_info["name"])
     if path is None:
         raise web.HTTPNotFound(text='{"error": "not found"}', content_type="application/json")
@@ -168,7 +166,7 @@ def web_files() -> list[str]:
     return ["index.html", *STATIC_FILES]
 
 
-__all__ = ["static_routes", "web_files", "WEB_DIR", "CSP"]
+__all__ = ["static_routes", "web_files", "WEB_DIR", "CSP", "LATE"]
 
 if __name__ == "__main__":  # pragma: no cover - quick local preview: python -m lvmh_adapter.web [port]
     import sys

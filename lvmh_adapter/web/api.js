@@ -17,6 +17,16 @@ function takeEarly(method, path, token) {
   return response || null;
 }
 
+/**
+ * The page's first requests are asked (app.js's start): what boot.js asked for and was not taken is let go, and a
+ * boot.js that runs only now (an async script: after app.js's one script, under load) asks nothing. A response left
+ * waiting would answer the same request made later (a search cleared, a reconnect's newest page) with the page
+ * load's list or events: a session connected since missing from the list until the next change or a reload.
+ */
+export function closeEarly() {
+  if (typeof window !== "undefined") window.lvmhEarly = null;
+}
+
 export class Api {
   constructor(getToken, onUnauthorized) {
     this.getToken = getToken;

@@ -2,7 +2,7 @@
 // It talks to the daemon like any client: REST under /api with the bearer token, and the browser
 // WebSocket /ws?token=... for live frames. No build step, no network beyond this origin.
 
-import { Api, ApiError } from "./api.js";
+import { Api, ApiError, closeEarly } from "./api.js";
 import { h, replaceChildren } from "./dom.js";
 import { pendingDecisions } from "./reducer.js";
 import { relativeTime } from "./format.js";
@@ -53,6 +53,8 @@ const app = {
   rendered: {},
   renderTimer: null,
   listTimer: null,
+  opening: null, // the address's conversation until the list is drawn after its first page (listLater: that draw)
+  listLater: null,
   unseen: false, // content arrived below while the user was scrolled up
   notified: new Set(), // decision keys a browser notification was shown for
 };
@@ -148,7 +150,17 @@ function listChanged() {
   spawn.renderJobs();
 }
 
+// The list waits for the first page of the conversation the page opens on (not what the reader asked for, not on a
+// phone's screen): drawn the frame after it (`renderNow`), LIST_LATER_MS later at most. Later openings: at once.
+const LIST_LATER_MS = 500;
 function renderList() {
+  if (!app.opening || app.opening !== app.current || app.states.get(app.current)?.loaded) return listNow();
+  if (!app.listLater) app.listLater = setTimeout(listNow, LIST_LATER_MS);
+}
+
+function listNow() {
+  clearTimeout(app.listLater);
+  app.listLater = app.opening = null;
   drawList($("session-list"), $("session-count"), { book, current: app.current, more: () => book.more(),
                                                     onResize: () => scheduleList() });
 }
@@ -222,6 +234,7 @@ function renderNow() {
   clearTimeout(app.renderTimer);
   app.renderTimer = null;
   renderSession();
+  if (app.listLater) requestAnimationFrame(() => setTimeout(() => app.listLater && renderList(), 0)); // the list's turn
 }
 
 function scheduleRender(delay = 16) {
@@ -529,6 +542,7 @@ const spawn = new SpawnDialog({
 function start() {
   const id = routeFromHash();
   app.current = null;
+  app.opening = id;
   openSession(id); // its first page before the list's: the reader asked for this conversation
   socket.start(); // its probe loads the session list
   if (id) warmUp(); // while the first page is on its way
@@ -572,10 +586,11 @@ function init() {
     }
   }, CLOCK_MS);
   onGrammars(() => scheduleRender(0)); // code blocks drawn before highlight.js's grammars were in, again
-  renderList();
-  renderView();
+  if (!app.token || !routeFromHash()) renderList(); // with a conversation's address openSession draws both,
+  if (!app.token || !routeFromHash()) renderView(); // the list after the conversation's first page
   if (!app.token) showGate("");
   else start();
+  closeEarly(); // boot.js's responses answer only the requests just made (api.js)
 }
 
 // exposed for tests and debugging (read-only use)

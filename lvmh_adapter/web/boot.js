@@ -1,8 +1,9 @@
 // The first requests of a page load, started while the modules load: index.html loads this file first,
-// `async`, with no import, so it runs at once. It asks for what a page opened on a conversation shows
-// first (the list's first page, the conversation's newest events); api.js takes these responses instead
-// of asking again (`takeEarly`), once each. The paths are the very ones app.js asks for: LIST_PAGE
-// (book.js) and FIRST_PAGE (history.js); one that differs is simply not taken.
+// `async`, with no import, so it runs as soon as it is in (often before app.js; under load, after it). It asks
+// for what a page opened on a conversation shows first (the list's first page, the conversation's newest
+// events); api.js takes these responses instead of asking again (`takeEarly`), once each, for app.js's first
+// requests only (`closeEarly`): a response taken later would be the page load's, stale. The paths are the very
+// ones app.js asks for: LIST_PAGE (book.js) and FIRST_PAGE (history.js); one that differs is simply not taken.
 
 const TOKEN_KEY = "lvmh.token"; // prefs.js
 const LIST_PAGE = 50;
@@ -31,4 +32,5 @@ function early() {
   return { token, responses };
 }
 
-window.lvmhEarly = early();
+// app.js ran first (it sets null once its first requests are made: api.js closeEarly): nothing left to ask early
+if (window.lvmhEarly === undefined) window.lvmhEarly = early();

@@ -49,11 +49,18 @@ export function formatBytes(n) {
   return `${(n / 1024 / 1024).toFixed(1)} MB`;
 }
 
+/** `n` as `toLocaleString("en-US")` writes it ("12,345"); an integer without Intl, whose first use costs the page
+ * its locale data's set-up (view.js, `timeEl`): the side panel's usage is drawn in a conversation's first paint. */
+export function grouped(n) {
+  if (!Number.isSafeInteger(n)) return n.toLocaleString("en-US");
+  return String(n).replace(/\B(?=(\d{3})+$)/g, ",");
+}
+
 export function formatUsage(u) {
   if (!u) return "";
   const parts = [];
-  if (num(u.inputTokens) !== null) parts.push(`${u.inputTokens.toLocaleString("en-US")} in`);
-  if (num(u.outputTokens) !== null) parts.push(`${u.outputTokens.toLocaleString("en-US")} out`);
+  if (num(u.inputTokens) !== null) parts.push(`${grouped(u.inputTokens)} in`);
+  if (num(u.outputTokens) !== null) parts.push(`${grouped(u.outputTokens)} out`);
   if (num(u.totalCost) !== null && u.totalCost > 0) parts.push(`$${u.totalCost.toFixed(4)}`);
   return parts.join(" · ");
 }

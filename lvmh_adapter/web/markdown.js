@@ -5,7 +5,9 @@
 
 import { Marked } from "./vendor/marked.esm.js";
 import DOMPurify from "./vendor/purify.es.mjs";
-import hljs from "./vendor/hljs-core.min.js";
+// highlight.js's core runs at its first use (lvmh_adapter/webbundle.py, `late`): in the page's one script, set up once
+// the grammars come, after the first paint (nothing is highlighted before them: `highlight`)
+import * as core from "./vendor/hljs-core.min.js";
 import { h } from "./dom.js";
 
 // highlight.js's grammars (70 KB, 13 files) are not on the way to a first paint: they load once the page is idle
@@ -35,7 +37,7 @@ const listeners = [];
 /** Load the grammars (once); then, if a code block was drawn without them, bump `codeEpoch` and tell `onGrammars`. */
 export function loadGrammars() {
   if (!loading) {
-    loading = Promise.all(Object.entries(GRAMMARS).map(([name, load]) => load().then((m) => hljs.registerLanguage(name, m.default))))
+    loading = Promise.all(Object.entries(GRAMMARS).map(([name, load]) => load().then((m) => core.default.registerLanguage(name, m.default))))
       .catch(() => {}) // a grammar that failed to load leaves its blocks plain
       .then(() => {
         grammarsIn = true;
@@ -113,12 +115,16 @@ if (typeof DOMPurify.addHook === "function") DOMPurify.addHook("afterSanitizeAtt
 function highlight(code) {
   const text = code.textContent || "";
   if (!text || text.length > HIGHLIGHT_MAX) return;
-  if (!grammarsIn) drawnEarly = true;
+  if (!grammarsIn) {
+    drawnEarly = true; // the core with no grammar highlights nothing: drawn again once they are in
+    return;
+  }
   const m = /(?:^|\s)language-([\w+#.-]+)/.exec(code.getAttribute("class") || "");
   let lang = m ? m[1].toLowerCase() : "";
   lang = ALIASES[lang] || lang;
   let html;
   try {
+    const hljs = core.default;
     if (lang && hljs.getLanguage(lang)) html = hljs.highlight(text, { language: lang, ignoreIllegals: true }).value;
     else if (!lang && text.length < 4000) {
       const auto = hljs.highlightAuto(text);

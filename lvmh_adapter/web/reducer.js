@@ -571,9 +571,21 @@ export function applyEvents(state, events) {
   return n;
 }
 
-/** Pending (unanswered) approvals and clarifications, oldest first. */
+const decisionsOf = new WeakMap(); // state -> {items, structureRev, list}: its approvals and clarifications
+
+/**
+ * Pending (unanswered) approvals and clarifications, oldest first. Asked at every draw: the decisions are
+ * picked out of the items again only when items were added or removed (not at every event of a stream,
+ * in a conversation of tens of thousands of items).
+ */
 export function pendingDecisions(state) {
-  return state.items.filter((i) => (i.kind === "approval" || i.kind === "clarify") && !i.resolved);
+  let memo = decisionsOf.get(state);
+  if (!memo || memo.items !== state.items || memo.structureRev !== state.structureRev) {
+    const list = state.items.filter((i) => i.kind === "approval" || i.kind === "clarify");
+    memo = { items: state.items, structureRev: state.structureRev, list };
+    decisionsOf.set(state, memo);
+  }
+  return memo.list.filter((i) => !i.resolved);
 }
 
 /** Human text for who settled a decision: "you", "Pheby", "timeout"... */

@@ -87,6 +87,13 @@ function listFor(view, st, ctx, schedule) {
 export function renderTimeline(view, st, { ctx, footer, schedule, older, newer }) {
   const wrap = $("timeline-wrap");
   const r = view.rendered;
+  if (!st.loaded && !st.items.length && !(r.vlist && r.sessionId === st.id)) {
+    // nothing to draw yet: no list made, no layout read (a first page on its way lands in this same task, often)
+    renderHead(st);
+    renderFoot(st, footer, r.detached);
+    $("timeline").setAttribute("aria-busy", "true");
+    return;
+  }
   const vlist = listFor(view, st, ctx, schedule);
   r.ctx = ctx;
   const stick = r.stick || (isNearBottom(wrap) && !r.pin && !r.detached);

@@ -16,16 +16,36 @@ const STATUS_LABELS = {
   cancelled: "cancelled",
 };
 
-// one formatter for every timestamp's tooltip (toLocaleString with options builds a new one per call)
-const FULL_DATE = new Intl.DateTimeFormat([], { dateStyle: "full", timeStyle: "medium" });
+// One formatter for every timestamp's tooltip (toLocaleString with options builds a new one per call). The page's
+// first Intl formatter costs it the locale data's set-up (20-60 ms): not on the way to a first paint. The tooltips
+// of the <time>s drawn before are written the frame after (a tooltip shows on hover, never in that first frame).
+let fullDate = null;
+const untitled = []; // [element, Date] drawn before the formatter was made
+
+function titleOf(el, d) {
+  if (fullDate) {
+    el.title = fullDate.format(d);
+    return;
+  }
+  if (!untitled.length) {
+    const make = () => {
+      fullDate = fullDate || new Intl.DateTimeFormat([], { dateStyle: "full", timeStyle: "medium" });
+      for (const [e, at] of untitled.splice(0)) e.title = fullDate.format(at);
+    };
+    requestAnimationFrame(() => setTimeout(make, 0));
+    setTimeout(make, 1000); // a page opened hidden draws no frame: its <time>s are not held for long
+  }
+  untitled.push([el, d]);
+}
 
 /** A <time> showing "5 min ago" (refreshed by app.js), the full date and time on hover. */
 export function timeEl(ts, cls = "") {
   const ms = toMillis(ts);
   if (ms === null) return null;
   const d = new Date(ms);
-  const full = FULL_DATE.format(d);
-  return h(`time.rel${cls}`, { datetime: d.toISOString(), title: full, "data-ts": String(ms) }, relativeTime(ms));
+  const el = h(`time.rel${cls}`, { datetime: d.toISOString(), "data-ts": String(ms) }, relativeTime(ms));
+  titleOf(el, d);
+  return el;
 }
 
 /** "denied automatically in 4 min (14:05)": a <time> app.js refreshes; null for what never expires. */
@@ -33,9 +53,10 @@ export function expiryEl(expiresAt, what = "expires") {
   const ms = toMillis(expiresAt);
   if (ms === null) return null;
   const d = new Date(ms);
-  return h("time.until", { datetime: d.toISOString(), "data-until": String(ms), "data-what": what,
-                           title: FULL_DATE.format(d) },
+  const el = h("time.until", { datetime: d.toISOString(), "data-until": String(ms), "data-what": what },
     untilLine(ms, what));
+  titleOf(el, d);
+  return el;
 }
 
 export function untilLine(expiresAt, what = "expires", now = Date.now()) {

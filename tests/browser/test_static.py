@@ -34,44 +34,45 @@ async def test_index_served_without_auth_and_not_cached(client):
     assert '<script type="module" src="/static/app.js">' in body
 
 
-async def test_index_preloads_every_module_the_page_imports(client):
-    """The page's modules are fetched at once (modulepreload), not level by level of the import graph:
-    every module app.js imports, directly or not, is listed, served, and nothing else is."""
-    from lvmh_adapter.web import module_graph
+async def test_every_script_the_index_names_is_served_and_the_page_script_holds_the_whole_graph(client):
+    """The page fetches and compiles one script for its modules (lvmh_adapter/webbundle.py), not one per module:
+    every script index.html names is served 200 as JavaScript; /static/app.js holds app.js and every module it
+    imports, directly or not (found by a scan of the files, not by the bundler), each once; no modulepreload is left."""
+    from lvmh_adapter.web import app_bundle
 
     body = await (await client.get("/")).text()
-    listed = re.findall(r'<link rel="modulepreload" href="/static/([^"]+)">', body)
-    graph = module_graph()
-    assert graph[0] == "app.js" and sorted(listed) == sorted(graph[1:])
-    assert {"markdown.js", "virtual.js", "vendor/marked.esm.js", "vendor/hljs-core.min.js"} <= set(listed)
-    for name in listed:
-        assert (await client.get(f"/static/{name}")).status == 200, name
-    # every import of every listed module is listed too
-    for name in ["app.js", *listed]:
+    scripts = re.findall(r'<script type="module"(?: async)? src="/static/([^"]+)"></script>', body)
+    assert scripts == ["boot.js", "app.js"] and "modulepreload" not in body
+    for name in scripts:
+        resp = await client.get(f"/static/{name}")
+        assert resp.status == 200 and resp.headers["Content-Type"].startswith("text/javascript"), name
+    served = await (await client.get("/static/app.js")).text()
+    assert served.encode() == app_bundle()[0]
+    graph, queue = {"app.js"}, ["app.js"]
+    while queue:
+        name = queue.pop()
         for spec in re.findall(r'from\s+"\./([^"]+)"', (WEB_DIR / name).read_text()):
             dep = str(Path(name).parent / spec) if "/" in name else spec
-            assert dep in listed, (name, dep)
-    # the first requests start while the modules load (boot.js, async, before app.js)
+            if dep not in graph:
+                graph.add(dep)
+                queue.append(dep)
+    sections = re.findall(r"^const __lvmh_m\d+ = \(\(\) => \{ // ---- (\S+)$", served, re.M)
+    assert sorted(sections) == sorted(graph) and sections[-1] == "app.js"
+    assert {"markdown.js", "virtual.js", "vendor/marked.esm.js", "vendor/hljs-core.min.js"} <= set(sections)
+    for name in graph:  # each module's own text is there (its import lines and `export` keywords aside)
+        lines = [ln for ln in (WEB_DIR / name).read_text().splitlines() if not re.search(r"\b(import|export)\b", ln)]
+        assert max(lines, key=len) in served, name
+    # the first requests start while the page's script loads (boot.js, async, before app.js)
     assert body.index('src="/static/boot.js"') < body.index('src="/static/app.js"')
 
 
-async def test_every_shipped_file_is_served_with_its_type(client):
-    types = {".js": "text/javascript", ".mjs": "text/javascript", ".css": "text/css", ".svg": "image/svg+xml"}
-    for name in web_files():
-        if name == "index.html":
-            continue
-        resp = await client.get(f"/static/{name}")
-        assert resp.status == 200, name
-        assert resp.headers["Content-Type"].startswith(types[Path(name).suffix]), name
-        assert resp.headers["Cache-Control"] == "no-cache"
-        assert await resp.read() == (WEB_DIR / name).read_bytes()
-
-
-async def test_etag_revalidation(client):
-    resp = await client.get("/static/app.js")
+@pytest.mark.parametrize("path", ["/", "/static/app.js", "/static/dom.js", "/static/vendor/hljs-go.min.js"])
+async def test_etag_revalidation(client, path):
+    resp = await client.get(path)
     etag = resp.headers["ETag"]
-    again = await client.get("/static/app.js", headers={"If-None-Match": etag})
-    assert again.status == 304
+    again = await client.get(path, headers={"If-None-Match": etag})
+    assert again.status == 304 and again.headers["ETag"] == etag
+    assert again.headers["Content-Security-Policy"] == CSP and again.headers["Cache-Control"] == "no-cache"
 
 
 @pytest.mark.parametrize(
