@@ -421,13 +421,15 @@ def stored_run_end(store: Any, run_id: str) -> Optional[RunEnd]:
 
 
 # the frames that stand for a row of the core's store (``row_events``), found in a body before it is parsed
-_ROW_FRAMES = (b'"task.created"', b'"task.deleted"', b'"session.message"', b'"run.started"', b'"run.completed"')
+_ROW_FRAMES = (b'"task.created"', b'"task.deleted"', b'"session.message"', b'"run.started"', b'"run.completed"',
+               b'"approval.resolved"', b'"clarify.resolved"')
 
 
 def row_events(tails: Iterable[bytes]) -> list[Any]:
     """The core's events behind the store's rows as frame bodies (without their ``{``, in order) hold them:
     a task's creation and deletion, a user's message, a run's start, and its message as its ``run.completed``
-    holds it (a ``MessageCompleted`` where the end came: bridge_core/bridge/drafts.py ``DurableRows``)."""
+    holds it (a ``MessageCompleted`` where the end came: bridge_core/bridge/drafts.py ``DurableRows``), a
+    decision's resolution."""
     out: list[Any] = []
     for tail in tails:
         if not any(kind in tail for kind in _ROW_FRAMES):
@@ -465,6 +467,18 @@ def _row_event(frame: dict) -> Any:
     if kind == "run.completed" and "status" in payload:
         return ev.MessageCompleted(conversation_id=cid, message_id=draft_message_id(run),
                                    text=str(payload.get("text") or ""), run_id=run, ts=ts)
+    return _resolution(kind, cid, run, payload, ts)
+
+
+def _resolution(kind: str, cid: str, run: str, payload: dict, ts: float) -> Any:
+    """A decision's resolution as its frame holds it (what a restart must not resolve again: its pending row
+    dropped, ``Persister.restore_rows``), or None."""
+    if kind == "approval.resolved" and isinstance(payload.get("approval_id"), str):
+        return ev.ApprovalResolved(conversation_id=cid, run_id=run, approval_id=payload["approval_id"],
+                                   choice=str(payload.get("choice") or ""), ts=ts)
+    if kind == "clarify.resolved" and isinstance(payload.get("clarify_id"), str):
+        return ev.ClarifyResolved(conversation_id=cid, run_id=run, clarify_id=payload["clarify_id"],
+                                  response=str(payload.get("response") or ""), ts=ts)
     return None
 
 

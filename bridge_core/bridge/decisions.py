@@ -141,8 +141,7 @@ class DecisionLedger:
             })  # fmt: skip
             store.execute_later("INSERT OR REPLACE INTO settings(key, value) VALUES(?, ?)", (PENDING_KEY + did, value))
         elif t is ev.ApprovalResolved or t is ev.ClarifyResolved:
-            did = e.approval_id if t is ev.ApprovalResolved else e.clarify_id
-            store.execute_later("DELETE FROM settings WHERE key=?", (PENDING_KEY + did,))
+            store.execute_later(*settled(e))
 
     def restore(self, store: Any, conversations: Conversations) -> None:
         """At load: the decisions pending when the process died, back into their runs (to be resolved)."""
@@ -172,6 +171,13 @@ class DecisionLedger:
             )  # fmt: skip
             self.clarifications[d["id"]] = cid
         return True
+
+
+def settled(e: Any) -> tuple[str, tuple]:
+    """The store's write of a resolved decision (``e``, an ``ApprovalResolved`` or a ``ClarifyResolved``): its
+    pending row dropped, so that no restart resolves it again (``record``; ``Persister.restore_rows``)."""
+    did = e.approval_id if type(e) is ev.ApprovalResolved else e.clarify_id
+    return "DELETE FROM settings WHERE key=?", (PENDING_KEY + did,)
 
 
 def _remember(table: collections.OrderedDict, key: str, value: Any) -> None:

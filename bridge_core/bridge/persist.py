@@ -16,7 +16,7 @@ from typing import Any, Mapping
 from ..model import events as ev
 from ..model.state import ConversationState
 from .decisions import EVENTS as DECISION_EVENTS
-from .decisions import DecisionLedger
+from .decisions import DecisionLedger, settled
 from .drafts import LAST_ACTIVE_SQL, MESSAGE_SQL, DraftSaver
 from .store import BaseStore
 
@@ -72,11 +72,16 @@ class Persister:
         """A write (``store.write``): the rows of ``events`` (a front end's durable record of them, in their
         order: ``drafts.DurableRows``) the store lacks, each where it comes: a conversation, a user's message, a
         run's row (running: the start then ends it as the record holds, or closes it as interrupted) and its
-        message as its end holds it, a deletion. A row the store has stays as it is (restored once, however
-        often the record is read); nothing goes into a conversation the store does not hold. The rows added."""
+        message as its end holds it, a deletion; a decision's resolution, its pending row dropped (else the start
+        resolves it again, denied by restart: decision_not_once). A row the store has stays as it is (restored
+        once, however often the record is read); nothing goes into a conversation the store does not hold. The
+        rows added (or dropped)."""
         added = 0
         for e in events:
             t = type(e)
+            if t is ev.ApprovalResolved or t is ev.ClarifyResolved:
+                added += c.execute(*settled(e)).rowcount
+                continue
             if t is ev.ConversationDeleted:
                 delete_conversation(c, e.conversation_id)
                 continue

@@ -58,10 +58,9 @@ from ..bridge.tasks import TaskSet
 from ..model import commands as cmd
 from ..model import events as ev
 from ..model.errors import BridgeError, RunActive
-from ..model.ids import draft_message_id
 from ..model.serialize import UnknownEvent, from_dict, to_dict
 from ..model.state import ConversationState
-from . import gone, holds, started
+from . import gone, holds, readback, started
 from .bus import Bus
 from .numbering import ClusterNumber
 from .routing import Router
@@ -74,6 +73,9 @@ BEAT_EVERY = 2.5
 SWEEP_EVERY = 1.0  # a dead node is noticed within NODE_TTL + SWEEP_EVERY (the contract: 15 s)
 JOIN_BACK = 5.0  # seconds of stream a joining node folds again (writes its load may have missed)
 MOVE_WAIT = 3.0  # s a node taking a run over that ended meanwhile waits for that end to come (move_run)
+
+# this node's events of a run its store left open that its previous life published: written as they come back
+RESTORED = (ev.RunFinished, ev.MessageCompleted, ev.ApprovalResolved, ev.ClarifyResolved)
 
 NODE_GONE = "This run was interrupted: the bridge node running it stopped."
 # s of stream read back for the last delta of a run this node closes as interrupted (its own after a restart,
@@ -289,7 +291,7 @@ class Cluster:
             self._ended[event.conversation_id] = event.run_id
         elif t is ev.ConversationDeleted:
             self._ended.pop(event.conversation_id, None)
-        if node == self.node_id and t in (ev.RunFinished, ev.MessageCompleted) and event.run_id in self._left_open:
+        if node == self.node_id and t in RESTORED and event.run_id in self._left_open:
             self._restore(event)  # its previous life's
         if t is ev.ApprovalRequested or t is ev.ClarifyRequested:
             did = event.approval_id if t is ev.ApprovalRequested else event.clarify_id
@@ -302,9 +304,10 @@ class Cluster:
         return event
 
     def _restore(self, event: Any) -> None:
-        """The end (or completed message) of a run of this node's that its previous life published and died
-        before its store had it (a PostgreSQL restart holds a batch up to ``pgstore.RIDE_OUT``): written now;
-        else a later start closes the run again, a second run end on every front end (event_twice)."""
+        """The end (or completed message, or a decision's resolution) of a run of this node's that its previous
+        life published and died before its store had it (a kill -9; a PostgreSQL restart holds a batch up to
+        ``pgstore.RIDE_OUT``): written now; else a later start closes the run again, a second run end on every
+        front end (event_twice), or resolves its decision again, denied by restart (decision_not_once)."""
         if type(event) is ev.MessageCompleted:  # (its row kept in place: written again, it would move last)
             self.bridge.persister.restore_message(event.conversation_id, event.message_id, event.text, event.ts)
             return
@@ -316,18 +319,38 @@ class Cluster:
     async def read_ends(self, run_ids: list) -> None:
         """At join, for this node's runs the store left open: the end its previous life published (the last
         ``TEXT_BACK`` s; its entries, not live, are not delivered) and the completion before, folded first; a
-        close as interrupted, the notice it published after (``Bridge.interrupt``: seed 2003, nodes_disagree)."""
+        close as interrupted, the notice it published after (``Bridge.interrupt``: seed 2003, nodes_disagree);
+        before them, the decisions it resolved (``_read_decisions``)."""
         for run_id in run_ids:
             try:
-                end = await self.bus.newest(run_id.encode(), lambda d, r=run_id: _end_of(d, r), TEXT_BACK)
-                done = None if end is None else await self.bus.newest(
-                    run_id.encode(), lambda d, r=run_id: _last_text(d, r) and d["event"] != "TextDelta", TEXT_BACK)
+                decided = await self._read_decisions(run_id)
+                end = await self.bus.newest(run_id.encode(), lambda d, r=run_id: readback.end_of(d, r), TEXT_BACK)
+                done = None if end is None else await self.bus.newest(run_id.encode(), lambda d, r=run_id: (
+                    readback.last_text(d, r) and d["event"] != "TextDelta"), TEXT_BACK)
                 notice = None if end is None or end.get("error") != ev.RUN_INTERRUPTED else await self.bus.newest(
-                    str(end.get("conversation_id")).encode(), lambda d, e=end: _notice_of(d, e), TEXT_BACK)
+                    str(end.get("conversation_id")).encode(), lambda d, e=end: readback.notice_of(d, e), TEXT_BACK)
             except Exception:  # the bus away for a moment: closed as interrupted (the store says it is open)
                 log.exception("cluster: reading the end of run %s from the bus failed", run_id)
                 continue
-            self._ends += [d for d in (done, end, notice) if d is not None]
+            self._ends += decided + [d for d in (done, end, notice) if d is not None]
+
+    async def _read_decisions(self, run_id: str) -> list:
+        """The decisions of ``run_id`` (one of this node's the store left open) resolved on the bus in the last
+        ``TEXT_BACK`` s, oldest first, each once: the first resolution of each, as the ledger took it. Its previous
+        life published them and died before its store had them (kill -9 right after a resolve): folded and written
+        before the restart closes the run, whose close finds them resolved, not pending (``decision_not_once``)."""
+        seen: list = []
+
+        def note(d: Any) -> bool:  # every match of the window noted, newest first; none taken: read to its end
+            if readback.decision_of(d, run_id):
+                seen.append(d)
+            return False
+
+        await self.bus.newest(run_id.encode(), note, TEXT_BACK)
+        first: dict = {}
+        for d in reversed(seen):
+            first.setdefault((d["event"], d.get("approval_id") or d.get("clarify_id")), d)
+        return list(first.values())
 
     # --- one run per conversation ---------------------------------------------------------------
 
@@ -501,7 +524,7 @@ class Cluster:
         every delta the stream holds to their clients."""
         for run_id in run_ids:
             try:
-                data = await self.bus.newest(run_id.encode(), lambda d, r=run_id: _last_text(d, r), TEXT_BACK)
+                data = await self.bus.newest(run_id.encode(), lambda d, r=run_id: readback.last_text(d, r), TEXT_BACK)
             except Exception:  # the bus away for a moment: the other records (the draft) still count
                 log.exception("cluster: reading the last text of run %s from the bus failed", run_id)
                 continue
@@ -543,29 +566,6 @@ class Cluster:
         if self.node_id not in live or self.bus.lost_recently(BEAT_EVERY + SWEEP_EVERY):
             return set()
         return set(nodes) - live
-
-
-def _last_text(data: Any, run_id: str) -> bool:
-    """Is ``data`` (an event's bus form) a text delta of ``run_id`` with its text so far, or the completion
-    of its message (the one a close completes)?"""
-    if type(data) is not dict or data.get("run_id") != run_id:
-        return False
-    t = data.get("event")
-    if t == "TextDelta":
-        return data.get("kind", "text") == "text" and type(data.get("draft")) is str
-    return t == "MessageCompleted" and data.get("message_id") == draft_message_id(run_id) \
-        and type(data.get("text")) is str  # fmt: skip
-
-
-def _end_of(data: Any, run_id: str) -> bool:
-    """Is ``data`` (an event's bus form) the end of ``run_id``?"""
-    return type(data) is dict and data.get("event") == "RunFinished" and data.get("run_id") == run_id
-
-
-def _notice_of(data: Any, end: dict) -> bool:
-    """Is ``data`` the notice ``Bridge.interrupt`` published right after ``end`` (a run closed as interrupted)?"""
-    return type(data) is dict and data.get("event") == "Notification" and data.get("source") == "bridge" and \
-        data.get("conversation_id") == end.get("conversation_id") and 0 <= data.get("ts", -1) - end.get("ts", 0) < 1
 
 
 def _run_started(c: Any, run_id: str, cid: str, node: str) -> None:

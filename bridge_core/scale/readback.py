@@ -1,5 +1,6 @@
 """Reading the bus's event stream back, applying nothing: the newest genuine event that matches
-(bridge_core/scale/cluster.py: the text of a run a node closes as interrupted, docs/scale-out.md)."""
+(bridge_core/scale/cluster.py: the text of a run a node closes as interrupted, the end and the decisions'
+resolutions its previous life published, docs/scale-out.md), and the matches the reads take."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any, Callable
 
 import orjson
 
+from ..model.ids import draft_message_id
 from .busauth import entry_order, genuine
 
 BATCH = 512  # entries per read
@@ -37,3 +39,32 @@ async def newest(r: Any, events_key: str, key: bytes, needle: bytes, match: Call
         if len(entries) < BATCH:
             return None
         high = "(" + (entries[-1][0].decode() if isinstance(entries[-1][0], bytes) else entries[-1][0])
+
+
+def last_text(data: Any, run_id: str) -> bool:
+    """Is ``data`` (an event's bus form) a text delta of ``run_id`` with its text so far, or the completion
+    of its message (the one a close completes)?"""
+    if type(data) is not dict or data.get("run_id") != run_id:
+        return False
+    t = data.get("event")
+    if t == "TextDelta":
+        return data.get("kind", "text") == "text" and type(data.get("draft")) is str
+    return t == "MessageCompleted" and data.get("message_id") == draft_message_id(run_id) \
+        and type(data.get("text")) is str  # fmt: skip
+
+
+def decision_of(data: Any, run_id: str) -> bool:
+    """Is ``data`` (an event's bus form) the resolution of an approval or a clarification of ``run_id``?"""
+    return type(data) is dict and data.get("event") in ("ApprovalResolved", "ClarifyResolved") and \
+        data.get("run_id") == run_id  # fmt: skip
+
+
+def end_of(data: Any, run_id: str) -> bool:
+    """Is ``data`` (an event's bus form) the end of ``run_id``?"""
+    return type(data) is dict and data.get("event") == "RunFinished" and data.get("run_id") == run_id
+
+
+def notice_of(data: Any, end: dict) -> bool:
+    """Is ``data`` the notice ``Bridge.interrupt`` published right after ``end`` (a run closed as interrupted)?"""
+    return type(data) is dict and data.get("event") == "Notification" and data.get("source") == "bridge" and \
+        data.get("conversation_id") == end.get("conversation_id") and 0 <= data.get("ts", -1) - end.get("ts", 0) < 1

@@ -11,8 +11,6 @@ survivor, with no browser, must store the resolution and the run's end, once eac
 
 from __future__ import annotations
 
-import pytest
-
 from bridge_core.model import commands as cmd
 from tests.lvmh.helpers import Api
 from tests.scale.test_cluster import _nodes
@@ -127,12 +125,11 @@ async def test_kill9_right_after_a_resolve_leaves_the_resolution_stored_once_on_
             await r.close()
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "bridge_core/scale: n1 restarted before the survivors closed its run loads a store without the "
-    "resolution its previous life published (the bus has it: every phone got it) and closes the run, "
-    "resolving the approval a second time (deny, decided by restart); Cluster.join's read_ends reads a "
-    "left-open run's end back from the stream, not its decisions"))
 async def test_kill9_right_after_a_resolve_then_an_immediate_restart_resolves_it_once(serve_nodes):
+    """n1 back before the survivors closed its run: its store lacks the resolution its previous life published
+    (the bus has it: every phone got it). Its restart reads the run's decisions back from the stream and writes
+    them before it closes the run (``Cluster.read_ends``): the approval resolved once, as "once", never again
+    as denied by restart (before: a second ``approval_resolved``, deny, ``decidedBy`` restart)."""
     (n1, _, _), rests, sid, aid = await _resolve_then_kill(serve_nodes)
     try:
         await _restarted(n1, rests)
