@@ -106,6 +106,10 @@ class ClusterRegistry(Registry):
         self.node_id = node_id
         self.source = f"{node_id}:{secrets.token_hex(6)}"  # this process's rows
         self.position = -1  # the cluster-wide number of the last event seen
+        # the number of the last event this source stored rows for (-1: none yet). Not ``position``: until the
+        # first event arrives that is the newest event any node stored, and a node joining the stream stores
+        # the events before it afterwards (``next_seq``)
+        self.stored_n = -1
         self.own_from: Optional[int] = None  # the first event all of whose frames ``recent`` holds
         self.recent: collections.deque[tuple[int, int, bytes]] = collections.deque(maxlen=self.window + 1)
         self.attached: dict[str, Device] = {}  # devices connected here, numbered here
@@ -158,6 +162,8 @@ class ClusterRegistry(Registry):
         """Event ``n`` (its bodies without their ``{``): stored once as this source's rows, and
         numbered for every device connected here (the spans it changes queued first)."""
         m0, marks, out = self.numbering.record(tails, n)
+        if n > self.stored_n:
+            self.stored_n = n
         src = self.source
         recent = self.recent
         rows = []
@@ -210,10 +216,16 @@ class ClusterRegistry(Registry):
 
     def next_seq(self, d: Device) -> int:
         """A reply's or a ping's seq, recorded before the frame leaves: a span starting one above it
-        over this node's next rows (while those are still skipped for it, the epoch's reply seq)."""
+        over this node's next rows (while those are still skipped for it, the epoch's reply seq).
+
+        "Still skipped" is judged by the rows this node stored (``stored_n``), not by ``position``: a node
+        that just started has the newest event any node stored as its position, then stores the events of
+        its join before it (the stream's last seconds, below the device's ``skip_to``: events the device got
+        elsewhere). A span opened at that reply took them as the device's next frames, and its next hello
+        replayed them under new seqs (chaos seed 2003: ``event_twice`` after a Redis restart and a kill -9)."""
         s = self.numbering.next_seq(d)
         if d.epoch:
-            if d.skip_to > self.position:
+            if d.skip_to > self.stored_n:
                 self._rows.add([], [], owned=[(d.device_id, _REPLY_SQL, (s, d.device_id, d.epoch))],
                                fence=self._held)
             else:
