@@ -53,6 +53,8 @@ async def test_a_phone_numbered_by_a_nodes_previous_life_is_not_told_truncated(n
         ok = await phone.connect(loomi_ws(n2))
         assert ok["payload"]["truncated"] is False, ok  # before: True, by n1's new life's holes
         await phone.until(lambda: phone.completed(streaming), timeout=60)  # and what followed, as ever
+        await other.wait_for("run.completed", timeout=60, run_id=streaming)
+        assert phone.run_text(streaming) == other.run_text(streaming) == "tok " * 4000  # it got every event
         seqs = phone.connections[-1]
         assert seqs == sorted(set(seqs)) and not phone.dropped, [f["type"] for f in phone.dropped]
     finally:
