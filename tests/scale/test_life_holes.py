@@ -17,7 +17,11 @@ from bridge_core.scale import cluster as scale_cluster, gone
 from bridge_core.scale.engines import open_store
 from loomi_adapter.cluster import ClusterRegistry
 from loomi_adapter.devices import MIGRATIONS as LOOMI
+from bridge_core.scale import catchup
 from tests.conformance.loomi_client import LoomiApp, close_all
+from tests.scale.nodes import Nodes
+from tests.scale.test_bus_catchup import Gate
+from tests.scale.test_gone_truncated import _qr, _send
 from tests.scale.phones import loomi_ws, pair_qr
 from tests.waiting import until
 
@@ -25,12 +29,6 @@ from tests.waiting import until
 @pytest.fixture
 def nodes(serve_nodes):
     return lambda *names: serve_nodes(*names, adapters="loomi")
-
-
-async def _send(app: LoomiApp, text: str) -> str:
-    ack = await app.request("session.send", {"text": text})
-    assert ack["type"] == "ack" and ack["payload"]["ok"] is True, ack
-    return ack["payload"]["result"]["run_id"]
 
 
 def _deltas(app: LoomiApp, run_id: str) -> int:
@@ -44,11 +42,13 @@ async def test_a_phone_numbered_by_a_nodes_previous_life_is_not_told_truncated(n
         await phone.pair(dict(await pair_qr(n1), url=loomi_ws(n1)))
         await other.pair(dict(await pair_qr(n2), url=loomi_ws(n2)))
         streaming = await _send(other, "/bench 4000 200")  # n2 streams (20 s) ...
-        mine = await _send(phone, "/bench 4000 200")  # ... and so does n1: their entries interleave
-        await phone.until(lambda: _deltas(phone, streaming) >= 100 and _deltas(phone, mine) >= 100, timeout=30)
-        n1.kill9()  # mid-run: the phone got everything n1 numbered it
+        mine = await _send(phone, "/bench 300 300")  # ... and so does n1 (1 s): their entries interleave
+        await phone.until(lambda: phone.completed(mine) and _deltas(phone, streaming) >= 100, timeout=30)
+        # killed while n2 streams, its own run's entries all delivered by it (the phone got the run's end from
+        # it): whatever n1 published, its rows hold, so the phone's next hello misses nothing it was not given
+        n1.kill9()
         await phone.until(lambda: phone.close_code is not None or not phone.connected, timeout=30)
-        n1.start()  # under its own name: it passes over its previous life's entries while joining
+        n1.start()  # under its own name: it passes over its previous life's entries while joining 5 s back
         await until(lambda: "gone for good" in n1.stderr(), timeout=60, what="the restarted n1's holes")
         ok = await phone.connect(loomi_ws(n2))
         assert ok["payload"]["truncated"] is False, ok  # before: True, by n1's new life's holes
@@ -59,6 +59,50 @@ async def test_a_phone_numbered_by_a_nodes_previous_life_is_not_told_truncated(n
         assert seqs == sorted(set(seqs)) and not phone.dropped, [f["type"] for f in phone.dropped]
     finally:
         await close_all()
+
+
+async def test_a_phone_the_restarted_life_numbers_across_its_own_hole_is_told(engines, tmp_path, redis_server):
+    """Never silence across a restart: the phone its previous life numbered says hello to the new life (not
+    told: it got everything), then the new life passes over events gone for good (test_gone_truncated.py's
+    loss: ``a`` behind, ``b`` keeping its last 2 entries, Redis losing them): the phone is told."""
+    nodes = Nodes(engines, tmp_path, ("loomi",))
+    phone, other = LoomiApp("Pixel 9"), LoomiApp("Other phone")
+    try:
+        a, b = await nodes.start("a"), await nodes.start("b")
+        before = a.bridge.cluster.gaps.life
+        await phone.pair(await _qr(a))
+        await other.pair(await _qr(b))
+        first = await _send(phone, "before")
+        await phone.wait_for("run.completed", run_id=first)
+        await phone.disconnect()
+        await nodes.stop(a)
+        a = await nodes.start("a")  # the same name, another life
+        life = a.bridge.cluster.gaps.life
+        assert life != before and a.frontends["loomi"].registry.source == life
+        ok = await phone.connect(f"ws://127.0.0.1:{a.ports['loomi']}/ws")
+        assert ok["payload"]["truncated"] is False, ok
+        again = await _send(phone, "again")  # numbered by the new life (which delivers from here)
+        await phone.wait_for("run.completed", run_id=again)
+        cid = next(c for c, conv in a.bridge.conversations.items() if conv.run is None and conv.messages)
+        b.bridge.cluster.bus._written = catchup.Written(keep=2)
+        gate = Gate(a.bridge.cluster.bus)
+        gate.close()
+        await until(lambda: gate.parked.is_set(), what="a's reads held")
+        missed = await _send(other, "/bench 60 200", cid)
+        await other.wait_for("run.completed", run_id=missed)
+        redis_server.flush()
+        gate.open.set()
+        after = await _send(other, "after")
+        await until(lambda: a.bridge.cluster.bus.gone > 0, timeout=20, what="events gone found on a")
+        await phone.until(lambda: phone.close_code is not None)
+        a.bridge.store.flush()
+        assert {w for w, _, _ in gone.holes(a.bridge.store, -1)} == {life}  # the new life's, no other
+        ok = await phone.connect()
+        assert ok["payload"]["truncated"] is True, ok
+        await phone.wait_for("run.completed", run_id=after)
+    finally:
+        await close_all()
+        await nodes.close()
 
 
 def _store(tmp_path, name: str = "core.db") -> Store:
