@@ -42,7 +42,7 @@ from bridge_core.scale import fencing, gone
 
 from . import codec
 from .devices import _DEVICE_COLUMNS, _DUMMY_HASH, MIGRATIONS, Device, Registry, hash_secret
-from .history import Epoch, History, Span, crossed, plan_catchup, rebuild
+from .history import Epoch, History, Span, crossed, passed_by, plan_catchup, rebuild
 from .replay import Numbering, Resume, SeqLog
 from .rows import RowBatch, RowQueue, held, write_cluster_rows
 
@@ -101,10 +101,11 @@ class Claim:
 
 
 class ClusterRegistry(Registry):
-    def __init__(self, store: BaseStore, node_id: str, **kw: Any):
+    def __init__(self, store: BaseStore, node_id: str, life: Optional[str] = None, **kw: Any):
         super().__init__(store, **kw)
         self.node_id = node_id
-        self.source = f"{node_id}:{secrets.token_hex(6)}"  # this process's rows
+        # this process's rows: the node's life (bridge_core/scale/nodes.py new_life), whose holes are its own
+        self.source = life or f"{node_id}:{secrets.token_hex(6)}"
         self.position = -1  # the cluster-wide number of the last event seen
         # the number of the last event this source stored rows for (-1: none yet). Not ``position``: until the
         # first event arrives that is the newest event any node stored, and a node joining the stream stores
@@ -349,9 +350,9 @@ class ClusterRegistry(Registry):
         if row is None:
             return False
         epoch, start_n = row
-        nodes = {src.rsplit(":", 1)[0] for (src,) in self.store.query(
+        sources = {src for (src,) in self.store.query(
             "SELECT DISTINCT source FROM loomi_spans WHERE device_id=? AND epoch=?", (did, epoch))}
-        return crossed(start_n, cursor, nodes, gone.holes(self.store, start_n))
+        return crossed(start_n, cursor, sources, gone.holes(self.store, start_n))
 
     def _reread(self, d: Device) -> None:
         row = self.store.query_one("SELECT epoch, seq_reserved FROM loomi_devices WHERE device_id=?", (d.device_id,))
@@ -401,7 +402,7 @@ class ClusterRegistry(Registry):
                 if rows:
                     parts.append((r.source, [(m, n, bytes(b)) for m, n, b in rows]))
         own = [row for row in self.recent if row[1] > cursor]
-        if own and any(node == self.node_id and a <= own[-1][1] for node, a, _ in gone.holes(self.store, cursor)):
+        if own and any(passed_by(w, self.source) and a <= own[-1][1] for w, a, _ in gone.holes(self.store, cursor)):
             gap = True  # this node's own rows pass over events gone for good (gone.py)
         if own:
             parts.append((self.source, own))
@@ -430,11 +431,10 @@ class ClusterRegistry(Registry):
         return gone.happened(self.store, max(_ts(bytes(r[0])) for r in rows), _ts(served[0]), held_by(served))
 
     def _holes(self, others: list, above: int) -> dict:
-        """Per source of ``others``: the holes its node recorded above ``above`` (gone.py)."""
-        by_node: dict[str, list] = {}
-        for node, a, b in gone.holes(self.store, above):
-            by_node.setdefault(node, []).append((a, b))
-        return {src: by_node[src.rsplit(":", 1)[0]] for src, _, _ in others if src.rsplit(":", 1)[0] in by_node}
+        """Per source of ``others``: the holes its life recorded above ``above`` (gone.py, history.passed_by)."""
+        found = gone.holes(self.store, above)
+        out = {src: [(a, b) for w, a, b in found if passed_by(w, src)] for src, _, _ in others}
+        return {src: hs for src, hs in out.items() if hs}
 
     def detach(self, d: Device) -> None:
         self.attached.pop(d.device_id, None)

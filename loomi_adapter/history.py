@@ -214,9 +214,17 @@ def _reach(start: int, last: int, holes: Iterable[tuple[int, int]]) -> int:
     return last
 
 
-def crossed(start_n: int, cursor: int, nodes: Iterable[str], holes: Iterable[tuple[str, int, int]]) -> bool:
-    """Whether a device numbered from event ``start_n`` to ``cursor`` by rows of ``nodes`` was numbered
-    across events one of those nodes passed over, gone for good (``holes``: (node, first, last)): it missed
-    them and was never told, so its next hello is answered ``truncated``."""
-    nodes = set(nodes)
-    return any(node in nodes and b > start_n and a <= cursor for node, a, b in holes)
+def passed_by(whose: str, source: str) -> bool:
+    """Whether a hole recorded by ``whose`` (bridge_core/scale/gone.py ``holes``: a node's life, ``node:life``,
+    or a bare node id for a hole recorded before lives were) lies in the rows of ``source`` (a life too: the
+    Loomi rows of one process). A life's holes say what that life's rows lack, nothing of another life's: a
+    node restarted under its own name passes over its previous life's entries, which that life rendered."""
+    return whose == source or whose == source.rsplit(":", 1)[0]
+
+
+def crossed(start_n: int, cursor: int, sources: Iterable[str], holes: Iterable[tuple[str, int, int]]) -> bool:
+    """Whether a device numbered from event ``start_n`` to ``cursor`` by rows of ``sources`` was numbered
+    across events one of those sources passed over, gone for good (``holes``: (whose, first, last),
+    ``passed_by``): it missed them and was never told, so its next hello is answered ``truncated``."""
+    sources = set(sources)
+    return any(b > start_n and a <= cursor and any(passed_by(whose, s) for s in sources) for whose, a, b in holes)

@@ -151,11 +151,12 @@ class LoomiFrontEnd(FrontEnd):
         codec.prepare()
         cluster = getattr(self.bridge, "cluster", None)
         if cluster is not None:  # several nodes: numbering by the node a device is connected to (cluster.py)
-            self.registry = ClusterRegistry(self.bridge.store, cluster.node_id)
+            gaps = getattr(cluster, "gaps", None)  # its rows are this node's life's (bridge_core/scale/gone.py)
+            self.registry = ClusterRegistry(self.bridge.store, cluster.node_id, getattr(gaps, "life", None))
             self.registry.on_lost = self._fenced_out
             self._loop = asyncio.get_running_loop()
-            if getattr(cluster, "gaps", None) is not None:  # events the stream lost: the phones here told
-                cluster.gaps.hooks.append(self._gone)
+            if gaps is not None:  # events the stream lost: the phones here told
+                gaps.hooks.append(self._gone)
         await self.registry.prepare()
         await self.revocations.prepare()
         # after a crash, a run's message is completed with what its replay rows hold (journal.py)

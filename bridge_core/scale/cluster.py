@@ -96,6 +96,7 @@ MIGRATIONS = [
     "CREATE UNIQUE INDEX cluster_runs_running ON cluster_runs(conversation_id) WHERE state='running'",
     holds.MIGRATION,  # what a node answers for besides its runs: one survivor inherits a dead node's (holds.py)
     gone.MIGRATION,  # the numbers a node's delivery passed over, known given: events gone for good (gone.py)
+    gone.LIFE_MIGRATION,  # ... recorded against the life that passed over them (gone.py)
 ]
 
 

@@ -11,8 +11,10 @@ delivered (``passed``):
   has that a transcript in memory lacks is added to it, in the one order (``Transcripts.refresh``), once
   this node's own writes are committed, and again ``AGAIN`` s later. Whatever the gap was: after a mere
   jump this costs a read per transcript in memory.
-- **Events gone for good are said**: their numbers are recorded as a hole of this node's
-  (``cluster_holes``: whatever this node rendered from the stream lacks them), and every front end's
+- **Events gone for good are said**: their numbers are recorded as a hole of this node's *life*
+  (``cluster_holes``: whatever this process rendered from the stream lacks them; ``life``, nodes.new_life: a
+  node restarted under its own name joins 5 s back and passes over its previous life's entries, which that
+  life's rows hold), and every front end's
   hook is called (``hooks``): Loomi closes the sockets of the phones this node numbers, and a hello
   whose numbering crossed a hole, or whose catch-up would be served over one, is answered
   ``truncated`` (loomi_adapter/cluster.py, history.py).
@@ -32,6 +34,7 @@ from typing import Any, Callable, Optional
 import attrs
 
 from ..bridge.tasks import TaskSet
+from .nodes import new_life
 
 log = logging.getLogger("agent_bridge.cluster")
 
@@ -44,6 +47,9 @@ CREATE TABLE cluster_holes(
 );
 CREATE INDEX cluster_holes_to ON cluster_holes(n_to);
 """
+# the life whose delivery passed over the numbers (nodes.new_life); NULL in a hole recorded before: every life of
+# ``node_id`` (a phone numbered by any of them across it is told, never left silent)
+LIFE_MIGRATION = "ALTER TABLE cluster_holes ADD COLUMN life TEXT"
 
 AGAIN = 20.0  # s after a gap the store is read again (pgstore.py RIDE_OUT: an origin's write held that long)
 KEEP_HOLES = 7 * 24 * 3600.0  # s a hole is kept (a phone away longer is past its replay window anyway)
@@ -55,6 +61,7 @@ class Gone:
     def __init__(self, bridge: Any, node_id: str, tasks: TaskSet):
         self.bridge = bridge
         self.node_id = node_id
+        self.life = new_life(node_id)  # this process's life: the holes it records are its own (a Loomi source)
         self.tasks = tasks
         self.hooks: list[Hook] = []  # front ends told of events gone (loomi_adapter/server.py)
         self.refreshes = 0  # state read again after a gap (tests, metrics)
@@ -79,10 +86,10 @@ class Gone:
 
     def _said(self, lost: list) -> None:
         now = time.time()
-        rows = [(self.node_id, a, b, now) for a, b in lost]
+        rows = [(self.node_id, self.life, a, b, now) for a, b in lost]
 
         def write(c: Any) -> None:
-            c.executemany("INSERT INTO cluster_holes(node_id, n_from, n_to, at) VALUES(?,?,?,?)", rows)
+            c.executemany("INSERT INTO cluster_holes(node_id, life, n_from, n_to, at) VALUES(?,?,?,?,?)", rows)
             c.execute("DELETE FROM cluster_holes WHERE at<?", (now - KEEP_HOLES,))
 
         self.bridge.store.write_later(write)
@@ -105,9 +112,11 @@ class Gone:
 
 
 def holes(store: Any, above: int) -> list[tuple[str, int, int]]:
-    """The holes recorded whose last number is above ``above``: (node, first, last)."""
-    return [(r[0], int(r[1]), int(r[2])) for r in store.query(
-        "SELECT node_id, n_from, n_to FROM cluster_holes WHERE n_to>?", (above,))]  # fmt: skip
+    """The holes recorded whose last number is above ``above``: (whose, first, last); ``whose``: the life that
+    passed over them (nodes.new_life), or the bare node id for a hole recorded before lives were (every life of
+    that node's; loomi_adapter/history.py ``passed_by``)."""
+    return [(r[1] or r[0], int(r[2]), int(r[3])) for r in store.query(
+        "SELECT node_id, life, n_from, n_to FROM cluster_holes WHERE n_to>?", (above,))]  # fmt: skip
 
 
 EDGE = 0.02  # s off each end of a window ``happened`` looks in: two nodes' events may be stamped out of order

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
 from typing import Any, Iterable, Optional
 
@@ -34,6 +35,13 @@ MIGRATIONS = [
     ) WITHOUT ROWID;
     """,
 ]
+
+
+def new_life(node_id: str) -> str:
+    """A name for this process's life as node ``node_id``: ``node_id:<random>``, taken at start. A node restarted
+    under its own name is another life: what one life's delivery passed over (the holes of
+    bridge_core/scale/gone.py) says nothing about the rows another life rendered (docs/scale-out.md "Catching up")."""
+    return f"{node_id}:{secrets.token_hex(6)}"
 
 
 def live_nodes(rows: Iterable[tuple[str, float]], now: float, ttl: float = NODE_TTL) -> list[str]:
