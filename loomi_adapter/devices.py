@@ -318,7 +318,8 @@ class Registry:
 
     def _store_rows(self, events: list[tuple], segments: list[tuple], prune: Optional[int]) -> None:
         journal = self.journal
-        if journal is not None and journal.append(events, segments):
+        stored = journal.append(events, segments) if journal is not None else False
+        if stored:
             # durable now: the batch is the loop's until _submit_rows hands it to the store, behind no frame,
             # when the journal moves to its next file (or at shutdown). Only the newest window + 1 events' rows
             # are kept for it: what a restart reads back (the older ones' frames are out of every window)
@@ -329,7 +330,7 @@ class Registry:
                 b.extend(events, segments, prune)
             else:  # the common record (an event's rows only): RowBatch.extend's one step
                 b.events.extend(events)
-            if journal.due():
+            if stored is not True and journal.due():  # journal.HALF: the file half full (True: not due)
                 self._submit_rows()
             return
         if self._jbatch is not None:  # no room in the journal: what it took goes to the store first

@@ -209,17 +209,9 @@ class RunContext:
     def delta(self, piece: str, kind: str = "text", iteration: int = 0) -> None:
         draft = self._draft if kind == "text" else self._reasoning
         draft.append(piece)
-        self.bridge.publish(
-            ev.TextDelta(
-                conversation_id=self.conversation_id,
-                run_id=self.run_id,
-                message_id=self.message_id,
-                delta=piece,
-                draft=draft,
-                kind=kind,  # type: ignore[arg-type]
-                iteration=iteration,
-            )
-        )
+        # the hot path, once per streamed delta: the event made by position (ev.streamed_delta)
+        self.bridge.publish(ev.streamed_delta(self.conversation_id, self.run_id, self.message_id, piece, draft,
+                                              kind, iteration))  # type: ignore[arg-type]
 
     def tool_started(self, tool_name: str, args: Any, call_id: Optional[str] = None, preview: str = "") -> str:
         call_id = call_id or f"t-{short_id()}"

@@ -50,3 +50,26 @@ def test_the_state_fold_follows_the_latest_delta():
         conv.apply(delta(d, piece))
     d.append("d")  # appended, not yet published: the state shows what was published
     assert conv.run.text == "abc"
+
+
+def test_the_streamed_delta_is_the_event_the_keyword_call_makes():
+    """``ev.streamed_delta`` (RunContext.delta's event, by position) makes what ``TextDelta(...)`` makes:
+    every field equal, the draft a snapshot that keeps its text, the repr and the JSON form the same."""
+    from bridge_core.model import serialize
+
+    d = ev.Draft()
+    for kind, iteration, piece in (("text", 0, "He"), ("reasoning", 3, "llo"), ("text", 1, "")):
+        d.append(piece)
+        made = ev.streamed_delta("c", "r", "m", piece, d, kind, iteration)
+        assert type(made) is ev.TextDelta and type(made.draft) is ev.TextSoFar
+        kw = ev.TextDelta(conversation_id="c", run_id="r", message_id="m", delta=piece, draft=d, kind=kind,
+                          iteration=iteration, ts=made.ts)
+        assert made == kw and repr(made) == repr(kw) and made.text == kw.text == d.text()
+        assert [getattr(made, a.name) for a in attrs.fields(ev.TextDelta)] == [
+            getattr(kw, a.name) for a in attrs.fields(ev.TextDelta)]
+        assert serialize.to_dict(made) == serialize.to_dict(kw)
+    before = made.text
+    d.append("more")
+    assert made.text == before and made.draft.length == len(before)
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        made.delta = "x"  # type: ignore[misc]

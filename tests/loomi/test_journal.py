@@ -65,6 +65,24 @@ def test_the_journal_keeps_rows_across_a_crash_and_moves_on_when_half_full(tmp_p
     assert j.files() == [] and Journal(str(tmp_path)).recover() == ([], [])
 
 
+def test_append_says_half_full_exactly_when_due_may_move_on(tmp_path):
+    """The registry asks ``due`` only when ``append`` returns ``HALF`` (not per record): True below half,
+    ``HALF`` from the record that reaches it on, and ``due`` is False whenever ``append`` said True."""
+    j = Journal(str(tmp_path), size=4096)
+    assert j.open()
+    concurrent.futures.wait([j._spare])  # the next file ready: due() turns True as soon as the file is half full
+    got, i = [], 0
+    while j.pos < 3000:
+        i += 1
+        stored = j.append(*_rows(i))
+        got.append(stored)
+        assert stored is (True if j.pos < 2048 else jmod.HALF)
+        assert j.due() is (stored is not True)
+    assert got[0] is True and got[-1] is jmod.HALF and got.count(jmod.HALF) > 1
+    assert j.rotate() and j.append(*_rows(i + 1)) is True  # the next file: below half again
+    j.remove()
+
+
 def test_a_journal_that_cannot_be_allocated_is_not_used(tmp_path, monkeypatch):
     def full(fd, offset, length):
         raise OSError(28, "No space left on device")
