@@ -125,6 +125,28 @@ def test_two_nodes_closing_different_things_first_store_the_runs_end_once():
     assert types[-2:] == ["agent_end", "agent_settled"], types
 
 
+def test_a_restored_run_closing_its_open_tool_stores_the_restart_close_once():
+    """The scale test's failure: n1 restored its run from the store (a tool started, not ended), n2 renders the
+    restart's close (event 8) with nothing open; n1 closes the tool first. Before: the store kept n2's
+    ``agent_end``/``agent_settled`` at +0/+1 and n1's ``agent_settled`` at +2."""
+    rows: dict = {}
+    n2 = _node(rows)
+    n2.on_event(3, _started())
+    n2.on_event(6, ev.ToolStarted(conversation_id=CID, run_id="r1", call_id="t1", tool_name="terminal", args={}))
+    n2.on_event(7, ev.MessageCompleted(conversation_id=CID, run_id="r1", message_id="draft-r1", text=""))
+    run = OpenRun()
+    for etype, obj in [("agent_start", {"runId": "r1"}), ("tool_execution_start", {"toolCallId": "t1"})]:
+        run.feed(etype, obj)
+    n1 = _node(rows)
+    n1.renderer.restore(CID, run)  # cutshort.restore_open_runs
+    close = _finished("failed", ev.RUN_INTERRUPTED)
+    n2.on_event(8, close)
+    n1.on_event(8, close)
+    types = _stored(rows)
+    assert types.count("agent_end") == types.count("agent_settled") == 1, types
+    assert types[-2:] == ["agent_end", "agent_settled"], types
+
+
 def test_a_restarted_node_meeting_its_runs_end_twice_stores_it_once():
     """n1's restart: the end its previous life published (event 7, delivered again), then its own close of the
     run (event 9): one ``agent_end``, one ``agent_settled``; a node that never saw the run, whose store holds
