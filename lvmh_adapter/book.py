@@ -34,7 +34,7 @@ from bridge_core.model.errors import BridgeError
 
 from . import codec
 from .inflight import InFlight
-from .registry import SEQ_STRIDE, SessionRecord, SessionRegistry, cluster_seq
+from .registry import END_SLOTS, SEQ_STRIDE, SessionRecord, SessionRegistry, cluster_seq, rendered_seq
 from .render import Renderer
 
 log = logging.getLogger("agent_bridge.lvmh")
@@ -245,8 +245,9 @@ class SessionBook:
         rec = self.bridge_record(cid)
         if len(rendered) > SEQ_STRIDE:
             log.error("lvmh: %d events rendered from one; those past %d dropped", len(rendered), SEQ_STRIDE)
-        for i, (etype, payload) in enumerate(rendered[:SEQ_STRIDE]):
-            seq = cluster_seq(self.seq_base, n, i)
+            rendered = rendered[:SEQ_STRIDE - 2] + [r for r in rendered if r[0] in END_SLOTS]
+        for i, (etype, payload) in enumerate(rendered):
+            seq = rendered_seq(self.seq_base, n, i, etype)  # (a run's end: the same seqs on every node)
             if seq > rec.high:
                 rec.high = seq
             self.store_event(rec, seq, etype, payload, int(ts * 1000))
@@ -319,9 +320,13 @@ class SessionBook:
         what the bus held before its front ends restore what the store left open; issue 41): the run and
         its open message are rebuilt from the stored events, so this node renders the event as every node
         that saw the run does (the same seqs, the same bytes: docs/scale-out.md "Durable before shown").
-        Read once per run: a run the store does not show open renders as before."""
+        Read once per run: a run the store does not show open renders as before, its end nothing when
+        the store holds it (an end read back or delivered again after a restart: one end per run)."""
         run = self.log.open_run(cid)
-        self.renderer.rebuild(cid, run_id, run if run.open and run.run_id == run_id else None)
+        if run.open and run.run_id == run_id:
+            self.renderer.rebuild(cid, run_id, run)
+        else:
+            self.renderer.rebuild(cid, run_id, None, ended=self.log.run_ended(cid, run_id))
 
     def _model_changed(self, cid: Optional[str]) -> None:
         if cid is None:

@@ -486,6 +486,19 @@ class EventLog:
                 run.feed(obj["type"], obj)
         return run
 
+    def run_ended(self, sid: str, run_id: str, last: int = 8) -> bool:
+        """Whether the stored events of ``sid`` hold run ``run_id``'s end (among its ``last`` ends)."""
+        rows = self.store.query("SELECT payload FROM events WHERE sessionId=? AND type='agent_end' "
+                                "ORDER BY seq DESC LIMIT ?", (sid, last))
+        for (raw,) in rows:
+            try:
+                obj = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(obj, dict) and obj.get("runId") == run_id:
+                return True
+        return False
+
     def count(self, sid: str) -> int:
         row = self.store.query_one("SELECT COUNT(*) FROM events WHERE sessionId=?", (sid,))
         return int(row[0]) if row else 0

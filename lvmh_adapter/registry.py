@@ -34,9 +34,21 @@ SEQ_BLOCK = 1000  # seqs of a session reserved at a time (message_update numbers
 SEQ_STRIDE = 256
 
 
+# A run's end takes the last two slots of its event's stride, whatever closing precedes it: nodes whose
+# renderers close a different set of things first (one restored a run from a store lacking the run's
+# decisions; one rebuilt its open message) still store the run's end under the same seqs, once (issue 41).
+END_SLOTS = {"agent_end": SEQ_STRIDE - 2, "agent_settled": SEQ_STRIDE - 1}
+
+
 def cluster_seq(base: int, n: int, i: int) -> int:
     """The seq of the ``i``-th lvmh event rendered from cluster event ``n`` (``i < SEQ_STRIDE``)."""
     return base + n * SEQ_STRIDE + i
+
+
+def rendered_seq(base: int, n: int, i: int, etype: str) -> int:
+    """The seq of the ``i``-th lvmh event rendered from cluster event ``n``, of type ``etype``: a run's end
+    at its fixed slots (``END_SLOTS``), every other event at its place (``i < SEQ_STRIDE - 2``)."""
+    return cluster_seq(base, n, END_SLOTS.get(etype, i))
 
 
 class SessionRecord:

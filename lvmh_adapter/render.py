@@ -63,7 +63,7 @@ def attachment(a: ev.Attachment) -> dict:
 
 
 class _Conv:
-    __slots__ = ("open_id", "run_id", "draft_id", "parts", "restored", "seen")
+    __slots__ = ("open_id", "run_id", "draft_id", "parts", "restored", "seen", "ended")
 
     def __init__(self) -> None:
         self.open_id: Optional[str] = None  # the assistant message currently open
@@ -72,6 +72,7 @@ class _Conv:
         self.parts = 0  # assistant messages opened in this run
         self.restored: Optional[OpenRun] = None  # a run rebuilt from stored events after a restart
         self.seen: Optional[str] = None  # the last run whose start this renderer saw or rebuilt (kept past its end)
+        self.ended: Optional[str] = None  # the last run whose end this renderer rendered (or the store holds)
 
 
 class OpenRun:
@@ -199,13 +200,15 @@ class Renderer:
         run.open_id = None  # the renderer's own closing covers the message
         self._conv(cid).restored = run
 
-    def rebuild(self, cid: str, run_id: str, run: Optional[OpenRun]) -> None:
+    def rebuild(self, cid: str, run_id: str, run: Optional[OpenRun], ended: bool = False) -> None:
         """Run ``run_id`` of ``cid`` as its stored events leave it (``run``; None: the store does not show
-        it open): the run and open message a node that rendered it from its start holds, so what this
-        renderer renders next is the same on every node. The run's first message has its draft id
-        (``_run_started``), later parts are numbered from it."""
+        it open; ``ended``: the store holds its end): the run and open message a node that rendered it from
+        its start holds, so what this renderer renders next is the same on every node. The run's first
+        message has its draft id (``_run_started``), later parts are numbered from it."""
         c = self._conv(cid)
         c.seen = run_id
+        if ended:
+            c.ended = run_id
         if run is None:
             return
         c.run_id = run.run_id
@@ -330,6 +333,12 @@ class Renderer:
 
     def _run_finished(self, e: ev.RunFinished, out: Rendered) -> None:
         c = self._conv(e.conversation_id)
+        again = e.run_id is not None and e.run_id == c.ended  # its end rendered here already, or stored (_rebuild)
+        c.ended = e.run_id
+        if again:  # one end per run, however many arrive (read back, delivered again, a restart's close)
+            if c.run_id == e.run_id:  # (restored after its end was rendered: closed, nothing rendered)
+                c.open_id = c.run_id = c.draft_id = c.restored = None
+            return
         if c.open_id is not None and c.run_id == e.run_id:
             # the run ended inside a message that was never completed: close it with what was said
             out.append(("message_end", {"message": message("assistant", c.open_id, e.text, complete=True)}))
