@@ -52,15 +52,18 @@ def abort(ws: Any, half_frame: Optional[bytes] = None) -> None:
     if ws is None or ws.closed:
         return
     transport = transport_of(ws)
-    if transport is None:
-        return
+    if transport is None or transport.is_closing():
+        return  # the connection is already going: nothing is left to cut
     if half_frame is not None:
         transport.write(half_frame)
         transport.close()  # flushes what was written, then FIN: the server reads a frame cut short
         return
     sock = transport.get_extra_info("socket")
     if sock is not None:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        except OSError:  # its descriptor closed under us (the peer's close raced this cut): abort alone
+            pass
     transport.abort()
 
 
