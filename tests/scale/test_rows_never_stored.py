@@ -104,6 +104,43 @@ async def test_a_phone_numbered_over_rows_never_stored_is_told_truncated(store):
     assert res.truncated is True, "events numbered for the phone and never stored were passed over silently"
 
 
+async def test_a_catch_up_served_over_another_nodes_rows_never_stored_is_truncated(store):
+    """The same hole met by a node catching the phone up from another source's rows (``_catch_up``): the
+    phone left n1's numbering at event 5 (a hello to n3, which then numbered nothing), n1's rows of events
+    6..20 lack 11..13, and n2, which joined at 21, serves the phone 6..20 from n1's rows."""
+    n1 = ClusterRegistry(store, "n1")
+    await n1.prepare()
+    d, credential = await n1.pair(codec.DeviceInfo(model="Pixel 9"))
+    d, _ = await _hello(n1, d.device_id, credential, None)
+    for n in range(1, 6):
+        assert n1.wants(n)
+        n1.record([_tail(n)], n)
+    store.flush()
+    n3 = ClusterRegistry(store, "n3")
+    await n3.prepare()
+    d3, res = await _hello(n3, d.device_id, credential, d.log.seq)
+    assert res.truncated is False
+    last_seq = d3.log.seq
+    n3.detach(d3)  # then n3 is gone, having numbered nothing more
+
+    n1._rows._write = _failing(n1._rows._write)
+    for n in range(6, 21):
+        assert n1.wants(n)
+        n1.record([_tail(n)], n)
+        if n in (10, 13):
+            store.flush()
+    store.flush()
+    n2 = ClusterRegistry(store, "n2")
+    await n2.prepare()
+    for n in (21, 22):
+        assert n2.wants(n)
+        n2.record([_tail(n)], n)
+    store.flush()
+    _, res = await _hello(n2, d.device_id, credential, last_seq)
+    assert _texts(res.frames) == [f"e{n}" for n in range(6, 23) if n not in LOST]
+    assert res.truncated is True, "a catch-up over rows never stored passed over their events silently"
+
+
 async def test_consecutive_rows_replay_untruncated(store):
     """The legitimate path beside it: every row stored, the replay whole and not truncated."""
     n1 = ClusterRegistry(store, "n1")
