@@ -401,6 +401,7 @@ class ClusterRegistry(Registry):
                                         "ORDER BY m", (r.source, r.n_from, r.n_to))
                 if rows:
                     parts.append((r.source, [(m, n, bytes(b)) for m, n, b in rows]))
+                    gap = gap or self._unstored(r.source, rows[0][0], rows[-1][0], len(rows))
         own = [row for row in self.recent if row[1] > cursor]
         if own and any(passed_by(w, self.source) and a <= own[-1][1] for w, a, _ in gone.holes(self.store, cursor)):
             gap = True  # this node's own rows pass over events gone for good (gone.py)
@@ -419,6 +420,16 @@ class ClusterRegistry(Registry):
             if live:
                 d.offset = offset
         return spans, gap
+
+    def _unstored(self, source: str, lo: int, hi: int, got: int) -> bool:
+        """Whether rows ``lo..hi`` of ``source`` (``got`` of them served) lack one the store never had: its
+        batch's write failed (history.rebuild's ``_missing``, the same rule), so the seqs the catch-up gives
+        over them pass over an event. A row between them of an event outside the range served is no hole."""
+        if hi - lo + 1 == got:
+            return False
+        row = self.store.query_one("SELECT COUNT(*) FROM loomi_frames WHERE source=? AND m>=? AND m<=?",
+                                   (source, lo, hi))
+        return row is None or row[0] < hi - lo + 1
 
     def _happened(self, after: int, before: int) -> bool:
         """Whether the core's store records something done between events ``after`` and ``before``: from the

@@ -98,6 +98,9 @@ def rebuild(epochs: list[Epoch], spans: Iterable[Span], fetch: Fetch, extent: Ex
                 continue
             limit = need - len(newest)
             rows = fetch(s.source, s.from_m, hi, max(limit, 1))
+            missing = _missing(rows)
+            if missing is not None:
+                floor = max(floor, missing + s.offset)  # rows numbered for the device, never stored: gone
             for m, n, body in rows:
                 if ep_n < n:
                     ep_n = n
@@ -135,6 +138,19 @@ def _last_row(s: Span, after: Optional[Span], ep: Epoch) -> Optional[int]:
         cap = ep.last_seq - s.offset
         hi = cap if hi is None else min(hi, cap)
     return hi
+
+
+def _missing(rows: list[tuple[int, int, bytes]]) -> Optional[int]:
+    """The highest row ``m`` missing between the rows of a span (newest first), or None when they are consecutive.
+
+    A source writes its rows with consecutive ``m`` and prunes only below its oldest kept one, so a row
+    missing between two stored ones was numbered (its seq given in the store's view of the device: ``m +
+    offset``) and never stored: its batch's write failed (a PostgreSQL restart: chaos seed 2001,
+    ``deltas_incomplete``). Its event cannot be replayed; a phone whose last seq is below it missed it."""
+    for (hi, _, _), (lo, _, _) in zip(rows, rows[1:]):
+        if hi - lo > 1:
+            return hi - 1
+    return None
 
 
 def _pruned(s: Span, hi: Optional[int], rows: list[tuple[int, int, bytes]], extent: Extent) -> Optional[int]:
