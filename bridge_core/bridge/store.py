@@ -545,15 +545,22 @@ class _Stmt:
 
 
 def _deliver(results: list[_Result]) -> None:
-    """Each write's result to its future (a write_later's failure, which has none, logged)."""
+    """Each write's result to its future (a write_later's failure, which has none, logged). A future its
+    awaiter cancelled (``write`` in a handler whose client went away: the write is committed all the same)
+    takes no result, and the writer goes on: raising here ended the writer thread, and with it every later
+    write of the node (a Loomi new task whose socket closed before the answer, chaos seed 2003)."""
     for fut, res, exc in results:
         if fut is None:
             if exc is not None:
                 log.error("store write failed: %s", exc)
-        elif exc is None:
-            fut.set_result(res)
-        else:
-            fut.set_exception(exc)
+            continue
+        try:
+            if exc is None:
+                fut.set_result(res)
+            else:
+                fut.set_exception(exc)
+        except concurrent.futures.InvalidStateError:  # cancelled by its awaiter, now or just before
+            pass
 
 
 def _wake(fut: asyncio.Future) -> None:

@@ -362,9 +362,10 @@ class Cluster:
         each node's own run-active check; the store decides: the run's row in ``cluster_runs``
         is claimed before the source starts it, and the unique index on a conversation's
         running run lets one claim in. The loser gets ``run_active``, as on one node. A claim
-        whose run never started (the source refused) is let go at once."""
-        await self._claim(conv.conversation_id, run_id)
+        whose run never started (the source refused; the send cancelled while the claim waited in the
+        store's queue, its client gone: that claim commits all the same) is let go, after it."""
         try:
+            await self._claim(conv.conversation_id, run_id)  # a claim lost writes no row of run_id
             return await start()
         finally:
             if conv.last_run_id != run_id:  # never started: the conversation is free again

@@ -37,10 +37,13 @@ class Context:
         self.reference = self._reference_transcripts()
         self.texts = {m["message_id"]: m["text"] for msgs in self.reference.values() for m in msgs}
         self.message_of: dict[str, str] = {}  # run -> its message id (Pheby's message.start says it)
+        self.conversation_of: dict[str, str] = {}  # run -> its conversation (a frame naming both says it)
         for r in h.frames:
             f = r.frame
             if r.surface == "pheby" and f.get("type") == "message.start" and f.get("run_id"):
                 self.message_of[f["run_id"]] = f["message_id"]
+            if f.get("run_id") and (f.get("task_id") or f.get("conversation_id")):
+                self.conversation_of.setdefault(f["run_id"], f.get("task_id") or f.get("conversation_id"))
         self.kills = sorted(f.start for f in h.faults if f.kind == "kill9")
         self.pauses = [(f.start, f.end if f.end is not None else f.start) for f in h.faults if f.kind == "pause"]
         self._shown: dict = {}  # message id -> its showings (first_shown)
@@ -54,8 +57,12 @@ class Context:
         return out
 
     def final_text(self, run_id: str) -> Optional[str]:
-        """The store's final text of the run's message ("" when it kept none); None: no final read."""
+        """The store's final text of the run's message ("" when it kept none); None: no final read (of its
+        conversation: one made by a send whose answer was lost is read only once learned, chaos seed 2003)."""
         if not self.reference:
+            return None
+        cid = self.conversation_of.get(run_id)
+        if cid is not None and cid not in self.reference:
             return None
         return self.texts.get(self.message_of.get(run_id, f"draft-{run_id}"), "")
 
