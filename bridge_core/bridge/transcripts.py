@@ -88,6 +88,24 @@ def unfinished_out(rows: list, drafts: set) -> list:
     return [r for i, r in enumerate(rows) if r[0] not in drafts or i < last_user]
 
 
+def draft_out(conv: ConversationState, message_id: str) -> None:
+    """A run's start folded after its conversation's transcript was read (a node behind in the stream: chaos
+    seed 2010): the store's saved draft of the run's message, read then as a message, leaves the transcript, as
+    a load with the run known leaves it out (``unfinished_out``: unless a user's message came after it); while
+    the run streams its message is its draft (the snapshot's run), and its completion adds it at its place."""
+    t = conv.transcript
+    if t is None or t.held:
+        return
+    at = next((i for i in range(len(t) - 1, -1, -1) if t[i].message_id == message_id), None)
+    if at is None or any(m.role == "user" for m in list(t)[at + 1:]):
+        return
+    old = t[at]
+    del t[at]
+    keeper = conv.keeper
+    if isinstance(keeper, Transcripts):
+        keeper.shrank(conv, old)
+
+
 def place(t: Transcript, message: ev.Message) -> None:
     """``message`` (in ``t``, looked for from the newest) moved to its place by ``ts`` (the one order):
     usually it is the newest and already there, and this costs a comparison."""
@@ -183,6 +201,13 @@ class Transcripts:
         self._hot.move_to_end(conv.conversation_id)
         if len(self._hot) > self.max_conversations or self.bytes > self.max_bytes:
             self._trim(conv.conversation_id)
+
+    def shrank(self, conv: ConversationState, message: ev.Message) -> None:
+        """``message`` left ``conv``'s transcript (``draft_out``)."""
+        hot = self._hot.get(conv.conversation_id)
+        if hot is not None:
+            hot.size -= cost(message)
+            self.bytes -= cost(message)
 
     def refresh(self) -> int:
         """Messages the store has that a transcript in memory lacks, added in the one order (several nodes: the

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..bridge.transcripts import draft_out
 from ..model import events as ev
 from ..model.state import ConversationState
 
@@ -28,7 +29,10 @@ def seen(conv: ConversationState, e: Any) -> bool:
             run.completed = True
         return True
     if t is ev.RunStarted:
-        return conv.run is not None and conv.run.run_id == e.run_id
+        if conv.run is not None and conv.run.run_id == e.run_id:
+            return True
+        draft_out(conv, e.message_id)  # its saved draft, read as a message before this start (seed 2010)
+        return False
     return False
 
 
