@@ -225,11 +225,32 @@ async def redis_loss_mid_stream(world: World, seed: int, deltas: int = 200) -> H
         world.resume(behind)
         h.healed(stop)
         for phone in run.phones.values():
-            await phone.app.until(lambda p=phone: p.app.completed(run_id) or not p.connected, 30)
+            await completed_or_closed(world, phone, run_id, 30)
         await run.finish()
     finally:
         await run.close()
     return h
+
+
+async def completed_or_closed(world: World, phone, run_id: str, timeout: float) -> None:
+    """Until ``phone`` got ``run_id``'s completion or its node closed it (issue 41: never silence). Past
+    ``timeout``, a failure that says what the phone got, how long ago its last frame came, and what the
+    nodes logged about the bus (a gap, a refetch, entries dropped): the case's evidence, its logs kept."""
+    loop = asyncio.get_running_loop()
+    seen = [len(phone.app.events), loop.time()]
+
+    def done() -> bool:
+        if len(phone.app.events) != seen[0]:
+            seen[:] = [len(phone.app.events), loop.time()]
+        return bool(phone.app.completed(run_id)) or not phone.connected
+
+    try:
+        await phone.app.until(done, timeout)
+    except TimeoutError as e:
+        said = "\n".join(world.lines("agent_bridge.bus", "agent_bridge.cluster", "agent_bridge.loomi"))
+        raise TimeoutError(f"{phone.name} on {phone.node}: {deltas_of(phone.app, run_id)} deltas of {run_id}, "
+                           f"no completion, still connected, its last frame {loop.time() - seen[1]:.1f} s ago "
+                           f"({e}); the nodes' logs under {world.base}:\n{said}") from e
 
 
 async def refetch_from_a_lagging_origin(world: World, seed: int) -> History:
