@@ -322,3 +322,30 @@ async def claimed_while_stopped(world: World, seed: int, deltas: int = 100) -> H
     finally:
         await run.close()
     return h
+
+
+async def redis_loss_after_the_run(world: World, seed: int) -> History:
+    """Redis losing its keys once a short run ended, while the node of a phone is stopped and has not read
+    the run yet: nothing written after the loss shows that node a gap, yet its phone must get the run's
+    end or be closed (issue 41: never silence)."""
+    run = Run(_plan(seed, world.topology), world)
+    h = run.h
+    try:
+        await run.setup()
+        phone = run.phones["phone-1"]  # paired on the second node
+        behind = phone.node
+        stop = h.fault("pause", behind)
+        world.pause(behind)
+        run_id = await run.chat.chat(run.conversations[0], f"/bench {CRASH_RATE // 5} {CRASH_RATE}")
+        assert run_id is not None, "the stream was refused"
+        await run.chat.app.wait_frame(lambda f: f["type"] == "run.finished" and f["run_id"] == run_id, 15)
+        fault = h.fault("redis_flush", "redis")
+        await asyncio.to_thread(world.redis.flush)
+        h.healed(fault)
+        world.resume(behind)
+        h.healed(stop)
+        await completed_or_closed(world, phone, run_id, 30)
+        await run.finish()
+    finally:
+        await run.close()
+    return h
