@@ -16,7 +16,9 @@
   after a loss is asked about the same way; nobody has anything for it, and delivery goes on
   as soon as every live node answered (or after ``REFETCH_WAIT``). Numbers below the last
   event that came back that no answer covers are events gone for good (``Gap.lost``: their
-  writer no longer kept them): said, never passed over in silence.
+  writer no longer kept them): said, never passed over in silence. A loss of Redis's keys
+  with nothing written after it shows no gap: the node that sees the loss asks at once
+  (``OPEN``: every number above the last it delivered).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ KEEP_BYTES = 8 << 20  # held in at most this many bytes, compressed (the oldest 
 REFETCH_WAIT = 5.0  # s a node holding a gap waits for the live nodes' answers (a node starved of CPU is slow)
 CATCH_UP_WAIT = 10.0  # s a command waits for this node to read the stream up to where it ended
 MAX_ANSWER = 2048  # entries in one answer to a refetch (the oldest of a longer range are gone for good)
+OPEN = 1 << 62  # a gap's end when no entry showed it: Redis lost its keys, whatever this node had not read with them
 CHUNK_BYTES = 64 << 10  # payload bytes a node's written entries gather before they are compressed together
 
 
@@ -170,26 +173,40 @@ class Gap:
     """One refetch under way: the numbers missing are strictly between ``lo`` and ``hi``; the
     entries read meanwhile are held (``held``) until it is over."""
 
-    def __init__(self, rid: str, lo: int, hi: int):
+    def __init__(self, rid: str, lo: int, hi: int, t_lo: Optional[float] = None):
         self.rid, self.lo, self.hi = rid, lo, hi
         self.held: collections.deque = collections.deque()  # (node, fields) read while it is under way
         self.asked: set[str] = set()
         self.answered: set[str] = set()
         self.found: dict[int, tuple[str, Any]] = {}  # n -> (writer, its items)
         self.seen = lo  # the highest number in the range a node answering knows given (it delivered it)
-        self.t_lo: Optional[float] = None  # the time of event ``lo`` (the last delivered before the gap)
+        self.t_lo = t_lo  # the time of event ``lo`` (the last delivered before the gap)
         self.t_hi: Optional[float] = None  # the time of event ``hi`` (the first after it)
 
     def add(self, node: str, entries: Any, seen: Any = None) -> None:
         """A node's answer: [[n, items], ...], its own entries; only numbers in the range count."""
         self.answered.add(node)
-        if type(seen) is int and self.lo < seen < self.hi and seen > self.seen:
+        # (an open gap: a node's highest number may be past the loss's jump; only the entries found count)
+        if type(seen) is int and not self.open and self.lo < seen < self.hi and seen > self.seen:
             self.seen = seen
         if type(entries) is not list:
             return
         for entry in entries:
             if type(entry) is list and len(entry) == 2 and type(entry[0]) is int and self.lo < entry[0] < self.hi:
                 self.found.setdefault(entry[0], (node, entry[1]))
+
+    @property
+    def open(self) -> bool:
+        """No entry showed this gap (``OPEN``): every number above ``lo`` a node kept or delivered is asked for."""
+        return self.hi == OPEN
+
+    def shown(self) -> None:
+        """An open gap's end, once an entry with events was read meanwhile (``held``): its number; what was
+        found from there on is read anyway."""
+        n = first_n(self.held) if self.open else None
+        if n is not None:
+            self.hi = n
+            self.found = {k: v for k, v in self.found.items() if k < n}
 
     def complete(self) -> bool:
         return self.asked <= self.answered
@@ -259,3 +276,14 @@ def first_ts(items: Any) -> Optional[float]:
     """The time of an entry's first event (its items as read), None when it has none."""
     events = _events(items)
     return _ts(events[0]) if events else None
+
+
+def first_n(held: Iterable[tuple[str, dict]]) -> Optional[int]:
+    """The number of the first entry with events among ``held`` ((node, fields) as read), None when none has."""
+    for _, fields in held:
+        try:
+            if _events(orjson.loads(fields[b"b"])):
+                return int(fields[b"n"])
+        except (KeyError, TypeError, ValueError):
+            continue
+    return None

@@ -74,7 +74,7 @@ class Gone:
         try:
             top, t_top = gap.known()
             t_after = gap.after()
-            if not lost and top + 1 < gap.hi and t_top is not None and t_after is not None and \
+            if not lost and not gap.open and top + 1 < gap.hi and t_top is not None and t_after is not None and \
                     happened(self.bridge.store, t_top, t_after):  # fmt: skip
                 lost = [(top + 1, gap.hi - 1)]
                 log.warning("bus: events %d to %d came from no node and the store records what they did: gone "

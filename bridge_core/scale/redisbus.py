@@ -97,7 +97,6 @@ redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[1])
 return was
 """
 
-
 # The id of the stream's last entry (nil: no stream): where a node must have read to before a command
 # runs (catchup.py: read-your-writes). XINFO's other fields stay in Redis.
 _END = """
@@ -219,6 +218,8 @@ class RedisBus:
             log.warning("bus: Redis lost its keys (%s); numbering goes on above %d", what, self.floor)
             if self._serving:
                 self.tasks.spawn(self._beat_quietly(), name="bus-beat")
+        if self._serving and self._gap is None and self._last_n:  # what it had not read went too: maybe nothing
+            self._refetch(catchup.OPEN, None, None)  # follows to show the gap (seed 4107): asked for at once
         self.lost_at = now
 
     def lost_recently(self, within: float) -> bool:
@@ -410,12 +411,10 @@ class RedisBus:
 
     # --- catching up (catchup.py) ----------------------------------------------------------
 
-    def _refetch(self, n: int, node: str, fields: dict) -> None:
-        """Entry ``n`` came where ``_last_n + 1`` was expected: it and what follows held, every live
-        node asked for what it wrote in between."""
-        gap = self._gap = catchup.Gap(new_id(), self._last_n, n)
-        gap.t_lo = self._last_ts
-        gap.held.append((node, fields))
+    def _refetch(self, n: int, node: Optional[str], fields: Optional[dict]) -> None:
+        """Entry ``n`` came for ``_last_n + 1`` (``catchup.OPEN``: Redis lost its keys): held, the gap asked for."""
+        gap = self._gap = catchup.Gap(new_id(), self._last_n, n, self._last_ts)
+        gap.held.extend([(node, fields)] if fields is not None else [])
         gap.add(self.node_id, [[n, orjson.loads(body)] for n, body in self._written.between(gap.lo, gap.hi)])
         self.tasks.spawn(self._fill(gap), name="bus-refetch")
 
@@ -443,9 +442,10 @@ class RedisBus:
         if self._gap is not gap:
             return
         self._gap = None
+        gap.shown()  # an open gap: where it ends, if an entry read meanwhile showed it
         found, lost = gap.recovered(), gap.lost()
-        (log.warning if found else log.info)("bus: event %d came after %d: %d entries in between came back from "
-                                             "their writers", gap.hi, gap.lo, len(found))  # fmt: skip
+        (log.warning if found else log.info)("bus: event %s came after %d: %d entries in between came back from their "
+                                             "writers", "-" if gap.open else gap.hi, gap.lo, len(found))  # fmt: skip
         self.refetched += len(found)
         if lost:  # events known given that no writer kept any longer: said, and counted
             self.gone += sum(last - first + 1 for first, last in lost)
@@ -456,7 +456,7 @@ class RedisBus:
         for n, node, items in found:
             if type(items) is list:
                 self._deliver_items(node, n, items)
-        self._last_n = max(self._last_n, gap.hi - 1)  # what is still missing there is gone for good
+        self._last_n = max(self._last_n, gap.known()[0] if gap.open else gap.hi - 1)  # the rest is gone for good
         held = gap.held
         while held:
             node, fields = held.popleft()

@@ -225,11 +225,32 @@ async def redis_loss_mid_stream(world: World, seed: int, deltas: int = 200) -> H
         world.resume(behind)
         h.healed(stop)
         for phone in run.phones.values():
-            await phone.app.until(lambda p=phone: p.app.completed(run_id) or not p.connected, 30)
+            await completed_or_closed(world, phone, run_id, 30)
         await run.finish()
     finally:
         await run.close()
     return h
+
+
+async def completed_or_closed(world: World, phone, run_id: str, timeout: float) -> None:
+    """Until ``phone`` got ``run_id``'s completion or its node closed it (issue 41: never silence). Past
+    ``timeout``, a failure that says what the phone got, how long ago its last frame came, and what the
+    nodes logged about the bus (a gap, a refetch, entries dropped): the case's evidence, its logs kept."""
+    loop = asyncio.get_running_loop()
+    seen = [len(phone.app.events), loop.time()]
+
+    def done() -> bool:
+        if len(phone.app.events) != seen[0]:
+            seen[:] = [len(phone.app.events), loop.time()]
+        return bool(phone.app.completed(run_id)) or not phone.connected
+
+    try:
+        await phone.app.until(done, timeout)
+    except TimeoutError as e:
+        said = "\n".join(world.lines("agent_bridge.bus", "agent_bridge.cluster", "agent_bridge.loomi"))
+        raise TimeoutError(f"{phone.name} on {phone.node}: {deltas_of(phone.app, run_id)} deltas of {run_id}, "
+                           f"no completion, still connected, its last frame {loop.time() - seen[1]:.1f} s ago "
+                           f"({e}); the nodes' logs under {world.base}:\n{said}") from e
 
 
 async def refetch_from_a_lagging_origin(world: World, seed: int) -> History:
@@ -297,6 +318,33 @@ async def claimed_while_stopped(world: World, seed: int, deltas: int = 100) -> H
             h.healed(fault)
         await phone.app.until(lambda: phone.app.completed(run_id) or not phone.connected, 30)
         await phone.connect(owner)  # back to the node that was stopped: claimed again there
+        await run.finish()
+    finally:
+        await run.close()
+    return h
+
+
+async def redis_loss_after_the_run(world: World, seed: int) -> History:
+    """Redis losing its keys once a short run ended, while the node of a phone is stopped and has not read
+    the run yet: nothing written after the loss shows that node a gap, yet its phone must get the run's
+    end or be closed (issue 41: never silence)."""
+    run = Run(_plan(seed, world.topology), world)
+    h = run.h
+    try:
+        await run.setup()
+        phone = run.phones["phone-1"]  # paired on the second node
+        behind = phone.node
+        stop = h.fault("pause", behind)
+        world.pause(behind)
+        run_id = await run.chat.chat(run.conversations[0], f"/bench {CRASH_RATE // 5} {CRASH_RATE}")
+        assert run_id is not None, "the stream was refused"
+        await run.chat.app.wait_frame(lambda f: f["type"] == "run.finished" and f["run_id"] == run_id, 15)
+        fault = h.fault("redis_flush", "redis")
+        await asyncio.to_thread(world.redis.flush)
+        h.healed(fault)
+        world.resume(behind)
+        h.healed(stop)
+        await completed_or_closed(world, phone, run_id, 30)
         await run.finish()
     finally:
         await run.close()

@@ -167,3 +167,8 @@ async def test_a_longer_run_of_spinners_and_dropped_sockets(cluster, seed):  # m
 @pytest.mark.hardening  # waits for the dead node's liveness to expire (10 to 11 s)
 async def test_a_node_killed_mid_stream_whose_run_the_others_close(cluster):
     judge(await cases.crash_mid_stream(cluster, seed=4204, sweep=True))
+
+
+async def test_redis_losing_its_keys_after_a_run_a_stopped_node_has_not_read(cluster):
+    """Seed 4110 (after seed 4107): no entry after the loss shows the stopped node its gap."""
+    judge(await cases.redis_loss_after_the_run(cluster, seed=4110))

@@ -151,6 +151,17 @@ class World:
         for name in self.names:
             await self.restart(name)
 
+    def lines(self, *loggers: str, most: int = 60) -> list[str]:
+        """The nodes' log lines at WARNING or above from ``loggers`` (the last ``most``), each named by
+        its node: what a failure shows of the nodes' side. Every node's whole output stays in its
+        ``logs/`` under ``base`` (pytest keeps the last runs' tmp dirs; ``--basetemp`` to choose where)."""
+        out = []
+        for name, proc in self.procs.items():
+            for line in proc.all_output().splitlines():
+                if any(f" {logger}" in line for logger in loggers) and " INFO " not in line and " DEBUG " not in line:
+                    out.append(f"{name}: {line[:240]}")
+        return out[len(out) - most:] if most > 0 else []
+
     def errors(self) -> list[str]:
         """The nodes' ERROR and Traceback lines (for the report)."""
         out = []
