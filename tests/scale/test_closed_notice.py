@@ -12,15 +12,8 @@ holds the lock of the run's draft row (the batch with the close waits) while the
 
 from __future__ import annotations
 
-import psycopg
-
-from tests.conformance.pheby_client import PhebyApp
-from tests.hardening.proc import PHEBY_SECRET
+from tests.scale.killed import pheby_app, pheby_pair
 from tests.waiting import until
-
-
-def _app(proc) -> PhebyApp:
-    return PhebyApp(f"ws://127.0.0.1:{proc.ports['pheby']}/ws", PHEBY_SECRET)
 
 
 def _shown(opened: dict) -> list:
@@ -28,15 +21,8 @@ def _shown(opened: dict) -> list:
 
 
 async def test_a_close_whose_store_write_a_kill_lost_keeps_its_notice_on_every_node(serve_nodes, engines):
-    n1, n2 = serve_nodes("n1", "n2", adapters="pheby")
-    a1, a2 = _app(n1), _app(n2)
-    reads = await psycopg.AsyncConnection.connect(engines[0], autocommit=True)
-    held = None
-    try:
-        await a1.connect()
-        await a2.connect()
-        cid = await a1.create("closed by a restart")
-        await a2.wait_frame(lambda f: f.get("conversation_id") == cid)
+    async with pheby_pair(serve_nodes, engines, "closed by a restart") as pair:
+        n1, n2, a1, a2, reads, cid = pair.n1, pair.n2, pair.a1, pair.a2, pair.reads, pair.cid
         run_id = (await a1.chat(cid, "/slow 3"))["run_id"]
 
         async def stored(want: tuple) -> bool:  # (status, whether finished_at is set)
@@ -50,22 +36,20 @@ async def test_a_close_whose_store_write_a_kill_lost_keeps_its_notice_on_every_n
 
         await until(draft_saved, 15, "the run's draft saved")
         n1.kill9()  # mid-run: its next start closes it as interrupted
-        held = await psycopg.AsyncConnection.connect(engines[0])  # the close's batch (its message first) waits
-        await held.execute("UPDATE messages SET text=text WHERE message_id=%s", (f"draft-{run_id}",))
+        # the close's batch (its message first) waits
+        await pair.hold("UPDATE messages SET text=text WHERE message_id=%s", (f"draft-{run_id}",))
         n1.start()
         await a2.wait_frame(lambda f: f["type"] == "run.finished" and f.get("run_id") == run_id, 20)
         notice = await a2.wait_frame(lambda f: f["type"] == "message.complete" and f.get("conversation_id") == cid
                                      and f.get("message_id", "").startswith("n-"), 10)  # fmt: skip
         n1.kill9()  # the close and its notice in the stream, not in the store
-        await held.rollback()
-        await held.close()
-        held = None
+        await pair.release()
         assert await stored(("failed", False))  # marked failed at start, its close pending (CLOSE_PENDING)
 
         n1.start()  # finds the run open in the store, its close and the notice in the stream
         await until(lambda: stored(("failed", True)), 20, "the run's close written by n1's next start")
         await a1.close()
-        a1 = _app(n1)
+        a1 = pair.a1 = pheby_app(n1)  # closed with the pair
         await a1.connect()
         on_n1, on_n2 = _shown(await a1.open(cid)), _shown(await a2.open(cid))
         assert (notice["message_id"], notice["text"]) in on_n2, on_n2
@@ -73,9 +57,3 @@ async def test_a_close_whose_store_write_a_kill_lost_keeps_its_notice_on_every_n
         cur = await reads.execute("SELECT 1 FROM messages WHERE conversation_id=%s AND message_id=%s",
                                   (cid, notice["message_id"]))  # fmt: skip
         assert await cur.fetchone() is not None  # and the store has it (a node loading later shows it too)
-    finally:
-        if held is not None:
-            await held.close()
-        await reads.close()
-        await a1.close()
-        await a2.close()

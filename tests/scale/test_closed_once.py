@@ -11,15 +11,9 @@ own transaction holds the run's row lock (the batch with its end waits) while th
 
 from __future__ import annotations
 
-import psycopg
-
 from tests.conformance.pheby_client import PhebyApp
-from tests.hardening.proc import PHEBY_SECRET
+from tests.scale.killed import pheby_app, pheby_pair
 from tests.waiting import until
-
-
-def _app(proc) -> PhebyApp:
-    return PhebyApp(f"ws://127.0.0.1:{proc.ports['pheby']}/ws", PHEBY_SECRET)
 
 
 def _ends(app: PhebyApp, run_id: str) -> list:
@@ -27,15 +21,8 @@ def _ends(app: PhebyApp, run_id: str) -> list:
 
 
 async def test_a_run_whose_end_the_store_lost_in_a_kill_is_closed_once(serve_nodes, engines):
-    n1, n2 = serve_nodes("n1", "n2", adapters="pheby")
-    a1, a2 = _app(n1), _app(n2)
-    reads = await psycopg.AsyncConnection.connect(engines[0], autocommit=True)
-    held = None
-    try:
-        await a1.connect()
-        await a2.connect()
-        cid = await a1.create("ended before the kill")
-        await a2.wait_frame(lambda f: f.get("conversation_id") == cid)
+    async with pheby_pair(serve_nodes, engines, "ended before the kill") as pair:
+        n1, n2, a1, a2, reads, cid = pair.n1, pair.n2, pair.a1, pair.a2, pair.reads, pair.cid
         run_id = (await a1.chat(cid, "/slow 1"))["run_id"]
 
         async def stored(want: tuple) -> bool:  # (status, whether finished_at is set)
@@ -44,13 +31,10 @@ async def test_a_run_whose_end_the_store_lost_in_a_kill_is_closed_once(serve_nod
             return row is not None and (row[0], row[1] is not None) == want
 
         await until(lambda: stored(("running", False)), what="the run's row committed")
-        held = await psycopg.AsyncConnection.connect(engines[0])
-        await held.execute("UPDATE runs SET status=status WHERE run_id=%s", (run_id,))  # n1's end waits for it
+        await pair.hold("UPDATE runs SET status=status WHERE run_id=%s", (run_id,))  # n1's end waits for it
         await a2.wait_frame(lambda f: f["type"] == "run.finished" and f.get("run_id") == run_id, 15)
         n1.kill9()  # its end in the stream, not in the store
-        await held.rollback()
-        await held.close()
-        held = None
+        await pair.release()
         assert await stored(("running", False))
 
         n1.start()  # finds the run open in the store and its end in the stream
@@ -58,7 +42,7 @@ async def test_a_run_whose_end_the_store_lost_in_a_kill_is_closed_once(serve_nod
         n1.kill9()
         n1.start()  # a later start: nothing left open to close
         await a1.close()
-        a1 = _app(n1)
+        a1 = pair.a1 = pheby_app(n1)  # closed with the pair
         await a1.connect()
         after = (await a1.chat(cid, "after the restarts"))["run_id"]
         await a2.wait_frame(lambda f: f["type"] == "run.finished" and f.get("run_id") == after, 15)
@@ -70,9 +54,3 @@ async def test_a_run_whose_end_the_store_lost_in_a_kill_is_closed_once(serve_nod
                                   (cid,))  # fmt: skip
         stored_texts = [t for mid, t in await cur.fetchall() if mid.startswith("draft-")]
         assert stored_texts == texts, stored_texts  # the completion written, in its place
-    finally:
-        if held is not None:
-            await held.close()
-        await reads.close()
-        await a1.close()
-        await a2.close()

@@ -15,18 +15,12 @@ killed. The answer is long (the run streams it back word by word): the node dies
 
 from __future__ import annotations
 
-import psycopg
-
 from bridge_core.bridge.decisions import PENDING_KEY
 from tests.conformance.pheby_client import PhebyApp
-from tests.hardening.proc import PHEBY_SECRET
+from tests.scale.killed import pheby_app, pheby_pair
 from tests.waiting import until
 
 ANSWER = " ".join(["w"] * 31_000)  # streamed back a word a delta (each one through the bus): a long run after it
-
-
-def _app(proc) -> PhebyApp:
-    return PhebyApp(f"ws://127.0.0.1:{proc.ports['pheby']}/ws", PHEBY_SECRET)
 
 
 def _of(app: PhebyApp, kind: str, run_id: str) -> list:
@@ -39,15 +33,8 @@ def _answers(app: PhebyApp, clarify_id: str) -> list:
 
 async def test_a_clarification_answered_right_before_a_kill_is_answered_once_after_an_immediate_restart(
         serve_nodes, engines):
-    n1, n2 = serve_nodes("n1", "n2", adapters="pheby")
-    a1, a2 = _app(n1), _app(n2)
-    reads = await psycopg.AsyncConnection.connect(engines[0], autocommit=True)
-    held = None
-    try:
-        await a1.connect()
-        await a2.connect()
-        cid = await a1.create("answered, then killed")
-        await a2.wait_frame(lambda f: f.get("conversation_id") == cid)
+    async with pheby_pair(serve_nodes, engines, "answered, then killed") as pair:
+        n1, n2, a1, a2, reads, cid = pair.n1, pair.n2, pair.a1, pair.a2, pair.reads, pair.cid
         run_id = (await a1.chat(cid, "/clarify go on?"))["run_id"]
         asked = await a2.wait_frame(lambda f: f["type"] == "clarify.request" and f.get("run_id") == run_id, 15)
         did = asked["clarify_id"]
@@ -58,15 +45,12 @@ async def test_a_clarification_answered_right_before_a_kill_is_answered_once_aft
             return await cur.fetchone() is not None
 
         await until(pending, what="the pending clarification's row committed")
-        held = await psycopg.AsyncConnection.connect(engines[0])
-        await held.execute("UPDATE settings SET value=value WHERE key=%s", (key,))  # n1's answer waits for it
+        await pair.hold("UPDATE settings SET value=value WHERE key=%s", (key,))  # n1's answer waits for it
         await a1.send({"type": "clarify.respond", "request_id": "r1", "clarify_id": did,
                        "response": ANSWER})  # fmt: skip
         await a2.wait_until(lambda: _answers(a2, did), 15)
         n1.kill9()  # the answer in the stream (every phone had it), not in the store; the run streaming
-        await held.rollback()
-        await held.close()
-        held = None
+        await pair.release()
         assert not _of(a2, "run.finished", run_id), "the run ended before the kill: nothing to close"
         assert await pending()
 
@@ -82,13 +66,7 @@ async def test_a_clarification_answered_right_before_a_kill_is_answered_once_aft
             [(f["response"][:20], f["decided_by"]) for f in resolved]  # fmt: skip
         assert len(_of(a2, "run.finished", run_id)) == 1
         await a1.close()
-        a1 = _app(n1)
+        a1 = pair.a1 = pheby_app(n1)  # closed with the pair
         await a1.connect()
         history = await a1.open(cid)
         assert history["clarifications"] == [] and history["run"] is None, history
-    finally:
-        if held is not None:
-            await held.close()
-        await reads.close()
-        await a1.close()
-        await a2.close()

@@ -10,29 +10,14 @@ locks the ``runs`` table (the batch with the run's row waits) while the node is 
 
 from __future__ import annotations
 
-import psycopg
-
-from tests.conformance.pheby_client import PhebyApp
-from tests.hardening.proc import PHEBY_SECRET
+from tests.scale.killed import pheby_app, pheby_pair
 from tests.waiting import until
 
 
-def _app(proc) -> PhebyApp:
-    return PhebyApp(f"ws://127.0.0.1:{proc.ports['pheby']}/ws", PHEBY_SECRET)
-
-
 async def test_a_run_whose_start_the_store_never_had_is_closed_after_its_node_restarts(serve_nodes, engines):
-    n1, n2 = serve_nodes("n1", "n2", adapters="pheby")
-    a1, a2 = _app(n1), _app(n2)
-    reads = await psycopg.AsyncConnection.connect(engines[0], autocommit=True)
-    held = None
-    try:
-        await a1.connect()
-        await a2.connect()
-        cid = await a1.create("started, never stored")
-        await a2.wait_frame(lambda f: f.get("conversation_id") == cid)
-        held = await psycopg.AsyncConnection.connect(engines[0])
-        await held.execute("LOCK TABLE runs IN EXCLUSIVE MODE")  # reads go on, n1's row of the run waits
+    async with pheby_pair(serve_nodes, engines, "started, never stored") as pair:
+        n1, n2, a1, a2, reads, cid = pair.n1, pair.n2, pair.a1, pair.a2, pair.reads, pair.cid
+        await pair.hold("LOCK TABLE runs IN EXCLUSIVE MODE")  # reads go on, n1's row of the run waits
         # (n1's own answer waits for its batch: its frames leave once their writes are durable)
         await a1.send({"type": "chat.send", "request_id": "started", "conversation_id": cid, "text": "/slow 10"})
         started = await a2.wait_frame(lambda f: f["type"] == "message.start" and f.get("conversation_id") == cid
@@ -42,9 +27,7 @@ async def test_a_run_whose_start_the_store_never_had_is_closed_after_its_node_re
         cur = await reads.execute("SELECT node_id, state FROM cluster_runs WHERE run_id=%s", (run_id,))
         assert await cur.fetchone() == ("n1", "running")  # the claim committed
         n1.kill9()
-        await held.rollback()
-        await held.close()
-        held = None
+        await pair.release()
         cur = await reads.execute("SELECT 1 FROM runs WHERE run_id=%s", (run_id,))
         assert await cur.fetchone() is None  # the store never had the run
 
@@ -63,42 +46,26 @@ async def test_a_run_whose_start_the_store_never_had_is_closed_after_its_node_re
         after = (await a2.chat(cid, "after the restart"))["run_id"]  # the conversation is free on every node
         await a2.wait_frame(lambda f: f["type"] == "run.finished" and f.get("run_id") == after, 15)
         await a1.close()
-        a1 = _app(n1)
+        a1 = pair.a1 = pheby_app(n1)  # closed with the pair
         await a1.connect()
         on_n1, on_n2 = (await a1.open(cid))["messages"], (await a2.open(cid))["messages"]
         assert [m["message_id"] for m in on_n1] == [m["message_id"] for m in on_n2], (on_n1, on_n2)
         assert started["message_id"] in [m["message_id"] for m in on_n2]  # the interrupted run's message, kept
-    finally:
-        if held is not None:
-            await held.close()
-        await reads.close()
-        await a1.close()
-        await a2.close()
 
 
 async def test_a_run_that_ended_before_its_store_had_it_keeps_its_message_after_its_node_restarts(serve_nodes, engines):
     """The same loss for a short run that ended before the kill (chaos seed 2003: ``transcript_contradicts_client``,
     a ``run.completed`` every phone got, its message in no node's transcript): the end its previous life published
     is read back from the stream and written once the start is (``Cluster.read_ends``), not closed again."""
-    n1, n2 = serve_nodes("n1", "n2", adapters="pheby")
-    a1, a2 = _app(n1), _app(n2)
-    reads = await psycopg.AsyncConnection.connect(engines[0], autocommit=True)
-    held = None
-    try:
-        await a1.connect()
-        await a2.connect()
-        cid = await a1.create("ended, never stored")
-        await a2.wait_frame(lambda f: f.get("conversation_id") == cid)
-        held = await psycopg.AsyncConnection.connect(engines[0])
-        await held.execute("LOCK TABLE runs IN EXCLUSIVE MODE")
+    async with pheby_pair(serve_nodes, engines, "ended, never stored") as pair:
+        n1, n2, a1, a2, reads, cid = pair.n1, pair.n2, pair.a1, pair.a2, pair.reads, pair.cid
+        await pair.hold("LOCK TABLE runs IN EXCLUSIVE MODE")
         await a1.send({"type": "chat.send", "request_id": "ended", "conversation_id": cid, "text": "/slow 1"})
         end = await a2.wait_frame(lambda f: f["type"] == "run.finished" and f.get("conversation_id") == cid, 15)
         run_id = end["run_id"]
         done = [f for f in a2.conn_frames if f["type"] == "message.complete" and f.get("message_id") == f"draft-{run_id}"]
         n1.kill9()  # the run, its message and its end in the stream, not in the store
-        await held.rollback()
-        await held.close()
-        held = None
+        await pair.release()
         cur = await reads.execute("SELECT 1 FROM runs WHERE run_id=%s", (run_id,))
         assert await cur.fetchone() is None
 
@@ -111,7 +78,7 @@ async def test_a_run_that_ended_before_its_store_had_it_keeps_its_message_after_
 
         await until(stored, 20, "the run and its end written by n1's next start")
         await a1.close()
-        a1 = _app(n1)
+        a1 = pair.a1 = pheby_app(n1)  # closed with the pair
         await a1.connect()
         after = (await a1.chat(cid, "after the restart"))["run_id"]
         await a2.wait_frame(lambda f: f["type"] == "run.finished" and f.get("run_id") == after, 15)
@@ -120,9 +87,3 @@ async def test_a_run_that_ended_before_its_store_had_it_keeps_its_message_after_
         on_n1, on_n2 = (await a1.open(cid))["messages"], (await a2.open(cid))["messages"]
         assert [(m["message_id"], m["text"]) for m in on_n1] == [(m["message_id"], m["text"]) for m in on_n2]
         assert (f"draft-{run_id}", done[0]["text"]) in [(m["message_id"], m["text"]) for m in on_n1], on_n1
-    finally:
-        if held is not None:
-            await held.close()
-        await reads.close()
-        await a1.close()
-        await a2.close()
