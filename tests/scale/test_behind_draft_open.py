@@ -10,10 +10,8 @@ Over real Pheby sockets on a private PostgreSQL and Redis."""
 
 from __future__ import annotations
 
-from bridge_core.model.ids import draft_message_id
-from tests.scale.test_behind_transcript import _cold
+from tests.scale.test_behind_transcript import streaming_while_behind
 from tests.scale.test_cluster import _app, _nodes
-from tests.scale.test_read_your_writes import _behind
 from tests.waiting import until
 
 
@@ -22,16 +20,7 @@ async def test_a_node_behind_shows_a_streaming_run_once_in_its_snapshot(service_
     pa = await _app(a)
     pb = None
     try:
-        cid = await pa.create("made before b started")
-        first = (await pa.chat(cid, "first"))["run_id"]
-        await pa.wait_frame(lambda f: f["type"] == "run.finished" and f["run_id"] == first)
-        (b,) = await _nodes(service_factory, engines, tmp_path, "b")
-        pb = await _app(b)
-        await _cold(b, pa, pb, cid)
-        gate = await _behind(b)
-        run_id = (await pa.chat(cid, "/slow 5"))["run_id"]
-        mid = draft_message_id(run_id)
-        await until(lambda: b.bridge.store.message_text(cid, mid), what="the run's draft saved")
+        b, pb, cid, gate, run_id, mid = await streaming_while_behind(service_factory, engines, tmp_path, pa, 5)
         gate.open.set()  # b reads on: the user's message folded loads the transcript, draft row and all
         conv = b.bridge.conversations[cid]
         await until(lambda: conv.run is not None and conv.run.run_id == run_id, what="the run's start on b")

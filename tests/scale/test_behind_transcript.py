@@ -29,23 +29,30 @@ async def _cold(b, pa, pb, cid: str) -> None:
     assert cid not in b.bridge.transcripts and b.bridge.conversations[cid].transcript is None
 
 
+async def streaming_while_behind(service_factory, engines, tmp_path, pa, seconds: int) -> tuple:
+    """A conversation made and answered on a, then node b started, its transcript cold and b held behind
+    the stream while a streams ``/slow seconds`` into it, until the run's first words are in the store as
+    the message's row (the saved draft): ``(b, pb, cid, gate, run_id, mid)``."""
+    cid = await pa.create("made before b started")
+    first = (await pa.chat(cid, "first"))["run_id"]
+    await pa.wait_frame(lambda f: f["type"] == "run.finished" and f["run_id"] == first)
+    (b,) = await _nodes(service_factory, engines, tmp_path, "b")
+    pb = await _app(b)
+    await _cold(b, pa, pb, cid)
+    gate = await _behind(b)
+    run_id = (await pa.chat(cid, f"/slow {seconds}"))["run_id"]
+    mid = draft_message_id(run_id)
+    await until(lambda: b.bridge.store.message_text(cid, mid), what="the run's draft saved")
+    return b, pb, cid, gate, run_id, mid
+
+
 async def test_a_node_behind_loading_a_transcript_mid_run_keeps_the_completion_not_the_draft(
         service_factory, engines, tmp_path):  # fmt: skip
     (a,) = await _nodes(service_factory, engines, tmp_path, "a")
     pa = await _app(a)
     pb = None
     try:
-        cid = await pa.create("made before b started")
-        first = (await pa.chat(cid, "first"))["run_id"]
-        await pa.wait_frame(lambda f: f["type"] == "run.finished" and f["run_id"] == first)
-        (b,) = await _nodes(service_factory, engines, tmp_path, "b")
-        pb = await _app(b)
-        await _cold(b, pa, pb, cid)
-        gate = await _behind(b)
-        run_id = (await pa.chat(cid, "/slow 2"))["run_id"]
-        mid = draft_message_id(run_id)
-        # its first words are in the store, as the message's row (the saved draft), while b reads nothing
-        await until(lambda: b.bridge.store.message_text(cid, mid), what="the run's draft saved")
+        b, pb, cid, gate, run_id, mid = await streaming_while_behind(service_factory, engines, tmp_path, pa, 2)
         gate.open.set()  # b reads on: the user's message folded loads the transcript, draft row and all
         done = await pa.wait_frame(lambda f: f["type"] == "message.complete" and f["message_id"] == mid, 15)
         await until(lambda: b.bridge.conversations[cid].run is None, what="the run's end folded on b")
