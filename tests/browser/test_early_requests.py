@@ -8,11 +8,10 @@ asked for the list itself)."""
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 
-from .test_web_ui import FakePlugin, expect
+from .test_web_ui import FakePlugin, pi_session, expect
 
 pytestmark = pytest.mark.browser
 
@@ -36,9 +35,7 @@ async def test_a_search_cleared_shows_the_list_as_it_is_now_when_boot_ran_after_
     await page.reload()  # the load event waits for boot.js: it has run when this returns
     await page.evaluate(SETTLED)  # whatever boot.js asked for is answered, before the session below exists
     sid = "pi-after-load"
-    plugin = FakePlugin(ui.base, sid, {"id": sid, "name": "pi work", "cwd": "/home/dev/app", "model": "m",
-                                       "provider": "p", "agent": False, "repo": None,
-                                       "startedAt": int(time.time() * 1000)})
+    plugin = FakePlugin(ui.base, sid, pi_session(sid, "pi work"))
     try:
         await plugin.connect()
         items = page.locator(".session-item")

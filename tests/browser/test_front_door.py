@@ -21,7 +21,7 @@ from tests.conftest import LVMH_TOKEN
 from tests.waiting import until
 
 from .conftest import TIMEOUT_MS, shot
-from .test_web_ui import FakePlugin, expect, open_session, send, settled
+from .test_web_ui import FakePlugin, pi_session, expect, open_session, send, settled
 
 pytestmark = pytest.mark.browser
 
@@ -174,9 +174,7 @@ async def test_plugin_sessions_offer_no_rename_or_delete(ui):
     ui.svc.bridge.create_conversation("A local chat")
     page = await ui.page()
     sid = "pi-front-door-1"
-    plugin = FakePlugin(ui.base, sid, {"id": sid, "name": "pi work", "cwd": "/home/dev/app", "model": "m",
-                                       "provider": "p", "agent": False, "repo": None,
-                                       "startedAt": int(time.time() * 1000)})
+    plugin = FakePlugin(ui.base, sid, pi_session(sid, "pi work"))
     try:
         await plugin.connect()
         # search finds pi sessions too, by name, repo or working directory

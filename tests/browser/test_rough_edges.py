@@ -20,7 +20,7 @@ from bridge_core.bridge.demo import COMMANDS
 
 from .conftest import shot
 from .test_front_door import CONTRAST_JS, SMALL_TARGETS_JS, run_over
-from .test_web_ui import FakePlugin, expect, open_session, send, settled
+from .test_web_ui import FakePlugin, pi_session, expect, open_session, send, settled
 
 pytestmark = pytest.mark.browser
 
@@ -196,8 +196,7 @@ async def test_stop_stands_in_place_of_send_and_esc_stops_too(ui):
 async def test_a_pi_session_takes_a_message_during_its_run_and_its_run_can_be_stopped(ui):
     page = await ui.page()
     sid = "pi-stop-0001"
-    plugin = FakePlugin(ui.base, sid, {"id": sid, "name": "pi run", "cwd": "/home/dev/app", "model": "m", "provider": "p",
-                                       "agent": False, "repo": None, "startedAt": int(time.time() * 1000)})
+    plugin = FakePlugin(ui.base, sid, pi_session(sid, "pi run"))
     try:
         await plugin.connect()
         await open_session(page, sid)

@@ -48,6 +48,12 @@ def settled(page):
     return page.locator(".settled")
 
 
+def pi_session(sid: str, name: str) -> dict:
+    """A pi session's description as its plugin's hello carries it (the lvmh spec), in /home/dev/app."""
+    return {"id": sid, "name": name, "cwd": "/home/dev/app", "model": "m", "provider": "p", "agent": False,
+            "repo": None, "startedAt": int(time.time() * 1000)}
+
+
 class FakePlugin:
     """A pi plugin as the spec describes it: bearer-authenticated /agent/ws, hello, then events."""
 
