@@ -42,7 +42,7 @@ from bridge_core.scale import fencing, gone
 
 from . import codec
 from .devices import _DEVICE_COLUMNS, _DUMMY_HASH, MIGRATIONS, Device, Registry, hash_secret
-from .history import Epoch, History, Span, crossed, passed_by, plan_catchup, rebuild
+from .history import Epoch, History, Range, Span, crossed, passed_by, plan, rebuild
 from .replay import Numbering, Resume, SeqLog
 from .rows import RowBatch, RowQueue, held, write_cluster_rows
 
@@ -387,21 +387,15 @@ class ClusterRegistry(Registry):
         return res
 
     def _catch_up(self, d: Device, log_: SeqLog, cursor: int) -> tuple[list[tuple], bool]:
-        """Number the events after ``cursor`` for ``d``: this node's rows, older ones from other sources."""
-        parts: list[tuple[str, list[tuple[int, int, bytes]]]] = []
-        gap = False
-        own_from = self.own_from if self.own_from is not None else self.position + 1
-        if cursor + 1 < own_from:
-            others = [(s, kf, last) for s, kf, last in self.store.query(
-                "SELECT s.source, s.kept_from_n, MAX(f.n) FROM loomi_sources s JOIN loomi_frames f "
-                "ON f.source = s.source WHERE s.source != ? GROUP BY s.source, s.kept_from_n", (self.source,))]
-            ranges, gap = plan_catchup(cursor, own_from, others, self._holes(others, cursor), self._happened)
-            for r in ranges:
-                rows = self.store.query("SELECT m, n, body FROM loomi_frames WHERE source=? AND n>=? AND n<=? "
-                                        "ORDER BY m", (r.source, r.n_from, r.n_to))
-                if rows:
-                    parts.append((r.source, [(m, n, bytes(b)) for m, n, b in rows]))
-                    gap = gap or self._unstored(r.source, rows[0][0], rows[-1][0], len(rows))
+        """Number the events after ``cursor`` for ``d``: this node's rows, older ones from other sources.
+
+        Events nobody's rows hold any more (pruned by every source, or a hole: ``history.plan``'s ``gone``)
+        take their seqs too, as a device away takes a seq for every event it misses: skipped, one per number
+        gone (an upper bound of the frames there: an event renders at most one), all below the window's
+        floor. Before, they took none: the replay went on from the phone's last seq with no gap, a
+        ``truncated`` over fewer seqs than the window though the phone had missed more (chaos seed 2004,
+        ``truncated_under_window``: 409 replayed, 0 skipped, 709 events gone)."""
+        parts, gap = self._served(cursor)
         own = [row for row in self.recent if row[1] > cursor]
         if own and any(passed_by(w, self.source) and a <= own[-1][1] for w, a, _ in gone.holes(self.store, cursor)):
             gap = True  # this node's own rows pass over events gone for good (gone.py)
@@ -410,6 +404,10 @@ class ClusterRegistry(Registry):
         spans = []
         did = d.device_id
         for source, rows in parts:
+            if isinstance(rows, int):  # events gone: their seqs, and nothing at or below them replayed
+                log_.seq += rows
+                log_.known_floor = max(log_.known_floor, log_.seq)
+                continue
             offset = log_.seq + 1 - rows[0][0]
             for m, _n, body in rows:
                 s = m + offset
@@ -420,6 +418,30 @@ class ClusterRegistry(Registry):
             if live:
                 d.offset = offset
         return spans, gap
+
+    def _served(self, cursor: int) -> tuple[list[tuple[str, Any]], bool]:
+        """What the events after ``cursor`` and before this node's own rows are, oldest first: (source, its
+        rows) served, or (source, a count) of numbers gone; and whether some cannot be served."""
+        parts: list[tuple[str, Any]] = []
+        own_from = self.own_from if self.own_from is not None else self.position + 1
+        if cursor + 1 >= own_from:
+            return parts, False
+        others = [(s, kf, last) for s, kf, last in self.store.query(
+            "SELECT s.source, s.kept_from_n, MAX(f.n) FROM loomi_sources s JOIN loomi_frames f "
+            "ON f.source = s.source WHERE s.source != ? GROUP BY s.source, s.kept_from_n", (self.source,))]
+        p = plan(cursor, own_from, others, self._holes(others, cursor), self._happened)
+        gap = p.gap
+        steps = [(r.n_from, r) for r in p.ranges] + [(a, Range("", a, b)) for a, b in p.gone]
+        for _, r in sorted(steps, key=lambda x: x[0]):
+            if not r.source:
+                parts.append(("", r.n_to - r.n_from + 1))
+                continue
+            rows = self.store.query("SELECT m, n, body FROM loomi_frames WHERE source=? AND n>=? AND n<=? "
+                                    "ORDER BY m", (r.source, r.n_from, r.n_to))
+            if rows:
+                parts.append((r.source, [(m, n, bytes(b)) for m, n, b in rows]))
+                gap = gap or self._unstored(r.source, rows[0][0], rows[-1][0], len(rows))
+        return parts, gap
 
     def _unstored(self, source: str, lo: int, hi: int, got: int) -> bool:
         """Whether rows ``lo..hi`` of ``source`` (``got`` of them served) lack one the store never had: its
@@ -434,7 +456,7 @@ class ClusterRegistry(Registry):
     def _happened(self, after: int, before: int) -> bool:
         """Whether the core's store records something done between events ``after`` and ``before``: from the
         latest time of the newest rows at or below ``after`` to that of this node's first row at or above
-        ``before`` (history.plan_catchup)."""
+        ``before`` (history.plan)."""
         rows = self.store.query("SELECT body FROM loomi_frames WHERE n<=? ORDER BY n DESC LIMIT 16", (after,))
         served = [body for _, n, body in self.recent if n >= before]
         if not rows or not served:

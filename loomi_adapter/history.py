@@ -179,6 +179,24 @@ Holes = dict  # source -> [(first, last), ...]: numbers its node's delivery pass
 def plan_catchup(cursor: int, own_first: int, others: list[tuple[str, int, int]],
                  holes: Optional[Holes] = None,
                  happened: Optional[Callable[[int, int], bool]] = None) -> tuple[list[Range], bool]:
+    """Where the events a device missed before this node's first event come from (``plan``'s ranges and
+    whether some events in between cannot be served)."""
+    p = plan(cursor, own_first, others, holes, happened)
+    return p.ranges, p.gap
+
+
+@attrs.frozen
+class Plan:
+    ranges: list  # Range, oldest first
+    gap: bool  # some events in between cannot be served
+    # the numbers (first, last) known given whose events nobody's rows hold any more, in order among the ranges:
+    # an event renders at most one frame (codec.RENDERERS), so their count bounds the frames the device missed
+    # there from above (the seqs they take: loomi_adapter/cluster.py ``_catch_up``)
+    gone: list = attrs.field(factory=list)
+
+
+def plan(cursor: int, own_first: int, others: list[tuple[str, int, int]], holes: Optional[Holes] = None,
+         happened: Optional[Callable[[int, int], bool]] = None) -> Plan:
     """Where the events a device missed before this node's first event come from.
 
     ``cursor``: the last event the device was numbered for; ``own_first``: the first event this
@@ -188,11 +206,13 @@ def plan_catchup(cursor: int, own_first: int, others: list[tuple[str, int, int]]
     gone.py): a source serves nothing there, and a hole nobody else covers is a gap; ``happened(a, b)``:
     whether a durable record (the core's store) says something was done between events ``a`` and ``b``,
     asked when no node has rows after ``a`` (after Redis lost its keys while the nodes were behind, a
-    node started since): then events there are missing, not numbers the numbering jumped over. Returns
-    the ranges to read, oldest first, and whether some events in between cannot be served.
+    node started since): then events there are missing, not numbers the numbering jumped over (how many
+    is not known: nothing said gone). Returns the ranges to read, whether some events in between cannot
+    be served, and the numbers gone where that is known (a hole, or rows every source pruned).
     """
     holes = holes or {}
     out: list[Range] = []
+    lost: list[tuple[int, int]] = []
     pos = cursor  # served up to here
     gap = False
     while pos < own_first - 1:
@@ -204,19 +224,20 @@ def plan_catchup(cursor: int, own_first: int, others: list[tuple[str, int, int]]
         if best is None:
             gone = [b for hs in holes.values() for a, b in hs if a <= pos + 1 <= b]
             if gone:  # events known given that no source has: gone, said
-                gap = True
-                pos = min(max(gone), own_first - 1)
-                continue
-            later = [kf for _, kf, last in others if kf > pos + 1 and last > pos]
-            if not later:  # no node stored anything after pos: a jump, or what nobody rendered (yet)
-                return out, gap or (happened is not None and happened(pos, own_first))
-            gap = True  # events pos+1 .. min(later)-1 were stored, and are gone everywhere
-            pos = min(min(later), own_first) - 1
+                end = min(max(gone), own_first - 1)
+            else:
+                later = [kf for _, kf, last in others if kf > pos + 1 and last > pos]
+                if not later:  # no node stored anything after pos: a jump, or what nobody rendered (yet)
+                    return Plan(out, gap or (happened is not None and happened(pos, own_first)), lost)
+                end = min(min(later), own_first) - 1  # events pos+1 .. end were stored, and are gone everywhere
+            gap = True
+            lost.append((pos + 1, end))
+            pos = end
             continue
         end = min(best[2], own_first - 1)
         out.append(Range(best[0], pos + 1, end))
         pos = end
-    return out, gap
+    return Plan(out, gap, lost)
 
 
 def _reach(start: int, last: int, holes: Iterable[tuple[int, int]]) -> int:
