@@ -291,7 +291,8 @@ class PostgresStore(BaseStore):
         of it committed: a PostgreSQL restart), the same batch again on a fresh connection, for up to
         ``RIDE_OUT`` s. A write refused while the server restarts would otherwise be lost while the
         frames behind it leave (a Loomi device's seqs, its replay rows: docs/scale-out.md). A failure
-        after COMMIT was sent is in doubt and refused as before (retrying could apply it twice)."""
+        after COMMIT was sent is in doubt: its fate is asked (``PgConnection._commit``, ``_committed``);
+        one that cannot be learnt is refused (retrying could apply it twice)."""
         deadline = time.monotonic() + RIDE_OUT
         while True:
             conn.sent_commit = False
