@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 import psycopg
@@ -34,6 +35,13 @@ CONNECT_TIMEOUT = 10
 RIDE_OUT = 20.0
 RETRY_EVERY = 0.25  # s between two attempts to reconnect while the server is down
 CONFLICT_RETRIES = 5  # times a write that lost a deadlock (or a serialization conflict) is run again
+# each writer's row: the id of its last transaction, written by that transaction (``PgConnection._begin``), so
+# a COMMIT in doubt is known committed by its row, not by its id alone (a crash may hand the id out again)
+WRITERS_TABLE = (
+    "CREATE TABLE IF NOT EXISTS store_writers(writer TEXT PRIMARY KEY, xid BIGINT NOT NULL, "
+    "at DOUBLE PRECISION NOT NULL)"
+)
+WRITERS_KEPT = 30 * 86400.0  # s a writer's row stays after its last transaction (a stopped node's: pruned at a start)
 
 
 class _BoolAsInt(Dumper):
@@ -48,8 +56,10 @@ class _BoolAsInt(Dumper):
 class PgConnection:
     """A psycopg connection that takes the shared dialect (``?`` placeholders, ``INSERT OR ...``)."""
 
-    def __init__(self, raw: psycopg.Connection, keys: dict, committed: Optional[Callable[[int], Optional[bool]]] = None):
+    def __init__(self, raw: psycopg.Connection, keys: dict, committed: Optional[Callable[[int], Optional[bool]]] = None,
+                 writer: Optional[str] = None):
         self.raw = raw
+        self.writer = writer  # this store's row in store_writers (a uuid's hex), once that table exists
         self._keys = keys  # table -> (primary key columns, has rowid), shared by the store's connections
         self._sql: dict[tuple[str, bool], tuple[str, Any]] = {}
         self.sent_commit = False  # a COMMIT was sent since the last BEGIN: a failure now is in doubt
@@ -97,9 +107,14 @@ class PgConnection:
         return self.raw.execute(self._translate(sql, False)[0])
 
     def _begin(self) -> psycopg.Cursor:
-        """BEGIN, and the transaction's id in the same round trip."""
+        """BEGIN, and the transaction's id in the same round trip, written in the writer's row by the
+        transaction itself (``PostgresStore._committed`` reads it back when the COMMIT is in doubt)."""
         self.sent_commit, self.xid = False, None
-        cur = self.raw.execute("BEGIN; SELECT txid_current()")
+        sql = "BEGIN; SELECT txid_current()"
+        if self.writer is not None:  # a uuid's hex: nothing to quote
+            sql += (f"; INSERT INTO store_writers(writer, xid, at) VALUES('{self.writer}', txid_current(), "
+                    "extract(epoch FROM now())) ON CONFLICT(writer) DO UPDATE SET xid=excluded.xid, at=excluded.at")
+        cur = self.raw.execute(sql)
         if cur.nextset():
             self.xid = cur.fetchone()[0]
         return cur
@@ -157,6 +172,7 @@ class PostgresStore(BaseStore):
         super().__init__(url)
         self.url = url
         self._keys: dict = {}
+        self._writer_row: Optional[str] = None  # the writer's row in store_writers, once that table exists
 
     def describe(self) -> str:
         return mask_url(self.url)
@@ -168,28 +184,48 @@ class PostgresStore(BaseStore):
             reason = mask_url(" ".join(str(exc).split())) or type(exc).__name__  # libpq may quote the conninfo
             raise Unavailable(f"cannot reach the store {self.describe()}: {reason}")
         raw.adapters.register_dumper(bool, _BoolAsInt)
-        return PgConnection(raw, self._keys, self._committed)
+        return PgConnection(raw, self._keys, self._committed, self._writer_row)
 
     def _committed(self, xid: int) -> Optional[bool]:
-        """Whether transaction ``xid`` committed, asked on a fresh connection (while the server restarts,
-        again every ``RETRY_EVERY`` for up to ``RIDE_OUT`` s); None when that could not be learnt."""
+        """Whether the writer's transaction ``xid`` committed, asked on a fresh connection (while the server
+        restarts, again every ``RETRY_EVERY`` for up to ``RIDE_OUT`` s); None when that could not be learnt.
+
+        Once no transaction ``xid`` is in progress, the writer's row says: it holds ``xid`` only if that
+        transaction committed. ``txid_status`` alone said "committed" for a batch a crash had undone: none of
+        its WAL had reached the log, so recovery handed its id out again, to another node's transaction that
+        committed (chaos seed 2001, tests/scale/test_store_commit_fate.py). An id recovery has not reached
+        yet ("in the future") is no transaction in progress."""
         deadline = time.monotonic() + RIDE_OUT
         while True:
             try:
                 conn = self._connect()
                 try:
-                    status = conn.raw.execute("SELECT txid_status(%s)", (xid,)).fetchone()[0]
+                    if self._running(conn, xid):
+                        raise Unavailable("still in progress")
+                    if self._writer_row is None:  # before store_writers exists (the store's opening): by the id
+                        return conn.raw.execute("SELECT txid_status(%s)", (xid,)).fetchone()[0] == "committed"
+                    row = conn.raw.execute("SELECT xid FROM store_writers WHERE writer = %s",
+                                           (self._writer_row,)).fetchone()
+                    return row is not None and row[0] == xid
                 finally:
                     conn.close()
-                if status in ("committed", "aborted"):
-                    return status == "committed"
             except (Unavailable, psycopg.Error):
                 pass
             if time.monotonic() >= deadline:
                 return None
             time.sleep(RETRY_EVERY)
 
+    @staticmethod
+    def _running(conn: PgConnection, xid: int) -> bool:
+        """Whether a transaction ``xid`` is in progress (the writer's old backend not gone yet, or another
+        that took its id after a crash: its end is waited for)."""
+        try:
+            return conn.raw.execute("SELECT txid_status(%s)", (xid,)).fetchone()[0] == "in progress"
+        except psycopg.errors.InvalidParameterValue:  # "in the future": recovery never saw it
+            return False
+
     def _open_connections(self) -> None:
+        self._writer_row = None
         self._wconn = self._connect()
         conn = self._wconn
         conn.execute("BEGIN")
@@ -198,10 +234,13 @@ class PostgresStore(BaseStore):
             conn.execute(
                 "CREATE TABLE IF NOT EXISTS schema_version(component TEXT PRIMARY KEY, version BIGINT NOT NULL)"
             )
+            conn.raw.execute(WRITERS_TABLE)
+            conn.raw.execute("DELETE FROM store_writers WHERE at < extract(epoch FROM now()) - %s", (WRITERS_KEPT,))
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
             raise
+        conn.writer = self._writer_row = uuid.uuid4().hex
         self._rconn = self._connect()
 
     def lock_schema(self, conn: Any) -> None:
@@ -252,7 +291,8 @@ class PostgresStore(BaseStore):
         of it committed: a PostgreSQL restart), the same batch again on a fresh connection, for up to
         ``RIDE_OUT`` s. A write refused while the server restarts would otherwise be lost while the
         frames behind it leave (a Loomi device's seqs, its replay rows: docs/scale-out.md). A failure
-        after COMMIT was sent is in doubt and refused as before (retrying could apply it twice)."""
+        after COMMIT was sent is in doubt: its fate is asked (``PgConnection._commit``, ``_committed``);
+        one that cannot be learnt is refused (retrying could apply it twice)."""
         deadline = time.monotonic() + RIDE_OUT
         while True:
             conn.sent_commit = False
