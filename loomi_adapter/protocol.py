@@ -17,8 +17,7 @@ to write and with commands for the I/O side, and holds every rule of a connectio
 - ``tick(now)``: the hello deadline, then a ``ping`` every ``ping_interval`` (after ``CHECK``: is the
   device still this node's?) and ``max_missed`` pings without a pong within ``pong_timeout`` closing
   the socket (``next_tick`` says when to call it);
-- ``fail(exc)``: a fatal error: ``Close`` with its close code and its ``error`` frame, the last this
-  socket numbers.
+- ``fail(exc)``: a fatal error: ``Close`` with its close code, its ``error`` frame numbered and queued.
 
 Frames go into ``out`` (anything with ``put``: the server's outbox), or, by default, into a list that
 ``frames_to_send()`` empties. Every frame after ``hello.ok`` takes the device's next seq from the
@@ -322,10 +321,7 @@ class LoomiProtocol:
 
     def reply(self, type_: str, payload: dict) -> None:
         """A reply frame (not replayed): the device's next seq, or 0 before authentication, taken and
-        queued in one step. Nothing once the socket is closing: its fatal error was its last frame
-        (a request's answer due then is the next socket's: its repeat is answered from the request memory)."""
-        if self.state is State.CLOSING or self.state is State.CLOSED:
-            return
+        queued in one step (after a fatal error too: behind it, written if the socket is still open)."""
         self.out.put(codec.frame(self._seq(), type_, payload))
 
     def error(self, exc: BaseException, request_id: Optional[str] = None) -> None:
@@ -334,9 +330,10 @@ class LoomiProtocol:
 
     def fail(self, exc: BridgeError, *, farewell: bool = True) -> Close:
         """A fatal error: the socket closes. Its ``error`` frame is numbered and queued here, in one step,
-        behind every frame numbered before it, and nothing is numbered on this socket after it (``reply``).
-        Before ``hello.ok`` (seq 0) the frame is the I/O side's to write (``Close.frame``). Only the first
-        fatal error has a frame; ``farewell=False``: none (the device's seqs are another node's now)."""
+        behind every frame numbered before it and before any numbered after it (a request's answer due
+        while the close is written). Before ``hello.ok`` (seq 0) the frame is the I/O side's to write
+        (``Close.frame``). Only the first fatal error has a frame; ``farewell=False``: none (the device's
+        seqs are another node's now)."""
         first = not self.closing
         if first:
             self._to(State.CLOSING)

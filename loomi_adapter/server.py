@@ -543,7 +543,8 @@ class LoomiFrontEnd(FrontEnd):
         stored after the detach (history.py), so the replay at its next hello held two frames of the same
         seq and the phone dropped the second (issue 41: a run's completion after ``truncated``). And it was
         queued then: put from the task, a request's answer due meanwhile went out first with the next seq
-        (issue 41, chaos seed 2003: ``task.list.result`` 5589 before ``error`` 5588)."""
+        and the phone dropped the error (issue 41, chaos seed 2003: ``task.list.result`` 5589 before
+        ``error`` 5588); now such an answer follows the error."""
         for cmd in cmds:
             if isinstance(cmd, Close):
                 self._detach(conn)
