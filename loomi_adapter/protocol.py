@@ -17,13 +17,15 @@ to write and with commands for the I/O side, and holds every rule of a connectio
 - ``tick(now)``: the hello deadline, then a ``ping`` every ``ping_interval`` (after ``CHECK``: is the
   device still this node's?) and ``max_missed`` pings without a pong within ``pong_timeout`` closing
   the socket (``next_tick`` says when to call it);
-- ``fail(exc)``: a fatal error: ``Close`` with its close code; ``farewell`` is its frame.
+- ``fail(exc)``: a fatal error: ``Close`` with its close code, its ``error`` frame numbered and queued.
 
 Frames go into ``out`` (anything with ``put``: the server's outbox), or, by default, into a list that
 ``frames_to_send()`` empties. Every frame after ``hello.ok`` takes the device's next seq from the
-``next_seq`` the registry gave ``open``; before it, seq 0. An event's frames are not this object's:
-the node numbers them for every device at once (``replay.Numbering``, the one seq rule) and puts them
-into each open connection's ``out``, with no per-connection step on the hot path.
+``next_seq`` the registry gave ``open``, and goes into ``out`` in the same step, so a connection's
+seqs leave in the order they were taken whatever the I/O side awaits (the fatal error too: issue 41,
+a request's answer numbered after it was written before it); before it, seq 0. An event's frames are
+not this object's: the node numbers them for every device at once (``replay.Numbering``, the one seq
+rule) and puts them into each open connection's ``out``, with no per-connection step on the hot path.
 
     AWAIT_HELLO --hello--> AUTHENTICATING --open--> OPEN --fail--> CLOSING --closed--> CLOSED
     (fail and closed from any state; any other move raises ProtocolStateError)
@@ -203,12 +205,18 @@ class Authenticate:
 
 @attrs.frozen
 class Close:
-    """``target``'s fatal error was decided: write ``farewell(close)``, then close with ``code``."""
+    """``target``'s fatal error was decided: its ``error`` frame leaves, then the socket closes with ``code``.
+
+    ``queued``: the frame was numbered and put into ``out`` already (after ``hello.ok``): the I/O side
+    flushes it. Else ``frame`` (seq 0, before ``hello.ok``: nothing is ordered with it) is the I/O side's
+    to write at once; None: no frame (a second fatal error, or one without a farewell)."""
 
     target: "LoomiProtocol" = attrs.field(repr=False, eq=False)
     code: int
     reason: str
     payload: dict
+    frame: Optional[bytes] = attrs.field(default=None, repr=False, eq=False)
+    queued: bool = False
 
 
 class _Signal(enum.Enum):
@@ -312,24 +320,33 @@ class LoomiProtocol:
         return self._next_seq() if self._next_seq is not None else 0
 
     def reply(self, type_: str, payload: dict) -> None:
-        """A reply frame (not replayed): the device's next seq, or 0 before authentication."""
+        """A reply frame (not replayed): the device's next seq, or 0 before authentication, taken and
+        queued in one step (after a fatal error too: behind it, written if the socket is still open)."""
         self.out.put(codec.frame(self._seq(), type_, payload))
 
     def error(self, exc: BaseException, request_id: Optional[str] = None) -> None:
         """An ``error`` frame (a non-BridgeError becomes a detail-free internal_error)."""
         self.reply("error", error_payload(exc, request_id))
 
-    def fail(self, exc: BridgeError) -> Close:
-        """A fatal error: the socket closes (``farewell`` is the error frame to write before)."""
-        if not self.closing:
+    def fail(self, exc: BridgeError, *, farewell: bool = True) -> Close:
+        """A fatal error: the socket closes. Its ``error`` frame is numbered and queued here, in one step,
+        behind every frame numbered before it and before any numbered after it (a request's answer due
+        while the close is written). Before ``hello.ok`` (seq 0) the frame is the I/O side's to write
+        (``Close.frame``). Only the first fatal error has a frame; ``farewell=False``: none (the device's
+        seqs are another node's now)."""
+        first = not self.closing
+        if first:
             self._to(State.CLOSING)
         payload = error_payload(exc)
         payload["fatal"] = True
-        return Close(self, close_code(payload["code"]), payload["code"], payload)
-
-    def farewell(self, close: Close) -> bytes:
-        """The fatal error frame of ``close``; it takes a seq like any reply."""
-        return codec.frame(self._seq(), "error", close.payload)
+        code = payload["code"]
+        if not (first and farewell):
+            return Close(self, close_code(code), code, payload)
+        if self._next_seq is None:
+            return Close(self, close_code(code), code, payload, codec.frame(0, "error", payload))
+        frame = codec.frame(self._next_seq(), "error", payload)
+        self.out.put(frame)
+        return Close(self, close_code(code), code, payload, frame, queued=True)
 
     # --- frames in ---------------------------------------------------------------------------
 

@@ -78,16 +78,15 @@ _TEXT_DELTA = ev.TextDelta
 class LoomiWS(web.WebSocketResponse):
     """The protocol socket, with one addition: a frame over ``MAX_FRAME`` is answered with a fatal
     ``too_large`` error before the close (aiohttp's reader refuses it from its header and closes
-    with 1009 by itself, so the error goes out from the close)."""
+    with 1009 by itself, so the error goes out from the close: ``on_too_large`` writes it)."""
 
-    on_too_large: Optional[Callable[[], Awaitable[bytes]]] = None
+    on_too_large: Optional[Callable[[], Awaitable[None]]] = None
 
     async def close(self, *, code: int = WSCloseCode.OK, message: bytes = b"", drain: bool = True) -> bool:
         hook, self.on_too_large = self.on_too_large, None
         if hook is not None and code == WSCloseCode.MESSAGE_TOO_BIG and not self.closed:
             try:
-                data = await asyncio.wait_for(hook(), 1.0)
-                await asyncio.wait_for(self.send_frame(data, WSMsgType.TEXT), 1.0)
+                await asyncio.wait_for(hook(), 2.0)
             except Exception:
                 pass
         return await super().close(code=code, message=message, drain=drain)
@@ -508,7 +507,7 @@ class LoomiFrontEnd(FrontEnd):
         if conn.proto.closing:
             return
         log.info("loomi: device %s was claimed by another node; closing this socket", conn.proto.device_id)
-        close = conn.proto.fail(Replaced())
+        close = conn.proto.fail(Replaced(), farewell=False)
         self._detach(conn)
         conn.closer = self.tasks.spawn(self._close(conn, close.code, close.reason), name="loomi-fenced")
 
@@ -535,47 +534,48 @@ class LoomiFrontEnd(FrontEnd):
             self._apply(conn, [conn.proto.fail(exc)])
 
     def _apply(self, conn: Connection, cmds: list) -> None:
-        """A fatal error the protocol decided for ``conn`` (a takeover, the heartbeat, a kick): detach it at
-        once, write the error and close in a task of its own.
+        """A fatal error the protocol decided for ``conn`` (a takeover, the heartbeat, a kick): its error
+        frame numbered and queued by the protocol as it decided (``LoomiProtocol.fail``), detach it at once,
+        flush the error and close in a task of its own.
 
-        The error's seq is taken here, before the detach: numbered later (in the task), it was a seq this
-        node's rows had given already in the store's view of the device, which goes on numbering it over
-        the rows stored after the detach (history.py), so the replay at its next hello held two frames of
-        the same seq and the phone dropped the second (issue 41: a run's completion after ``truncated``)."""
+        The error's seq was taken before the detach: numbered later (in the task), it was a seq this node's
+        rows had given already in the store's view of the device, which goes on numbering it over the rows
+        stored after the detach (history.py), so the replay at its next hello held two frames of the same
+        seq and the phone dropped the second (issue 41: a run's completion after ``truncated``). And it was
+        queued then: put from the task, a request's answer due meanwhile went out first with the next seq
+        and the phone dropped the error (issue 41, chaos seed 2003: ``task.list.result`` 5589 before
+        ``error`` 5588); now such an answer follows the error."""
         for cmd in cmds:
             if isinstance(cmd, Close):
-                frame = conn.proto.farewell(cmd)
                 self._detach(conn)
-                conn.closer = self.tasks.spawn(self._fatal(conn, cmd, frame), name="loomi-kick")
+                conn.closer = self.tasks.spawn(self._fatal(conn, cmd), name="loomi-kick")
 
-    async def _fatal(self, conn: Connection, close: Close, frame: Optional[bytes] = None) -> None:
-        """Send the fatal ``error`` (``frame``: its seq taken already) and close with its close code."""
-        if frame is None:
-            frame = conn.proto.farewell(close)
-        # before authentication (seq 0, nothing stored behind it) the error is written at once: queued, it
-        # waited for this node's writes and its writer task, and under load the close came first (a bare 1008)
-        early = conn.device is None and not len(conn.outbox)
-        if not conn.outbox.closed and not early:
-            conn.outbox.put(frame)
-            await conn.outbox.flush(1.0 if conn.device is not None else 0.3)
-        else:  # overflowed, or early: write the error past the queue (uncompressed frames are atomic)
-            try:
-                data = frame if early else await asyncio.wait_for(self._synced(frame), 1.0)
-                await asyncio.wait_for(conn.ws.send_frame(data, WSMsgType.TEXT), 1.0)
-            except Exception:
-                pass
+    async def _fatal(self, conn: Connection, close: Close) -> None:
+        """Send the fatal ``error`` (numbered, maybe queued, by the protocol) and close with its close code."""
+        await self._farewell(conn, close)
         await self._close(conn, close.code, close.reason)
 
-    async def _too_large(self, conn: Connection) -> bytes:
-        """The fatal ``too_large`` error, written past the outbox by the socket's close (LoomiWS)."""
-        p = conn.proto
-        return await self._synced(p.farewell(p.fail(TooLarge(f"Frame larger than {MAX_FRAME} bytes"))))
+    async def _farewell(self, conn: Connection, close: Close) -> None:
+        """Write the fatal error's frame: flush the outbox it was queued into behind the frames numbered
+        before it; past the queue when the outbox overflowed (once the store has its seq: devices.py, a
+        sent seq is reserved), or before authentication (seq 0, nothing stored behind it: at once, for
+        queued it waited for this node's writes and its writer task, and under load the close came first)."""
+        frame = close.frame
+        if frame is None:
+            return
+        if close.queued and not conn.outbox.closed:
+            await conn.outbox.flush(1.0)
+            return
+        try:
+            if close.queued:
+                await asyncio.wait_for(self.bridge.store.synced(), 1.0)
+            await asyncio.wait_for(conn.ws.send_frame(frame, WSMsgType.TEXT), 1.0)
+        except Exception:
+            pass
 
-    async def _synced(self, frame: bytes) -> bytes:
-        """A frame to write past the outbox: it took a seq like any reply, so it waits for the store as
-        the outbox would (devices.py: a sent seq is reserved)."""
-        await self.bridge.store.synced()
-        return frame
+    async def _too_large(self, conn: Connection) -> None:
+        """The fatal ``too_large`` error, written from the socket's close (LoomiWS)."""
+        await self._farewell(conn, conn.proto.fail(TooLarge(f"Frame larger than {MAX_FRAME} bytes")))
 
     async def _close(self, conn: Connection, code: int, reason: str) -> None:
         # an unauthenticated peer gets little time to answer the close: it is gone by 10 s

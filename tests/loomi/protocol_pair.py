@@ -141,10 +141,12 @@ class Phone:
         d.phone = self
 
     def _closed(self, close: Close) -> None:
-        """The server's ``_fatal``: the farewell frame goes out, the device forgets this socket."""
+        """The server's ``_fatal``: the farewell frame goes out (queued by ``fail`` already, or before
+        ``hello.ok`` written at once), the device forgets this socket."""
         assert close.target is self.proto
         self.closes.append(close)
-        self.proto.out.put(self.proto.farewell(close))
+        if close.frame is not None and not close.queued:
+            self.proto.out.put(close.frame)
         if self.device is not None and self.device.phone is self:
             self.device.phone = None
 

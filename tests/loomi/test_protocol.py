@@ -308,7 +308,7 @@ def test_a_device_revoked_or_taken_elsewhere_is_closed_at_its_next_ping():
         assert phone.proto.tick(node.now + 25.0) == [CHECK]
         (close,) = phone.proto.checked(node.now + 25.0, gone)
         assert close.code == code
-        assert types(phone.frames()) == []  # no ping went out; the farewell is the server's to write
+        assert types(phone.frames()) == ["error"]  # no ping went out: the fatal error, numbered and queued
 
 
 # --- the state machine ------------------------------------------------------------------------------
