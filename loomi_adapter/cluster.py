@@ -42,7 +42,7 @@ from bridge_core.scale import fencing, gone
 
 from . import codec
 from .devices import _DEVICE_COLUMNS, _DUMMY_HASH, MIGRATIONS, Device, Registry, hash_secret
-from .history import Epoch, History, Range, Span, crossed, passed_by, plan, rebuild
+from .history import Epoch, History, Range, Span, crossed, passed_by, plan, rebuild, renumber
 from .replay import Numbering, Resume, SeqLog
 from .rows import RowBatch, RowQueue, held, write_cluster_rows
 
@@ -363,31 +363,69 @@ class ClusterRegistry(Registry):
         """Synchronous, right before ``hello.ok``: the events ``d`` missed numbered from the stored
         rows, its window rebuilt, and ``d`` numbered live from here."""
         h = claim.history
-        log_ = SeqLog(seq=claim.base, floor=h.floor, size=self.window, frames=[(s, f) for s, f, _ in h.frames])
         d.epoch = claim.epoch
         d.offset = None
         d.skip_to = h.cursor
         d.seqs.set(claim.reserved)
-        gap = False
         self._held = {**self._held, d.device_id: (claim.epoch, d)}
-        if 0 <= h.cursor < self.position:
-            spans, gap = self._catch_up(d, log_, h.cursor)
-            self._rows.add([], spans, fence=self._held)
+        catching = 0 <= h.cursor < self.position
+        parts, gap = self._missed(h.cursor) if catching else ([], False)
+        told = last_seq is not None and (claim.lost or claim.gone or gap)
+        skip = self._told(d, claim, last_seq) if told and last_seq >= h.floor else None
+        log_, spans, owned = skip or (SeqLog(seq=claim.base, floor=h.floor, size=self.window,
+                                             frames=[(s, f) for s, f, _ in h.frames]), [], [])  # fmt: skip
+        if catching:
+            spans += self._number(d, log_, parts)
             d.skip_to = self.position
         elif h.cursor < 0:
             d.skip_to = self.position  # a device never numbered: it starts with the next event
+        if spans or owned:
+            self._rows.add([], spans, owned=owned, fence=self._held)
         d.log = log_
         if log_.seq > d.seqs.limit:
             self._reserve(d)
         self.attached[d.device_id] = d
         self.any_devices = True
         res = log_.resume(last_seq)
-        if last_seq is not None and (claim.lost or claim.gone or gap) and not res.truncated:
+        if told and not res.truncated:
             res = Resume(res.seq, res.frames, True)
         return res
 
-    def _catch_up(self, d: Device, log_: SeqLog, cursor: int) -> tuple[list[tuple], bool]:
-        """Number the events after ``cursor`` for ``d``: this node's rows, older ones from other sources.
+    def _told(self, d: Device, claim: Claim, last_seq: int) -> Optional[tuple[SeqLog, list[tuple], list[tuple]]]:
+        """The log of a device told ``truncated`` for events gone for good (a claim ``lost`` or ``gone``, or a
+        catch-up over a gap), its new spans and the write closing its previous epoch: a window's worth of seqs
+        skipped after ``last_seq``, and the window's frames above it numbered again after them (history.py
+        ``renumber``). The spec's ``truncated`` is a gap beyond the window: before, the frames went on from
+        ``last_seq + 1``, as if the phone had missed nothing (chaos seed 2010, ``truncated_under_window``: 3
+        frames replayed, 0 seqs skipped, 485 deltas gone; tests/scale/test_gone_skipped.py). None: left as it
+        was (history.renumber)."""
+        h = claim.history
+        start = max(last_seq + self.window, claim.base)
+        r = renumber(h, last_seq, start)
+        if r is None:  # frames of two epochs above it: left as they were
+            return None
+        did = d.device_id
+        log_ = SeqLog(seq=start + sum(b - a + 1 for _, a, b, _ in r.spans), floor=start, size=self.window,
+                      frames=r.frames)
+        spans = [(did, claim.epoch, source, a, b, off) for source, a, b, off in r.spans]
+        owned = [] if r.epoch is None else [(did, "UPDATE loomi_epochs SET last_seq=? WHERE device_id=? AND epoch=?",
+                                             (last_seq, did, r.epoch))]  # fmt: skip
+        return log_, spans, owned
+
+    def _missed(self, cursor: int) -> tuple[list[tuple[str, Any]], bool]:
+        """What the events after ``cursor`` are (``_served``, then this node's own rows) and whether some of them
+        cannot be served."""
+        parts, gap = self._served(cursor)
+        own = [row for row in self.recent if row[1] > cursor]
+        if own and any(passed_by(w, self.source) and a <= own[-1][1] for w, a, _ in gone.holes(self.store, cursor)):
+            gap = True  # this node's own rows pass over events gone for good (gone.py)
+        if own:
+            parts.append((self.source, own))
+        return parts, gap
+
+    def _number(self, d: Device, log_: SeqLog, parts: list[tuple[str, Any]]) -> list[tuple]:
+        """Number the events after the cursor for ``d`` (``_missed``): this node's rows, older ones from other
+        sources; the spans that say so.
 
         Events nobody's rows hold any more (pruned by every source, or a hole: ``history.plan``'s ``gone``)
         take their seqs too, as a device away takes a seq for every event it misses: skipped, one per number
@@ -395,12 +433,6 @@ class ClusterRegistry(Registry):
         floor. Before, they took none: the replay went on from the phone's last seq with no gap, a
         ``truncated`` over fewer seqs than the window though the phone had missed more (chaos seed 2004,
         ``truncated_under_window``: 409 replayed, 0 skipped, 709 events gone)."""
-        parts, gap = self._served(cursor)
-        own = [row for row in self.recent if row[1] > cursor]
-        if own and any(passed_by(w, self.source) and a <= own[-1][1] for w, a, _ in gone.holes(self.store, cursor)):
-            gap = True  # this node's own rows pass over events gone for good (gone.py)
-        if own:
-            parts.append((self.source, own))
         spans = []
         did = d.device_id
         for source, rows in parts:
@@ -417,7 +449,7 @@ class ClusterRegistry(Registry):
             spans.append((did, d.epoch, source, rows[0][0], None if live else rows[-1][0], offset))
             if live:
                 d.offset = offset
-        return spans, gap
+        return spans
 
     def _served(self, cursor: int) -> tuple[list[tuple[str, Any]], bool]:
         """What the events after ``cursor`` and before this node's own rows are, oldest first: (source, its

@@ -65,6 +65,7 @@ class History:
     floor: int  # every frame at or below it may be gone
     frames: list  # (seq, frame, epoch), ascending, at most ``window``
     epochs_used: int  # the oldest epoch with a frame in the window (older ones may be dropped)
+    places: list = attrs.field(factory=list)  # (source, m, body): the row of each frame of ``frames``
 
 
 # the device's frame of a stored body (the body without its opening brace, as stored): the one splice
@@ -82,6 +83,7 @@ def rebuild(epochs: list[Epoch], spans: Iterable[Span], fetch: Fetch, extent: Ex
         by_epoch.setdefault(s.epoch, []).append(s)
     need = window + 1  # the one beyond the window gives the floor
     newest: list[tuple[int, bytes, int]] = []  # (seq, frame, epoch), newest first
+    places: list[tuple[str, int, bytes]] = []  # (source, m, body) of each of ``newest``
     floor = epochs[0].base_seq
     seq = cursor = None
     complete = False  # every older frame is known gone (floor) or the window is full
@@ -109,6 +111,7 @@ def rebuild(epochs: list[Epoch], spans: Iterable[Span], fetch: Fetch, extent: Ex
                     ep_seq = q
                 if len(newest) < need:
                     newest.append((q, stamp(q, body), ep.epoch))
+                    places.append((s.source, m, body))
             if len(newest) >= need:
                 complete = True
                 continue
@@ -121,12 +124,46 @@ def rebuild(epochs: list[Epoch], spans: Iterable[Span], fetch: Fetch, extent: Ex
         if seq is None:
             seq, cursor = ep_seq, ep_n
     newest.reverse()
+    places.reverse()
     if len(newest) > window:
         floor = max(floor, newest[0][0])
-        newest = newest[1:]
+        newest, places = newest[1:], places[1:]
     used = newest[0][2] if newest else epochs[-1].epoch
     return History(seq=seq or 0, cursor=cursor if cursor is not None else -1, floor=floor, frames=newest,
-                   epochs_used=used)
+                   epochs_used=used, places=places)
+
+
+@attrs.frozen
+class Renumbered:
+    """A window whose frames above a phone's ``last_seq`` take new seqs (``renumber``)."""
+
+    frames: list  # (seq, frame), ascending: the window as the device now has it
+    spans: list  # (source, from_m, to_m, offset): the new epoch's spans over the rows renumbered
+    epoch: Optional[int]  # the epoch that numbered them, to be closed at ``last_seq`` (None: none renumbered)
+
+
+def renumber(h: History, last_seq: int, start: int) -> Optional[Renumbered]:
+    """The frames of ``h`` above ``last_seq`` (a phone told ``truncated``: it missed events, gone for good) numbered
+    again from ``start + 1``, so that the seqs it is given say what it was told: a gap (the spec's ``truncated``
+    is a gap beyond the window). Their rows become the new epoch's (``spans``) and the epoch that numbered them
+    ends at ``last_seq``; None when they came from more than one epoch (left as they were)."""
+    above = [i for i, f in enumerate(h.frames) if f[0] > last_seq]
+    frames = [(q, f) for q, f, _ in h.frames if q <= last_seq]
+    if not above:
+        return Renumbered(frames, [], None)
+    if len({h.frames[i][2] for i in above}) != 1 or len(h.places) != len(h.frames):
+        return None
+    spans: list[tuple[str, int, int, int]] = []
+    q = start
+    for i in above:
+        source, m, body = h.places[i]
+        q += 1
+        frames.append((q, stamp(q, body)))
+        if spans and spans[-1][0] == source and spans[-1][2] == m - 1 and spans[-1][3] == q - m:
+            spans[-1] = (source, spans[-1][1], m, q - m)
+        else:
+            spans.append((source, m, m, q - m))
+    return Renumbered(frames, spans, h.frames[above[0]][2])
 
 
 def _last_row(s: Span, after: Optional[Span], ep: Epoch) -> Optional[int]:
