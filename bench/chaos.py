@@ -12,7 +12,7 @@ fresh database per run) and the embedded default (one node, SQLite: kill -9 of i
 It prints one line per run (seed, operations, faults, anomalies) and the totals: operations,
 faults injected per kind, anomalies per kind with the seeds that showed them. ``--keep DIR``
 writes the history of every run with an anomaly there (JSON, History.from_json reads it back),
-with the report beside it. The exit status is 1 when any anomaly was found.
+with the report and the nodes' logs (``history-<seed>-<topology>.logs/<node>/``) beside it. The exit status is 1 when any anomaly was found.
 
     python -m bench chaos --minutes 30
     python -m bench chaos --minutes 5 --topology cluster --seed 100 --keep /tmp/chaos
@@ -40,7 +40,7 @@ def _parse(argv: list) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=None, help="the first seed (default: from the clock)")
     p.add_argument("--topology", choices=("both", "cluster", "embedded"), default="both")
     p.add_argument("--phones", type=int, default=3)
-    p.add_argument("--keep", default="", help="a directory for the histories of runs with anomalies")
+    p.add_argument("--keep", default="", help="a directory for the histories (and nodes' logs) of runs with anomalies")
     return p.parse_args(argv)
 
 
@@ -82,23 +82,43 @@ async def _one(seed: int, topology: str, args: argparse.Namespace, engines: tupl
     if redis is not None:
         await asyncio.to_thread(redis.flush)
     world = World(os.path.join(base, f"run-{seed}"), topology, pg=pg, redis=redis)
+    anomalies = None
     try:
         await world.start()
         h = await Run(plan(seed, topology, args.seconds, args.phones), world).execute()
+        anomalies = check(h)
     finally:
         errors = world.errors()
         await world.stop()
+        if args.keep and anomalies:  # before the run's directory goes: the nodes' side of what was found
+            keep_logs(world, _stem(args, h))
         shutil.rmtree(os.path.join(base, f"run-{seed}"), ignore_errors=True)
     if errors:  # the nodes' own error lines: figures of a run whose nodes logged errors say so
         print(f"    the nodes logged {len(errors)} error lines; the first: {errors[0]}")
-    return h, check(h)
+    return h, anomalies
+
+
+def _stem(args: argparse.Namespace, h) -> str:
+    return os.path.join(args.keep, f"history-{h.seed}-{h.topology}")
+
+
+def keep_logs(world, stem: str) -> str:
+    """Every node's whole output (each life's stdout and stderr, ``logs/`` under its directory) copied to
+    ``<stem>.logs/<node>/``, the directory returned: what the history alone cannot say (why a restarted node
+    did or did not close a run, chaos seeds 2003 and 2015) is in its nodes' logs, which go with the run's
+    directory. The bridge logs no secret (fingerprints only: docs/security.md), so the copy holds none."""
+    dest = stem + ".logs"
+    for name, proc in world.procs.items():
+        if os.path.isdir(proc.log_dir):
+            shutil.copytree(proc.log_dir, os.path.join(dest, name), dirs_exist_ok=True)
+    return dest
 
 
 def _keep(args: argparse.Namespace, h, anomalies) -> None:
     from tests.nemesis.report import render
 
     os.makedirs(args.keep, exist_ok=True)
-    stem = os.path.join(args.keep, f"history-{h.seed}-{h.topology}")
+    stem = _stem(args, h)
     with open(stem + ".json", "w") as f:
         f.write(h.to_json())
     with open(stem + ".txt", "w") as f:

@@ -14,7 +14,8 @@ from ..model.state import ConversationState
 
 def seen(conv: ConversationState, e: Any) -> bool:
     """Is ``e`` already in ``conv`` (loaded from the store)? Only a transcript entry or a run's
-    start could be folded twice; folding any other event again changes nothing."""
+    start could be folded twice (a start older than the active run's counts as held: it ended before);
+    folding any other event again changes nothing."""
     t = type(e)
     if t is ev.UserMessageSent or t is ev.Notification or t is ev.MessageCompleted:
         mid, msgs = e.message_id, conv.messages
@@ -29,7 +30,11 @@ def seen(conv: ConversationState, e: Any) -> bool:
             run.completed = True
         return True
     if t is ev.RunStarted:
-        if conv.run is not None and conv.run.run_id == e.run_id:
+        run = conv.run
+        if run is not None and (run.run_id == e.run_id or e.ts < run.started_at):
+            # this run, or one that ended before it began (one run per conversation): a joining node folds the
+            # stream's last seconds again, and an older start taking the active run's place, its end then
+            # clearing it, left a run the load put back unclosed for good (chaos seed 2015)
             return True
         draft_out(conv, e.message_id)  # its saved draft, read as a message before this start (seed 2010)
         return False
