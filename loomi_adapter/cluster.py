@@ -125,6 +125,8 @@ class ClusterRegistry(Registry):
         self.on_lost: Optional[Callable[[Device], None]] = None
         self.any_devices = False
         self._next_check = 0.0
+        # device_id -> (epoch, seqs): a device this life numbered across events gone for good (``passed_gone``)
+        self._gone_skip: dict[str, tuple[int, int]] = {}
 
     @property
     def m(self) -> int:
@@ -230,10 +232,22 @@ class ClusterRegistry(Registry):
                 self._rows.add([], [], owned=[(d.device_id, _REPLY_SQL, (s, d.device_id, d.epoch))],
                                fence=self._held)
             else:
-                d.offset = s - self.m
+                epoch, skip = self._gone_skip.get(d.device_id, (None, 0))
+                d.offset = s - self.m + (skip if epoch == d.epoch else 0)
                 self._rows.add([], [(d.device_id, d.epoch, self.source, self.m + 1, None, d.offset)],
                                fence=self._held)
         return s
+
+    def passed_gone(self, d: Device, lost: list) -> None:
+        """This life's delivery passed over events gone for good (bridge_core/scale/gone.py, ``lost``: their
+        numbers) while numbering ``d``, about to be closed ``unavailable`` (server.py ``_gone``): the rows after
+        them take their seqs above a skip of at least the window (one per number gone), from the span its
+        error, and any answer due after it, opens (``next_seq``). The device missed those events and cannot
+        be given them: its next hello is ``truncated`` (``crossed``), and its seqs show a gap beyond the
+        window, as the spec's ``truncated`` says. Before, they went on from the error's seq: a truncation
+        with nothing skipped (chaos seed 2022, ``truncated_under_window``: 360 replayed, 0 skipped)."""
+        if d.epoch:
+            self._gone_skip[d.device_id] = (d.epoch, max(self.window, sum(b - a + 1 for a, b in lost)))
 
     def _reserve_sql(self, d: Device, target: int) -> tuple[str, tuple]:
         """A seq block: recorded only while the store still has ``d`` in this node's epoch (fenced)."""
@@ -366,6 +380,7 @@ class ClusterRegistry(Registry):
         log_ = SeqLog(seq=claim.base, floor=h.floor, size=self.window, frames=[(s, f) for s, f, _ in h.frames])
         d.epoch = claim.epoch
         d.offset = None
+        self._gone_skip.pop(d.device_id, None)
         d.skip_to = h.cursor
         d.seqs.set(claim.reserved)
         gap = False

@@ -488,6 +488,7 @@ class LoomiFrontEnd(FrontEnd):
         finds its numbering crossed them, is answered ``truncated`` (the spec's word for events gone)."""
         for d in list(self.registry.devices.values()):
             if d.conn is not None:
+                self.registry.passed_gone(d, lost)  # its seqs after them skip the window (cluster.py)
                 self._kick(d.conn, Unavailable("Events were lost in the cluster; connect again to resync"))
 
     def _fenced_out(self, d: Device) -> None:
