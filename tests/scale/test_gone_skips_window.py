@@ -63,3 +63,40 @@ async def test_a_phone_numbered_across_events_gone_skips_the_window(service_fact
         assert _missed(other, last)[1] == 0
     finally:
         await close_all()
+
+
+async def test_a_phone_away_numbered_across_events_gone_skips_the_window(
+        service_factory, engines, tmp_path, redis_server):  # fmt: skip
+    """The same hole while the phone is away (closed before it): the node's rows go on numbering it, and its
+    next hello is ``truncated`` with the same skip (a span queued at the hole for every device away whose
+    numbering is the node's). Before: a few replayed, 0 skipped."""
+    a, b = await _nodes(service_factory, engines, tmp_path, "a", "b", adapters=("loomi",))
+    phone, other = LoomiApp("Pixel 9"), LoomiApp("Other phone")
+    try:
+        await phone.pair(await _qr(b))
+        await other.pair(await _qr(a))
+        first = await _send(phone, "before")
+        await phone.wait_for("run.completed", run_id=first)
+        await phone.disconnect()  # away: b's rows go on numbering it
+        last = phone.processed
+        cid = next(c for c, conv in b.bridge.conversations.items() if conv.run is None and conv.messages)
+        a.bridge.cluster.bus._written = catchup.Written(keep=2)
+        gate = Gate(b.bridge.cluster.bus)
+        gate.close()
+        await until(lambda: gate.parked.is_set(), what="b's reads held")
+        missed = await _send(other, "/bench 20 200", cid)
+        await other.wait_for("run.completed", run_id=missed)
+        redis_server.flush()
+        gate.open.set()
+        after = await _send(other, "after")
+        await until(lambda: b.bridge.cluster.bus.gone > 0, timeout=20, what="events gone found on b")
+        await other.wait_for("run.completed", run_id=after)
+        ok = await phone.connect()
+        assert ok["payload"]["truncated"] is True and ok["seq"] == last, ok
+        await phone.wait_for("run.completed", run_id=after)
+        replayed, skipped = _missed(phone, last)
+        assert replayed + skipped >= WINDOW, (replayed, skipped)
+        seqs = phone.connections[-1]
+        assert seqs == sorted(set(seqs)) and not phone.dropped, (seqs, [f["type"] for f in phone.dropped])
+    finally:
+        await close_all()
