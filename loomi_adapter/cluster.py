@@ -53,6 +53,14 @@ CHECK_DEVICES_EVERY = 5.0  # s between two looks for a first paired device while
 
 _REPLY_SQL = "UPDATE loomi_epochs SET reply_seq=MAX(reply_seq, ?) WHERE device_id=? AND epoch=?"
 _RESERVE_SQL = "UPDATE loomi_devices SET seq_reserved=MAX(seq_reserved, ?) WHERE device_id=? AND epoch=?"
+# a skip ``?2`` before the next row ``?1`` of source ``?3`` for every device whose newest span (by first seq) in its
+# current epoch is that source's, open, from at most ``?4`` (not an error's span at ``?1``: it has the skip already)
+_SKIP_SQL = ("INSERT OR REPLACE INTO loomi_spans(device_id, epoch, source, from_m, to_m, seq_offset) "
+             "SELECT s.device_id, s.epoch, s.source, ?1, NULL, s.seq_offset + ?2 FROM loomi_spans s "
+             "JOIN loomi_devices d ON d.device_id = s.device_id AND d.epoch = s.epoch "
+             "WHERE s.source = ?3 AND s.to_m IS NULL AND s.from_m <= ?4 AND NOT EXISTS (SELECT 1 FROM loomi_spans t "
+             "WHERE t.device_id = s.device_id AND t.epoch = s.epoch "
+             "AND t.from_m + t.seq_offset > s.from_m + s.seq_offset)")
 DEVICES = fencing.Owners("loomi_devices", "device_id")  # where a device's epoch lives
 # s a hello's claim waits for the device's row lock (its owner stopped inside a batch that guards it):
 # then the hello is answered ``unavailable`` and the phone retries (docs/scale-out.md "Fenced ownership")
@@ -125,6 +133,8 @@ class ClusterRegistry(Registry):
         self.on_lost: Optional[Callable[[Device], None]] = None
         self.any_devices = False
         self._next_check = 0.0
+        # device_id -> (epoch, seqs): a device this life numbered across events gone for good (``passed_gone``)
+        self._gone_skip: dict[str, tuple[int, int]] = {}
 
     @property
     def m(self) -> int:
@@ -230,10 +240,29 @@ class ClusterRegistry(Registry):
                 self._rows.add([], [], owned=[(d.device_id, _REPLY_SQL, (s, d.device_id, d.epoch))],
                                fence=self._held)
             else:
-                d.offset = s - self.m
+                epoch, skip = self._gone_skip.get(d.device_id, (None, 0))
+                d.offset = s - self.m + (skip if epoch == d.epoch else 0)
                 self._rows.add([], [(d.device_id, d.epoch, self.source, self.m + 1, None, d.offset)],
                                fence=self._held)
         return s
+
+    def passed_gone(self, lost: list, closing: list) -> None:
+        """This life's delivery passed over events gone for good (bridge_core/scale/gone.py, ``lost``: their
+        numbers), before what follows is rendered: every device its rows number takes a skip of at least the
+        window (one per number gone) before its seqs after them. Those connected here (``closing``, about to be
+        closed ``unavailable``: server.py ``_gone``) from the span their error, and any answer due after it,
+        opens (``next_seq``); those away whose open span is this source's, in their current epoch, from a span
+        queued now at the next row (``_SKIP_SQL``: in the writer, behind every span queued before, and never
+        over an error's span). They missed those events and cannot be given them: the next hello is
+        ``truncated`` (``crossed``), and the seqs show a gap beyond the window, as the spec's ``truncated``
+        says. Before, they went on with no gap: a truncation with nothing skipped (chaos seed 2022,
+        ``truncated_under_window``: 360 replayed, 0 skipped)."""
+        skip = max(self.window, sum(b - a + 1 for a, b in lost))
+        for d in closing:
+            if d.epoch:
+                self._gone_skip[d.device_id] = (d.epoch, skip)
+        m = self.m
+        self._rows.add([], [], sql=[(_SKIP_SQL, (m + 1, skip, self.source, m))], fence=self._held)
 
     def _reserve_sql(self, d: Device, target: int) -> tuple[str, tuple]:
         """A seq block: recorded only while the store still has ``d`` in this node's epoch (fenced)."""
@@ -365,6 +394,7 @@ class ClusterRegistry(Registry):
         h = claim.history
         d.epoch = claim.epoch
         d.offset = None
+        self._gone_skip.pop(d.device_id, None)
         d.skip_to = h.cursor
         d.seqs.set(claim.reserved)
         self._held = {**self._held, d.device_id: (claim.epoch, d)}

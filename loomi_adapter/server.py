@@ -486,9 +486,10 @@ class LoomiFrontEnd(FrontEnd):
         """Events gone for good passed over by this node (bridge_core/scale/gone.py), before what follows
         is numbered: every phone connected here is closed (``unavailable``), so that its next hello, which
         finds its numbering crossed them, is answered ``truncated`` (the spec's word for events gone)."""
-        for d in list(self.registry.devices.values()):
-            if d.conn is not None:
-                self._kick(d.conn, Unavailable("Events were lost in the cluster; connect again to resync"))
+        closing = [d for d in self.registry.devices.values() if d.conn is not None]
+        self.registry.passed_gone(lost, closing)  # their seqs after them skip the window (cluster.py)
+        for d in closing:
+            self._kick(d.conn, Unavailable("Events were lost in the cluster; connect again to resync"))
 
     def _fenced_out(self, d: Device) -> None:
         """In the store's writer thread: another node claimed ``d`` (its epoch moved on: cluster.py), found
