@@ -292,6 +292,10 @@ class Registry:
         """The number of the last event stored."""
         return self.numbering.k
 
+    def passed_gone(self, lost: list, closing: list) -> None:
+        """Events gone for good passed over (server.py ``_gone``): one node numbers from its own rows, which
+        have no holes, so nothing is skipped here; several nodes skip the window (cluster.py)."""
+
     def next_seq(self, d: Device) -> int:
         """A seq for a frame that is not replayed (replies, pings)."""
         return self.numbering.next_seq(d)
