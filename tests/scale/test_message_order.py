@@ -47,7 +47,11 @@ async def test_a_completion_committed_after_the_next_message_on_another_node_kee
         go.set()
         done = next(m.text for m in on_b.messages if m.message_id == mid)
         await until(lambda: a.bridge.store.message_text(cid, mid) == done, what="a's completion committed")
-        want = [(m.message_id, m.text) for m in a.bridge.conversations[cid].messages]
+        on_a, reply = a.bridge.conversations[cid], draft_message_id(later)
+        await until(lambda: b.bridge.conversations[cid].run is None
+                    and _text(on_a, reply) is not None and _text(on_a, reply) == _text(on_b, reply),
+                    timeout=15, what="b's later run ended and folded on a too")  # fmt: skip
+        want = [(m.message_id, m.text) for m in on_a.messages]
         assert [(m.message_id, m.text) for m in on_b.messages] == want
         # b reads the transcript from the store again (as after a restart, or the bound dropping it)
         b.bridge.transcripts.forget(cid)
@@ -60,6 +64,10 @@ async def test_a_completion_committed_after_the_next_message_on_another_node_kee
             go.set()
         await pa.close()
         await pb.close()
+
+
+def _text(conv, message_id: str):
+    return next((m.text for m in conv.messages if m.message_id == message_id), None)
 
 
 def _m(mid: str, ts) -> ev.Message:
