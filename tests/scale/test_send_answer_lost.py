@@ -17,12 +17,13 @@ Over real sockets to `agent-bridge serve` processes on a private PostgreSQL and 
 
 from __future__ import annotations
 
+import aiohttp
 import psycopg
 import pytest
 
 from tests.conformance.loomi_client import LoomiApp
 from tests.conformance.pheby_client import PhebyApp
-from tests.hardening.proc import PHEBY_SECRET
+from tests.hardening.proc import PHEBY_SECRET, BridgeProcess, admin_headers_for
 from tests.scale.phones import loomi_ws, pair_qr
 from tests.waiting import until
 
@@ -46,8 +47,19 @@ async def two(serve_nodes, engines):
         await watcher.disconnect()
 
 
-async def _send_and_close(engines, reads, sender: LoomiApp, table: str) -> None:
-    """The new task's send, its socket closed while its write (and so its answer) waits for ``table``."""
+async def _offline(node: BridgeProcess, device_id: str) -> bool:
+    """Whether ``node`` has taken the device's socket close (its send's worker cancelled in that same step)."""
+    port = node.ports["loomi"]
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"http://127.0.0.1:{port}/internal/devices", headers=admin_headers_for(port)) as r:
+            devices = (await r.json())["devices"]
+    return not any(d["device_id"] == device_id and d["online"] for d in devices)
+
+
+async def _send_and_close(engines, reads, sender: LoomiApp, table: str, node: BridgeProcess) -> None:
+    """The new task's send, its socket closed while its write (and so its answer) waits for ``table``; the
+    lock held until ``node`` has taken the close, so the send is cancelled while its write still waits (a
+    close read after the write committed is another case: the run starts, test_a_run_whose_answer_...)."""
     held = await psycopg.AsyncConnection.connect(engines[0])
     try:
         await held.execute(f"LOCK TABLE {table} IN EXCLUSIVE MODE")  # reads go on, the node's writes wait
@@ -58,6 +70,7 @@ async def _send_and_close(engines, reads, sender: LoomiApp, table: str) -> None:
 
         await until(waiting, 15, f"the node's write waiting for {table}")
         await sender.disconnect()  # the socket closed before the answer
+        await until(lambda: _offline(node, sender.device_id), 15, "the node took the socket's close")
     finally:
         await held.rollback()
         await held.close()
@@ -86,7 +99,7 @@ async def _completed(phone: LoomiApp, timeout: float = 30, **match) -> tuple[str
 
 async def test_a_run_whose_answer_was_lost_is_stored_as_every_phone_got_it(two, engines):
     n1, n2, sender, watcher, reads = two
-    await _send_and_close(engines, reads, sender, "runs")
+    await _send_and_close(engines, reads, sender, "runs", n1)
     run_id, cid, text = await _completed(watcher)
     assert watcher.run_text(run_id) == text
     await sender.connect(loomi_ws(n1))  # the send's task and run replayed to the sender
@@ -97,7 +110,7 @@ async def test_a_run_whose_answer_was_lost_is_stored_as_every_phone_got_it(two, 
 
 async def test_a_send_cancelled_with_its_socket_leaves_its_node_writing(two, engines):
     n1, n2, sender, watcher, reads = two
-    await _send_and_close(engines, reads, sender, "conversations")
+    await _send_and_close(engines, reads, sender, "conversations", n1)
     created = await watcher.wait_for("task.created", 30)  # before: never (the node's writer had ended)
     cid = created["task_id"]
     await sender.connect(loomi_ws(n1))
@@ -106,4 +119,6 @@ async def test_a_send_cancelled_with_its_socket_leaves_its_node_writing(two, eng
     run_id = ack["payload"]["result"]["run_id"]
     _, _, text = await _completed(watcher, run_id=run_id)
     assert (await _completed(sender, run_id=run_id))[2] == text
+    assert [f for f in watcher.find("run.started") if f.get("task_id") == cid] == watcher.find(
+        "run.started", run_id=run_id)  # the cancelled send started no run: this one is the task's only
     await _stored_as_got((n1, n2), reads, cid, run_id, text)
