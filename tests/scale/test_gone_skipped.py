@@ -14,11 +14,9 @@ tests/scale/test_gone_truncated.py, over real sockets on two in-process nodes.""
 
 from __future__ import annotations
 
-from bridge_core.scale import catchup
 from tests.conformance.loomi_client import LoomiApp, close_all
-from tests.scale.test_bus_catchup import Gate
 from tests.scale.test_cluster import _nodes
-from tests.scale.test_gone_truncated import _qr, _send
+from tests.scale.test_gone_truncated import _send, hole_on_b
 from tests.waiting import until
 
 
@@ -36,21 +34,7 @@ async def test_a_phone_told_truncated_for_events_gone_sees_a_gap_of_the_window(
     phone, other = LoomiApp("Pixel 9"), LoomiApp("Other phone")
     window = b.frontends["loomi"].registry.window
     try:
-        await phone.pair(await _qr(b))
-        await other.pair(await _qr(a))
-        first = await _send(phone, "before")
-        await phone.wait_for("run.completed", run_id=first)
-        cid = next(c for c, conv in b.bridge.conversations.items() if conv.run is None and conv.messages)
-        a.bridge.cluster.bus._written = catchup.Written(keep=2)  # a keeps its last 2 entries only
-        gate = Gate(b.bridge.cluster.bus)
-        gate.close()  # b stops reading
-        await until(lambda: gate.parked.is_set(), what="b's reads held")
-        missed = await _send(other, "/bench 60 200", cid)  # fewer events than the window, gone for the phone
-        await other.wait_for("run.completed", run_id=missed)
-        redis_server.flush()
-        gate.open.set()
-        after = await _send(other, "after")  # b finds the gap, says the events gone, closes the phone
-        await until(lambda: b.bridge.cluster.bus.gone > 0, timeout=20, what="events gone found on b")
+        _, after = await hole_on_b(a, b, phone, other, redis_server, "/bench 60 200")  # fewer than the window
         await phone.until(lambda: phone.close_code is not None)
         last = phone.processed
         ok = await phone.connect()

@@ -12,12 +12,10 @@ in-process nodes on the test's PostgreSQL and Redis, the spec-built phone over r
 
 from __future__ import annotations
 
-from bridge_core.scale import catchup
 from tests.conformance.loomi_client import LoomiApp, close_all
-from tests.scale.test_bus_catchup import Gate
 from tests.scale.test_cluster import _nodes
 from tests.scale.test_gone_numbered import WINDOW, _missed
-from tests.scale.test_gone_truncated import _qr, _send
+from tests.scale.test_gone_truncated import hole_on_b
 from tests.waiting import until
 
 
@@ -25,21 +23,7 @@ async def test_a_phone_numbered_across_events_gone_skips_the_window(service_fact
     a, b = await _nodes(service_factory, engines, tmp_path, "a", "b", adapters=("loomi",))
     phone, other = LoomiApp("Pixel 9"), LoomiApp("Other phone")
     try:
-        await phone.pair(await _qr(b))
-        await other.pair(await _qr(a))
-        first = await _send(phone, "before")
-        await phone.wait_for("run.completed", run_id=first)
-        cid = next(c for c, conv in b.bridge.conversations.items() if conv.run is None and conv.messages)
-        a.bridge.cluster.bus._written = catchup.Written(keep=2)  # a keeps its last 2 entries only
-        gate = Gate(b.bridge.cluster.bus)
-        gate.close()  # b stops reading (chaos: n1 behind)
-        await until(lambda: gate.parked.is_set(), what="b's reads held")
-        missed = await _send(other, "/bench 20 200", cid)  # fewer events than the window, most of them gone
-        await other.wait_for("run.completed", run_id=missed)
-        redis_server.flush()  # Redis loses them
-        gate.open.set()
-        after = await _send(other, "after")  # numbered above the reservation: b finds the gap
-        await until(lambda: b.bridge.cluster.bus.gone > 0, timeout=20, what="events gone found on b")
+        _, after = await hole_on_b(a, b, phone, other, redis_server, "/bench 20 200")  # fewer than the window
         await phone.until(lambda: phone.close_code is not None)  # closed by b at the hole
         assert phone.find("error") and phone.find("error")[-1]["payload"]["code"] == "unavailable"
         last = phone.processed
@@ -73,23 +57,8 @@ async def test_a_phone_away_numbered_across_events_gone_skips_the_window(
     a, b = await _nodes(service_factory, engines, tmp_path, "a", "b", adapters=("loomi",))
     phone, other = LoomiApp("Pixel 9"), LoomiApp("Other phone")
     try:
-        await phone.pair(await _qr(b))
-        await other.pair(await _qr(a))
-        first = await _send(phone, "before")
-        await phone.wait_for("run.completed", run_id=first)
-        await phone.disconnect()  # away: b's rows go on numbering it
-        last = phone.processed
-        cid = next(c for c, conv in b.bridge.conversations.items() if conv.run is None and conv.messages)
-        a.bridge.cluster.bus._written = catchup.Written(keep=2)
-        gate = Gate(b.bridge.cluster.bus)
-        gate.close()
-        await until(lambda: gate.parked.is_set(), what="b's reads held")
-        missed = await _send(other, "/bench 20 200", cid)
-        await other.wait_for("run.completed", run_id=missed)
-        redis_server.flush()
-        gate.open.set()
-        after = await _send(other, "after")
-        await until(lambda: b.bridge.cluster.bus.gone > 0, timeout=20, what="events gone found on b")
+        _, after = await hole_on_b(a, b, phone, other, redis_server, "/bench 20 200", away=True)
+        last = phone.processed  # as it went away (the helper disconnects it after its first run)
         await other.wait_for("run.completed", run_id=after)
         ok = await phone.connect()
         assert ok["payload"]["truncated"] is True and ok["seq"] == last, ok

@@ -32,25 +32,38 @@ async def _send(phone: LoomiApp, text: str, task_id: str = "") -> str:
     return ack["payload"]["result"]["run_id"]
 
 
+async def hole_on_b(a, b, phone: LoomiApp, other: LoomiApp, redis_server, bench: str,
+                    away: bool = False) -> tuple[str, str]:
+    """The setting of the events-gone tests: ``phone`` paired on ``b``, ``other`` on ``a``, a run both saw
+    (``phone`` then disconnected if ``away``); ``a`` keeps its last 2 entries, ``b``'s reads are held while
+    ``other``'s ``bench`` run streams into that conversation, Redis loses those entries, ``b`` reads again and
+    ``other`` sends once more (numbered above: ``b`` finds the gap). Returns the conversation and that last
+    run, once ``b`` has said events gone."""
+    await phone.pair(await _qr(b))
+    await other.pair(await _qr(a))
+    first = await _send(phone, "before")
+    await phone.wait_for("run.completed", run_id=first)
+    if away:
+        await phone.disconnect()  # away: b's rows go on numbering it
+    cid = next(c for c, conv in b.bridge.conversations.items() if conv.run is None and conv.messages)
+    a.bridge.cluster.bus._written = catchup.Written(keep=2)  # a keeps its last 2 entries only
+    gate = Gate(b.bridge.cluster.bus)
+    gate.close()  # b stops reading (a stopped or behind node)
+    await until(lambda: gate.parked.is_set(), what="b's reads held")
+    missed = await _send(other, bench, cid)  # a run b does not read: entries of its own on a
+    await other.wait_for("run.completed", run_id=missed)
+    redis_server.flush()  # Redis loses them
+    gate.open.set()
+    after = await _send(other, "after")  # numbered above the reservation: b finds the gap
+    await until(lambda: b.bridge.cluster.bus.gone > 0, timeout=20, what="events gone found on b")
+    return cid, after
+
+
 async def test_events_gone_for_good_reach_the_phone_as_truncated(service_factory, engines, tmp_path, redis_server):
     a, b = await _nodes(service_factory, engines, tmp_path, "a", "b", adapters=("loomi",))
     phone, other = LoomiApp("Pixel 9"), LoomiApp("Other phone")
     try:
-        await phone.pair(await _qr(b))
-        await other.pair(await _qr(a))
-        first = await _send(phone, "before")
-        await phone.wait_for("run.completed", run_id=first)
-        cid = next(c for c, conv in b.bridge.conversations.items() if conv.run is None and conv.messages)
-        a.bridge.cluster.bus._written = catchup.Written(keep=2)  # a keeps its last 2 entries only
-        gate = Gate(b.bridge.cluster.bus)
-        gate.close()  # b stops reading (a stopped node)
-        await until(lambda: gate.parked.is_set(), what="b's reads held")
-        missed = await _send(other, "/bench 60 200", cid)  # a run b does not read: entries of its own on a
-        await other.wait_for("run.completed", run_id=missed)
-        redis_server.flush()  # Redis loses them
-        gate.open.set()
-        after = await _send(other, "after")  # numbered above the reservation: b finds the gap
-        await until(lambda: b.bridge.cluster.bus.gone > 0, timeout=20, what="events gone found on b")
+        cid, after = await hole_on_b(a, b, phone, other, redis_server, "/bench 60 200")
         await phone.until(lambda: phone.close_code is not None)  # closed by b before what follows
         ok = await phone.connect()
         assert ok["payload"]["truncated"] is True, ok
