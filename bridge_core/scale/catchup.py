@@ -278,6 +278,16 @@ def first_ts(items: Any) -> Optional[float]:
     return _ts(events[0]) if events else None
 
 
+def ends(fields: dict) -> Optional[tuple[int, int, Optional[float]]]:
+    """An entry as read: its ``n``, the number of its last event (``n`` less one with none: a relay takes
+    none) and that event's time; None when unreadable."""
+    try:
+        n, events = int(fields[b"n"]), _events(orjson.loads(fields[b"b"]))
+    except (KeyError, TypeError, ValueError):
+        return None
+    return n, n + len(events) - 1, _ts(events[-1]) if events else None
+
+
 def first_n(held: Iterable[tuple[str, dict]]) -> Optional[int]:
     """The number of the first entry with events among ``held`` ((node, fields) as read), None when none has."""
     for _, fields in held:
