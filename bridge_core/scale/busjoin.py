@@ -7,8 +7,8 @@ A node reads each stream from ``LEARN_BACK`` seconds before the point it deliver
 
 Its gaps are told from the start (``number_at``): the number of the last event before the point it
 delivers from is where delivery goes on, as if it had delivered it. Before, a node told gaps only from
-its first delivery, so what Redis lost before that (a node restarted under a second before Redis lost its keys,
-still reading its join's counters-only part) vanished without a refetch or a hole (chaos seed 2003).
+its first delivery, so what Redis lost before that (a node restarted 0.86 s before Redis lost its
+keys, still reading its join's counters-only part) vanished without a refetch or a hole (chaos seed 2003).
 """
 
 from __future__ import annotations
