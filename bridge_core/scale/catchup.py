@@ -18,7 +18,8 @@
   event that came back that no answer covers are events gone for good (``Gap.lost``: their
   writer no longer kept them): said, never passed over in silence. A loss of Redis's keys
   with nothing written after it shows no gap: the node that sees the loss asks at once
-  (``OPEN``: every number above the last it delivered).
+  (``OPEN``: every number above the last it delivered). Before its first delivery, "the last
+  it delivered" is its join's number (busjoin.py ``number_at``; chaos seed 2003).
 """
 
 from __future__ import annotations
