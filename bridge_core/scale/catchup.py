@@ -18,7 +18,8 @@
   event that came back that no answer covers are events gone for good (``Gap.lost``: their
   writer no longer kept them): said, never passed over in silence. A loss of Redis's keys
   with nothing written after it shows no gap: the node that sees the loss asks at once
-  (``OPEN``: every number above the last it delivered).
+  (``OPEN``: every number above the last it delivered). Before its first delivery, "the last
+  it delivered" is its join's number (busjoin.py ``number_at``; chaos seed 2003).
 """
 
 from __future__ import annotations
@@ -276,6 +277,16 @@ def first_ts(items: Any) -> Optional[float]:
     """The time of an entry's first event (its items as read), None when it has none."""
     events = _events(items)
     return _ts(events[0]) if events else None
+
+
+def ends(fields: dict) -> Optional[tuple[int, int, Optional[float]]]:
+    """An entry as read: its ``n``, the number of its last event (``n`` less one with none: a relay takes
+    none) and that event's time; None when unreadable."""
+    try:
+        n, events = int(fields[b"n"]), _events(orjson.loads(fields[b"b"]))
+    except (KeyError, TypeError, ValueError):
+        return None
+    return n, n + len(events) - 1, _ts(events[-1]) if events else None
 
 
 def first_n(held: Iterable[tuple[str, dict]]) -> Optional[int]:

@@ -48,10 +48,10 @@ import orjson
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from . import buswrite, catchup, sharedread
+from . import busjoin, buswrite, catchup, sharedread
 from .bus import Deliver, OnCommand
 from . import readback
-from .busauth import KEY_BYTES, LEARN_BACK, LiveNodes, Signer, Verifier, entry_order, fingerprint
+from .busauth import KEY_BYTES, LiveNodes, Signer, Verifier, entry_order, fingerprint
 from ..model.ids import new_id
 from ..model.errors import Unavailable
 from ..model.redact import mask_url
@@ -149,7 +149,7 @@ class RedisBus:
         self._beat: Any = None
         self._serving = False  # started: beats from now on find the key they set before
         self._learn: dict[str, tuple[int, int]] = {}  # stream -> the last entry id read for its counters only
-        self._last_n = 0  # the highest event number delivered (a lower one is never delivered)
+        self._last_n = 0  # the highest event number delivered, or the join's (busjoin.number_at): a lower one never is
         self._first_n = 0  # the first event number delivered since this node started
         self._last_ts: Any = None  # the latest time of the events delivered (their "ts")
         self._written = catchup.Written()  # this node's last entries in the events stream, as Redis numbered them
@@ -174,8 +174,10 @@ class RedisBus:
             await self._r.ping()
             self._beat = self._r.register_script(_BEAT)
             self._end = sharedread.of_script(self._r.register_script(_END), [self.events_key], self.tasks)
-            await self._raise_counter()
+            counter = await self._raise_counter()
             self.last_event_id = await self._join(self.events_key, self.join_back)
+            self._last_n, self._last_ts = await busjoin.number_at(  # gaps told from the join on
+                self._r, self.events_key, self.counter_key, self.auth.key, self._learn.get(self.events_key), counter)
             self._read_to = entry_order(self.last_event_id)
             self.last_inbox_id = await self._join(self.inbox_key)
             await self._beat_once()
@@ -193,23 +195,19 @@ class RedisBus:
                  self.key_fp)  # fmt: skip
 
     async def _join(self, key: str, back: float = 0.0) -> str:
-        """Where to read ``key`` from: ``LEARN_BACK`` seconds before the point delivering starts,
-        its last entry or (``back`` > 0) ``back`` seconds before it; what comes before that point
-        is read for its senders' counters only (``_learn``). Entry ids are the Redis server's
-        milliseconds: no clock of ours is involved."""
-        last = await self._r.xrevrange(key, count=1)
-        if not last:
-            return "0-0"
-        end = entry_order(last[0][0])
-        start = end if back <= 0 else (max(0, end[0] - int(back * 1000)), 0)
-        self._learn[key] = start
-        return f"{max(0, start[0] - int(LEARN_BACK * 1000))}-0"
+        """Where to read ``key`` from (busjoin.py); what comes before the point delivering starts is read for
+        its senders' counters only (``_learn``)."""
+        read_from, start = await busjoin.join(self._r, key, back)
+        if start is not None:
+            self._learn[key] = start
+        return read_from
 
-    async def _raise_counter(self) -> None:
+    async def _raise_counter(self) -> int:
         n, raised = await self._r.register_script(_RAISE)(keys=[self.counter_key], args=[self.seen, self.floor])
         if raised and self.seen > 0:
             log.warning("bus: the cluster-wide number was gone or behind in Redis; it goes on above %d", n)
         self.seen = max(self.seen, int(n))
+        return int(n)
 
     def note_lost(self, what: str) -> None:
         """Redis lost its keys (``what`` showed it): noted, and this node's liveness key set again now."""
@@ -218,7 +216,7 @@ class RedisBus:
             log.warning("bus: Redis lost its keys (%s); numbering goes on above %d", what, self.floor)
             if self._serving:
                 self.tasks.spawn(self._beat_quietly(), name="bus-beat")
-        if self._serving and self._gap is None and self._last_n:  # what it had not read went too: maybe nothing
+        if self._serving and self._gap is None:  # what it had not read went too (maybe nothing; from its join on)
             self._refetch(catchup.OPEN, None, None)  # follows to show the gap (seed 4107): asked for at once
         self.lost_at = now
 
@@ -377,7 +375,7 @@ class RedisBus:
         if n <= self._last_n and has_events:
             self.auth.drop("renumbered", f"from node {node!r}")
             return
-        if has_events and self._last_n and n > self._last_n + 1 and self._serving:
+        if has_events and n > self._last_n + 1 and self._serving:  # (from the join's number on: busjoin.py)
             self._refetch(n, node, fields)
             self._gap.t_hi = catchup.first_ts(items)
             return

@@ -1,0 +1,51 @@
+"""Where a starting node joins the bus's streams, and the number its delivery goes on from
+(redisbus.py; docs/scale-out.md "Joining").
+
+A node reads each stream from ``LEARN_BACK`` seconds before the point it delivers from (its end, or
+``back`` seconds before it): what comes before that point is read for its senders' counters only
+(busauth.py, replays). Entry ids are the Redis server's milliseconds: no clock of ours is involved.
+
+Its gaps are told from the start (``number_at``): the number of the last event before the point it
+delivers from is where delivery goes on, as if it had delivered it. Before, a node told gaps only from
+its first delivery, so what Redis lost before that (a node restarted 0.86 s before Redis lost its
+keys, still reading its join's counters-only part) vanished without a refetch or a hole (chaos seed 2003).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from . import catchup
+from .busauth import LEARN_BACK, entry_order, genuine
+
+PEEK = 16  # entries looked at for the number a join starts from (the first genuine one counts)
+
+
+async def join(r: Any, key: str, back: float = 0.0) -> tuple[str, Optional[tuple[int, int]]]:
+    """Where to read ``key`` from, and the point delivering starts after (an entry id as (ms, seq); None:
+    no stream, everything is delivered): its last entry or (``back`` > 0) ``back`` seconds before it."""
+    last = await r.xrevrange(key, count=1)
+    if not last:
+        return "0-0", None
+    end = entry_order(last[0][0])
+    start = end if back <= 0 else (max(0, end[0] - int(back * 1000)), 0)
+    return f"{max(0, start[0] - int(LEARN_BACK * 1000))}-0", start
+
+
+async def number_at(r: Any, key: str, counter_key: str, auth_key: bytes, start: Optional[tuple[int, int]],
+                    counter: int) -> tuple[int, Optional[float]]:
+    """The number gaps are told from before a node's first delivery, and its event's time: the last one
+    at or before ``start`` (what the join does not deliver never counts as a gap), else one below the
+    stream's first (all of it is delivered), else (no stream) ``counter``, read at start. A genuine entry
+    only, and never above the counter read now: ``n`` is not under the MAC, so a copy of an entry put
+    back with a higher one would have the node drop what follows as renumbered."""
+    if start is None:
+        return counter, None
+    before = await r.xrevrange(key, max=f"{start[0]}-{start[1]}", count=PEEK)
+    entries = before or await r.xrange(key, count=PEEK)
+    cap = max(counter, int(await r.get(counter_key) or counter))
+    for entry_id, fields in entries:
+        ends = catchup.ends(fields) if genuine(auth_key, key, entry_id, fields) else None
+        if ends is not None:
+            return (min(ends[1], cap), ends[2]) if before else (min(ends[0] - 1, cap), None)
+    return counter, None
