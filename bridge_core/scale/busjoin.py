@@ -21,15 +21,29 @@ from .busauth import LEARN_BACK, entry_order, genuine
 PEEK = 16  # entries looked at for the number a join starts from (the first genuine one counts)
 
 
-async def join(r: Any, key: str, back: float = 0.0) -> tuple[str, Optional[tuple[int, int]]]:
-    """Where to read ``key`` from, and the point delivering starts after (an entry id as (ms, seq); None:
-    no stream, everything is delivered): its last entry or (``back`` > 0) ``back`` seconds before it."""
+async def join(r: Any, key: str, back: float = 0.0) -> tuple[str, Optional[tuple[int, int]], tuple[int, int]]:
+    """Where to read ``key`` from, the point delivering starts after (an entry id as (ms, seq); None: no
+    stream, everything is delivered): its last entry or (``back`` > 0) ``back`` seconds before it, and
+    the stream's end as read ((0, 0): none)."""
     last = await r.xrevrange(key, count=1)
     if not last:
-        return "0-0", None
+        return "0-0", None, (0, 0)
     end = entry_order(last[0][0])
     start = end if back <= 0 else (max(0, end[0] - int(back * 1000)), 0)
-    return f"{max(0, start[0] - int(LEARN_BACK * 1000))}-0", start
+    return f"{max(0, start[0] - int(LEARN_BACK * 1000))}-0", start, end
+
+
+def passed(fields: dict, last_n: int) -> Optional[tuple[int, Optional[float]]]:
+    """The number (and time) delivery goes on from once an entry of the join's window read before the node's
+    first delivery, dropped as from a node not live (a previous life of this node, a node gone), is passed
+    over: its last event's, when it follows ``last_n`` with no gap; None when it does not move it. The join's
+    window overlaps the store the node loads next, which has what such a node committed: passed over in
+    silence as before gaps were told from the join (nothing this life numbered crosses it), not asked for as
+    a gap no node can answer (its writer is gone), said as a hole, and every phone of the node closed."""
+    ends = catchup.ends(fields)
+    if ends is None or ends[1] < ends[0] or ends[0] > last_n + 1 or ends[1] <= last_n:
+        return None
+    return ends[1], ends[2]
 
 
 async def number_at(r: Any, key: str, counter_key: str, auth_key: bytes, start: Optional[tuple[int, int]],

@@ -151,6 +151,7 @@ class RedisBus:
         self._learn: dict[str, tuple[int, int]] = {}  # stream -> the last entry id read for its counters only
         self._last_n = 0  # the highest event number delivered, or the join's (busjoin.number_at): a lower one never is
         self._first_n = 0  # the first event number delivered since this node started
+        self._join_end: tuple[int, int] = (0, 0)  # the events stream's end when this node joined it (busjoin.join)
         self._last_ts: Any = None  # the latest time of the events delivered (their "ts")
         self._written = catchup.Written()  # this node's last entries in the events stream, as Redis numbered them
         self._gap: Optional[catchup.Gap] = None  # a refetch under way (catchup.py): delivery held meanwhile
@@ -197,9 +198,11 @@ class RedisBus:
     async def _join(self, key: str, back: float = 0.0) -> str:
         """Where to read ``key`` from (busjoin.py); what comes before the point delivering starts is read for
         its senders' counters only (``_learn``)."""
-        read_from, start = await busjoin.join(self._r, key, back)
+        read_from, start, end = await busjoin.join(self._r, key, back)
         if start is not None:
             self._learn[key] = start
+        if key == self.events_key:
+            self._join_end = end
         return read_from
 
     async def _raise_counter(self) -> int:
@@ -318,6 +321,9 @@ class RedisBus:
                         live = await self._ask_live(*who)
                     if not live:
                         self.auth.drop("not_live", f"from node {who[0]!r}")
+                        if events and not self._first_n and self._gap is None and \
+                                entry_order(entry_id) <= self._join_end:  # fmt: skip
+                            self._pass_over(fields)
                     elif events:
                         self._deliver_one(who[0], fields)
                     else:
@@ -325,6 +331,16 @@ class RedisBus:
                 if events and entries:
                     self._read_to = entry_order(self.last_event_id)
                     self._moved_on()
+
+    def _pass_over(self, fields: dict) -> None:
+        """An entry of the join's window not delivered (its sender not live) before this node's first delivery: its
+        numbers passed in silence (busjoin.passed), as before gaps were told from the join. After a first
+        delivery such entries are a gap said as a hole of this life, as ever (test_life_holes.py)."""
+        moved = busjoin.passed(fields, self._last_n)
+        if moved is not None:
+            self._last_n = moved[0]
+            if moved[1] is not None and (self._last_ts is None or moved[1] > self._last_ts):
+                self._last_ts = moved[1]
 
     def _learning(self, key: str, entry_id: bytes) -> bool:
         """Whether ``entry_id`` is before the point ``key`` delivers from (read for its counter only)."""

@@ -106,6 +106,45 @@ async def test_what_came_before_the_join_is_no_gap(redis_server, redis_url):
         await a.bus.stop()
 
 
+async def test_a_join_passes_over_a_gone_nodes_entries_before_its_first_delivery(redis_server, redis_url):
+    """Gaps told from the join must not turn the join's window into one: entries there from a node no longer
+    live (a previous life of a restarted node, a node stopped), read before the first delivery, are passed
+    over as before (the store the node loads has what they did), not asked for as a gap nobody can answer
+    and said gone, which closed every phone of a restarted node (test_life_holes.py). A loss of Redis's keys
+    right after is still told, from the number after them."""
+    a = await Node(redis_bus(redis_url, "a")).start()
+    for i in range(1, 4):
+        a.bus.publish({"i": i})
+        await a.bus.flush()
+    await a.bus.stop()  # its liveness key deleted: not live any more
+    b = await Node(redis_bus(redis_url, "b", join_back=5.0)).start()  # joins 5 s back: a's 1 to 3 in its window
+    c = await Node(redis_bus(redis_url, "c")).start()
+    passed = []
+    b.bus.on_passed = lambda gap, lost: passed.append((gap.lo, gap.hi, lost))
+    try:
+        c.bus.publish({"i": 4})
+        await until(lambda: _has(b, 4), what="c's event on b")
+        assert [n for n, _, _ in b.events] == [4]  # a's not delivered (not live), and no gap before c's
+        assert passed == [] and b.bus.gone == 0 and b.bus.refetched == 0
+        assert b.bus.dropped["not_live"] == 3
+        gate = Gate(b.bus)
+        gate.close()
+        await until(lambda: gate.parked.is_set(), what="b's reads held")
+        for bus in (b.bus, c.bus):
+            bus.floor = 5000
+        c.bus.publish({"i": 5})
+        await c.bus.flush()
+        redis_server.flush()  # b never read 5
+        c.bus.publish({"i": 6})
+        gate.open.set()
+        await until(lambda: _has(b, 5001), what="the event after the loss on b")
+        assert [n for n, _, _ in b.events] == [4, 5, 5001]  # 5 came back from c, its writer
+        assert passed == [(4, 5001, [])] and b.bus.gone == 0
+    finally:
+        for x in (b, c):
+            await x.bus.stop()
+
+
 def _entry(ms: int, n: int, events: int, node: str = "a") -> tuple[str, dict]:
     body = orjson.dumps([["e", {"i": n + k, "ts": ms / 1000}] for k in range(events)])
     h, m = Signer(KEY, node, "e1", clock=lambda: ms / 1000).sign("agent-bridge:events", body)
