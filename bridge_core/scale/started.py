@@ -11,11 +11,16 @@ open, and it was live again before anyone took it for dead, so nobody ever close
 before the kill lost its completion the same way: its end is read back from the stream only for a run the
 store has open (``Cluster.read_ends``; ``transcript_contradicts_client``).
 
-So at join, before the open runs are read, each claim of this node's still running with no run in the store
-is looked up in the stream (its last ``BACK`` s): the run's start found, it and the user's message that
-started it are written where the store lacks them (``Persister.restore_rows``), and the run is one the store
-left open, closed by the one rule (``Bridge._load_running``: as interrupted, or with the end its previous
-life published); not found, nobody saw it start and the claim is let go.
+So at join, before the open runs are read, each claim of this node's with no run in the store is looked up
+in the stream (its last ``BACK`` s): the run's start found, it and the user's message that started it are
+written where the store lacks them (``Persister.restore_rows``), and the run is one the store left open,
+closed by the one rule (``Bridge._load_running``: as interrupted, or with the end its previous life
+published); not found, nobody saw it start and the claim is let go (dropped, if let go already). A claim
+already let go counts too: another node that folded the run's end lets its claim go at its next send in the
+conversation (``Cluster._claim``), the run still missing from the store (chaos seed 2015: the node stopped
+right after a short run, then killed, its batches with the whole exchange never committed, and a phone's next
+send through another node; ``transcript_contradicts_client``, the run every phone got complete in no
+transcript).
 """
 
 from __future__ import annotations
@@ -33,15 +38,18 @@ log = logging.getLogger("agent_bridge.cluster")
 # restart, and a node is restarted within the restart's own window (cluster.py TEXT_BACK, 16 s)
 BACK = 40.0
 
-CLAIMS_SQL = ("SELECT run_id FROM cluster_runs WHERE node_id=? AND state='running' AND "
+# running, or let go by another node that saw the run end (``Cluster._claim``: chaos seed 2015, the whole exchange
+# lost with the node's batches, every phone having got it)
+CLAIMS_SQL = ("SELECT run_id, state FROM cluster_runs WHERE node_id=? AND "
               "NOT EXISTS (SELECT 1 FROM runs WHERE runs.run_id=cluster_runs.run_id)")  # fmt: skip
 
 
 async def restore_starts(store: Any, bus: Any, node_id: str) -> int:
     """The starts (with their user's messages) of ``node_id``'s claimed runs the store lacks, read back from
-    the stream and written; the claims whose start the stream does not hold marked done. The runs restored."""
+    the stream and written; the claims whose start the stream does not hold marked done (dropped where they
+    were done already: not read back at every start). The runs restored."""
     restored = 0
-    for (run_id,) in store.query(CLAIMS_SQL, (node_id,)):
+    for run_id, state in store.query(CLAIMS_SQL, (node_id,)):
         try:
             start = await bus.newest(run_id.encode(), lambda d, r=run_id: _of(d, "RunStarted", r), BACK)
             asked = None if start is None else await bus.newest(
@@ -50,8 +58,9 @@ async def restore_starts(store: Any, bus: Any, node_id: str) -> int:
             log.exception("cluster: reading the start of run %s from the bus failed", run_id)
             continue
         if start is None:  # nobody saw it start (it died starting it): the conversation is free again
-            await store.write(lambda c, r=run_id: c.execute(
-                "UPDATE cluster_runs SET state='done' WHERE run_id=? AND state='running'", (r,)))
+            await store.write(lambda c, r=run_id, s=state: c.execute(
+                "UPDATE cluster_runs SET state='done' WHERE run_id=? AND state='running'" if s == "running" else
+                "DELETE FROM cluster_runs WHERE run_id=? AND state='done'", (r,)))  # (a let-go claim: read once)
             continue
         try:
             events = [from_dict(d) for d in (asked, start) if d is not None]
