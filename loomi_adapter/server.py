@@ -8,7 +8,6 @@ through replay.Numbering) and puts each connected device's frames into its outbo
 from __future__ import annotations
 
 import asyncio
-import collections
 import functools
 import importlib.metadata
 import logging
@@ -39,6 +38,7 @@ from .errors import Replaced
 from .journal import stored_rows, stored_run_end, stored_run_text
 from .protocol import CHECK, REQUEST, Authenticate, Close, Job, LoomiProtocol, PairHello, Settings
 from .revocation import Revocations
+from .runtexts import RunTexts
 
 log = logging.getLogger("agent_bridge.loomi")
 
@@ -128,7 +128,7 @@ class LoomiFrontEnd(FrontEnd):
         self.fp = ""  # the QR's certificate pin, set once the port is known (qr_fingerprint)
         self._served_fp = cert_fingerprint(config.tls_cert) if config.tls else ""
         self._served_public_ca = chains_to_public_ca(config.tls_cert) if config.tls else False
-        self._final_text: collections.OrderedDict[str, str] = collections.OrderedDict()
+        self.texts = RunTexts()  # a run's final text, and what its deltas here fell short of (runtexts.py)
         self._stopped = False
         self.revocations = Revocations(self)
 
@@ -230,19 +230,21 @@ class LoomiFrontEnd(FrontEnd):
         so once one device has the event it is durable for all of them."""
         # the hot path, once per streamed delta: no layer but the render and the registry's record
         t = type(event)
-        if t is ev.MessageCompleted and event.run_id is not None:
-            self._remember_final_text(event)
+        fill = self.texts.completed(event) if t is ev.MessageCompleted else None
         reg = self.registry
         if not reg.wants(seq):
             return
         # the bodies without their ``{`` (each device's seq is spliced in front)
         if t is _TEXT_DELTA:
+            self.texts.streamed(event)
             tails = [codec.delta_tail(event)]  # the most common event: codec._delta's body, made as its tail
         else:
             render = _RENDERERS.get(t)
             if render is None:
                 return  # an event Loomi does not show
             bodies = render(event, self._extra(t, event) if t in _NEEDS_EXTRA else _NO_EXTRA)
+            if fill:  # the text the deltas rendered here fell short of, before the run.completed
+                bodies = fill + bodies
             if not bodies:
                 return
             tails = [b[1:] for b in bodies]
@@ -251,16 +253,11 @@ class LoomiFrontEnd(FrontEnd):
             if conn is not None:
                 conn.outbox.put(frame)
 
-    def _remember_final_text(self, event: Any) -> None:
-        self._final_text[event.run_id] = event.text
-        while len(self._final_text) > 1024:
-            self._final_text.popitem(last=False)
-
     def _extra(self, t: type, event: Any) -> codec.Extra:
         """What the render of an event of type ``t`` in ``_NEEDS_EXTRA`` needs beyond it."""
         extra = codec.Extra(conv=self.bridge.conversations.get(event.conversation_id))
         if t is ev.RunFinished:
-            extra.final_text = self._final_text.pop(event.run_id, None)
+            extra.final_text = self.texts.final(event.run_id)
         return extra
 
     # --- a socket ----------------------------------------------------------------------

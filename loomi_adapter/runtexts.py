@@ -1,0 +1,60 @@
+"""What a node's renders of a run's end need beyond the events (pure, no I/O; server.py ``on_event``).
+
+- **The run's final text**: ``run.completed`` carries the text of the run's last completed message (its
+  ``RunFinished`` may have none).
+- **The text the phones were not streamed**: a message's completion whose text goes on past the text
+  this node's ``run.delta``s made (a prefix of it) is preceded by one more ``run.delta``, the rest, so a
+  phone's deltas add up to the ``run.completed`` that ends them. Several nodes: a delta's event can be
+  lost before any node gets it, with no number of the stream missing (its origin, its publish waiting
+  for Redis to come back, killed with -9; its next life, or a survivor, closes the run with the draft
+  the origin had saved, which held that delta: issue 41, chaos seed 2018 ``deltas_incomplete``), or lost
+  for good on the way to this node. lvmh does the same for a browser (lvmh_adapter/book.py ``_fill``).
+  The filler is rendered and numbered under the completion's number, stored like every frame (a replay
+  serves it too).
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any, Optional
+
+from bridge_core.model import events as ev
+
+from . import codec
+
+KEEP = 1024  # runs (and streaming messages) remembered at once; the oldest go first
+
+
+class RunTexts:
+    def __init__(self, keep: int = KEEP):
+        self.keep = keep
+        self._final: collections.OrderedDict[str, str] = collections.OrderedDict()  # run id -> text
+        self._streamed: dict[str, Any] = {}  # message id -> the last text TextDelta rendered here
+
+    def streamed(self, e: ev.TextDelta) -> None:
+        """A text delta this node renders (the hot path: one dict write)."""
+        if e.kind == "text":
+            streamed = self._streamed
+            streamed[e.message_id] = e
+            if len(streamed) > self.keep:
+                del streamed[next(iter(streamed))]
+
+    def completed(self, e: ev.MessageCompleted) -> list[bytes]:
+        """A run's message completed: its text kept for the run's end; the filler ``run.delta`` it needs."""
+        last = self._streamed.pop(e.message_id, None)
+        if e.run_id is None:
+            return []
+        self._final[e.run_id] = e.text
+        while len(self._final) > self.keep:
+            self._final.popitem(last=False)
+        if last is None or e.kind != "normal":
+            return []
+        said = last.text
+        if len(said) >= len(e.text) or not e.text.startswith(said):
+            return []
+        payload = {"run_id": e.run_id, "text": e.text[len(said):], "kind": "text", "iteration": last.iteration}
+        return [codec.body("run.delta", payload, task_id=e.conversation_id, run_id=e.run_id, ts=e.ts)]
+
+    def final(self, run_id: str) -> Optional[str]:
+        """The text of the run's last completed message (taken: a run ends once)."""
+        return self._final.pop(run_id, None)
