@@ -44,7 +44,7 @@ import os
 import secrets
 import sqlite3
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from bridge_core.model.ids import new_id
 from bridge_core.kit.security import same_secret
@@ -212,6 +212,10 @@ class Registry:
         # the replay rows' journal (an embedded store's directory only)
         self.journal: Optional[Journal] = None
         self._rows_failed = False  # a journaled batch did not commit: its rows stay in the journal until a start
+        # called before the journal moves to its next file: the core's streaming drafts saved then (queued
+        # before the batch that prunes the rows they go on from: journal.py ``Journal.drafts_from``)
+        self.before_move: Optional[Callable[[], None]] = None
+        self.drafts_from: Optional[int] = None  # the journal's, as recovered at start (stored_run_text)
 
     # --- lifecycle ------------------------------------------------------------
 
@@ -220,6 +224,7 @@ class Registry:
         if self.store.local_dir and not self.store.shared:
             journal = Journal(self.store.local_dir)
             events, segments = journal.recover()  # what a crash left before it reached the database
+            self.drafts_from = journal.drafts_from
             if events or segments:
                 b = RowBatch()
                 b.extend(events, segments)
@@ -348,6 +353,8 @@ class Registry:
         if b is None or journal is None:
             return None
         self._jbatch = None
+        if self.before_move is not None:  # before rotate, whether it moves or not (its readiness is a thread's)
+            self.before_move()
         full = journal.rotate()  # every row of a full file still in a window is in this batch or an earlier one
         fut = self.store.submit(b, barrier=False)
         fut.add_done_callback(lambda f: self._rows_done(f, full))

@@ -29,7 +29,9 @@ What the rows hold of a run also completes it after a crash (``stored_run_text``
 core as a ``DurableText``: bridge_core/bridge/drafts.py): a phone may have got its deltas up to the
 crash, a second past the draft the core last saved, and replays them from these rows; the
 interrupted message is completed with their text, so the transcript and the phone's closing
-``run.completed`` hold what its deltas make (docs/loomi.md, "Seq across restarts").
+``run.completed`` hold what its deltas make (docs/loomi.md, "Seq across restarts"). The rows a move to the
+next file keeps may no longer reach back to the draft: the drafts are saved just before each move, so a
+restart takes the deltas from the oldest file's first event on (``Journal.drafts_from``, ``text_from``).
 
 A record: ``crc32 (4 bytes) | length (4) | payload``, the payload written
 before the header (a crash in between leaves a zero header: the end); the
@@ -155,6 +157,11 @@ class Journal:
         self._worker: Optional[concurrent.futures.ThreadPoolExecutor] = None  # prepares it
         self._spare_failed = False
         self._retry_at = 0.0  # a next file that could not be created is tried again from then (monotonic)
+        # after ``recover``: the first event of the oldest file when a move to it started it (numbered 2 or
+        # more: the drafts were saved just before, ``Registry._submit_rows``, and committed, as the file
+        # before it is gone), so the saved drafts hold every delta before it and the files every event from
+        # it (``stored_run_text``); None otherwise
+        self.drafts_from: Optional[int] = None
 
     def _name(self, number: int) -> str:
         return f"{self.prefix}.{number}"
@@ -169,16 +176,21 @@ class Journal:
         return sorted(out)
 
     def recover(self) -> tuple[list[tuple[int, bytes]], list[tuple[str, int, int]]]:
-        """The rows every file holds (the oldest first), for the store before the window is read."""
+        """The rows every file holds (the oldest first), for the store before the window is read; sets
+        ``drafts_from`` where the oldest file was started by a move (see there)."""
         events: list[tuple[int, bytes]] = []
         segments: list[tuple[str, int, int]] = []
-        for _, path in self.files():
+        files = self.files()
+        self.drafts_from = None
+        for number, path in files:
             with open(path, "rb") as f:
                 data = f.read()
             e, s, used = decode(data)
             if any(data[used:used + _HEAD.size]):
                 log.warning("%s: what follows the last whole record (%d bytes in) is ignored: cut short by a "
                             "crash or garbled", os.path.basename(path), used)
+            if number == files[0][0] and number > 1 and e:
+                self.drafts_from = e[0][0]
             events += e
             segments += s
         return events, segments
@@ -350,26 +362,50 @@ def run_text(tails: Iterable[bytes], run_id: str) -> Optional[str]:
     return "".join(parts) if parts else None
 
 
-def stored_run_text(store: Any, run_id: str) -> Optional[str]:
+def stored_run_text(store: Any, run_id: str, drafts_from: Optional[int] = None) -> Optional[str]:
     """``run_text`` over the replay rows in the store (``Bridge.add_durable_text``): one node's events
     (the journal's rows were committed at start, before the interrupted runs are closed), and with
     several nodes each source's frames, every frame committed before it left. Where the rows no longer
     hold the run's start (a run longer than what they keep), the run's saved draft and the deltas the rows
-    hold past it (``text_after``). The longest."""
-    rows = [[bytes(b) for (b,) in store.query("SELECT body FROM loomi_events ORDER BY n")]]
+    hold past it (``text_after``), or, where they no longer hold the draft's own delta either, past the
+    journal's ``drafts_from`` (``text_from``). The longest."""
+    events = [(n, bytes(b)) for n, b in store.query("SELECT n, body FROM loomi_events ORDER BY n")]
+    rows = [[b for _, b in events]]
     by_source: dict[str, list[bytes]] = {}
     for source, body in store.query("SELECT source, body FROM loomi_frames ORDER BY source, m"):
         by_source.setdefault(source, []).append(bytes(body))
     rows += by_source.values()
     draft = store.query_one("SELECT text, ts FROM messages WHERE message_id=?", (draft_message_id(run_id),))
     texts = []
-    for tails in rows:
+    for k, tails in enumerate(rows):
         text = run_text(tails, run_id)
         if text is None and draft is not None and draft[1] is not None:
             rest = text_after(tails, run_id, float(draft[1]))
+            if rest is None and k == 0 and drafts_from is not None:
+                rest = text_from(events, run_id, drafts_from, float(draft[1]))
             text = None if rest is None else draft[0] + rest
         texts.append(text)
     return max((t for t in texts if t), key=len, default=None)
+
+
+def text_from(events: list[tuple[int, bytes]], run_id: str, start: int, ts: float) -> Optional[str]:
+    """The text of ``run_id``'s deltas among one node's rows ``(n, body)`` from event ``start`` on, where
+    the saved draft holds every delta of the run before ``start`` (``Journal.drafts_from``: the drafts were
+    saved as the journal moved to the file that starts there) and ends with a delta no later (``ts``); None
+    unless the rows hold every event from ``start`` on (no number missing) and the first one is from ``ts``
+    or after."""
+    tail = [(n, b) for n, b in events if n >= start]
+    if not tail or tail[0][0] != start or tail[-1][0] - start + 1 != len(tail):
+        return None
+    try:
+        first = float(orjson.loads(b"{" + tail[0][1]).get("ts") or 0)
+    except orjson.JSONDecodeError:
+        return None
+    if first < ts:
+        return None  # the draft goes past the boundary: its own delta should be here (text_after)
+    parts = [payload["text"] for _, payload in _run_frames((b for _, b in tail), run_id, "run.delta")
+             if payload.get("kind", "text") == "text" and isinstance(payload.get("text"), str)]
+    return "".join(parts)
 
 
 def _run_frames(tails: Iterable[bytes], run_id: str, type_: str) -> Iterator[tuple[dict, dict]]:

@@ -159,10 +159,12 @@ class LoomiFrontEnd(FrontEnd):
         await self.registry.prepare()
         await self.revocations.prepare()
         # after a crash, a run's message is completed with what its replay rows hold (journal.py)
-        self.bridge.add_durable_text(functools.partial(stored_run_text, self.bridge.store))
+        self.bridge.add_durable_text(functools.partial(stored_run_text, self.bridge.store,
+                                                       drafts_from=getattr(self.registry, "drafts_from", None)))
         self.bridge.add_durable_end(functools.partial(stored_run_end, self.bridge.store))  # an end a phone may have
         if cluster is None:  # one node: the journal's exchange the core's store may lack (journal.py stored_rows)
             self.bridge.add_durable_rows(functools.partial(stored_rows, self.bridge.store))
+            self.registry.before_move = self.bridge.drafts.save  # journal.py ``Journal.drafts_from``
 
     async def start(self, host: str, port: int, ssl_context: Optional[ssl.SSLContext] = None) -> int:
         port = await super().start(host, port, ssl_context)
