@@ -33,17 +33,33 @@ async def join(r: Any, key: str, back: float = 0.0) -> tuple[str, Optional[tuple
     return f"{max(0, start[0] - int(LEARN_BACK * 1000))}-0", start, end
 
 
-def passed(fields: dict, last_n: int) -> Optional[tuple[int, Optional[float]]]:
-    """The number (and time) delivery goes on from once an entry of the join's window read before the node's
-    first delivery, dropped as from a node not live (a previous life of this node, a node gone), is passed
-    over: its last event's, when it follows ``last_n`` with no gap; None when it does not move it. The join's
-    window overlaps the store the node loads next, which has what such a node committed: passed over in
-    silence as before gaps were told from the join (nothing this life numbered crosses it), not asked for as
-    a gap no node can answer (its writer is gone), said as a hole, and every phone of the node closed."""
+def learning(learn: dict, key: str, entry_id: bytes) -> bool:
+    """Whether ``entry_id`` of ``key`` is before the point it delivers from (``learn``: the stream's point, while
+    it is read for its senders' counters only; dropped once passed)."""
+    if key not in learn:
+        return False
+    if entry_order(entry_id) <= learn[key]:
+        return True
+    del learn[key]
+    return False
+
+
+def passed(fields: dict, entry_id: bytes, join_end: tuple[int, int], last_n: int,
+           last_ts: Optional[float]) -> tuple[int, Optional[float]]:
+    """The number (and time) delivery goes on from once an entry not delivered (its sender not live) is passed
+    over before the node's first delivery: its last event's, when it is in the join's window (at or before
+    ``join_end``, the stream's end at the join) and follows ``last_n`` with no gap; else unmoved. After a first
+    delivery such entries are a gap said as a hole of this life, as ever (test_life_holes.py). The join's
+    window overlaps the store the node loads next, which has what such a node (a previous life of this one,
+    a node gone) committed: passed over in silence as before gaps were told from the join (nothing this life
+    numbered crosses it), not asked for as a gap no node can answer (its writer is gone), said as a hole,
+    and every phone of the node closed."""
     ends = catchup.ends(fields)
-    if ends is None or ends[1] < ends[0] or ends[0] > last_n + 1 or ends[1] <= last_n:
-        return None
-    return ends[1], ends[2]
+    if entry_order(entry_id) > join_end or ends is None or ends[1] < ends[0] or ends[0] > last_n + 1 or \
+            ends[1] <= last_n:  # fmt: skip
+        return last_n, last_ts
+    ts = ends[2] if ends[2] is not None and (last_ts is None or ends[2] > last_ts) else last_ts
+    return ends[1], ts
 
 
 async def number_at(r: Any, key: str, counter_key: str, auth_key: bytes, start: Optional[tuple[int, int]],

@@ -314,16 +314,16 @@ class RedisBus:
                     else:
                         self.last_inbox_id = entry_id.decode()
                     who = self.auth.check(key, entry_id, fields)
-                    if who is None or (key in self._learn and self._learning(key, entry_id)):
+                    if who is None or busjoin.learning(self._learn, key, entry_id):
                         continue
                     live = self._live_now(*who)
                     if live is None:
                         live = await self._ask_live(*who)
                     if not live:
                         self.auth.drop("not_live", f"from node {who[0]!r}")
-                        if events and not self._first_n and self._gap is None and \
-                                entry_order(entry_id) <= self._join_end:  # fmt: skip
-                            self._pass_over(fields)
+                        if events and not self._first_n and self._gap is None:  # the join's window: passed over
+                            self._last_n, self._last_ts = busjoin.passed(
+                                fields, entry_id, self._join_end, self._last_n, self._last_ts)
                     elif events:
                         self._deliver_one(who[0], fields)
                     else:
@@ -331,23 +331,6 @@ class RedisBus:
                 if events and entries:
                     self._read_to = entry_order(self.last_event_id)
                     self._moved_on()
-
-    def _pass_over(self, fields: dict) -> None:
-        """An entry of the join's window not delivered (its sender not live) before this node's first delivery: its
-        numbers passed in silence (busjoin.passed), as before gaps were told from the join. After a first
-        delivery such entries are a gap said as a hole of this life, as ever (test_life_holes.py)."""
-        moved = busjoin.passed(fields, self._last_n)
-        if moved is not None:
-            self._last_n = moved[0]
-            if moved[1] is not None and (self._last_ts is None or moved[1] > self._last_ts):
-                self._last_ts = moved[1]
-
-    def _learning(self, key: str, entry_id: bytes) -> bool:
-        """Whether ``entry_id`` is before the point ``key`` delivers from (read for its counter only)."""
-        if entry_order(entry_id) <= self._learn[key]:
-            return True
-        del self._learn[key]
-        return False
 
     def _live_now(self, node: str, epoch: str) -> Optional[bool]:
         """Whether the sender is live as far as this node knows (None: its key must be looked up)."""
