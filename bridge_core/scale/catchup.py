@@ -247,14 +247,17 @@ class Gap:
     def after(self) -> Optional[float]:
         """The earliest time of the events known after the range: the entry that showed the gap (``t_hi``)
         and those read meanwhile (two nodes' entries may reach Redis out of their events' times)."""
-        out = self.t_hi
+        known = [t for t in (self.t_hi, *(_ts(e) for e in self.events_after())) if t is not None]
+        return min(known) if known else None
+
+    def events_after(self) -> list:
+        """The events of the entries read meanwhile (``held``), in the order read."""
+        out: list = []
         for _, fields in self.held:
             try:
-                ts = first_ts(orjson.loads(fields[b"b"]))
+                out += _events(orjson.loads(fields[b"b"]))
             except (KeyError, TypeError, ValueError):
                 continue
-            if ts is not None and (out is None or ts < out):
-                out = ts
         return out
 
 
