@@ -11,9 +11,9 @@ durable record of what every node's events did, so after the gap, one query per 
   (``Bridge.load_conversations``: never one deleted here lately);
 - **runs** this node holds running, another node's, that the store shows ended are ended here as the store
   says (status, error, time): their decisions go with them;
-- **decisions** another node asked that this node holds pending are resolved when their run ended in the store
-  (its end settled them: a later start in the conversation may have taken the run's place here), or when their
-  pending row is gone (``decisions.PENDING_KEY``: dropped when resolved, ``decisions.settled``), unless asked
+- **decisions** this node holds pending are resolved when their run, another node's, ended in the store (its
+  end settled them: a later start in the conversation may have taken the run's place here), or, another node's,
+  when their pending row is gone (``decisions.PENDING_KEY``: dropped when resolved, ``decisions.settled``), unless asked
   less than ``settle_after`` s ago (the asking node's write of that row may not be committed yet: it is looked
   at again on the next pass).
 
@@ -51,19 +51,17 @@ def read_back(bridge: Any, node_id: str, fold: Fold, theirs: Container, settle_a
     folded in (see the module's doc); ``theirs``: the pending decisions other nodes asked (``Cluster.deciders``:
     this node's own are its agents' to settle). What was read back, by kind."""
     done = ReadBack(conversations=len(bridge.load_conversations()))
-    ends = ended(bridge, node_id, theirs)
+    ends = ended(bridge, node_id)
     done.runs = ended_runs(bridge, fold, ends)
     done.decisions = settled_decisions(bridge, fold, theirs, ends, time.time() - settle_after)
     return done
 
 
-def ended(bridge: Any, node_id: str, theirs: Container) -> dict:
-    """The runs the store shows ended, another node's, among those this node holds running and those its
-    pending decisions of other nodes' belong to: run id -> (status, error, finished_at)."""
+def ended(bridge: Any, node_id: str) -> dict:
+    """The runs the store shows ended, another node's (``cluster_runs``), among those this node holds running and
+    those its pending decisions belong to: run id -> (status, error, finished_at)."""
     runs = {conv.run.run_id for conv in list(bridge.conversations.values()) if conv.run is not None}
-    for did, request in pending(bridge):
-        if did in theirs and request.run_id:
-            runs.add(request.run_id)
+    runs.update(request.run_id for _, request in pending(bridge) if request.run_id)
     if not runs:
         return {}
     marks = ",".join("?" * len(runs))
@@ -88,9 +86,10 @@ def ended_runs(bridge: Any, fold: Fold, ends: dict) -> int:
 
 
 def settled_decisions(bridge: Any, fold: Fold, theirs: Container, ends: dict, before: float) -> int:
-    """Decisions other nodes asked (``theirs``) this node holds pending whose run the store shows ended
-    (``ends``: settled by that end, as ``Bridge.close_run`` settles them), or, asked before ``before``, whose
-    pending row the store dropped (resolved: denied here, not accepted; the store keeps no answer)."""
+    """Decisions this node holds pending whose run the store shows ended (``ends``, another node's: settled by
+    that end, as ``Bridge.close_run`` settles them; one put back at this node's start is in no ``theirs``), or,
+    asked by another node (``theirs``) before ``before``, whose pending row the store dropped (resolved: denied
+    here, not accepted; the store keeps no answer)."""
     waiting = pending(bridge)
     if not waiting:
         return 0
@@ -98,12 +97,12 @@ def settled_decisions(bridge: Any, fold: Fold, theirs: Container, ends: dict, be
         "SELECT key FROM settings WHERE key LIKE ?", (PENDING_KEY + "%",))}  # fmt: skip
     ledger, settled = bridge.decisions, 0
     for did, request in waiting:
-        if did not in theirs or ledger.pending(did) is None:
+        if ledger.pending(did) is None:
             continue
         end = ends.get(request.run_id)
         if end is not None:
             why = decided_by_end(end[0], end[1])
-        elif did not in rows and request.ts < before:
+        elif did in theirs and did not in rows and request.ts < before:
             why = "remote"
         else:
             continue

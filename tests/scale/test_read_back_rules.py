@@ -87,5 +87,6 @@ async def test_a_decision_whose_run_ended_is_settled_as_the_end_says(bridge):
     await bridge.store.aflush()
     fold, folded = _fold(bridge)
     ends = {res.run_id: ("cancelled", None, 2.0)}
-    assert reload.settled_decisions(bridge, fold, {aid}, ends, 0.0) == 1  # its row still there, asked just now
+    # its row still there, asked just now, in no node's ``theirs`` (put back at a start): its run's end settles it
+    assert reload.settled_decisions(bridge, fold, set(), ends, 0.0) == 1
     assert folded[0].decided_by == "cancelled" and bridge.decisions.pending(aid) is None
