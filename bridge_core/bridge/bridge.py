@@ -44,6 +44,7 @@ from .transcripts import HOT_BYTES, HOT_CONVERSATIONS, Conversations, Transcript
 log = logging.getLogger("agent_bridge.bridge")
 
 CLEANUP_INTERVAL = 3600.0
+DELETED_MEMORY = 1024  # conversations deleted lately, remembered (``load_conversations``)
 RUN_END_REASON = {"cancelled": "cancelled", "failed": "failed", "completed": "completed"}
 # a run a start marked failed (``_fail_interrupted``) whose RunFinished was not stored yet (it sets
 # finished_at): the process died again before closing it, the next start closes it (the seed 1003 of
@@ -51,6 +52,13 @@ RUN_END_REASON = {"cancelled": "cancelled", "failed": "failed", "completed": "co
 CLOSE_PENDING = "(status='failed' AND error=? AND finished_at IS NULL)"
 # the runs a start finds left open (parameter: ev.RUN_INTERRUPTED): running, or their close pending
 LEFT_OPEN = "SELECT run_id, conversation_id, started_at FROM runs WHERE status='running' OR " + CLOSE_PENDING
+
+
+def decided_by_end(status: str, error: Optional[str]) -> Any:
+    """Who decided a decision its run's end (``status``, ``error``) settled (``Bridge.close_run``)."""
+    if status == "failed" and error == ev.RUN_INTERRUPTED:
+        return "restart"
+    return RUN_END_REASON.get(status, "agent")
 
 
 class Bridge(CommandHandlers):
@@ -82,6 +90,8 @@ class Bridge(CommandHandlers):
         self.drafts = DraftSaver(self.store, self.conversations.__contains__)  # streaming drafts, saved now and then
         self.persister = Persister(self.store, self.conversations, self.drafts)
         self.interrupted_runs: list[tuple[str, str]] = []
+        # conversations deleted lately (``load_conversations`` reads none of them back)
+        self.deleted: collections.OrderedDict[str, None] = collections.OrderedDict()
         self.durable_texts: list[DurableText] = []  # front ends' durable records of a run's text (drafts.py)
         self.durable_ends: list[DurableEnd] = []  # front ends' durable records of a run's end (drafts.py)
         self.durable_rows: list[DurableRows] = []  # front ends' durable records of the store's rows (drafts.py)
@@ -142,8 +152,24 @@ class Bridge(CommandHandlers):
     def _load(self) -> None:
         """The list of conversations (each one's row and its last message's preview), not their
         messages: a transcript is read when something needs it (transcripts.py)."""
-        keep, sources = self.transcripts.cold, {}
+        self.load_conversations()
+        now = time.time()
+        for att in self.attachments.load_all():
+            conv = self.conversations.get(att.conversation_id)
+            if conv is not None and (att.expires_at is None or att.expires_at > now):
+                conv.attachments[att.attachment_id] = att
+        self._load_running(now)
+        self.decisions.restore(self.store, self.conversations)
+
+    def load_conversations(self) -> list[str]:
+        """The conversations the store has that this node's state lacks, each from its row and its last
+        message's preview (its transcript read when needed): every one at start (``_load``); with several nodes,
+        after events the stream lost, those another node created meanwhile (bridge_core/scale/reload.py), never
+        one deleted here lately (its deletion's write may not be committed yet). Their ids."""
+        keep, sources, added = self.transcripts.cold, {}, []
         for cid, name, source, created, updated, last_active, session_id, preview in self.store.conversation_list():
+            if cid in self.conversations or cid in self.deleted:
+                continue
             conv = ConversationState(
                 conversation_id=cid,
                 name=name,
@@ -156,13 +182,8 @@ class Bridge(CommandHandlers):
             )
             keep(conv)
             self.conversations[cid] = conv
-        now = time.time()
-        for att in self.attachments.load_all():
-            conv = self.conversations.get(att.conversation_id)
-            if conv is not None and (att.expires_at is None or att.expires_at > now):
-                conv.attachments[att.attachment_id] = att
-        self._load_running(now)
-        self.decisions.restore(self.store, self.conversations)
+            added.append(cid)
+        return added
 
     def _load_running(self, now: float) -> None:
         """Runs that were running when the process died are failed, never left running: each is put
@@ -320,6 +341,9 @@ class Bridge(CommandHandlers):
         """A conversation's deletion delivered: its state goes, every subscriber having seen it."""
         self.conversations.pop(event.conversation_id, None)
         self.transcripts.forget(event.conversation_id)
+        self.deleted[event.conversation_id] = None
+        while len(self.deleted) > DELETED_MEMORY:
+            self.deleted.popitem(last=False)
 
     def close_run(self, finished: ev.RunFinished) -> None:
         """A run closes what it opened, whatever ends it (docs/conformance.md, Pheby: "run end").
@@ -340,9 +364,7 @@ class Bridge(CommandHandlers):
                     conversation_id=conv.conversation_id, message_id=run.message_id, text=run.text, run_id=run.run_id
                 )
             )
-        why = RUN_END_REASON.get(finished.status, "agent")
-        if finished.status == "failed" and finished.error == ev.RUN_INTERRUPTED:
-            why = "restart"
+        why = decided_by_end(finished.status, finished.error)
         for request in [a for a in conv.approvals.values() if a.run_id == finished.run_id]:
             self.publish(self.decisions.settle_approval(request, why))
         for request in [c for c in conv.clarifications.values() if c.run_id == finished.run_id]:

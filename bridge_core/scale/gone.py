@@ -35,6 +35,8 @@ from typing import Any, Callable, Optional
 import attrs
 
 from ..bridge.tasks import TaskSet
+from ..model.serialize import to_dict
+from . import reload
 from .nodes import new_life
 
 log = logging.getLogger("agent_bridge.cluster")
@@ -115,14 +117,28 @@ class Gone:
 
     async def _refresh(self) -> None:
         """Twice: at once (this node's own writes committed first), and once more ``AGAIN`` s later (an
-        origin's write held by a PostgreSQL restart is committed by then)."""
+        origin's write held by a PostgreSQL restart is committed by then). The transcripts in memory, then the
+        conversations, run ends and decisions' resolutions the store records that this node lacks (reload.py),
+        then the transcripts again if a run was ended (its completion is in the store)."""
         for wait in (0.0, AGAIN):
             await asyncio.sleep(wait)
             await self.bridge.store.aflush()
             added = self.bridge.transcripts.refresh()
+            try:
+                cluster = self.bridge.cluster
+                more = reload.read_back(self.bridge, self.node_id, lambda e: cluster._fold("store", to_dict(e)),
+                                        cluster.deciders, AGAIN)  # fmt: skip
+            except Exception:  # the store unreadable now: the next pass reads again
+                log.exception("cluster: reading the state back from the store after a gap failed")
+                more = reload.ReadBack()
+            if more.runs:
+                added += self.bridge.transcripts.refresh()
             self.refreshes += 1
             if added:
                 log.warning("cluster: %d message(s) the stream lost read back from the store", added)
+            if more:
+                log.warning("cluster: read back from the store after a gap: %d conversation(s), %d run end(s), "
+                            "%d decision(s) resolved", more.conversations, more.runs, more.decisions)  # fmt: skip
 
 
 def holes(store: Any, above: int) -> list[tuple[str, int, int]]:
