@@ -238,8 +238,8 @@ class LoomiFrontEnd(FrontEnd):
             return
         # the bodies without their ``{`` (each device's seq is spliced in front)
         if t is _TEXT_DELTA:
-            self.texts.streamed(event)
-            tails = [codec.delta_tail(event)]  # the most common event: codec._delta's body, made as its tail
+            fill = self.texts.streamed(event)  # (deltas lost before it: runtexts.py)
+            tails = [codec.delta_tail(event)] if fill is None else [fill[1:], codec.delta_tail(event)]
         else:
             render = _RENDERERS.get(t)
             if render is None:
