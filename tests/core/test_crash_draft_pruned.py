@@ -10,7 +10,6 @@ the kill finds it (tests/core/test_crash_long_run.py does the same for a run lon
 
 from __future__ import annotations
 
-import glob
 import os
 import signal
 import time
@@ -18,9 +17,7 @@ import time
 import orjson
 import pytest
 
-from loomi_adapter.journal import decode
-from loomi_adapter.replay import WINDOW, frames_of
-from tests.core.test_crash_long_run import _journal_bodies, _query
+from tests.core.test_crash_long_run import _journal_bodies, _query, stopped_near_newest
 from tests.hardening.clients import LoomiClient, PhebyClient
 from tests.hardening.proc import process_factory
 from tests.waiting import until
@@ -46,23 +43,6 @@ def _anchor_pruned_rest_held(srv, run_id: str) -> bool:
         return False
     stamps = [orjson.loads(b"{" + b).get("ts") for b in rows if needle in b and b'"run.delta"' in b]
     return bool(stamps) and min(stamps) > draft[0][0]
-
-
-def _device_seqs(srv, device_id: str) -> list[int]:
-    """The seqs of the device's frames the stored rows and the journal hold (what the restart's window is
-    rebuilt from: ``Registry`` start), ascending."""
-    events = dict((n, bytes(b)) for n, b in _query(srv.db_path(), "SELECT n, body FROM loomi_events"))
-    marks = set(_query(srv.db_path(), "SELECT from_n, seq_offset FROM loomi_segments WHERE device_id=?",
-                       (device_id,)))
-    for path in glob.glob(os.path.join(srv.data_dir, "loomi-journal.*")):
-        try:
-            with open(path, "rb") as f:
-                e, s, _ = decode(f.read())
-        except FileNotFoundError:
-            continue
-        events.update(e)
-        marks.update((n, off) for did, n, off in s if did == device_id)
-    return [seq for seq, _ in frames_of(sorted(events.items()), sorted(marks))]
 
 
 async def test_a_slow_run_whose_draft_anchor_left_the_rows_is_completed_with_what_the_phone_got(serve):
@@ -94,20 +74,7 @@ async def test_a_slow_run_whose_draft_anchor_left_the_rows_is_completed_with_wha
                     os.kill(srv.proc.pid, signal.SIGCONT)
             return held
 
-        while True:
-            await phone.until(ready, 90)
-            # stopped: the phone, behind by what the sockets hold (8000 deltas a second on a busy machine), reads
-            # what was sent; the frames numbered last may still be in the node's outbox, so near the newest
-            # stored is enough (the restart's window keeps the newest WINDOW). Not reached: resumed, looked again.
-            seqs = _device_seqs(srv, device[0])
-            near = seqs[-WINDOW // 4] if len(seqs) >= WINDOW // 4 else 0
-            if phone.last_seq >= near:
-                break
-            try:
-                await phone.until(lambda f: phone.last_seq >= near, 10)
-                break
-            except TimeoutError:
-                os.kill(srv.proc.pid, signal.SIGCONT)
+        seqs = await stopped_near_newest(srv, phone, device[0], ready)
         srv.kill9()  # stopped: the draft and the rows as they were looked at
         last_seq, before = phone.last_seq, phone.frames
         draft = _query(srv.db_path(), "SELECT text FROM messages WHERE message_id=?", (f"draft-{run_id}",))[0][0]
