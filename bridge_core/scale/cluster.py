@@ -318,22 +318,23 @@ class Cluster:
             self.bridge.store.execute_later("UPDATE cluster_runs SET state='done' WHERE run_id=?", (event.run_id,))
 
     async def read_ends(self, run_ids: list) -> None:
-        """At join, for this node's runs the store left open: the end its previous life published (the last
-        ``TEXT_BACK`` s; its entries, not live, are not delivered) and the completion before, folded first; a
-        close as interrupted, the notice it published after (``Bridge.interrupt``: seed 2003, nodes_disagree);
-        before them, the decisions it resolved (``_read_decisions``)."""
+        """At join, for this node's runs the store left open: what ``read_end`` finds, folded (``joined``)."""
         for run_id in run_ids:
             try:
-                decided = await self._read_decisions(run_id)
-                end = await self.bus.newest(run_id.encode(), lambda d, r=run_id: readback.end_of(d, r), TEXT_BACK)
-                done = None if end is None else await self.bus.newest(run_id.encode(), lambda d, r=run_id: (
-                    readback.last_text(d, r) and d["event"] != "TextDelta"), TEXT_BACK)
-                notice = None if end is None or end.get("error") != ev.RUN_INTERRUPTED else await self.bus.newest(
-                    str(end.get("conversation_id")).encode(), lambda d, e=end: readback.notice_of(d, e), TEXT_BACK)
+                self._ends += await self.read_end(run_id)
             except Exception:  # the bus away for a moment: closed as interrupted (the store says it is open)
                 log.exception("cluster: reading the end of run %s from the bus failed", run_id)
-                continue
-            self._ends += decided + [d for d in (done, end, notice) if d is not None]
+
+    async def read_end(self, run_id: str) -> list:
+        """Of a run the store has open, the end its node published (last ``TEXT_BACK`` s), the completion before, a
+        close's notice after (seed 2003, nodes_disagree), first its decisions' resolutions: bus forms, oldest first."""
+        decided = await self._read_decisions(run_id)
+        end = await self.bus.newest(run_id.encode(), lambda d, r=run_id: readback.end_of(d, r), TEXT_BACK)
+        done = None if end is None else await self.bus.newest(run_id.encode(), lambda d, r=run_id: (
+            readback.last_text(d, r) and d["event"] != "TextDelta"), TEXT_BACK)
+        notice = None if end is None or end.get("error") != ev.RUN_INTERRUPTED else await self.bus.newest(
+            str(end.get("conversation_id")).encode(), lambda d, e=end: readback.notice_of(d, e), TEXT_BACK)
+        return decided + [d for d in (done, end, notice) if d is not None]
 
     async def _read_decisions(self, run_id: str) -> list:
         """The decisions of ``run_id`` (one of this node's the store left open) resolved on the bus in the last
@@ -506,6 +507,7 @@ class Cluster:
             return won, self.holds.claim(c, dead)
 
         won, held = await self.bridge.store.write(claim)
+        await started.restore_taken(self, won)  # the rows of a run the store lacks, an ended run's end (issue 41)
         await self.read_texts([run_id for run_id, _ in won])
         for run_id, cid in won:
             self.runs.pop(run_id, None)

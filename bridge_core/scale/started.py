@@ -50,27 +50,68 @@ async def restore_starts(store: Any, bus: Any, node_id: str) -> int:
     were done already: not read back at every start). The runs restored."""
     restored = 0
     for run_id, state in store.query(CLAIMS_SQL, (node_id,)):
-        try:
-            start = await bus.newest(run_id.encode(), lambda d, r=run_id: _of(d, "RunStarted", r), BACK)
-            asked = None if start is None else await bus.newest(
-                run_id.encode(), lambda d, r=run_id: _of(d, "UserMessageSent", r), BACK)
-        except Exception:  # the bus away for a moment: the claim stays as it is
-            log.exception("cluster: reading the start of run %s from the bus failed", run_id)
-            continue
-        if start is None:  # nobody saw it start (it died starting it): the conversation is free again
+        found = await restore_start(store, bus, run_id)
+        if found is False:  # nobody saw it start (it died starting it): the conversation is free again
             await store.write(lambda c, r=run_id, s=state: c.execute(
                 "UPDATE cluster_runs SET state='done' WHERE run_id=? AND state='running'" if s == "running" else
                 "DELETE FROM cluster_runs WHERE run_id=? AND state='done'", (r,)))  # (a let-go claim: read once)
-            continue
-        try:
-            events = [from_dict(d) for d in (asked, start) if d is not None]
-        except BridgeError:
-            log.warning("cluster: the start of run %s read back from the bus is unreadable", run_id)
-            continue
-        if await store.write(lambda c, e=events: Persister.restore_rows(c, e)):
-            restored += 1
-            log.warning("run %s: its start, lost with this node's previous life, read back from the bus", run_id)
+        restored += 1 if found else 0
     return restored
+
+
+async def restore_taken(cluster: Any, won: list) -> None:
+    """A survivor's take-over of a dead node's claims (``Cluster._take_over``, ``won``: (run_id, conversation_id),
+    marked done this node's): what the dead node's restart does for them (issue 41). Its restart, later than the
+    take-over (a loaded machine), finds no claim of its own left, and this node closes only a run still running
+    here: a run that ended before the kill, its rows never committed, was written by nobody. So the start of each
+    claim with no run in the store is read back and written (``restore_start``), before a run still running is
+    closed as interrupted (its close then lands on its row); and a run that ended here (folded from the stream)
+    whose row the store has open gets the end its node published, as the restart's load does (``Cluster.read_end``,
+    ``Cluster._restore``). Whoever comes first, the dead node's restart or this, the other finds the rows written
+    (each written where the store lacks it; an end written twice is the same end)."""
+    store, bridge = cluster.bridge.store, cluster.bridge
+    for run_id, cid in won:
+        if store.query_one("SELECT 1 FROM runs WHERE run_id=?", (run_id,)) is None:
+            await restore_start(store, cluster.bus, run_id)
+        conv = bridge.conversations.get(cid)
+        if conv is None or (conv.run is not None and conv.run.run_id == run_id):
+            continue  # still running here: closed as interrupted (Cluster._take_over)
+        if store.query_one("SELECT 1 FROM runs WHERE run_id=? AND finished_at IS NULL", (run_id,)) is None:
+            continue  # ended in the store, or never began
+        try:
+            ends = await cluster.read_end(run_id)
+        except Exception:  # the bus away for a moment: left open, the next load closes it
+            log.exception("cluster: reading the end of run %s from the bus failed", run_id)
+            continue
+        for data in ends:  # written as the node's restart writes its previous life's (Cluster._restore)
+            try:
+                cluster._restore(from_dict(data))
+            except BridgeError:
+                log.warning("cluster: an end of run %s read back from the bus is unreadable", run_id)
+
+
+async def restore_start(store: Any, bus: Any, run_id: str) -> Any:
+    """The start of ``run_id`` (and the user's message that started it) read back from the stream's last ``BACK``
+    s and written where the store lacks them: the rows added (0: the store had them), False when the stream does
+    not hold the start, None when it could not be read (the claim stays as it is)."""
+    try:
+        start = await bus.newest(run_id.encode(), lambda d, r=run_id: _of(d, "RunStarted", r), BACK)
+        asked = None if start is None else await bus.newest(
+            run_id.encode(), lambda d, r=run_id: _of(d, "UserMessageSent", r), BACK)
+    except Exception:  # the bus away for a moment: the claim stays as it is
+        log.exception("cluster: reading the start of run %s from the bus failed", run_id)
+        return None
+    if start is None:
+        return False
+    try:
+        events = [from_dict(d) for d in (asked, start) if d is not None]
+    except BridgeError:
+        log.warning("cluster: the start of run %s read back from the bus is unreadable", run_id)
+        return None
+    added = await store.write(lambda c, e=events: Persister.restore_rows(c, e))
+    if added:
+        log.warning("run %s: its start, lost with its node's previous life, read back from the bus", run_id)
+    return added
 
 
 def _of(data: Any, event: str, run_id: str) -> bool:
