@@ -10,17 +10,12 @@ the kill finds it (tests/core/test_crash_long_run.py does the same for a run lon
 
 from __future__ import annotations
 
-import os
-import signal
-import time
-
 import orjson
 import pytest
 
-from tests.core.test_crash_long_run import _journal_bodies, _query, stopped_near_newest
-from tests.hardening.clients import LoomiClient, PhebyClient
+from tests.core.test_crash_long_run import _journal_bodies, _query, closed_after_restart, killed_when, shown_and_stored
+from tests.hardening.clients import LoomiClient
 from tests.hardening.proc import process_factory
-from tests.waiting import until
 
 
 @pytest.fixture
@@ -56,48 +51,18 @@ async def test_a_slow_run_whose_draft_anchor_left_the_rows_is_completed_with_wha
         await phone.until(lambda f: len(starts()) == 2, 15)
         started = starts()[1]
         run_id, task_id = started["run_id"], started["task_id"]
-        deadline = time.monotonic() + 90
-        next_look = [0.0]
-
-        def ready(f: dict) -> bool:  # read the phone's frames while the files are looked at now and then
-            now = time.monotonic()
-            assert now < deadline, "the slow run's draft anchor never left the rows before its next save"
-            if now < next_look[0]:
-                return False
-            next_look[0] = now + 0.1
-            os.kill(srv.proc.pid, signal.SIGSTOP)  # looked at as the kill will find it
-            held = False
-            try:
-                held = _anchor_pruned_rest_held(srv, run_id)
-            finally:
-                if not held:
-                    os.kill(srv.proc.pid, signal.SIGCONT)
-            return held
-
-        seqs = await stopped_near_newest(srv, phone, device[0], ready)
-        srv.kill9()  # stopped: the draft and the rows as they were looked at
-        last_seq, before = phone.last_seq, phone.frames
+        never = "the slow run's draft anchor never left the rows before its next save"
+        seqs, last_seq, before = await killed_when(srv, phone, device[0],
+                                                   lambda s: _anchor_pruned_rest_held(s, run_id), 0.1, never)
         draft = _query(srv.db_path(), "SELECT text FROM messages WHERE message_id=?", (f"draft-{run_id}",))[0][0]
         await phone.close()
 
         srv.start()
         phone = await LoomiClient.connect(srv.ports["loomi"], device, last_seq=last_seq)
-        await phone.until(lambda f: f.get("type") == "run.completed" and f.get("run_id") == run_id, 30)
-        assert phone.hello_ok["payload"]["truncated"] is False, (last_seq, seqs[-1])
-        (closing,) = [f for f in phone.frames if f.get("type") == "run.completed" and f.get("run_id") == run_id]
-        assert closing["payload"]["status"] == "failed"
-        got = "".join(f["payload"]["text"] for f in before + phone.frames if f.get("type") == "run.delta"
-                      and f.get("run_id") == run_id)
+        closing, got = await closed_after_restart(phone, run_id, last_seq, seqs, before)
         assert len(got) > len(draft) and got.startswith(draft)  # the phone had more than the draft
         assert closing["payload"]["text"] == got
-        pheby = await PhebyClient.connect(srv.ports["pheby"])
-        try:
-            history = await pheby.open(task_id)
-        finally:
-            await pheby.close()
-        assert [m["text"] for m in history["messages"] if m["message_id"] == f"draft-{run_id}"] == [got]
-        await until(lambda: _query(srv.db_path(), "SELECT text FROM messages WHERE message_id=?",
-                                   (f"draft-{run_id}",)) == [(got,)], what="the completed text stored")
+        await shown_and_stored(srv, task_id, run_id, got)
     finally:
         await phone.close()
 

@@ -104,6 +104,58 @@ async def stopped_near_newest(srv, phone, device_id: str, ready) -> list[int]:
             os.kill(srv.proc.pid, signal.SIGCONT)
 
 
+async def killed_when(srv, phone, device_id: str, state, every: float, never: str) -> tuple[list[int], int, list]:
+    """The process looked at now and then (every ``every`` s, stopped: as the kill will find it, no rotation in
+    between) while the phone's frames are read, until ``state(srv)`` holds with the phone near the newest
+    (``stopped_near_newest``); then killed -9 there. ``never``: the failure when that takes over 90 s. The device's
+    seqs as stored, and the phone's ``last_seq`` and frames, then."""
+    deadline = time.monotonic() + 90
+    next_look = [0.0]
+
+    def ready(f: dict) -> bool:  # read the phone's frames while the files are looked at now and then
+        now = time.monotonic()
+        assert now < deadline, never
+        if now < next_look[0]:
+            return False
+        next_look[0] = now + every
+        os.kill(srv.proc.pid, signal.SIGSTOP)  # looked at as the kill will find it (no rotation in between)
+        held = False
+        try:
+            held = state(srv)
+        finally:
+            if not held:
+                os.kill(srv.proc.pid, signal.SIGCONT)
+        return held
+
+    seqs = await stopped_near_newest(srv, phone, device_id, ready)
+    srv.kill9()  # stopped: the draft and the rows as they were looked at
+    return seqs, phone.last_seq, phone.frames
+
+
+async def closed_after_restart(phone, run_id: str, last_seq: int, seqs: list[int], before: list) -> tuple[dict, str]:
+    """The phone connected again after the restart: the run's one ``run.completed`` (failed; nothing truncated), and
+    the text the run's deltas it got, before the kill (``before``) and since, add up to."""
+    await phone.until(lambda f: f.get("type") == "run.completed" and f.get("run_id") == run_id, 30)
+    assert phone.hello_ok["payload"]["truncated"] is False, (last_seq, seqs[-1])
+    (closing,) = [f for f in phone.frames if f.get("type") == "run.completed" and f.get("run_id") == run_id]
+    assert closing["payload"]["status"] == "failed"
+    got = "".join(f["payload"]["text"] for f in before + phone.frames if f.get("type") == "run.delta"
+                  and f.get("run_id") == run_id)
+    return closing, got
+
+
+async def shown_and_stored(srv, task_id: str, run_id: str, text: str) -> None:
+    """The run's message is ``text`` in the conversation Pheby opens, and in the store (once written)."""
+    pheby = await PhebyClient.connect(srv.ports["pheby"])
+    try:
+        history = await pheby.open(task_id)
+    finally:
+        await pheby.close()
+    assert [m["text"] for m in history["messages"] if m["message_id"] == f"draft-{run_id}"] == [text]
+    await until(lambda: _query(srv.db_path(), "SELECT text FROM messages WHERE message_id=?",
+                               (f"draft-{run_id}",)) == [(text,)], what="the completed text stored")
+
+
 async def test_a_run_longer_than_the_rows_keep_is_completed_with_what_the_phone_got(serve):
     srv = serve("embedded", adapters="pheby,loomi")
     device, phone = await LoomiClient.pair(srv.ports["loomi"])
@@ -111,47 +163,17 @@ async def test_a_run_longer_than_the_rows_keep_is_completed_with_what_the_phone_
         await phone.send("session.send", {"text": "/bench 10000000 4000", "request_id": "m1"})
         started = (await phone.until(lambda f: f.get("type") == "run.started", 15))[-1]
         run_id, task_id = started["run_id"], started["task_id"]
-        deadline = time.monotonic() + 90
-        next_look = [0.0]
-
-        def ready(f: dict) -> bool:  # read the phone's frames while the files are looked at now and then
-            now = time.monotonic()
-            assert now < deadline, "the run's start never left the rows Loomi keeps"
-            if now < next_look[0]:
-                return False
-            next_look[0] = now + 0.5
-            os.kill(srv.proc.pid, signal.SIGSTOP)  # looked at as the kill will find it (no rotation in between)
-            held = False
-            try:
-                held = _start_pruned_and_draft_held(srv, run_id)
-            finally:
-                if not held:
-                    os.kill(srv.proc.pid, signal.SIGCONT)
-            return held
-
-        seqs = await stopped_near_newest(srv, phone, device[0], ready)
-        srv.kill9()  # stopped: the draft and the rows as they were looked at
-        last_seq, before = phone.last_seq, phone.frames
+        seqs, last_seq, before = await killed_when(srv, phone, device[0],
+                                                   lambda s: _start_pruned_and_draft_held(s, run_id), 0.5,
+                                                   "the run's start never left the rows Loomi keeps")  # fmt: skip
         await phone.close()
 
         srv.start()
         phone = await LoomiClient.connect(srv.ports["loomi"], device, last_seq=last_seq)
-        await phone.until(lambda f: f.get("type") == "run.completed" and f.get("run_id") == run_id, 30)
-        assert phone.hello_ok["payload"]["truncated"] is False, (last_seq, seqs[-1])
-        (closing,) = [f for f in phone.frames if f.get("type") == "run.completed" and f.get("run_id") == run_id]
-        assert closing["payload"]["status"] == "failed"
+        closing, got = await closed_after_restart(phone, run_id, last_seq, seqs, before)
         text = closing["payload"]["text"]
-        got = "".join(f["payload"]["text"] for f in before + phone.frames if f.get("type") == "run.delta"
-                      and f.get("run_id") == run_id)
         assert text == got and len(text) > 4000
-        pheby = await PhebyClient.connect(srv.ports["pheby"])
-        try:
-            history = await pheby.open(task_id)
-        finally:
-            await pheby.close()
-        assert [m["text"] for m in history["messages"] if m["message_id"] == f"draft-{run_id}"] == [text]
-        await until(lambda: _query(srv.db_path(), "SELECT text FROM messages WHERE message_id=?",
-                                   (f"draft-{run_id}",)) == [(text,)], what="the completed text stored")
+        await shown_and_stored(srv, task_id, run_id, text)
     finally:
         await phone.close()
 

@@ -11,6 +11,7 @@ import psycopg
 
 from tests.conformance.pheby_client import PhebyApp
 from tests.hardening.proc import PHEBY_SECRET
+from tests.waiting import until
 
 
 def pheby_app(proc) -> PhebyApp:
@@ -56,3 +57,62 @@ async def pheby_pair(serve_nodes, engines, title: str) -> AsyncIterator[Pair]:
         await reads.close()
         await pair.a1.close()
         await pair.a2.close()
+
+
+async def ended_unstored(pair: Pair, request_id: str) -> tuple[str, list]:
+    """A short run sent through n1 and ended on every phone while the store held n1's rows of it back; then n1
+    killed -9 and the hold let go: the exchange in the stream, not in the store. The run's id and the
+    ``message.complete`` frames n2's client got for its message."""
+    await pair.hold("LOCK TABLE runs IN EXCLUSIVE MODE")  # n1's rows of the exchange wait
+    await pair.a1.send({"type": "chat.send", "request_id": request_id, "conversation_id": pair.cid, "text": "/slow 1"})
+    end = await pair.a2.wait_frame(lambda f: f["type"] == "run.finished" and f.get("conversation_id") == pair.cid, 15)
+    run_id = end["run_id"]
+    done = [f for f in pair.a2.conn_frames
+            if f["type"] == "message.complete" and f.get("message_id") == f"draft-{run_id}"]
+    pair.n1.kill9()  # the exchange in the stream, not in the store
+    await pair.release()
+    return run_id, done
+
+
+async def run_row(reads: Any, run_id: str) -> Any:
+    """The run's (status, finished_at) in the store; None where it has no row."""
+    cur = await reads.execute("SELECT status, finished_at FROM runs WHERE run_id=%s", (run_id,))
+    return await cur.fetchone()
+
+
+async def until_stored(reads: Any, run_id: str, status: str, what: str) -> None:
+    """Until the store has the run with ``status`` and its end's time."""
+
+    async def stored() -> bool:
+        row = await run_row(reads, run_id)
+        return row is not None and row[0] == status and row[1] is not None
+
+    await until(stored, 20, what)
+
+
+async def reconnected(pair: Pair) -> PhebyApp:
+    """n1's client connected again to n1 (restarted): the old one closed, the new one closed with the pair."""
+    await pair.a1.close()
+    pair.a1 = pheby_app(pair.n1)
+    await pair.a1.connect()
+    return pair.a1
+
+
+async def agreed(pair: Pair, run_id: str, text: str) -> list:
+    """After n1's restart both nodes show the conversation alike, the run's message with ``text`` in it. Its
+    (message_id, text) pairs as n1 shows them."""
+    on_n1, on_n2 = (await pair.a1.open(pair.cid))["messages"], (await pair.a2.open(pair.cid))["messages"]
+    assert [(m["message_id"], m["text"]) for m in on_n1] == [(m["message_id"], m["text"]) for m in on_n2]
+    assert (f"draft-{run_id}", text) in [(m["message_id"], m["text"]) for m in on_n1], on_n1
+    return [(m["message_id"], m["text"]) for m in on_n1]
+
+
+async def after_restart(pair: Pair, run_id: str, text: str) -> None:
+    """n1 restarted: its client connected again, a send through it runs to its end, the run ``run_id`` ended once on
+    n2's client (completed), and both nodes show the conversation alike with the run's message ``text``."""
+    a1, a2 = await reconnected(pair), pair.a2
+    after = (await a1.chat(pair.cid, "after the restart"))["run_id"]
+    await a2.wait_frame(lambda f: f["type"] == "run.finished" and f.get("run_id") == after, 15)
+    assert [f["status"] for f in a2.conn_frames if f["type"] == "run.finished" and f["run_id"] == run_id] == \
+        ["completed"]  # fmt: skip
+    await agreed(pair, run_id, text)

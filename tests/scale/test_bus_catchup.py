@@ -7,29 +7,9 @@ from __future__ import annotations
 import asyncio
 
 from bridge_core.scale import catchup
+from tests.scale.gates import Gate
 from tests.scale.test_bus import Node, redis_bus
 from tests.waiting import until
-
-
-class Gate:
-    """Holds a bus's reads of Redis while closed (the node stopped: what it has not read stays unread)."""
-
-    def __init__(self, bus):
-        self.open = asyncio.Event()
-        self.open.set()
-        self.parked = asyncio.Event()  # a read waits at the closed gate (none is under way past it)
-        inner = bus._r.xread
-
-        async def xread(*args, **kw):
-            if not self.open.is_set():
-                self.parked.set()
-            await self.open.wait()
-            return await inner(*args, **kw)
-
-        bus._r.xread = xread
-
-    def close(self):
-        self.open.clear()
 
 
 async def test_entries_the_stream_lost_come_back_from_their_writer(redis_server, redis_url):

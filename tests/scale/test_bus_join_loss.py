@@ -12,7 +12,7 @@ import redis.asyncio as aioredis
 from bridge_core.scale import busjoin, catchup
 from bridge_core.scale.busauth import Signer
 from tests.scale.test_bus import KEY, Node, redis_bus
-from tests.scale.test_bus_catchup import Gate
+from tests.scale.gates import held
 from tests.waiting import until
 
 
@@ -20,18 +20,21 @@ def _has(node, n: int) -> bool:
     return any(k == n for k, _, _ in node.events)
 
 
+def _told(bus) -> list:
+    """The gaps ``bus`` passes, as (lo, hi, lost), from now on."""
+    passed: list = []
+    bus.on_passed = lambda gap, lost: passed.append((gap.lo, gap.hi, lost))
+    return passed
+
+
 async def _held_from_the_start(redis_url):
     """``a``, then ``b`` held at its very first read (``start`` spawns the reader without yielding)."""
     a = await Node(redis_bus(redis_url, "a")).start()
     b = await Node(redis_bus(redis_url, "b")).start()
-    gate = Gate(b.bus)
-    gate.close()
-    await until(lambda: gate.parked.is_set(), what="b's first read held")
+    gate = await held(b.bus, "b's first read held")
     for bus in (a.bus, b.bus):
         bus.floor = 5000
-    passed = []
-    b.bus.on_passed = lambda gap, lost: passed.append((gap.lo, gap.hi, lost))
-    return a, b, gate, passed
+    return a, b, gate, _told(b.bus)
 
 
 async def test_entries_lost_before_the_first_delivery_come_back_from_their_writer(redis_server, redis_url):
@@ -87,11 +90,8 @@ async def test_what_came_before_the_join_is_no_gap(redis_server, redis_url):
             a.bus.publish({"i": i})
             await a.bus.flush()
         b = await Node(redis_bus(redis_url, "b")).start()
-        gate = Gate(b.bus)
-        gate.close()
-        await until(lambda: gate.parked.is_set(), what="b's first read held")
-        passed = []
-        b.bus.on_passed = lambda gap, lost: passed.append((gap.lo, gap.hi, lost))
+        gate = await held(b.bus, "b's first read held")
+        passed = _told(b.bus)
         for bus in (a.bus, b.bus):
             bus.floor = 5000
         redis_server.flush()
@@ -119,17 +119,14 @@ async def test_a_join_passes_over_a_gone_nodes_entries_before_its_first_delivery
     await a.bus.stop()  # its liveness key deleted: not live any more
     b = await Node(redis_bus(redis_url, "b", join_back=5.0)).start()  # joins 5 s back: a's 1 to 3 in its window
     c = await Node(redis_bus(redis_url, "c")).start()
-    passed = []
-    b.bus.on_passed = lambda gap, lost: passed.append((gap.lo, gap.hi, lost))
+    passed = _told(b.bus)
     try:
         c.bus.publish({"i": 4})
         await until(lambda: _has(b, 4), what="c's event on b")
         assert [n for n, _, _ in b.events] == [4]  # a's not delivered (not live), and no gap before c's
         assert passed == [] and b.bus.gone == 0 and b.bus.refetched == 0
         assert b.bus.dropped["not_live"] == 3
-        gate = Gate(b.bus)
-        gate.close()
-        await until(lambda: gate.parked.is_set(), what="b's reads held")
+        gate = await held(b.bus, "b's reads held")
         for bus in (b.bus, c.bus):
             bus.floor = 5000
         c.bus.publish({"i": 5})

@@ -14,7 +14,7 @@ import pytest
 
 from bridge_core.scale import catchup, redisbus
 from tests.conformance.loomi_client import LoomiApp, close_all
-from tests.scale.test_bus_catchup import Gate
+from tests.scale.gates import Gate
 from tests.scale.test_cluster import _nodes
 from tests.scale.test_gone_truncated import _qr, _send
 from tests.waiting import until

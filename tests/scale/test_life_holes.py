@@ -20,7 +20,7 @@ from loomi_adapter.devices import MIGRATIONS as LOOMI
 from bridge_core.scale import catchup
 from tests.conformance.loomi_client import LoomiApp, close_all
 from tests.scale.nodes import Nodes
-from tests.scale.test_bus_catchup import Gate
+from tests.scale.gates import held
 from tests.scale.test_gone_truncated import _qr, _send
 from tests.scale.phones import loomi_ws, pair_qr
 from tests.waiting import until
@@ -97,9 +97,7 @@ async def test_a_phone_the_restarted_life_numbers_across_its_own_hole_is_told(en
         await phone.wait_for("run.completed", run_id=again)
         cid = next(c for c, conv in a.bridge.conversations.items() if conv.run is None and conv.messages)
         b.bridge.cluster.bus._written = catchup.Written(keep=2)
-        gate = Gate(a.bridge.cluster.bus)
-        gate.close()
-        await until(lambda: gate.parked.is_set(), what="a's reads held")
+        gate = await held(a.bridge.cluster.bus, "a's reads held")
         missed = await _send(other, "/bench 60 200", cid)
         await other.wait_for("run.completed", run_id=missed)
         redis_server.flush()

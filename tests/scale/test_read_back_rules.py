@@ -5,25 +5,12 @@ tests/scale/test_gone_read_back.py."""
 
 from __future__ import annotations
 
-import pytest
-
-from bridge_core.bridge.bridge import Bridge
 from bridge_core.bridge.decisions import PENDING_KEY
-from bridge_core.bridge.demo import DemoAgent
 from bridge_core.model import commands as cmd
 from bridge_core.model import events as ev
 from bridge_core.scale import reload
+from tests.core.test_bridge import PHEBY, bridge  # noqa: F401  (bridge: the fixture, a started bridge)
 from tests.waiting import until
-
-PHEBY = cmd.Origin(surface="pheby")
-
-
-@pytest.fixture
-async def bridge(tmp_path):
-    b = Bridge(str(tmp_path / "d"), DemoAgent(approval_timeout=None))
-    await b.start()
-    yield b
-    await b.stop()
 
 
 def _fold(bridge):
@@ -36,6 +23,18 @@ def _fold(bridge):
 
     folded: list = []
     return fold, folded
+
+
+async def _asked(bridge):
+    """An approval asked in a run of its own, its row flushed: the send's result, the conversation, the approval's
+    id, and a fold of the read back (``_fold``) with what it folded."""
+    res = await bridge.execute(cmd.SendMessage(text="/approve ls"), PHEBY)
+    conv = bridge.conversation(res.conversation_id)
+    await until(lambda: conv.approvals, what="the approval asked")
+    (aid,) = conv.approvals
+    await bridge.store.aflush()
+    fold, folded = _fold(bridge)
+    return res, conv, aid, fold, folded
 
 
 def _add_row(c, cid: str) -> None:
@@ -57,12 +56,7 @@ async def test_a_conversation_created_elsewhere_is_loaded_one_deleted_here_is_no
 
 
 async def test_a_decision_whose_row_is_gone_is_settled_once_old_enough_and_only_another_nodes(bridge):
-    res = await bridge.execute(cmd.SendMessage(text="/approve ls"), PHEBY)
-    conv = bridge.conversation(res.conversation_id)
-    await until(lambda: conv.approvals, what="the approval asked")
-    (aid,) = conv.approvals
-    await bridge.store.aflush()
-    fold, folded = _fold(bridge)
+    _, conv, aid, fold, folded = await _asked(bridge)
     # its row there: pending still
     assert reload.settled_decisions(bridge, fold, {aid}, {}, float("inf")) == 0
     await bridge.store.write(lambda c: c.execute("DELETE FROM settings WHERE key=?", (PENDING_KEY + aid,)))
@@ -80,12 +74,7 @@ async def test_a_decision_whose_row_is_gone_is_settled_once_old_enough_and_only_
 
 
 async def test_a_decision_whose_run_ended_is_settled_as_the_end_says(bridge):
-    res = await bridge.execute(cmd.SendMessage(text="/approve ls"), PHEBY)
-    conv = bridge.conversation(res.conversation_id)
-    await until(lambda: conv.approvals, what="the approval asked")
-    (aid,) = conv.approvals
-    await bridge.store.aflush()
-    fold, folded = _fold(bridge)
+    res, conv, aid, fold, folded = await _asked(bridge)
     ends = {res.run_id: ("cancelled", None, 2.0)}
     # its row still there, asked just now, in no node's ``theirs`` (put back at a start): its run's end settles it
     assert reload.settled_decisions(bridge, fold, set(), ends, 0.0) == 1

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from tests.scale.test_bus_catchup import Gate
+from tests.scale.gates import Gate
 from tests.scale.test_cluster import _app, _nodes
 
 

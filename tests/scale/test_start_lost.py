@@ -10,8 +10,7 @@ locks the ``runs`` table (the batch with the run's row waits) while the node is 
 
 from __future__ import annotations
 
-from tests.scale.killed import pheby_app, pheby_pair
-from tests.waiting import until
+from tests.scale.killed import after_restart, ended_unstored, pheby_pair, reconnected, until_stored
 
 
 async def test_a_run_whose_start_the_store_never_had_is_closed_after_its_node_restarts(serve_nodes, engines):
@@ -37,19 +36,12 @@ async def test_a_run_whose_start_the_store_never_had_is_closed_after_its_node_re
         end = await a2.wait_frame(lambda f: f["type"] == "run.finished" and f.get("run_id") == run_id, 20)
         assert end["status"] == "failed", end
 
-        async def closed() -> bool:
-            cur = await reads.execute("SELECT status, finished_at FROM runs WHERE run_id=%s", (run_id,))
-            row = await cur.fetchone()
-            return row is not None and row[0] == "failed" and row[1] is not None
-
-        await until(closed, 20, "the run's close stored")
+        await until_stored(reads, run_id, "failed", "the run's close stored")
         cur = await reads.execute("SELECT state FROM cluster_runs WHERE run_id=%s", (run_id,))
         assert await cur.fetchone() == ("done",)
         after = (await a2.chat(cid, "after the restart"))["run_id"]  # the conversation is free on every node
         await a2.wait_frame(lambda f: f["type"] == "run.finished" and f.get("run_id") == after, 15)
-        await a1.close()
-        a1 = pair.a1 = pheby_app(n1)  # closed with the pair
-        await a1.connect()
+        a1 = await reconnected(pair)
         on_n1, on_n2 = (await a1.open(cid))["messages"], (await a2.open(cid))["messages"]
         assert [m["message_id"] for m in on_n1] == [m["message_id"] for m in on_n2], (on_n1, on_n2)
         assert started["message_id"] in [m["message_id"] for m in on_n2]  # the interrupted run's message, kept
@@ -60,32 +52,12 @@ async def test_a_run_that_ended_before_its_store_had_it_keeps_its_message_after_
     a ``run.completed`` every phone got, its message in no node's transcript): the end its previous life published
     is read back from the stream and written once the start is (``Cluster.read_ends``), not closed again."""
     async with pheby_pair(serve_nodes, engines, "ended, never stored") as pair:
-        n1, n2, a1, a2, reads, cid = pair.n1, pair.n2, pair.a1, pair.a2, pair.reads, pair.cid
-        await pair.hold("LOCK TABLE runs IN EXCLUSIVE MODE")
-        await a1.send({"type": "chat.send", "request_id": "ended", "conversation_id": cid, "text": "/slow 1"})
-        end = await a2.wait_frame(lambda f: f["type"] == "run.finished" and f.get("conversation_id") == cid, 15)
-        run_id = end["run_id"]
-        done = [f for f in a2.conn_frames if f["type"] == "message.complete" and f.get("message_id") == f"draft-{run_id}"]
-        n1.kill9()  # the run, its message and its end in the stream, not in the store
-        await pair.release()
+        n1, reads = pair.n1, pair.reads
+        run_id, done = await ended_unstored(pair, "ended")  # the run, its message and its end not in the store
         cur = await reads.execute("SELECT 1 FROM runs WHERE run_id=%s", (run_id,))
         assert await cur.fetchone() is None
 
         n1.start()  # or n2 takes n1's claim over first (a loaded machine) and writes the same (started.py)
-
-        async def stored() -> bool:
-            cur = await reads.execute("SELECT status, finished_at FROM runs WHERE run_id=%s", (run_id,))
-            row = await cur.fetchone()
-            return row is not None and row[0] == "completed" and row[1] is not None
-
-        await until(stored, 20, "the run and its end written by n1's next start or n2's take-over")
-        await a1.close()
-        a1 = pair.a1 = pheby_app(n1)  # closed with the pair
-        await a1.connect()
-        after = (await a1.chat(cid, "after the restart"))["run_id"]
-        await a2.wait_frame(lambda f: f["type"] == "run.finished" and f.get("run_id") == after, 15)
-        assert [f["status"] for f in a2.conn_frames if f["type"] == "run.finished" and f["run_id"] == run_id] == \
-            ["completed"]  # fmt: skip
-        on_n1, on_n2 = (await a1.open(cid))["messages"], (await a2.open(cid))["messages"]
-        assert [(m["message_id"], m["text"]) for m in on_n1] == [(m["message_id"], m["text"]) for m in on_n2]
-        assert (f"draft-{run_id}", done[0]["text"]) in [(m["message_id"], m["text"]) for m in on_n1], on_n1
+        await until_stored(reads, run_id, "completed",
+                           "the run and its end written by n1's next start or n2's take-over")  # fmt: skip
+        await after_restart(pair, run_id, done[0]["text"])

@@ -15,21 +15,13 @@ locks the ``runs`` table (n1's batches wait) while n1 is killed, as ``test_start
 
 from __future__ import annotations
 
-from tests.scale.killed import pheby_app, pheby_pair
-from tests.waiting import until
+from tests.scale.killed import agreed, ended_unstored, pheby_pair, reconnected, until_stored
 
 
 async def test_a_run_whose_claim_another_node_let_go_is_written_by_its_node_restart(serve_nodes, engines):
     async with pheby_pair(serve_nodes, engines, "ended, claim let go") as pair:
-        n1, n2, a1, a2, reads, cid = pair.n1, pair.n2, pair.a1, pair.a2, pair.reads, pair.cid
-        await pair.hold("LOCK TABLE runs IN EXCLUSIVE MODE")  # n1's rows of the exchange wait
-        await a1.send({"type": "chat.send", "request_id": "ended", "conversation_id": cid, "text": "/slow 1"})
-        end = await a2.wait_frame(lambda f: f["type"] == "run.finished" and f.get("conversation_id") == cid, 15)
-        run_id = end["run_id"]
-        done = [f for f in a2.conn_frames
-                if f["type"] == "message.complete" and f.get("message_id") == f"draft-{run_id}"]
-        n1.kill9()  # the exchange in the stream, not in the store
-        await pair.release()
+        n1, a2, reads, cid = pair.n1, pair.a2, pair.reads, pair.cid
+        run_id, done = await ended_unstored(pair, "ended")  # the exchange in the stream, not in the store
         cur = await reads.execute("SELECT 1 FROM runs WHERE run_id=%s", (run_id,))
         assert await cur.fetchone() is None
 
@@ -40,21 +32,10 @@ async def test_a_run_whose_claim_another_node_let_go_is_written_by_its_node_rest
         assert await cur.fetchone() == ("n1", "done")
 
         n1.start()
-
-        async def stored() -> bool:
-            cur = await reads.execute("SELECT status, finished_at FROM runs WHERE run_id=%s", (run_id,))
-            row = await cur.fetchone()
-            return row is not None and row[0] == "completed" and row[1] is not None
-
-        await until(stored, 20, "the run and its end written by n1's next start")
-        await a1.close()
-        a1 = pair.a1 = pheby_app(n1)  # closed with the pair
-        await a1.connect()
+        await until_stored(reads, run_id, "completed", "the run and its end written by n1's next start")
+        await reconnected(pair)
         assert [f["status"] for f in a2.conn_frames if f["type"] == "run.finished" and f["run_id"] == run_id] == \
             ["completed"]  # fmt: skip
-        on_n1, on_n2 = (await a1.open(cid))["messages"], (await a2.open(cid))["messages"]
-        assert [(m["message_id"], m["text"]) for m in on_n1] == [(m["message_id"], m["text"]) for m in on_n2]
-        texts = [(m["message_id"], m["text"]) for m in on_n1]
-        assert (f"draft-{run_id}", done[0]["text"]) in texts, on_n1
+        texts = await agreed(pair, run_id, done[0]["text"])
         later = texts.index((f"draft-{after}", "Echo: sent through n2"))
-        assert texts.index((f"draft-{run_id}", done[0]["text"])) < later, on_n1  # in its place, by its time
+        assert texts.index((f"draft-{run_id}", done[0]["text"])) < later, texts  # in its place, by its time

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.scale.killed import pheby_app, pheby_pair
+from tests.scale.killed import after_restart, ended_unstored, pheby_pair, run_row, until_stored
 from tests.waiting import until
 
 
@@ -26,11 +26,6 @@ async def _taken_over(reads: Any, run_id: str) -> None:
     await until(taken, 30, "n2 took n1's claim over")
 
 
-async def _run_row(reads: Any, run_id: str) -> Any:
-    cur = await reads.execute("SELECT status, finished_at FROM runs WHERE run_id=%s", (run_id,))
-    return await cur.fetchone()
-
-
 async def _messages(reads: Any, cid: str) -> list:
     cur = await reads.execute("SELECT message_id, role, text FROM messages WHERE conversation_id=%s ORDER BY ts", (cid,))
     return [tuple(r) for r in await cur.fetchall()]
@@ -40,23 +35,13 @@ async def test_a_run_that_ended_before_its_store_had_it_is_written_by_the_node_t
     serve_nodes, engines
 ):
     async with pheby_pair(serve_nodes, engines, "ended, taken over") as pair:
-        n1, a1, a2, reads, cid = pair.n1, pair.a1, pair.a2, pair.reads, pair.cid
-        await pair.hold("LOCK TABLE runs IN EXCLUSIVE MODE")  # n1's rows of the exchange wait
-        await a1.send({"type": "chat.send", "request_id": "ended", "conversation_id": cid, "text": "/slow 1"})
-        end = await a2.wait_frame(lambda f: f["type"] == "run.finished" and f.get("conversation_id") == cid, 15)
-        run_id = end["run_id"]
-        done = [f for f in a2.conn_frames if f["type"] == "message.complete" and f.get("message_id") == f"draft-{run_id}"]
-        n1.kill9()  # the exchange in the stream, not in the store
-        await pair.release()
-        assert await _run_row(reads, run_id) is None
+        n1, a2, reads, cid = pair.n1, pair.a2, pair.reads, pair.cid
+        run_id, done = await ended_unstored(pair, "ended")  # the exchange in the stream, not in the store
+        assert await run_row(reads, run_id) is None
 
         await _taken_over(reads, run_id)  # n1 still down: n2 took its claim over first
-
-        async def stored() -> bool:
-            row = await _run_row(reads, run_id)
-            return row is not None and row[0] == "completed" and row[1] is not None
-
-        await until(stored, 20, "the run and its end written by the node that took its claim over")
+        await until_stored(reads, run_id, "completed",
+                           "the run and its end written by the node that took its claim over")  # fmt: skip
         messages = await _messages(reads, cid)
         assert ("user" in [role for _, role, _ in messages]), messages  # the user's message that started it
         assert (f"draft-{run_id}", "assistant", done[0]["text"]) in messages, messages
@@ -65,16 +50,7 @@ async def test_a_run_that_ended_before_its_store_had_it_is_written_by_the_node_t
             ["completed"]  # fmt: skip
 
         n1.start()  # its restart finds no claim of its own: nothing to do, nothing written twice
-        await a1.close()
-        a1 = pair.a1 = pheby_app(n1)  # closed with the pair
-        await a1.connect()
-        after = (await a1.chat(cid, "after the restart"))["run_id"]
-        await a2.wait_frame(lambda f: f["type"] == "run.finished" and f.get("run_id") == after, 15)
-        assert [f["status"] for f in a2.conn_frames if f["type"] == "run.finished" and f["run_id"] == run_id] == \
-            ["completed"]  # fmt: skip
-        on_n1, on_n2 = (await a1.open(cid))["messages"], (await a2.open(cid))["messages"]
-        assert [(m["message_id"], m["text"]) for m in on_n1] == [(m["message_id"], m["text"]) for m in on_n2]
-        assert (f"draft-{run_id}", done[0]["text"]) in [(m["message_id"], m["text"]) for m in on_n1], on_n1
+        await after_restart(pair, run_id, done[0]["text"])
 
 
 async def test_a_running_run_whose_store_never_had_it_is_closed_onto_its_row_by_the_node_taking_it_over(
@@ -90,17 +66,13 @@ async def test_a_running_run_whose_store_never_had_it_is_closed_onto_its_row_by_
         await a2.wait_frame(lambda f: f["type"] == "message.delta" and f.get("message_id") == started["message_id"], 15)
         n1.kill9()
         await pair.release()
-        assert await _run_row(reads, run_id) is None
+        assert await run_row(reads, run_id) is None
 
         end = await a2.wait_frame(lambda f: f["type"] == "run.finished" and f.get("run_id") == run_id, 30)
         assert end["status"] == "failed", end  # closed by n2, n1 never restarted
         await _taken_over(reads, run_id)
 
-        async def closed() -> bool:
-            row = await _run_row(reads, run_id)
-            return row is not None and row[0] == "failed" and row[1] is not None
-
-        await until(closed, 20, "the run's close stored, onto its row read back from the stream")
+        await until_stored(reads, run_id, "failed", "the run's close stored, onto its row read back from the stream")
         messages = await _messages(reads, cid)
         assert "user" in [role for _, role, _ in messages], messages
         assert started["message_id"] in [m for m, _, _ in messages], messages
