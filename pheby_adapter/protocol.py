@@ -20,7 +20,9 @@ frames to write (``frames_to_send``, encoded). It holds:
   reply's place in the outbox when ``execute`` starts and fills it with what
   ``reply`` gives), and a broadcast the reply already says is not sent to
   the requester (``reply_covers``);
-- ``send``: the broadcast frames of an event for this connection.
+- ``send``: the broadcast frames of an event for this connection, in the spec's turn order whatever
+  this node was not delivered (``Turns``: a run that ends with its message still open on this
+  connection gets that message's ``message.complete`` first).
 
 States are ``State``; a transition the table does not allow raises
 ``IllegalTransition``. ``Broadcast`` is the part every connection shares,
@@ -119,7 +121,8 @@ def reply_covers(command: Any, event: Any) -> bool:
 class PhebyProtocol:
     """One Pheby connection's state and rules (module docstring); ``now`` is wall-clock seconds."""
 
-    __slots__ = ("state", "deadline", "bucket", "rate_limited", "executing", "_secret_ok", "_broadcast", "_out")
+    __slots__ = ("state", "deadline", "bucket", "rate_limited", "executing", "turns", "_secret_ok", "_broadcast",
+                 "_out")
 
     def __init__(self, secret_ok: Callable[[str], bool], now: float, *, broadcast: Optional["Broadcast"] = None,
                  rate: float = 100.0, burst: float = 200.0, hello_timeout: float = HELLO_DEADLINE):
@@ -128,6 +131,7 @@ class PhebyProtocol:
         self.bucket = TokenBucket(rate, burst, now)
         self.rate_limited = 0  # frames refused by the bucket (the server adds them to its stats)
         self.executing: Any = None  # the command whose reply is pending
+        self.turns = Turns()  # the runs whose message is open on this connection
         self._secret_ok = secret_ok
         self._broadcast = broadcast if broadcast is not None else Broadcast(DraftPacer(0.0))
         self._out: list[bytes] = []
@@ -235,7 +239,10 @@ class PhebyProtocol:
 
     def reply(self, result: Any, now: float) -> Optional[bytes]:
         """The executing command's reply, given the bridge's result (None: the broadcast answers)."""
-        return render.reply(self.executing, result, now)
+        command = self.executing
+        if type(command) is cmd.OpenConversation and result.run is not None:
+            self.turns.opened(result.run.run_id, result.run.message_id)  # the snapshot shows its message open
+        return render.reply(command, result, now)
 
     def fail(self, exc: BaseException, now: float) -> bytes:
         """The executing command's error reply (any exception: a Pheby code, no internal detail)."""
@@ -259,7 +266,60 @@ class PhebyProtocol:
         executing = self.executing
         if executing is not None and reply_covers(executing, event):
             return NOTHING  # the requester's reply says it already (conversation.deleted): one frame
-        return self._broadcast.render(event)
+        return self.turns.send(event, self._broadcast)
+
+
+KEEP = 1024  # runs a connection remembers at once (open, or completed at their end); the oldest go first
+
+
+class Turns:
+    """One connection's turns in the spec's order: ``message.start → … → message.complete → run.finished``.
+
+    A run's ``RunFinished`` always follows its message's ``MessageCompleted``
+    on the node that ends it (``Bridge.close_run``), but another node may not
+    be delivered that completion (issue 41, chaos seed 2022: its fold needed
+    the store, which was restarting, and the bus reader dropped the event):
+    a run that ends while its message is open on this connection (its
+    ``message.start`` sent, or shown running by a ``conversation.open``
+    snapshot) gets that message's ``message.complete`` first, with the text
+    the run's end carries (else the newest draft this node had:
+    ``Broadcast.completion``); the completion arriving after that is not
+    sent again. Loomi and lvmh fill lost deltas the same way
+    (loomi_adapter/runtexts.py, lvmh_adapter/book.py).
+    """
+
+    __slots__ = ("keep", "_open", "_filled")
+
+    def __init__(self, keep: int = KEEP):
+        self.keep = keep
+        self._open: dict[str, str] = {}  # run id -> its message's id, open on this connection
+        self._filled: dict[str, None] = {}  # message ids completed here at their run's end
+
+    def opened(self, run_id: str, message_id: str) -> None:
+        self._open[run_id] = message_id
+        if len(self._open) > self.keep:  # a run whose end never came
+            del self._open[next(iter(self._open))]
+
+    def send(self, event: Any, broadcast: "Broadcast") -> Sequence[bytes]:
+        """The frames of ``event`` for this connection (``Broadcast.render``'s, and the completion it lacks)."""
+        frames = broadcast.render(event)
+        t = type(event)
+        if t is ev.RunStarted:
+            self.opened(event.run_id, event.message_id)
+        elif t is ev.MessageCompleted:
+            mid = event.message_id
+            if mid in self._filled:
+                return NOTHING  # completed at its run's end already: once
+            if self._open.get(event.run_id) == mid:
+                del self._open[event.run_id]
+        elif t is ev.RunFinished:
+            mid = self._open.pop(event.run_id, None)
+            if mid is not None:
+                self._filled[mid] = None
+                if len(self._filled) > self.keep:
+                    del self._filled[next(iter(self._filled))]
+                return (broadcast.completion(event, mid), *frames)
+        return frames
 
 
 @attrs.frozen
@@ -287,12 +347,14 @@ class Broadcast:
     loop's clock, the server running a timer per message whose push is due.
     """
 
-    __slots__ = ("pacer", "_last", "_frames")
+    __slots__ = ("pacer", "_last", "_frames", "_ended", "_filler")
 
     def __init__(self, pacer: DraftPacer):
         self.pacer = pacer
         self._last: Any = None
         self._frames: Sequence[bytes] = NOTHING
+        self._ended: tuple = (None, None, "")  # the last run end's event, its message's id and newest draft here
+        self._filler: tuple = (None, None, b"")  # the last completion rendered at a run's end: event, id, bytes
 
     def render(self, event: Any) -> Sequence[bytes]:
         """The broadcast frames of ``event`` (rendered at its first ask; the same object for the others)."""
@@ -300,6 +362,20 @@ class Broadcast:
             self._frames = render.render(event)
             self._last = event
         return self._frames
+
+    def completion(self, event: ev.RunFinished, message_id: str) -> bytes:
+        """The ``message.complete`` of ``message_id`` sent before ``event``, its run's end, where it is open
+        (``Turns``): the text the end carries, else the newest draft this node had of it (``end``); rendered
+        once for every connection."""
+        last, mid, data = self._filler
+        if last is not event or mid != message_id:
+            text = event.text
+            ended, ended_mid, draft = self._ended
+            if not text and ended is event and ended_mid == message_id:
+                text = draft
+            data = render.completion_at_end(event, message_id, text)
+            self._filler = (event, message_id, data)
+        return data
 
     def offer(self, event: ev.TextDelta, now: float) -> Pace:
         """A text delta at ``now``: push its draft now, at ``at``, or nothing (a push is due; not a text draft)."""
@@ -324,6 +400,8 @@ class Broadcast:
             mid = event.message_id
         elif t is ev.RunFinished:
             mid = draft_message_id(event.run_id)
+            newest = self.pacer.drafts.get(mid)  # still streaming here: its completion was not delivered
+            self._ended = (event, mid, newest.text if newest is not None else "")
         else:
             return None
         again = self.pacer.pushed_again(mid)

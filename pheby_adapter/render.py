@@ -148,6 +148,13 @@ def _message_completed(e: ev.MessageCompleted) -> list[bytes]:
     return [dumps(frame)]
 
 
+def completion_at_end(e: ev.RunFinished, message_id: str, text: str) -> bytes:
+    """The ``message.complete`` of a run's message rendered at the run's end (``protocol.Turns``: its own
+    completion never reached this node), stamped with the end's time."""
+    return _message_completed(ev.MessageCompleted(conversation_id=e.conversation_id, message_id=message_id,
+                                                  text=text, run_id=e.run_id, ts=e.ts))[0]
+
+
 def _run_finished(e: ev.RunFinished) -> list[bytes]:
     frame = {"type": "run.finished", "conversation_id": e.conversation_id, "run_id": e.run_id, "status": e.status}
     if e.status == "failed":
