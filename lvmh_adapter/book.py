@@ -293,9 +293,11 @@ class SessionBook:
             return  # plugin sessions are stored as their plugin sent them, never re-rendered
         if t in RUN_STATE_EVENTS and e.run_id is not None:
             if not self.renderer.knows(cid, e.run_id):
-                self._rebuild(cid, e.run_id, ending=t is ev.RunFinished)
+                self._rebuild(cid, e.run_id)
             if self.link.shared and cid in self.browsers.subs:
                 self._fill(cid, e, seq)
+            if t is ev.RunFinished and self.link.shared:
+                self.renderer.completed_before_end(cid, e.run_id)  # several nodes: the end closes no message
         self.emit_all(cid, self.renderer.render(e), e.ts, seq)
 
     def _fill(self, cid: str, e: Any, n: int) -> None:
@@ -315,22 +317,17 @@ class SessionBook:
         if seq > rec.high:  # (a later event rendered already, delivered late after a gap: not in order)
             self.store_event(rec, seq, "message_update", {"delta": text[len(said):]}, int(e.ts * 1000))
 
-    def _rebuild(self, cid: str, run_id: str, ending: bool = False) -> None:
+    def _rebuild(self, cid: str, run_id: str) -> None:
         """An event of a run this node's renderer never saw start (a node restarted mid-run, which folds
         what the bus held before its front ends restore what the store left open; issue 41): the run and
         its open message are rebuilt from the stored events, so this node renders the event as every node
         that saw the run does (the same seqs, the same bytes: docs/scale-out.md "Durable before shown").
         Read once per run: a run the store does not show open renders as before, its end nothing when
-        the store holds it (an end read back or delivered again after a restart: one end per run).
-        Rebuilt at its end (``ending``), its message is closed: its completion comes before a run's end
-        (``Bridge.close_run``), so a message the store shows open there is one whose completion's rows
-        were not committed when this node read them (its origin's in flight). Closed again, it would be
-        a second ``message_end`` under the end's seqs, below the ``agent_settled`` browsers had from the
-        origin, which no ``after=`` fetch returns (issue 41, chaos seed 2019 ``view_diverged``)."""
+        the store holds it (an end read back or delivered again after a restart: one end per run). Rebuilt
+        at its end, its message is not closed there (``Renderer.completed_before_end``, as for every run's
+        end with several nodes): the store may not hold the completion's rows yet (chaos seed 2019)."""
         run = self.log.open_run(cid)
         if run.open and run.run_id == run_id:
-            if ending:
-                run.open_id = None
             self.renderer.rebuild(cid, run_id, run)
         else:
             self.renderer.rebuild(cid, run_id, None, ended=self.log.run_ended(cid, run_id))

@@ -36,8 +36,8 @@ SEQ_STRIDE = 256
 
 # A run's end takes the last two slots of its event's stride, whatever closing precedes it: nodes whose
 # renderers close a different set of things first (one restored a run from a store lacking the run's
-# decisions) still store the run's end under the same seqs, once (issue 41). A run rebuilt at its end closes
-# no message there (book._rebuild): the rows under the end's other slots are the same on every node too.
+# decisions) still store the run's end under the same seqs, once (issue 41). A run's end closes no message there
+# (render.py ``completed_before_end``): the rows under the end's other slots are the same on every node too.
 END_SLOTS = {"agent_end": SEQ_STRIDE - 2, "agent_settled": SEQ_STRIDE - 1}
 
 

@@ -216,6 +216,20 @@ class Renderer:
         c.parts = run.messages
         c.draft_id = draft_message_id(run.run_id) if run.run_id is not None else None
 
+    def completed_before_end(self, cid: str, run_id: str) -> None:
+        """Run ``run_id``'s end is next: its open message counts as completed, so the end renders no
+        ``message_end`` of it (several nodes: book.py ``on_event``). The completion always comes before a
+        run's end on the bus (``Bridge.close_run``): a message still open here at the end is one whose
+        completion this node missed (its delivery failed: the store unreachable as a node restarted, or the
+        store read by ``_rebuild`` lacked its rows, the origin committing them), rendered and stored under the
+        completion's seqs by the nodes that got it. Closed again by the end it was a second ``message_end``
+        under the end's seqs (``base + n * 256``), stored by this node alone, below the ``agent_settled``
+        every browser had from the others, which no ``after=`` fetch returns (issue 41, chaos seeds 2019 and
+        2018 ``view_diverged``)."""
+        c = self._convs.get(cid)
+        if c is not None and c.run_id == run_id:
+            c.open_id = None
+
     def knows(self, cid: str, run_id: str) -> bool:
         """Whether this renderer saw run ``run_id`` of ``cid`` start (or rebuilt it), ended or not."""
         c = self._convs.get(cid)
