@@ -88,6 +88,13 @@ def unfinished_out(rows: list, drafts: set) -> list:
     return [r for i, r in enumerate(rows) if r[0] not in drafts or i < last_user]
 
 
+def unfinished(conv: ConversationState) -> set:
+    """The message of ``conv``'s active run while unfinished (its streaming draft: the snapshot's run; the store's
+    row of it is the saved draft), which a transcript read from the store leaves out (``unfinished_out``)."""
+    run = conv.run
+    return {run.message_id} if run is not None and not run.completed else set()
+
+
 def draft_out(conv: ConversationState, message_id: str) -> None:
     """A run's start folded after its conversation's transcript was read (a node behind in the stream: chaos
     seed 2010): the store's saved draft of the run's message, read then as a message, leaves the transcript, as
@@ -166,10 +173,7 @@ class Transcripts:
         unfinished message (its row is the saved draft), unless a user's message came after it: then the
         run has ended, one run per conversation, and this state is behind (a node behind in the stream).
         That row is kept where it is, and the completion, folded later, replaces its text (scale/seen.py)."""
-        run = conv.run
-        rows = in_order(self.store.transcript(conv.conversation_id, HISTORY_KEEP))
-        if run is not None and not run.completed:
-            rows = unfinished_out(rows, {run.message_id})
+        rows = unfinished_out(in_order(self.store.transcript(conv.conversation_id, HISTORY_KEEP)), unfinished(conv))
         t = Transcript(ev.Message(message_id=mid, role=role, text=text, ts=ts) for mid, role, text, ts in rows)
         self.loads += 1
         conv.transcript = t
@@ -213,17 +217,19 @@ class Transcripts:
         """Messages the store has that a transcript in memory lacks, added in the one order (several nodes: the
         stream lost events this node's state may lack, bridge_core/scale/gone.py; call it once this node's own
         writes are committed). Nothing in memory goes (another node's event folded here may not be committed
-        yet). A conversation with an active run keeps its own, and one replaced from outside too. Returns how
-        many messages were added."""
+        yet); one replaced from outside is left as it is. A conversation with a run active is read back too,
+        less that run's unfinished message, as ``load`` leaves it out: skipped, it lacked for good what the gap
+        held before that run (chaos seed 2024, ``nodes_disagree``: an earlier run's completion and close notice,
+        the read-back's last pass falling in a later run). Returns how many messages were added."""
         added = 0
         for cid, hot in list(self._hot.items()):
             conv, t = hot.conv, hot.conv.transcript
-            if t is None or t.held or conv.run is not None:
+            if t is None or t.held:
                 continue
             have = {m.message_id for m in t}
             # a run the store has open (its start lost to this node, it may not know of it): its draft row is
             # no message yet (chaos seed 2003: ``conversation.open`` showed a streaming run's first words)
-            streaming = {draft_message_id(r) for (r,) in self.store.query(
+            streaming = unfinished(conv) | {draft_message_id(r) for (r,) in self.store.query(
                 "SELECT run_id FROM runs WHERE conversation_id=? AND finished_at IS NULL", (cid,))}  # fmt: skip
             for mid, role, text, ts in unfinished_out(in_order(self.store.transcript(cid, HISTORY_KEEP)), streaming):
                 if mid not in have:
