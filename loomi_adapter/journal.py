@@ -362,13 +362,17 @@ def run_text(tails: Iterable[bytes], run_id: str) -> Optional[str]:
     return "".join(parts) if parts else None
 
 
-def stored_run_text(store: Any, run_id: str, drafts_from: Optional[int] = None) -> Optional[str]:
+def stored_run_text(store: Any, run_id: str, drafts_from: Optional[int] = None, exact: bool = False) -> Optional[str]:
     """``run_text`` over the replay rows in the store (``Bridge.add_durable_text``): one node's events
     (the journal's rows were committed at start, before the interrupted runs are closed), and with
     several nodes each source's frames, every frame committed before it left. Where the rows no longer
     hold the run's start (a run longer than what they keep), the run's saved draft and the deltas the rows
     hold past it (``text_after``), or, where they no longer hold the draft's own delta either, past the
-    journal's ``drafts_from`` (``text_from``). The longest."""
+    journal's ``drafts_from`` (``text_from``). The longest.
+
+    ``exact``: only the text the rows show went out to the phones (runtexts.py, a node closing a run whose
+    deltas it never rendered): the draft counts only where the rows hold its own delta, never past them (an
+    origin killed holding its last deltas saved them in its draft, and no phone got them)."""
     events = [(n, bytes(b)) for n, b in store.query("SELECT n, body FROM loomi_events ORDER BY n")]
     rows = [[b for _, b in events]]
     by_source: dict[str, list[bytes]] = {}
@@ -380,8 +384,8 @@ def stored_run_text(store: Any, run_id: str, drafts_from: Optional[int] = None) 
     for k, tails in enumerate(rows):
         text = run_text(tails, run_id)
         if text is None and draft is not None and draft[1] is not None:
-            rest = text_after(tails, run_id, float(draft[1]))
-            if rest is None and k == 0 and drafts_from is not None:
+            rest = text_after(tails, run_id, float(draft[1]), exact)
+            if rest is None and k == 0 and drafts_from is not None and not exact:
                 rest = text_from(events, run_id, drafts_from, float(draft[1]))
             text = None if rest is None else draft[0] + rest
         texts.append(text)
@@ -423,20 +427,25 @@ def _run_frames(tails: Iterable[bytes], run_id: str, type_: str) -> Iterator[tup
             yield frame, frame.get("payload") or {}
 
 
-def text_after(tails: Iterable[bytes], run_id: str, ts: float) -> Optional[str]:
+def text_after(tails: Iterable[bytes], run_id: str, ts: float, exact: bool = False) -> Optional[str]:
     """The text of ``run_id``'s deltas after the one of time ``ts`` (its draft's: ``DraftSaver`` saves a
     message's text as of its newest delta, with that delta's time, which its frame carries too), as frame
     bodies (without their ``{``, in order) hold them; None unless they hold a delta of the run from ``ts`` or
-    before (then every one after it is there: rows are pruned oldest first)."""
+    before (then every one after it is there: rows are pruned oldest first). ``exact``: None unless they hold
+    the draft's own delta (of time ``ts``: the draft does not go past them)."""
     parts: Optional[list[str]] = None
+    at = None
     for frame, payload in _run_frames(tails, run_id, "run.delta"):
         if payload.get("kind", "text") != "text":
             continue
-        if float(frame.get("ts") or 0) <= ts:
-            parts = []  # up to the draft: what follows goes on from it
+        t = float(frame.get("ts") or 0)
+        if t <= ts:
+            parts, at = [], t  # up to the draft: what follows goes on from it
         elif parts is not None and isinstance(payload.get("text"), str):
             parts.append(payload["text"])
-    return None if parts is None else "".join(parts)
+    if parts is None or (exact and at != ts):
+        return None
+    return "".join(parts)
 
 
 def run_end(tails: Iterable[bytes], run_id: str) -> Optional[RunEnd]:

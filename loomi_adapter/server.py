@@ -162,6 +162,7 @@ class LoomiFrontEnd(FrontEnd):
         self.bridge.add_durable_text(functools.partial(stored_run_text, self.bridge.store,
                                                        drafts_from=getattr(self.registry, "drafts_from", None)))
         self.bridge.add_durable_end(functools.partial(stored_run_end, self.bridge.store))  # an end a phone may have
+        self.texts.sent = functools.partial(stored_run_text, self.bridge.store, exact=True)  # (runtexts.py)
         if cluster is None:  # one node: the journal's exchange the core's store may lack (journal.py stored_rows)
             self.bridge.add_durable_rows(functools.partial(stored_rows, self.bridge.store))
             self.registry.before_move = self.bridge.drafts.save  # journal.py ``Journal.drafts_from``
