@@ -11,7 +11,8 @@ what went out from the run's stored frames (journal.py ``stored_run_text``, exac
 
 Here, as processes on a private PostgreSQL and Redis: n1 streams a run to the phone; Redis pauses every write
 (the origin's publishes wait, its draft in PostgreSQL goes on) until the draft is past what the phone got; n1 is
-killed with -9 and started again, and closes the run with the draft.
+killed with -9 and started again, and closes the run with the draft. A run whose start the rows still hold, and
+one longer than they keep.
 """
 
 from __future__ import annotations
@@ -36,17 +37,22 @@ def _draft(dsn: str, run_id: str) -> str:
     return row[0] if row else ""
 
 
-async def test_a_node_that_never_rendered_the_deltas_closes_the_run_with_the_rest_as_a_delta(nodes, engines):
+@pytest.mark.parametrize("bench, out", [("/bench 4000 100", 20), ("/bench 40000 1000", 800)],
+                         ids=["its start in the rows", "longer than the rows keep"])
+async def test_a_node_that_never_rendered_the_deltas_closes_the_run_with_the_rest_as_a_delta(nodes, engines, bench,
+                                                                                              out):
+    """``out``: the deltas the phone gets before the pause; 800 are more than a node's rows keep (its newest 513
+    frames: cluster.py ``_prune``), the run's start pruned (seed 2022: 1429 deltas), counted past a mark."""
     dsn, bus = engines
     (n1,) = nodes("n1")
     phone = LoomiApp()
     r = aioredis.from_url(bus)
     try:
         await phone.pair(await pair_qr(n1))
-        ack = await phone.request("session.send", {"text": "/bench 4000 100"})  # 40 s of "tok " at 100/s
+        ack = await phone.request("session.send", {"text": bench})  # 40 s of "tok "
         assert ack["payload"]["ok"] is True, ack
         run_id = ack["payload"]["result"]["run_id"]
-        await phone.until(lambda: len(phone.run_text(run_id)) >= 80)  # 20 deltas out
+        await phone.until(lambda: len(phone.run_text(run_id)) >= 4 * out, timeout=30)
         await r.execute_command("CLIENT", "PAUSE", 60000, "WRITE")  # the origin's publishes wait from here
         await until(lambda: len(_draft(dsn, run_id)) > len(phone.run_text(run_id)) + 40, timeout=20,
                     what="the draft saved past what the phone got")
