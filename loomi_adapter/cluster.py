@@ -44,7 +44,7 @@ from . import codec
 from .devices import _DEVICE_COLUMNS, _DUMMY_HASH, MIGRATIONS, Device, Registry, hash_secret
 from .history import Epoch, History, Range, Span, crossed, passed_by, plan, rebuild, renumber
 from .replay import Numbering, Resume, SeqLog
-from .rows import RowBatch, RowQueue, held, write_cluster_rows
+from .rows import RowBatch, RowQueue, held, mark_sql, write_cluster_rows
 
 log = logging.getLogger("agent_bridge.loomi.cluster")
 
@@ -135,6 +135,7 @@ class ClusterRegistry(Registry):
         self._next_check = 0.0
         # device_id -> (epoch, seqs): a device this life numbered across events gone for good (``passed_gone``)
         self._gone_skip: dict[str, tuple[int, int]] = {}
+        self.marking: Callable[[], list] = list  # the marks stored at a prune (server.py: runtexts.py ``marks``)
 
     @property
     def m(self) -> int:
@@ -223,7 +224,7 @@ class ClusterRegistry(Registry):
             ("DELETE FROM loomi_sources WHERE node=? AND source!=? AND NOT EXISTS "
              "(SELECT 1 FROM loomi_frames f WHERE f.source=loomi_sources.source)", (node, src)),
             ("UPDATE loomi_sources SET kept_from_n=? WHERE source=?", (kept, src)),
-        ]
+        ] + mark_sql(src, self.marking(), _ts(self.recent[0][2]))
 
     def next_seq(self, d: Device) -> int:
         """A reply's or a ping's seq, recorded before the frame leaves: a span starting one above it

@@ -135,6 +135,19 @@ MIGRATIONS = [
         PRIMARY KEY(device_id, epoch, source, from_m)
     ) WITHOUT ROWID;
     """,
+    # 4: where a source's frames of a streaming message stood, now and then (runtexts.py ``marks``): the text
+    # its deltas up to the one of time ``ts`` made, ``upto`` long. A node that rendered none of them counts
+    # from it what went out where the rows no longer hold the run's start (journal.py ``stored_run_text``)
+    """
+    CREATE TABLE loomi_marks(
+        source TEXT NOT NULL,
+        message_id TEXT NOT NULL,
+        run_id TEXT NOT NULL,
+        upto INTEGER NOT NULL,
+        ts REAL NOT NULL,
+        PRIMARY KEY(source, message_id)
+    ) WITHOUT ROWID;
+    """,
 ]
 
 _DEVICE_COLUMNS = ("device_id, credential_hash, name, model, os, app_version, paired_at, last_seen, seq_reserved, "

@@ -362,26 +362,40 @@ def run_text(tails: Iterable[bytes], run_id: str) -> Optional[str]:
     return "".join(parts) if parts else None
 
 
-def stored_run_text(store: Any, run_id: str, drafts_from: Optional[int] = None) -> Optional[str]:
+def stored_run_text(store: Any, run_id: str, drafts_from: Optional[int] = None,
+                    exact: Optional[tuple[str, str]] = None) -> Optional[str]:
     """``run_text`` over the replay rows in the store (``Bridge.add_durable_text``): one node's events
     (the journal's rows were committed at start, before the interrupted runs are closed), and with
     several nodes each source's frames, every frame committed before it left. Where the rows no longer
     hold the run's start (a run longer than what they keep), the run's saved draft and the deltas the rows
     hold past it (``text_after``), or, where they no longer hold the draft's own delta either, past the
-    journal's ``drafts_from`` (``text_from``). The longest."""
+    journal's ``drafts_from`` (``text_from``). The longest.
+
+    ``exact`` (a message id and its completed text): only the text the rows show went out to the phones
+    (runtexts.py, a node completing a message whose deltas it never rendered): past a source's mark of the
+    message (``loomi_marks``: the text up to the delta of its time, as long as it says) where its rows hold
+    that delta, or the draft where they hold the draft's own delta, never past them (an origin killed
+    holding its last deltas saved them in its draft, and no phone got them)."""
     events = [(n, bytes(b)) for n, b in store.query("SELECT n, body FROM loomi_events ORDER BY n")]
     rows = [[b for _, b in events]]
     by_source: dict[str, list[bytes]] = {}
     for source, body in store.query("SELECT source, body FROM loomi_frames ORDER BY source, m"):
         by_source.setdefault(source, []).append(bytes(body))
     rows += by_source.values()
+    sources = [None, *by_source]
+    marks = {} if exact is None else {s: (upto, float(ts)) for s, upto, ts in store.query(
+        "SELECT source, upto, ts FROM loomi_marks WHERE message_id=? AND run_id=?", (exact[0], run_id))}
     draft = store.query_one("SELECT text, ts FROM messages WHERE message_id=?", (draft_message_id(run_id),))
     texts = []
     for k, tails in enumerate(rows):
         text = run_text(tails, run_id)
+        if text is None and sources[k] in marks and exact is not None:
+            upto, ts = marks[sources[k]]
+            rest = text_after(tails, run_id, ts, True)
+            text = None if rest is None or upto > len(exact[1]) else exact[1][:upto] + rest
         if text is None and draft is not None and draft[1] is not None:
-            rest = text_after(tails, run_id, float(draft[1]))
-            if rest is None and k == 0 and drafts_from is not None:
+            rest = text_after(tails, run_id, float(draft[1]), exact is not None)
+            if rest is None and k == 0 and drafts_from is not None and exact is None:
                 rest = text_from(events, run_id, drafts_from, float(draft[1]))
             text = None if rest is None else draft[0] + rest
         texts.append(text)
@@ -423,20 +437,27 @@ def _run_frames(tails: Iterable[bytes], run_id: str, type_: str) -> Iterator[tup
             yield frame, frame.get("payload") or {}
 
 
-def text_after(tails: Iterable[bytes], run_id: str, ts: float) -> Optional[str]:
+def text_after(tails: Iterable[bytes], run_id: str, ts: float, exact: bool = False) -> Optional[str]:
     """The text of ``run_id``'s deltas after the one of time ``ts`` (its draft's: ``DraftSaver`` saves a
     message's text as of its newest delta, with that delta's time, which its frame carries too), as frame
     bodies (without their ``{``, in order) hold them; None unless they hold a delta of the run from ``ts`` or
-    before (then every one after it is there: rows are pruned oldest first)."""
+    before (then every one after it is there: rows are pruned oldest first). ``exact``: None unless they hold
+    the draft's own delta, one of time ``ts`` (the draft does not go past them, and no other delta of that
+    time leaves it unsure which)."""
     parts: Optional[list[str]] = None
+    at = 0  # the deltas of time ``ts``
     for frame, payload in _run_frames(tails, run_id, "run.delta"):
         if payload.get("kind", "text") != "text":
             continue
-        if float(frame.get("ts") or 0) <= ts:
+        t = float(frame.get("ts") or 0)
+        if t <= ts:
             parts = []  # up to the draft: what follows goes on from it
+            at += t == ts
         elif parts is not None and isinstance(payload.get("text"), str):
             parts.append(payload["text"])
-    return None if parts is None else "".join(parts)
+    if parts is None or (exact and at != 1):
+        return None
+    return "".join(parts)
 
 
 def run_end(tails: Iterable[bytes], run_id: str) -> Optional[RunEnd]:

@@ -31,6 +31,19 @@ SPAN_SQL = ("INSERT OR REPLACE INTO loomi_spans(device_id, epoch, source, from_m
             "VALUES(?,?,?,?,?,?)")
 
 
+_MARK_SQL = "INSERT OR REPLACE INTO loomi_marks(source, message_id, run_id, upto, ts) VALUES(?,?,?,?,?)"
+
+
+def mark_sql(source: str, marks: list[tuple], kept_ts: float) -> list[tuple[str, tuple]]:
+    """The statements of a prune that keep the marks of ``source`` (runtexts.py ``marks``: message id, run id,
+    upto, ts) beside its frames: the new ones, none older than its oldest frame kept (``kept_ts``), none of a
+    source gone."""
+    return [(_MARK_SQL, (source, *mark)) for mark in marks] + [
+        ("DELETE FROM loomi_marks WHERE source=? AND ts<?", (source, kept_ts)),
+        ("DELETE FROM loomi_marks WHERE source NOT IN (SELECT source FROM loomi_sources)", ()),
+    ]
+
+
 def event_chunks(k: int) -> list[int]:
     """How many rows each insert of a batch of ``k`` takes (sizes that have a statement)."""
     out = [256] * (k // 256)

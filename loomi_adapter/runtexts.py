@@ -11,13 +11,18 @@
   the origin had saved, which held that delta: issue 41, chaos seed 2018 ``deltas_incomplete``), or lost
   for good on the way to this node. lvmh does the same for a browser (lvmh_adapter/book.py ``_fill``).
   The filler is rendered and numbered under the completion's number, stored like every frame (a replay
-  serves it too).
+  serves it too). A node that rendered none of the message's deltas (restarted since, or it missed them; its
+  origin killed with -9 holding its last deltas, which its draft kept: issue 41, chaos seed 2022) counts what
+  the phones got from the stored frames of the run (``sent``: journal.py ``stored_run_text``, exact), a query
+  made only then: the run's deltas from its start, or past a *mark* (``marks``: where a source's frames of a
+  streaming message stood, stored at each prune of its rows, so a run longer than the rows keep is counted
+  too). Where they do not show it exactly, no filler.
 """
 
 from __future__ import annotations
 
 import collections
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from bridge_core.model import events as ev
 
@@ -27,8 +32,12 @@ KEEP = 1024  # runs (and streaming messages) remembered at once; the oldest go f
 
 
 class RunTexts:
-    def __init__(self, keep: int = KEEP):
+    def __init__(self, keep: int = KEEP, sent: Optional[Callable[[ev.MessageCompleted], Optional[str]]] = None):
         self.keep = keep
+        # a completion -> the text its run's deltas made as the stored frames show it went out (I/O: the rare
+        # path only)
+        self.sent = sent
+        self._marked: dict[str, Any] = {}  # message id -> the delta its last mark was of
         self._final: collections.OrderedDict[str, str] = collections.OrderedDict()  # run id -> text
         self._streamed: dict[str, Any] = {}  # message id -> the last text TextDelta rendered here
 
@@ -63,13 +72,30 @@ class RunTexts:
         self._final[e.run_id] = e.text
         while len(self._final) > self.keep:
             self._final.popitem(last=False)
-        if last is None or e.kind != "normal":
+        if e.kind != "normal" or not e.text:
             return []
-        said = last.text
+        if last is not None:
+            said, iteration = last.text, last.iteration
+        else:  # none of its deltas rendered here: what the stored frames show went out (the rare path)
+            said, iteration = (self.sent(e) if self.sent is not None else None), 0
+            if said is None:
+                return []
         if len(said) >= len(e.text) or not e.text.startswith(said):
             return []
-        payload = {"run_id": e.run_id, "text": e.text[len(said):], "kind": "text", "iteration": last.iteration}
+        payload = {"run_id": e.run_id, "text": e.text[len(said):], "kind": "text", "iteration": iteration}
         return [codec.body("run.delta", payload, task_id=e.conversation_id, run_id=e.run_id, ts=e.ts)]
+
+    def marks(self) -> list[tuple[str, str, int, float]]:
+        """Where the deltas rendered here of each message streaming stand, for those that moved since the last
+        call (at a prune of this node's rows, with them: cluster.py): (message id, run id, the length of the text
+        its deltas up to the last one made, that delta's time)."""
+        out, marked, was = [], {}, self._marked
+        for message_id, e in self._streamed.items():
+            marked[message_id] = e
+            if was.get(message_id) is not e:
+                out.append((message_id, e.run_id, e.draft[1], e.ts))
+        self._marked = marked
+        return out
 
     def final(self, run_id: str) -> Optional[str]:
         """The text of the run's last completed message (taken: a run ends once)."""

@@ -153,6 +153,7 @@ class LoomiFrontEnd(FrontEnd):
             gaps = getattr(cluster, "gaps", None)  # its rows are this node's life's (bridge_core/scale/gone.py)
             self.registry = ClusterRegistry(self.bridge.store, cluster.node_id, getattr(gaps, "life", None))
             self.registry.on_lost = self._fenced_out
+            self.registry.marking = self.texts.marks  # stored at each prune of its rows (runtexts.py)
             self._loop = asyncio.get_running_loop()
             if gaps is not None:  # events the stream lost: the phones here told
                 gaps.hooks.append(self._gone)
@@ -162,6 +163,8 @@ class LoomiFrontEnd(FrontEnd):
         self.bridge.add_durable_text(functools.partial(stored_run_text, self.bridge.store,
                                                        drafts_from=getattr(self.registry, "drafts_from", None)))
         self.bridge.add_durable_end(functools.partial(stored_run_end, self.bridge.store))  # an end a phone may have
+        store = self.bridge.store  # what went out of a run whose deltas were not rendered here (runtexts.py)
+        self.texts.sent = lambda e: stored_run_text(store, e.run_id, exact=(e.message_id, e.text))
         if cluster is None:  # one node: the journal's exchange the core's store may lack (journal.py stored_rows)
             self.bridge.add_durable_rows(functools.partial(stored_rows, self.bridge.store))
             self.registry.before_move = self.bridge.drafts.save  # journal.py ``Journal.drafts_from``
