@@ -21,6 +21,11 @@ conversation (``Cluster._claim``), the run still missing from the store (chaos s
 right after a short run, then killed, its batches with the whole exchange never committed, and a phone's next
 send through another node; ``transcript_contradicts_client``, the run every phone got complete in no
 transcript).
+
+The conversations the stream created lately and the store lacks go first, at join and at a take-over alike: a
+conversation's creation leaves on the bus before its row commits, so a node killed in between left it shown on
+every other node and in no store (chaos seed 2100: ``nodes_disagree``), and a start goes only into a conversation
+the store holds.
 """
 
 from __future__ import annotations
@@ -47,7 +52,9 @@ CLAIMS_SQL = ("SELECT run_id, state FROM cluster_runs WHERE node_id=? AND "
 async def restore_starts(store: Any, bus: Any, node_id: str) -> int:
     """The starts (with their user's messages) of ``node_id``'s claimed runs the store lacks, read back from
     the stream and written; the claims whose start the stream does not hold marked done (dropped where they
-    were done already: not read back at every start). The runs restored."""
+    were done already: not read back at every start). The conversations the store lacks first (a start goes
+    only into a conversation the store holds). The runs restored."""
+    await restore_created(store, bus)
     restored = 0
     for run_id, state in store.query(CLAIMS_SQL, (node_id,)):
         found = await restore_start(store, bus, run_id)
@@ -68,8 +75,10 @@ async def restore_taken(cluster: Any, won: list) -> None:
     closed as interrupted (its close then lands on its row); and a run that ended here (folded from the stream)
     whose row the store has open gets the end its node published, as the restart's load does (``Cluster.read_end``,
     ``Cluster._restore``). Whoever comes first, the dead node's restart or this, the other finds the rows written
-    (each written where the store lacks it; an end written twice is the same end)."""
+    (each written where the store lacks it; an end written twice is the same end). The conversations the store
+    lacks first, as the restart's (``restore_created``: a node that stays down wrote them nowhere)."""
     store, bridge = cluster.bridge.store, cluster.bridge
+    await restore_created(store, cluster.bus)
     for run_id, cid in won:
         if store.query_one("SELECT 1 FROM runs WHERE run_id=?", (run_id,)) is None:
             await restore_start(store, cluster.bus, run_id)
@@ -88,6 +97,37 @@ async def restore_taken(cluster: Any, won: list) -> None:
                 cluster._restore(from_dict(data))
             except BridgeError:
                 log.warning("cluster: an end of run %s read back from the bus is unreadable", run_id)
+
+
+async def restore_created(store: Any, bus: Any) -> int:
+    """The conversations created in the stream's last ``BACK`` s (and not deleted since) that the store lacks,
+    written (chaos seed 2100: a send creating its conversation on a node killed 27 ms later; the creation went
+    out on the bus at once, its row waited in the writer's batch, so the other nodes showed the conversation
+    while the store, and so every node loading it since, never had it: ``nodes_disagree``). At every join, of
+    any node's: a row the store has stays as it is (``Persister.restore_rows``). The rows added."""
+    newest: dict = {}  # conversation id -> its newest creation or deletion in the window (bus form)
+
+    def note(data: Any) -> bool:
+        if type(data) is dict and data.get("event") in ("ConversationCreated", "ConversationDeleted"):
+            newest.setdefault(data.get("conversation_id"), data)
+        return False  # read on: every one in the window
+
+    try:
+        await bus.newest(b'"Conversation', note, BACK)
+    except Exception:  # the bus away for a moment: nothing written (the rows' own writes may have committed)
+        log.exception("cluster: reading the conversations created lately from the bus failed")
+        return 0
+    events = []
+    for data in reversed(list(newest.values())):  # oldest first, as they were created
+        if data["event"] == "ConversationCreated":
+            try:
+                events.append(from_dict(data))
+            except BridgeError:
+                log.warning("cluster: a conversation's creation read back from the bus is unreadable")
+    added = await store.write(lambda c, e=events: Persister.restore_rows(c, e)) if events else 0
+    if added:
+        log.warning("cluster: %d conversation(s) the store lacked read back from the bus", added)
+    return added
 
 
 async def restore_start(store: Any, bus: Any, run_id: str) -> Any:
