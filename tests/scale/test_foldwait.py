@@ -1,13 +1,16 @@
 """The rule of bridge_core/scale/foldwait.py on its own (the deliveries of a node, over real PostgreSQL and Redis:
 tests/scale/test_fold_waits_for_store.py): a delivery whose fold cannot read the store waits, everything after
 it waits behind it, they go in order once the store answers; a fan-out's failure is not delivered again; the
-retry is the owner's task, gone when it closes."""
+retry is the owner's task, gone when it closes; a gap the bus refetches meanwhile waits behind the held one."""
 
 from __future__ import annotations
 
 from bridge_core.bridge.tasks import TaskSet
 from bridge_core.model.errors import Unavailable
 from bridge_core.scale.foldwait import FoldWait
+from tests.scale.gates import Gate
+from tests.scale.test_bus import Node as TNode
+from tests.scale.test_bus import redis_bus
 from tests.waiting import until
 
 
@@ -22,6 +25,11 @@ class Node:
         self.fan_out_fails: set = set()
         self.folds: list = []
         self.shown: list = []
+        self.bus = None
+
+    async def start_bus(self, bus) -> None:
+        self.bus = bus
+        await bus.start(self.deliver, lambda node, data: None)
 
     def deliver(self, n: int, node: str, data: dict) -> None:
         if self.waits.holds(n, node, data):
@@ -68,3 +76,38 @@ async def test_closing_the_owner_cancels_the_retry():
     assert len(node.tasks) == 1
     await node.tasks.close()
     assert len(node.tasks) == 0
+
+
+async def test_a_gap_refetched_while_a_fold_waits_queues_behind_it_and_is_no_second_gap(redis_server, redis_url):
+    """The bus counts a held event as delivered (``_last_n``): it was read, in order, so no gap. Entries the stream
+    lost, refetched from their writer (redisbus ``_gap_over``), come through the same ``deliver`` and wait behind
+    the held one; nothing is refetched twice, nothing said gone, and all goes out in number order."""
+    a = await TNode(redis_bus(redis_url, "a")).start()
+    b = Node()
+    await b.start_bus(redis_bus(redis_url, "b"))
+    try:
+        for bus in (a.bus, b.bus):
+            bus.floor = 5000
+        a.bus.publish({"i": 0})
+        await until(lambda: b.shown == [1], what="the first event on b")
+        b.needs_store, b.store_up = {2}, False
+        gate = Gate(b.bus)
+        gate.close()
+        a.bus.publish({"i": 1})  # b reads this one (its fold waits), not the next ones
+        await until(lambda: len(b.waits.held) == 1, what="the second event held on b")
+        for i in range(2, 6):
+            a.bus.publish({"i": i})
+            await a.bus.flush()
+        await until(lambda: len(a.events) == 6, what="every event on a")
+        redis_server.flush()  # b never read 3 to 6: gone from the stream
+        gate.open.set()
+        a.bus.publish({"i": 6})
+        await until(lambda: [h[0] for h in b.waits.held] == [2, 3, 4, 5, 6, 5001], what="the refetched ones held")
+        assert b.shown == [1] and b.bus.refetched == 4 and b.bus.gone == 0 and b.bus._last_n == 5001
+        b.store_up = True
+        await until(lambda: not b.waits.held, what="the held deliveries")
+        assert b.shown == [1, 2, 3, 4, 5, 6, 5001] and b.bus.refetched == 4 and len(b.bus.jumps) == 1
+    finally:
+        await a.bus.stop()
+        await b.bus.stop()
+        await b.tasks.close()
