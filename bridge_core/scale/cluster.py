@@ -57,10 +57,10 @@ from ..bridge.decisions import EVENTS as DECISION_EVENTS
 from ..bridge.tasks import TaskSet
 from ..model import commands as cmd
 from ..model import events as ev
-from ..model.errors import BridgeError, RunActive
+from ..model.errors import BridgeError, RunActive, Unavailable
 from ..model.serialize import UnknownEvent, from_dict, to_dict
 from ..model.state import ConversationState
-from . import gone, holds, readback, started
+from . import foldwait, gone, holds, readback, started
 from .bus import Bus
 from .numbering import ClusterNumber
 from .routing import Router
@@ -123,6 +123,7 @@ class Cluster:
         self._ending: dict[str, asyncio.Future] = {}  # run_id -> resolved when its end is folded here (move_run)
         self.holds = holds.Holds(bridge.store, self.node_id)  # what this node answers for besides its runs
         self.gaps = gone.Gone(bridge, self.node_id, self.tasks)  # after a gap the stream left (gone.py)
+        self.waits = foldwait.FoldWait(self._deliver, self.tasks)  # deliveries whose fold waits for the store
         if hasattr(bus, "on_passed"):
             bus.on_passed = self.gaps.passed
         self.lag: Optional[float] = None  # s from the last event's publish (its ts) to its delivery here (metrics)
@@ -224,14 +225,16 @@ class Cluster:
         if self._held is not None:
             self._held.append((n, node, data))
             return
+        if self.waits.holds(n, node, data):  # behind one whose fold waits for the store (foldwait.py)
+            return
         ts = data.get("ts") if type(data) is dict else None
         if type(ts) is float:
             self.lag = time.time() - ts
-        if node == self.node_id:
-            event, own = self._own_event(data)
-        else:
-            event, own = self._fold(node, data), False
-        if event is not None:
+        try:  # this node's own event (folded already), or another's folded now
+            event, own = self._own_event(data) if node == self.node_id else (self._fold(node, data), False)
+        except Unavailable:  # a cold transcript's read (seen.py) while the store restarts: nothing shown yet
+            return self.waits.wait(n, node, data)
+        if event is not None:  # (what fan_out raises is not retried: it may have been shown; foldwait.py)
             self.delivering_own = own
             try:
                 self.bridge.fan_out(event, n)
@@ -258,10 +261,9 @@ class Cluster:
     def _fold(self, node: str, data: Any) -> Any:
         """Another node's event into this node's state (as ``Bridge.publish`` folds its own).
 
-        What the state already has is not folded again (``seen.py``): a joining node loads the
-        store and gets the last ``JOIN_BACK`` seconds of the stream, whose events may or may not
-        have been in the store when it read it (and the stream may still be delivering them
-        after the node started serving)."""
+        What the state already has is not folded again (``seen.py``): a joining node loads the store and gets the
+        last ``JOIN_BACK`` s of the stream, whose events may or may not have been in the store when it read it (and
+        the stream may still be delivering them after the node started serving). ``Unavailable``: see foldwait.py."""
         try:
             event = from_dict(data)
         except BridgeError:
@@ -298,10 +300,8 @@ class Cluster:
             did = event.approval_id if t is ev.ApprovalRequested else event.clarify_id
             if bridge.decisions.pending(did) is not None:  # (the ledger took it: its conversation has it)
                 self.deciders[did] = node  # who decides: the node that asked (routing.Router)
-        elif t is ev.ApprovalResolved:
-            self.deciders.pop(event.approval_id, None)
-        elif t is ev.ClarifyResolved:
-            self.deciders.pop(event.clarify_id, None)
+        elif t is ev.ApprovalResolved or t is ev.ClarifyResolved:
+            self.deciders.pop(event.approval_id if t is ev.ApprovalResolved else event.clarify_id, None)
         return event
 
     def _restore(self, event: Any) -> None:

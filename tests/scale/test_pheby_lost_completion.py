@@ -13,8 +13,11 @@ sent to n2's front ends. The run's start, deltas and end name no message and wen
 run that ends while its message is open on a connection gets that message's ``message.complete`` first,
 with the text the run's end carries (pheby_adapter/protocol.py ``Turns``).
 
-Here node b's store reads of the conversation's transcript fail while a's run streams, as the restart made
-n2's fail; the events go through b's real bus reader, and the clients are spec-built over real sockets.
+A fold the store cannot answer now waits for it (bridge_core/scale/foldwait.py;
+tests/scale/test_fold_waits_for_store.py); the rule here still covers an event lost otherwise (a fold
+failing for another reason, events gone for good from the stream). So here node b's reads of the
+conversation's transcript fail while a's run streams with an error that is not the store being away; the
+events go through b's real bus reader, and the clients are spec-built over real sockets.
 """
 
 from __future__ import annotations
@@ -29,8 +32,9 @@ from tests.scale.test_cluster import _app, _nodes
 TEXT = "says m63"
 
 
-def _store_down_for(svc, cid: str) -> list:
-    """``svc``'s reads of ``cid``'s transcript raise as a restarting PostgreSQL made them (the calls, kept)."""
+def _store_down_for(svc, cid: str, error: type = Unavailable) -> list:
+    """``svc``'s reads of ``cid``'s transcript raise as a restarting PostgreSQL made them (``Unavailable``), or
+    ``error`` (the calls, kept); ``del svc.bridge.store.transcript`` lets them through again."""
     store = svc.bridge.store
     read = store.transcript
     calls: list = []
@@ -38,7 +42,7 @@ def _store_down_for(svc, cid: str) -> list:
     def transcript(conversation_id, *args, **kw):
         if conversation_id == cid:
             calls.append(conversation_id)
-            raise Unavailable("cannot reach the store: FATAL: the database system is shutting down")
+            raise error("cannot reach the store: FATAL: the database system is shutting down")
         return read(conversation_id, *args, **kw)
 
     store.transcript = transcript
@@ -57,7 +61,7 @@ async def test_a_run_whose_completion_its_node_lost_still_completes_its_message_
         (b,) = await _nodes(service_factory, engines, tmp_path, "b")
         pb = await _app(b)
         await _cold(b, pa, pb, cid)  # as on n2, restarted: the transcript is read when first needed
-        calls = _store_down_for(b, cid)
+        calls = _store_down_for(b, cid, RuntimeError)  # (Unavailable: the delivery waits, foldwait.py)
         with caplog.at_level(logging.ERROR, logger="agent_bridge.bus"):
             run_id = (await pa.chat(cid, TEXT))["run_id"]
             mid = draft_message_id(run_id)
