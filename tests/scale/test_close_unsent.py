@@ -1,0 +1,175 @@
+"""A restart's close that reached the store and never the stream is sent when the node comes back (chaos seed 2024,
+``decision_not_once``; issue 41; docs/scale-out.md "A close the store has and the stream lacks").
+
+n1 is killed (-9) with a run waiting at an approval; it comes back at once and closes the run itself
+(``Bridge.report_interrupted``: the completion, the approval denied ``restart``, the run's end, a notice). Its bus
+connection goes through a TCP proxy that holds everything from the first command naming the run: the store commits
+the close, the stream never gets it. n1 is killed again and comes back. Before: its start found the run closed in the
+store and published nothing; no other node, no client and no lvmh events table ever had the run's end or the
+approval's resolution. Now the close's bus forms are in the store beside it (bridge_core/scale/unsent.py) and its
+start sends them, once: every node's clients, state and the lvmh events table have them exactly once.
+
+Over real sockets to `agent-bridge serve` processes on a private PostgreSQL and Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import urllib.parse
+
+import psycopg
+
+from bridge_core.bridge.decisions import PENDING_KEY
+from tests.conformance.lvmh_client import Rest
+from tests.conformance.pheby_client import PhebyApp
+from tests.hardening.proc import LVMH_TOKEN, BridgeProcess
+from tests.scale.killed import pheby_app
+from tests.waiting import until
+
+ADAPTERS = "pheby,lvmh"
+
+
+class _HoldNaming:
+    """A TCP proxy in front of Redis. Armed, a client connection is held (nothing more of it passed on, the
+    held bytes dropped at ``cut``) from the first chunk it sends that holds ``needle``."""
+
+    def __init__(self, port: int):
+        self.port, self.armed, self.needle = port, False, b""
+        self.held = asyncio.Event()
+        self.conns: list = []
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return self.server.sockets[0].getsockname()[1]
+
+    async def _serve(self, cr, cw):
+        sr, sw = await asyncio.open_connection("127.0.0.1", self.port)
+        self.conns.append((cw, sw))
+        down = asyncio.ensure_future(self._down(sr, cw))
+        tail, holding = b"", False
+        try:
+            while True:
+                data = await cr.read(65536)
+                if not data:
+                    break
+                if self.armed and self.needle and self.needle in tail + data:
+                    holding = True
+                    self.held.set()
+                tail = data[-len(self.needle):] if self.needle else b""
+                if not holding:
+                    sw.write(data)
+                    await sw.drain()
+        except (asyncio.CancelledError, ConnectionError):
+            pass
+        finally:
+            down.cancel()
+            cw.transport.abort()
+            sw.transport.abort()
+
+    @staticmethod
+    async def _down(sr, cw):
+        try:
+            while data := await sr.read(65536):
+                cw.write(data)
+                await cw.drain()
+        except (asyncio.CancelledError, ConnectionError):
+            pass
+
+    def cut(self) -> None:
+        """Every connection closed, what was held never sent; disarmed."""
+        self.armed = False
+        for cw, sw in self.conns:
+            cw.transport.abort()
+            sw.transport.abort()
+        self.conns.clear()
+
+
+def _of(app: PhebyApp, kind: str, key: str, value: str) -> list:
+    return [f for f in app.frames if f["type"] == kind and f.get(key) == value]
+
+
+def _lvmh(proc) -> Rest:
+    return Rest(f"http://127.0.0.1:{proc.ports['lvmh']}", LVMH_TOKEN)
+
+
+async def test_a_restart_close_the_store_has_and_the_stream_lacks_reaches_every_node_once(
+        serve_nodes, engines, tmp_path):
+    store, bus = engines
+    url = urllib.parse.urlsplit(bus)
+    proxy = _HoldNaming(url.port)
+    via = urllib.parse.urlunsplit(url._replace(netloc=f"{url.netloc.rsplit(':', 1)[0]}:{await proxy.start()}"))
+    n1 = BridgeProcess(str(tmp_path / "n1"), adapters=ADAPTERS,
+                       extra_args=["--store", store, "--bus", via, "--node-id", "n1"])  # fmt: skip
+    await asyncio.to_thread(n1.start)  # the proxy runs on this loop
+    (n2,) = serve_nodes("n2", adapters=ADAPTERS)
+    reads = await psycopg.AsyncConnection.connect(store, autocommit=True)
+    a1, a2 = pheby_app(n1), pheby_app(n2)
+    rests: list = []
+    try:
+        await a1.connect()
+        await a2.connect()
+        cid = await a1.create("closed, never sent")
+        await a2.wait_frame(lambda f: f.get("conversation_id") == cid)
+        run_id = (await a1.chat(cid, "/approve make all"))["run_id"]
+        asked = await a2.wait_frame(lambda f: f["type"] == "approval.request" and f.get("run_id") == run_id, 15)
+        aid = asked["approval_id"]
+
+        async def one(sql: str, *params) -> object:
+            return await (await reads.execute(sql, params)).fetchone()
+
+        await until(lambda: one("SELECT 1 FROM settings WHERE key=%s", PENDING_KEY + aid), 15, "the approval stored")
+        n1.kill9()  # the run open, its approval pending, in the store and on every node
+        proxy.needle, proxy.armed = run_id.encode(), True
+
+        # at once, before n2 takes n1 for dead: n1 closes its run itself, the bus never gets the close
+        await asyncio.to_thread(n1.start)
+        await asyncio.wait_for(proxy.held.wait(), 30)
+
+        async def closed() -> bool:
+            return bool(await one("SELECT 1 FROM runs r JOIN cluster_runs c ON c.run_id=r.run_id WHERE r.run_id=%s "
+                                  "AND r.finished_at IS NOT NULL AND c.state='done'", run_id)) and \
+                not await one("SELECT 1 FROM settings WHERE key=%s", PENDING_KEY + aid)  # fmt: skip
+
+        await until(closed, 20, "n1's close committed")
+        n1.kill9()
+        proxy.cut()
+        assert not _of(a2, "run.finished", "run_id", run_id), "the stream had the close: nothing was held"
+
+        await asyncio.to_thread(n1.start)
+        await a1.close()
+        a1 = pheby_app(n1)
+        await a1.connect()
+        await a2.wait_frame(lambda f: f["type"] == "run.finished" and f.get("run_id") == run_id, 30)
+        rests = [_lvmh(n1), _lvmh(n2)]
+
+        async def stored() -> list:
+            got = [await r.events(cid) for r in rests]
+            ok = all("agent_end" in [e["type"] for e in v] for v in got) and got[0] == got[1]
+            return got[0] if ok else []
+
+        events = await until(stored, 20, "the run's end in the lvmh events, the same from both nodes")
+        resolved = [e for e in events if e["type"] == "approval_resolved" and e["approvalId"] == aid]
+        assert [(e["choice"], e["decidedBy"]) for e in resolved] == [("deny", "restart")], events
+        assert [e["type"] for e in events].count("agent_end") == 1, [e["type"] for e in events]
+        seqs = [e["seq"] for e in events]
+        assert seqs == sorted(set(seqs)), seqs
+
+        assert len(_of(a2, "run.finished", "run_id", run_id)) == 1
+        assert [f["decided_by"] for f in _of(a2, "approval.resolved", "approval_id", aid)] == ["restart"]
+        for app in (a1, a2):
+            history = await app.open(cid)
+            assert history["approvals"] == [] and history["run"] is None, history
+
+        async def dropped() -> bool:
+            return not await one("SELECT 1 FROM settings WHERE key LIKE %s", "unsent:%")
+
+        await until(dropped, 10, "the close's row dropped once its forms came back")
+    finally:
+        for r in rests:
+            await r.close()
+        await a1.close()
+        await a2.close()
+        await reads.close()
+        n1.stop()
+        proxy.cut()
+        proxy.server.close()
