@@ -26,6 +26,7 @@ import logging
 import time
 from typing import Any, Iterator, Optional
 
+from ..bridge.decisions import PENDING_KEY
 from ..model.serialize import from_dict
 
 log = logging.getLogger("agent_bridge.cluster")
@@ -100,20 +101,23 @@ class Unsent:
                 row = None
             if not isinstance(row, dict) or row.get("node") != self.node_id:
                 continue  # another node's (its own start sees to it)
-            forms = [f for f in row.get("forms", []) if isinstance(f, dict) and type(f.get("ts")) is float]
+            run = key[len(KEY):]
+            forms = _stored(self.store, run, [f for f in row.get("forms", []) if _key(f) is not None])
             try:
                 missing = await _missing(bus, forms)
             except Exception:  # the bus away for a moment: kept for the next start
-                log.exception("cluster: reading the close of run %s back from the bus failed", key[len(KEY):])
+                log.exception("cluster: reading the close of run %s back from the bus failed", run)
                 continue
             if missing:
                 log.warning("run %s: %d event(s) of its close the store has and the stream lacks: sent again",
-                            key[len(KEY):], len(missing))  # fmt: skip
-                self._waiting[key[len(KEY):]] = {_ident(f) for f in missing}
+                            run, len(missing))  # fmt: skip
+                self._waiting[run] = {_ident(f) for f in missing}
                 self._resend += missing
                 count += len(missing)
-            else:
-                await self.store.write(lambda c, k=key: c.execute("DELETE FROM settings WHERE key=?", (k,)))
+            value = json.dumps({"node": self.node_id, "forms": missing})  # only those (a new close appends to it)
+            await self.store.write(lambda c, k=key, v=value, m=missing: c.execute(
+                "INSERT OR REPLACE INTO settings(key, value) VALUES(?, ?)", (k, v)) if m else
+                c.execute("DELETE FROM settings WHERE key=?", (k,)))  # fmt: skip
         return count
 
     def resend(self, own: Any, bus: Any) -> None:
@@ -125,20 +129,46 @@ class Unsent:
             bus.publish(data)
 
 
+def _key(data: Any) -> Optional[tuple]:
+    """What a form does, whoever published it: ends a run, completes or adds a message, resolves a decision."""
+    if type(data) is not dict or type(data.get("ts")) is not float:
+        return None
+    field = _DOES.get(data.get("event"))  # type: ignore[arg-type]
+    return (data["event"], data.get(field)) if field is not None else None
+
+
+_DOES = {"RunFinished": "run_id", "MessageCompleted": "message_id", "Notification": "message_id",
+         "ApprovalResolved": "approval_id", "ClarifyResolved": "clarify_id"}  # fmt: skip
+
+
+def _stored(store: Any, run: str, forms: list) -> list:
+    """Those of ``forms`` whose events the store has. The writer commits in queue order: the close's own end
+    stored (the run's ``finished_at`` its ts), every form before it is. Else the store has the run open (the
+    kill came mid-close; this start closes it again, resolving only what the store still has pending) or another
+    node's close ended it: of this one only the resolutions whose pending row is gone count."""
+    end = next((f for f in forms if f["event"] == "RunFinished"), None)
+    row = store.query_one("SELECT finished_at FROM runs WHERE run_id=?", (run,))
+    if end is not None and row is not None and row[0] is not None and abs(float(row[0]) - end["ts"]) < 1e-3:
+        return forms
+    return [f for f in forms if f["event"] in ("ApprovalResolved", "ClarifyResolved") and store.query_one(
+        "SELECT 1 FROM settings WHERE key=?", (PENDING_KEY + str(_key(f)[1]),)) is None]  # type: ignore[index]
+
+
 async def _missing(bus: Any, forms: list) -> list:
-    """Those of ``forms`` (one close's, one conversation's) the stream does not hold: read back from the newest
+    """Those of ``forms`` (one close's, one conversation's) whose deed no event on the stream did (``_key``: a
+    resolution of the same decision, an end of the same run, whoever published it): read back from the newest
     entry down to the oldest form's time (and ``FLOOR`` s at the least)."""
     if not forms:
         return []
-    want = {_ident(f) for f in forms}
+    want = {_key(f) for f in forms}
     held: set = set()
 
     def note(d: Any) -> bool:
-        ident = _ident(d)
-        if ident in want:
-            held.add(ident)
+        key = _key(d)
+        if key in want:
+            held.add(key)
         return held == want
 
     back = max(FLOOR, time.time() - min(f["ts"] for f in forms) + SKEW)
     await bus.newest(str(forms[0].get("conversation_id")).encode(), note, back)
-    return [f for f in forms if _ident(f) not in held]
+    return [f for f in forms if _key(f) not in held]
