@@ -27,6 +27,7 @@ import time
 from typing import Any, Iterator, Optional
 
 from ..bridge.decisions import PENDING_KEY
+from ..bridge.drafts import MESSAGE_SQL
 from ..model.serialize import from_dict
 
 log = logging.getLogger("agent_bridge.cluster")
@@ -114,6 +115,9 @@ class Unsent:
                 self._waiting[run] = {_ident(f) for f in missing}
                 self._resend += missing
                 count += len(missing)
+            for form in missing:  # a kill between the close's end and its notice: the notice's row too, as loaded next
+                if form["event"] == "Notification":
+                    await self.store.write(lambda c, f=form: _notice_row(c, f))
             value = json.dumps({"node": self.node_id, "forms": missing})  # only those (a new close appends to it)
             await self.store.write(lambda c, k=key, v=value, m=missing: c.execute(
                 "INSERT OR REPLACE INTO settings(key, value) VALUES(?, ?)", (k, v)) if m else
@@ -127,6 +131,12 @@ class Unsent:
         for data in forms:
             own.append((from_dict(data), data["event"], data["ts"]))
             bus.publish(data)
+
+
+def _notice_row(c: Any, form: dict) -> None:
+    cid, mid = form.get("conversation_id"), form.get("message_id")
+    if c.execute("SELECT 1 FROM messages WHERE conversation_id=? AND message_id=?", (cid, mid)).fetchone() is None:
+        c.execute(MESSAGE_SQL, (cid, mid, "assistant", form.get("text", ""), form["ts"]))
 
 
 def _key(data: Any) -> Optional[tuple]:

@@ -100,6 +100,18 @@ async def test_a_close_stored_whole_and_never_sent_is_sent_once_and_its_row_drop
     assert sent == []
 
 
+async def test_a_notice_the_store_lacks_is_written_before_the_load_and_sent(store):
+    """The kill came between the batch with the close's end and the one with its notice."""
+    forms = _close()
+    await _stored(store, forms, finished=forms[2]["ts"], pending=False)
+    await store.write(lambda c: c.execute("INSERT INTO conversations(id, name, source, created_at, updated_at) "
+                                          "VALUES(?, 'c', 'demo', 1, 1)", (CID,)))  # fmt: skip
+    sent, _ = await _sent(store, _Stream(forms[:3]))
+    assert sent == forms[3:]
+    assert store.query("SELECT message_id, role, text FROM messages WHERE conversation_id=?", (CID,)) == [
+        ("n-1", "assistant", "interrupted")]
+
+
 async def test_what_the_stream_holds_of_a_close_is_not_sent_again(store):
     forms = _close()
     await _stored(store, forms, finished=forms[2]["ts"], pending=False)
