@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import os
 import time
@@ -291,9 +292,11 @@ class Bridge(CommandHandlers):
             text = longest_text(run.text, run_id, self.durable_texts)
             if len(text) > len(run.text):
                 run.draft = ev.Draft(text)
-        self.publish(ev.RunFinished(conversation_id=cid, run_id=run_id, status="failed", error=ev.RUN_INTERRUPTED))
-        self.publish(ev.Notification(conversation_id=cid, message_id=f"n-{new_id()}", text=notice,
-                                     title="Run interrupted", category="diagnostic", source="bridge"))  # fmt: skip
+        # with several nodes, the close's events are kept in the store until the bus has them (scale/unsent.py)
+        with self.cluster.closing(run_id) if self.cluster is not None else contextlib.nullcontext():
+            self.publish(ev.RunFinished(conversation_id=cid, run_id=run_id, status="failed", error=ev.RUN_INTERRUPTED))
+            self.publish(ev.Notification(conversation_id=cid, message_id=f"n-{new_id()}", text=notice,
+                                         title="Run interrupted", category="diagnostic", source="bridge"))  # fmt: skip
 
     async def _cleanup_loop(self) -> None:
         while True:

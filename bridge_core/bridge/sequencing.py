@@ -17,7 +17,7 @@ agent.
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable, Optional, Protocol
+from typing import Any, Awaitable, Callable, ContextManager, Optional, Protocol
 
 from ..model import commands as cmd
 from ..model.state import ConversationState
@@ -76,3 +76,4 @@ class ClusterLink(Sequencing, Protocol):
     async def gone(self, nodes: Any) -> set: ...  # those of ``nodes`` whose liveness expired
     async def move_run(self, conv: ConversationState) -> bool: ...  # its running run taken over by this node
     async def end_run(self, run_id: str) -> bool: ...  # may this node end ``run_id``, its agent gone from here?
+    def closing(self, run_id: str) -> ContextManager[None]: ...  # around ``Bridge.interrupt``'s close of ``run_id``

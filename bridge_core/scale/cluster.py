@@ -1,24 +1,20 @@
 """Several nodes as one bridge: the bus wired into the core (docs/scale-out.md "Several live nodes").
 
-With ``--bus`` (and a shared ``--store``) the composition root gives the ``Bridge`` a
-``Cluster`` as its sequencing (``Bridge.use_cluster``: the bridge's ``Sequencing`` interface,
-bridge_core/bridge/sequencing.py; on the embedded default ``LocalSequencing``, which works
-exactly as before), and front ends reach it as ``bridge.cluster`` (``ClusterLink``). What
-changes:
+With ``--bus`` (and a shared ``--store``) the composition root gives the ``Bridge`` a ``Cluster`` as its
+sequencing (``Bridge.use_cluster``: the bridge's ``Sequencing`` interface, bridge_core/bridge/sequencing.py; on
+the embedded default ``LocalSequencing``, which works exactly as before), and front ends reach it as
+``bridge.cluster`` (``ClusterLink``). What changes:
 
-- **Events.** ``Bridge.publish`` still folds an event into this node's state at once (the
-  run-end rule, first answer wins and the run-active check stay synchronous where they are);
-  then ``Cluster.publish`` persists it on this node, the event's origin, and hands
-  ``serialize.to_dict(event)`` to the bus instead of the hub. Every node's hub publishes what
-  the bus delivers, its own events and the other nodes' alike, in stream order, with the
-  bus's cluster-wide number ``n`` as the hub's ``seq`` (``Bridge.fan_out``). Another node's
-  event is folded into this node's state first (``_fold``: its conversation's state and the
-  bridge's decision ledger, ``DecisionLedger.fold``, as ``Bridge.publish`` folds its own)
-  and not persisted again.
-- **Joining.** A node starts the bus (joining the stream ``JOIN_BACK`` seconds before its
-  end), holds what it delivers, loads the store, then folds what it held and what follows,
-  skipping what the store already had (``seen.py``): an event committed or not at load time
-  is in this node's state exactly once.
+- **Events.** ``Bridge.publish`` still folds an event into this node's state at once (the run-end rule, first
+  answer wins and the run-active check stay synchronous where they are); then ``Cluster.publish`` persists it on
+  this node, the event's origin, and hands ``serialize.to_dict(event)`` to the bus instead of the hub. Every
+  node's hub publishes what the bus delivers, its own events and the other nodes' alike, in stream order, with
+  the bus's cluster-wide number ``n`` as the hub's ``seq`` (``Bridge.fan_out``). Another node's event is folded
+  into this node's state first (``_fold``: its conversation's state and the bridge's decision ledger,
+  ``DecisionLedger.fold``, as ``Bridge.publish`` folds its own) and not persisted again.
+- **Joining.** A node starts the bus (joining the stream ``JOIN_BACK`` seconds before its end), holds what it
+  delivers, loads the store, then folds what it held and what follows, skipping what the store already had
+  (``seen.py``): an event committed or not at load time is in this node's state exactly once.
 - **Commands** that touch a run go to the node that runs it (``routing.Router``): cancel,
   pause, approval, clarification answer, deleting a conversation with a run, and a message
   into a session hosted elsewhere (a pi session: the node its plugin is connected to,
@@ -35,13 +31,12 @@ changes:
   ``move_run`` claims its row for the new node and tells every node (``moved``, in stream
   order); the node it left lets it go (``AgentSource.run_moved``). A node ending a run its
   agent no longer reaches asks the store first (``end_run``): of the two, one wins.
-- **The number never goes back** (``numbering.ClusterNumber``): a reservation above every
-  ``n`` given is kept in the store. Front ends derive cursors and seqs from ``n``
-  (docs/scale-out.md "The cluster-wide number").
-- **Relays.** ``relay(front_end, data)``: a front end's own payload to the same front end on
-  every other node, in stream order (``add_relay``); ``add_hosted(cls)``: a front end's
-  command that runs on the node hosting its conversation's session, asked of every node
-  like a message into such a session.
+- **The number never goes back** (``numbering.ClusterNumber``): a reservation above every ``n`` given is
+  kept in the store. Front ends derive cursors and seqs from ``n`` (docs/scale-out.md "The cluster-wide number").
+- **Relays.** ``relay(front_end, data)``: a front end's own payload to the same front end on every other node,
+  in stream order (``add_relay``); ``add_hosted(cls)``: a front end's command that runs on the node hosting its
+  conversation's session, asked of every node like a message into such a session.
+- **A close the store has** reaches the stream: its forms kept in the store until they are back (``unsent.py``).
 """
 
 from __future__ import annotations
@@ -60,7 +55,7 @@ from ..model import events as ev
 from ..model.errors import BridgeError, RunActive, Unavailable
 from ..model.serialize import UnknownEvent, from_dict, to_dict
 from ..model.state import ConversationState
-from . import foldwait, gone, holds, readback, started
+from . import foldwait, gone, holds, readback, started, unsent
 from .bus import Bus
 from .numbering import ClusterNumber
 from .routing import Router
@@ -122,6 +117,8 @@ class Cluster:
         self._origins: dict[str, cmd.Origin] = {}  # run_id -> the command origin of another node's run (move_run)
         self._ending: dict[str, asyncio.Future] = {}  # run_id -> resolved when its end is folded here (move_run)
         self.holds = holds.Holds(bridge.store, self.node_id)  # what this node answers for besides its runs
+        self.unsent = unsent.Unsent(bridge.store, self.node_id)  # closes the store has (Bridge.interrupt: closing)
+        self.closing = self.unsent.closing
         self.gaps = gone.Gone(bridge, self.node_id, self.tasks)  # after a gap the stream left (gone.py)
         self.waits = foldwait.FoldWait(self._deliver, self.tasks)  # deliveries whose fold waits for the store
         if hasattr(bus, "on_passed"):
@@ -156,6 +153,7 @@ class Cluster:
         self._mine, self._left_open = frozenset(mine), mine
         await self.read_ends(sorted(mine))  # the runs the bridge's load closes here (Bridge._load_running)
         await self.read_texts(sorted(mine))
+        await self.unsent.read(self.bus)  # its previous life's closes the stream lacks: sent again (joined)
 
     def interrupted_here(self, run_id: str) -> bool:
         """A run the store has open: this node's own from before a restart (or nobody's), as at join?"""
@@ -190,6 +188,7 @@ class Cluster:
             event = self._fold(node, data)
             if event is not None:
                 self.bridge.fan_out(event, n)
+        self.unsent.resend(self._own, self.bus)  # in the store already: to the bus, back as this node's (_own_event)
         self.tasks.spawn(self._watch(), name="cluster-watch")
 
     async def stop(self) -> None:
@@ -202,7 +201,9 @@ class Cluster:
 
     def publish(self, event: Any) -> int:
         """An event this node produced (folded already): persisted here, then to every node through the
-        bus; 0 (its number is the bus's, as it comes back)."""
+        bus; 0 (its number is the bus's, as it comes back). A close's forms go in its row first (unsent.py)."""
+        data = to_dict(event)
+        self.unsent.note(data)
         self.bridge.persister.persist(0, event)
         t = type(event)
         if t is ev.RunStarted:
@@ -214,7 +215,6 @@ class Cluster:
             self.bridge.store.execute_later("UPDATE cluster_runs SET state='done' WHERE run_id=?", (event.run_id,))
         elif t is ev.ConversationDeleted:
             self._ended.pop(event.conversation_id, None)
-        data = to_dict(event)
         self._own.append((event, data["event"], event.ts))
         self.bus.publish(data)
         return 0
@@ -234,6 +234,8 @@ class Cluster:
             event, own = self._own_event(data) if node == self.node_id else (self._fold(node, data), False)
         except Unavailable:  # a cold transcript's read (seen.py) while the store restarts: nothing shown yet
             return self.waits.wait(n, node, data)
+        if node == self.node_id:  # a close's form back from the bus (unsent.py)
+            self.unsent.back(data)
         if event is not None:  # (what fan_out raises is not retried: it may have been shown; foldwait.py)
             self.delivering_own = own
             try:
@@ -464,8 +466,6 @@ class Cluster:
         ending = self._ending.pop(run_id, None)
         if ending is not None and not ending.done():
             ending.set_result(None)
-
-    # --- commands -------------------------------------------------------------------------------
 
     # --- nodes that die -------------------------------------------------------------------------
 

@@ -1,0 +1,184 @@
+"""A close this node made that the store has and the stream may lack (docs/scale-out.md "A close the store has
+and the stream lacks"; chaos seed 2024, issue 41).
+
+A node closes the runs nobody runs any more itself: its own after a restart (``Bridge.report_interrupted``) and
+a dead node's (``Cluster._take_over``), both through ``Bridge.interrupt``. ``Cluster.publish`` persists each event
+of the close (the completion, each decision resolved ``restart``, the ``RunFinished``, the notice), then queues it
+for the bus. A kill -9 after the store committed the close and before the bus sent it left the close in the store
+only: the next life found the run closed and published nothing, and no other node, no client and no lvmh events
+table ever had the run's end or its decisions' resolutions (``decision_not_once``).
+
+So the close's bus forms (what ``Cluster.publish`` sends, ids and ts included) go into a ``settings`` row,
+``unsent:<run_id>``, owned by this node, each form appended by a write queued *before* the event's own rows: the
+store's writer commits in queue order, so a close the store has comes with its row. The row is dropped once every
+form came back from the bus (``back``: this node's delivery of its own event). At join, a row of this node's still
+there (its previous life died before its forms came back) is checked against the stream: forms the stream holds
+are not sent again (every node has them: the lvmh table numbers its rows by the stream's number, a second entry
+would be a second row); the others are published again once the node joined, same ids and ts, and the row is
+dropped when they come back. Rows exist only for closes, dropped at once normally: bounded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import time
+from typing import Any, Iterator, Optional
+
+from ..bridge.decisions import PENDING_KEY
+from ..bridge.drafts import MESSAGE_SQL
+from ..model.serialize import from_dict
+
+log = logging.getLogger("agent_bridge.cluster")
+
+KEY = "unsent:"  # + run_id: {"node": its node, "forms": [bus forms, in publish order]}
+FLOOR = 40.0  # s of stream read back at the least for a row's forms (as started.py BACK)
+SKEW = 5.0  # s between this node's clock (the forms' ts) and Redis's (the entries' ids)
+
+
+def _ident(data: Any) -> Optional[tuple]:
+    """What tells one event's bus form from another's (as ``Cluster._own_event`` matches its own)."""
+    if type(data) is not dict:
+        return None
+    return data.get("event"), data.get("ts"), data.get("conversation_id")
+
+
+def _append(c: Any, key: str, node: str, form: dict) -> None:
+    row = c.execute("SELECT value FROM settings WHERE key=?", (key,)).fetchone()
+    forms = json.loads(row[0]).get("forms", []) if row is not None else []
+    forms.append(form)
+    c.execute("INSERT OR REPLACE INTO settings(key, value) VALUES(?, ?)",
+              (key, json.dumps({"node": node, "forms": forms})))  # fmt: skip
+
+
+class Unsent:
+    def __init__(self, store: Any, node_id: str):
+        self.store = store
+        self.node_id = node_id
+        self._run: Optional[str] = None  # the run whose close ``Bridge.interrupt`` publishes now (``closing``)
+        self._waiting: dict[str, set] = {}  # run_id -> idents of its close's forms not back from the bus yet
+        self._resend: list = []  # forms read at join that the stream lacks: published again (``Cluster.joined``)
+
+    @contextlib.contextmanager
+    def closing(self, run_id: str) -> Iterator[None]:
+        """While ``Bridge.interrupt`` publishes the close of ``run_id`` (synchronously: nothing else interleaves)."""
+        self._run = run_id
+        try:
+            yield
+        finally:
+            self._run = None
+
+    def note(self, data: dict) -> None:
+        """A form ``Cluster.publish`` is about to persist and send: one of a close's, its row grows first."""
+        run = self._run
+        if run is None:
+            return
+        self._waiting.setdefault(run, set()).add(_ident(data))
+        key, node = KEY + run, self.node_id
+        self.store.write_later(lambda c: _append(c, key, node, data))
+
+    def back(self, data: Any) -> None:
+        """One of this node's events delivered by the bus: its close's row dropped once every form is back."""
+        if not self._waiting:
+            return
+        ident = _ident(data)
+        for run, idents in self._waiting.items():
+            if ident in idents:
+                idents.discard(ident)
+                if not idents:
+                    del self._waiting[run]
+                    self.store.execute_later("DELETE FROM settings WHERE key=?", (KEY + run,))
+                return
+
+    async def read(self, bus: Any) -> int:
+        """At join: this node's rows left by its previous life; forms the stream holds dropped, the rest kept
+        for ``resend``. A row whose stream could not be read stays (the next start tries). Forms to send."""
+        count = 0
+        for key, value in self.store.query("SELECT key, value FROM settings WHERE key LIKE ?", (KEY + "%",)):
+            try:
+                row = json.loads(value)
+            except ValueError:
+                row = None
+            if not isinstance(row, dict) or row.get("node") != self.node_id:
+                continue  # another node's (its own start sees to it)
+            run = key[len(KEY):]
+            forms = _stored(self.store, run, [f for f in row.get("forms", []) if _key(f) is not None])
+            try:
+                missing = await _missing(bus, forms)
+            except Exception:  # the bus away for a moment: kept for the next start
+                log.exception("cluster: reading the close of run %s back from the bus failed", run)
+                continue
+            if missing:
+                log.warning("run %s: %d event(s) of its close the store has and the stream lacks: sent again",
+                            run, len(missing))  # fmt: skip
+                self._waiting[run] = {_ident(f) for f in missing}
+                self._resend += missing
+                count += len(missing)
+            for form in missing:  # a kill between the close's end and its notice: the notice's row too, as loaded next
+                if form["event"] == "Notification":
+                    await self.store.write(lambda c, f=form: _notice_row(c, f))
+            value = json.dumps({"node": self.node_id, "forms": missing})  # only those (a new close appends to it)
+            await self.store.write(lambda c, k=key, v=value, m=missing: c.execute(
+                "INSERT OR REPLACE INTO settings(key, value) VALUES(?, ?)", (k, v)) if m else
+                c.execute("DELETE FROM settings WHERE key=?", (k,)))  # fmt: skip
+        return count
+
+    def resend(self, own: Any, bus: Any) -> None:
+        """The forms ``read`` found missing from the stream published again, once, oldest first: noted in ``own``
+        (``Cluster._own``: delivered back as this node's own, folded already, the store having them)."""
+        forms, self._resend = self._resend, []
+        for data in forms:
+            own.append((from_dict(data), data["event"], data["ts"]))
+            bus.publish(data)
+
+
+def _notice_row(c: Any, form: dict) -> None:
+    cid, mid = form.get("conversation_id"), form.get("message_id")
+    if c.execute("SELECT 1 FROM messages WHERE conversation_id=? AND message_id=?", (cid, mid)).fetchone() is None:
+        c.execute(MESSAGE_SQL, (cid, mid, "assistant", form.get("text", ""), form["ts"]))
+
+
+def _key(data: Any) -> Optional[tuple]:
+    """What a form does, whoever published it: ends a run, completes or adds a message, resolves a decision."""
+    if type(data) is not dict or type(data.get("ts")) is not float:
+        return None
+    field = _DOES.get(data.get("event"))  # type: ignore[arg-type]
+    return (data["event"], data.get(field)) if field is not None else None
+
+
+_DOES = {"RunFinished": "run_id", "MessageCompleted": "message_id", "Notification": "message_id",
+         "ApprovalResolved": "approval_id", "ClarifyResolved": "clarify_id"}  # fmt: skip
+
+
+def _stored(store: Any, run: str, forms: list) -> list:
+    """Those of ``forms`` whose events the store has. The writer commits in queue order: the close's own end
+    stored (the run's ``finished_at`` its ts), every form before it is. Else the store has the run open (the
+    kill came mid-close; this start closes it again, resolving only what the store still has pending) or another
+    node's close ended it: of this one only the resolutions whose pending row is gone count."""
+    end = next((f for f in forms if f["event"] == "RunFinished"), None)
+    row = store.query_one("SELECT finished_at FROM runs WHERE run_id=?", (run,))
+    if end is not None and row is not None and row[0] is not None and abs(float(row[0]) - end["ts"]) < 1e-3:
+        return forms
+    return [f for f in forms if f["event"] in ("ApprovalResolved", "ClarifyResolved") and store.query_one(
+        "SELECT 1 FROM settings WHERE key=?", (PENDING_KEY + str(_key(f)[1]),)) is None]  # type: ignore[index]
+
+
+async def _missing(bus: Any, forms: list) -> list:
+    """Those of ``forms`` (one close's, one conversation's) whose deed no event on the stream did (``_key``: a
+    resolution of the same decision, an end of the same run, whoever published it): read back from the newest
+    entry down to the oldest form's time (and ``FLOOR`` s at the least)."""
+    if not forms:
+        return []
+    want = {_key(f) for f in forms}
+    held: set = set()
+
+    def note(d: Any) -> bool:
+        key = _key(d)
+        if key in want:
+            held.add(key)
+        return held == want
+
+    back = max(FLOOR, time.time() - min(f["ts"] for f in forms) + SKEW)
+    await bus.newest(str(forms[0].get("conversation_id")).encode(), note, back)
+    return [f for f in forms if _key(f) not in held]

@@ -1,0 +1,159 @@
+"""What a node's start sends again of a close its previous life stored and the stream may lack
+(bridge_core/scale/unsent.py; docs/scale-out.md "A close the store has and the stream lacks"): exactly what the
+store has and no event on the stream did, whatever the kill cut. On the real SQLite store; the stream is a list
+read back as ``RedisBus.newest`` reads it (newest first, the first match ending the read). Over real processes:
+tests/scale/test_close_unsent.py."""
+
+from __future__ import annotations
+
+import collections
+import json
+from typing import Any
+
+import pytest
+
+from bridge_core.bridge.decisions import PENDING_KEY
+from bridge_core.bridge.sqlite import Store
+from bridge_core.model import events as ev
+from bridge_core.model.serialize import to_dict
+from bridge_core.scale.unsent import KEY, Unsent
+
+CID, RUN, AID = "c1", "r1", "a1"
+
+
+class _Stream:
+    """The stream's events (bus forms), read back newest first; what is published goes on it."""
+
+    def __init__(self, events: list):
+        self.events = list(events)
+
+    async def newest(self, needle: bytes, match: Any, back: float) -> Any:
+        for data in reversed(self.events):
+            if needle in json.dumps(data).encode() and match(data):
+                return data
+        return None
+
+    def publish(self, data: Any) -> None:
+        self.events.append(data)
+
+
+def _close(ts: float = 1000.0) -> list:
+    """A restart's close of RUN: the completion, the approval denied by restart, the end, the notice."""
+    return [to_dict(e) for e in (
+        ev.MessageCompleted(conversation_id=CID, message_id=f"draft-{RUN}", text="so far", run_id=RUN, ts=ts),
+        ev.ApprovalResolved(conversation_id=CID, run_id=RUN, approval_id=AID, choice="deny", accepted=False,
+                            decided_by="restart", ts=ts + 0.001),
+        ev.RunFinished(conversation_id=CID, run_id=RUN, status="failed", error=ev.RUN_INTERRUPTED, ts=ts + 0.002),
+        ev.Notification(conversation_id=CID, message_id="n-1", text="interrupted", category="diagnostic",
+                        source="bridge", ts=ts + 0.003))]  # fmt: skip
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = Store(str(tmp_path / "bridge.db")).open()
+    yield s
+    s.close()
+
+
+async def _stored(store: Store, forms: list, *, finished: Any, pending: bool, node: str = "n1") -> None:
+    def write(c: Any) -> None:
+        c.execute("INSERT INTO runs(run_id, conversation_id, status, started_at, finished_at) VALUES(?,?,?,?,?)",
+                  (RUN, CID, "failed" if finished else "running", 1.0, finished))  # fmt: skip
+        if pending:
+            c.execute("INSERT INTO settings(key, value) VALUES(?, '{}')", (PENDING_KEY + AID,))
+        c.execute("INSERT INTO settings(key, value) VALUES(?, ?)",
+                  (KEY + RUN, json.dumps({"node": node, "forms": forms})))  # fmt: skip
+
+    await store.write(write)
+
+
+async def _sent(store: Store, stream: _Stream) -> tuple[list, Unsent]:
+    unsent = Unsent(store, "n1")
+    before = len(stream.events)
+    await unsent.read(stream)
+    own: collections.deque = collections.deque()
+    unsent.resend(own, stream)
+    assert [tag for _, tag, _ in own] == [d["event"] for d in stream.events[before:]]  # each awaited back as own
+    return stream.events[before:], unsent
+
+
+def _row(store: Store) -> Any:
+    row = store.query_one("SELECT value FROM settings WHERE key=?", (KEY + RUN,))
+    return None if row is None else json.loads(row[0])["forms"]
+
+
+async def test_a_close_stored_whole_and_never_sent_is_sent_once_and_its_row_dropped_when_back(store):
+    forms = _close()
+    await _stored(store, forms, finished=forms[2]["ts"], pending=False)
+    stream = _Stream([])
+    sent, unsent = await _sent(store, stream)
+    assert sent == forms  # same ids and ts, in order
+    assert _row(store) == forms
+    for data in sent[:-1]:
+        unsent.back(data)
+    await store.synced()
+    assert _row(store) == forms  # not all back yet
+    unsent.back(sent[-1])
+    await store.synced()
+    assert _row(store) is None
+    sent, _ = await _sent(store, stream)  # a next start: nothing left
+    assert sent == []
+
+
+async def test_a_notice_the_store_lacks_is_written_before_the_load_and_sent(store):
+    """The kill came between the batch with the close's end and the one with its notice."""
+    forms = _close()
+    await _stored(store, forms, finished=forms[2]["ts"], pending=False)
+    await store.write(lambda c: c.execute("INSERT INTO conversations(id, name, source, created_at, updated_at) "
+                                          "VALUES(?, 'c', 'demo', 1, 1)", (CID,)))  # fmt: skip
+    sent, _ = await _sent(store, _Stream(forms[:3]))
+    assert sent == forms[3:]
+    assert store.query("SELECT message_id, role, text FROM messages WHERE conversation_id=?", (CID,)) == [
+        ("n-1", "assistant", "interrupted")]
+
+
+async def test_what_the_stream_holds_of_a_close_is_not_sent_again(store):
+    forms = _close()
+    await _stored(store, forms, finished=forms[2]["ts"], pending=False)
+    sent, _ = await _sent(store, _Stream(forms[:2]))  # the kill cut the bus after two forms
+    assert sent == forms[2:]
+
+
+async def test_a_decision_another_node_resolved_on_the_stream_is_not_resolved_again(store):
+    forms = _close()
+    await _stored(store, forms, finished=forms[2]["ts"], pending=False)
+    theirs = dict(forms[1], decided_by="remote", choice="once", accepted=True, ts=forms[1]["ts"] + 5)
+    sent, _ = await _sent(store, _Stream([theirs]))
+    assert [d["event"] for d in sent] == ["MessageCompleted", "RunFinished", "Notification"]
+
+
+async def test_a_kill_mid_close_sends_only_the_resolutions_the_store_has(store):
+    """The run's end not stored (the run open: this start closes it again, resolving only what is still pending):
+    the resolution whose pending row is gone is sent; the rest is the new close's."""
+    forms = _close()
+    await _stored(store, forms, finished=None, pending=False)
+    sent, _ = await _sent(store, _Stream([]))
+    assert sent == [forms[1]]
+    assert _row(store) == [forms[1]]  # the new close appends its own forms to it
+
+
+async def test_a_kill_before_anything_of_the_close_was_stored_sends_nothing(store):
+    forms = _close()
+    await _stored(store, forms[:1], finished=None, pending=True)  # only the first form's row write committed
+    sent, _ = await _sent(store, _Stream([]))
+    assert sent == [] and _row(store) is None
+
+
+async def test_a_run_another_node_closed_gets_none_of_this_close(store):
+    forms = _close()
+    await _stored(store, forms, finished=forms[2]["ts"] + 7, pending=False)  # another end stored
+    theirs = dict(forms[1], decided_by="restart", ts=forms[1]["ts"] + 7)
+    sent, _ = await _sent(store, _Stream([theirs]))
+    assert sent == []
+
+
+async def test_another_nodes_row_is_left_alone(store):
+    forms = _close()
+    await _stored(store, forms, finished=forms[2]["ts"], pending=False, node="n2")
+    sent, _ = await _sent(store, _Stream([]))
+    assert sent == [] and _row(store) == forms
