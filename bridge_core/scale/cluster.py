@@ -329,32 +329,15 @@ class Cluster:
 
     async def read_end(self, run_id: str) -> list:
         """Of a run the store has open, the end its node published (last ``TEXT_BACK`` s), the completion before, a
-        close's notice after (seed 2003, nodes_disagree), first its decisions' resolutions: bus forms, oldest first."""
-        decided = await self._read_decisions(run_id)
-        end = await self.bus.newest(run_id.encode(), lambda d, r=run_id: readback.end_of(d, r), TEXT_BACK)
-        done = None if end is None else await self.bus.newest(run_id.encode(), lambda d, r=run_id: (
-            readback.last_text(d, r) and d["event"] != "TextDelta"), TEXT_BACK)
+        close's notice after (seed 2003, nodes_disagree), first its decisions' resolutions: bus forms, oldest first.
+        One pass over one window (``readback.RunBack``: read one after another, a busy stream moved the window on
+        between the end and the completion, just older; chaos seed 2104, the run's message never written)."""
+        back = readback.RunBack(run_id)
+        await self.bus.newest(run_id.encode(), back, TEXT_BACK)
+        end, done = back.end, back.done if back.end is not None else None
         notice = None if end is None or end.get("error") != ev.RUN_INTERRUPTED else await self.bus.newest(
             str(end.get("conversation_id")).encode(), lambda d, e=end: readback.notice_of(d, e), TEXT_BACK)
-        return decided + [d for d in (done, end, notice) if d is not None]
-
-    async def _read_decisions(self, run_id: str) -> list:
-        """The decisions of ``run_id`` (one of this node's the store left open) resolved on the bus in the last
-        ``TEXT_BACK`` s, oldest first, each once: the first resolution of each, as the ledger took it. Its previous
-        life published them and died before its store had them (kill -9 right after a resolve): folded and written
-        before the restart closes the run, whose close finds them resolved, not pending (``decision_not_once``)."""
-        seen: list = []
-
-        def note(d: Any) -> bool:  # every match of the window noted, newest first; none taken: read to its end
-            if readback.decision_of(d, run_id):
-                seen.append(d)
-            return False
-
-        await self.bus.newest(run_id.encode(), note, TEXT_BACK)
-        first: dict = {}
-        for d in reversed(seen):
-            first.setdefault((d["event"], d.get("approval_id") or d.get("clarify_id")), d)
-        return list(first.values())
+        return back.decisions() + [d for d in (done, end, notice) if d is not None]
 
     # --- one run per conversation ---------------------------------------------------------------
 

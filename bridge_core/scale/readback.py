@@ -68,3 +68,37 @@ def notice_of(data: Any, end: dict) -> bool:
     """Is ``data`` the notice ``Bridge.interrupt`` published right after ``end`` (a run closed as interrupted)?"""
     return type(data) is dict and data.get("event") == "Notification" and data.get("source") == "bridge" and \
         data.get("conversation_id") == end.get("conversation_id") and 0 <= data.get("ts", -1) - end.get("ts", 0) < 1
+
+
+class RunBack:
+    """A ``match`` for ``newest`` that takes nothing (the window read to its end) and notes, in one pass over one
+    window, what a node's restart (or a survivor taking its run over) reads back of one of its runs the store left
+    open (bridge_core/scale/cluster.py ``read_end``): the run's end, the completion of its message (published just
+    before it) and its decisions' resolutions. Read one after another, each read's window began where the stream's
+    newest entry was then: a busy stream moved it on in between, and an end found at its oldest edge came without
+    its completion, a few milliseconds older (chaos seed 2104: the run's end written, its message never)."""
+
+    def __init__(self, run_id: str):
+        self.run_id = run_id
+        self.end: Any = None  # the newest RunFinished of the run
+        self.done: Any = None  # the newest completion of its message
+        self._decided: list = []  # resolutions of its decisions, newest first
+
+    def __call__(self, data: Any) -> bool:
+        r = self.run_id
+        if decision_of(data, r):
+            self._decided.append(data)
+        elif self.end is None and end_of(data, r):
+            self.end = data
+        elif self.done is None and last_text(data, r) and data["event"] != "TextDelta":
+            self.done = data
+        return False
+
+    def decisions(self) -> list:
+        """The first resolution of each decision, oldest first, as the ledger took it: its node's previous life
+        published them and died before its store had them (kill -9 right after a resolve): folded and written
+        before the restart closes the run, whose close finds them resolved, not pending (``decision_not_once``)."""
+        first: dict = {}
+        for d in reversed(self._decided):
+            first.setdefault((d["event"], d.get("approval_id") or d.get("clarify_id")), d)
+        return list(first.values())
