@@ -377,11 +377,8 @@ def stored_run_text(store: Any, run_id: str, drafts_from: Optional[int] = None,
     that delta, or the draft where they hold the draft's own delta, never past them (an origin killed
     holding its last deltas saved them in its draft, and no phone got them)."""
     events = [(n, bytes(b)) for n, b in store.query("SELECT n, body FROM loomi_events ORDER BY n")]
-    rows = [[b for _, b in events]]
-    by_source: dict[str, list[bytes]] = {}
-    for source, body in store.query("SELECT source, body FROM loomi_frames ORDER BY source, m"):
-        by_source.setdefault(source, []).append(bytes(body))
-    rows += by_source.values()
+    by_source = frames_by_source(store)
+    rows = [[b for _, b in events], *by_source.values()]
     sources = [None, *by_source]
     marks = {} if exact is None else {s: (upto, float(ts)) for s, upto, ts in store.query(
         "SELECT source, upto, ts FROM loomi_marks WHERE message_id=? AND run_id=?", (exact[0], run_id))}
@@ -400,6 +397,14 @@ def stored_run_text(store: Any, run_id: str, drafts_from: Optional[int] = None,
             text = None if rest is None else draft[0] + rest
         texts.append(text)
     return max((t for t in texts if t), key=len, default=None)
+
+
+def frames_by_source(store: Any) -> dict[str, list[bytes]]:
+    """With several nodes, each source's stored frame bodies (``loomi_frames``), in its order; none on one node."""
+    by_source: dict[str, list[bytes]] = {}
+    for source, body in store.query("SELECT source, body FROM loomi_frames ORDER BY source, m"):
+        by_source.setdefault(source, []).append(bytes(body))
+    return by_source
 
 
 def text_from(events: list[tuple[int, bytes]], run_id: str, start: int, ts: float) -> Optional[str]:
@@ -473,10 +478,15 @@ def run_end(tails: Iterable[bytes], run_id: str) -> Optional[RunEnd]:
 
 
 def stored_run_end(store: Any, run_id: str) -> Optional[RunEnd]:
-    """``run_end`` over one node's replay rows in the store (``Bridge.add_durable_end``): the journal's rows
-    were committed at start, before the bridge loads the runs it left open. A phone may have got this end
-    (replayed from these rows) though the core's store had not committed it when the process died."""
-    return run_end((bytes(b) for (b,) in store.query("SELECT body FROM loomi_events ORDER BY n")), run_id)
+    """``run_end`` over the replay rows in the store (``Bridge.add_durable_end``): one node's events (the
+    journal's rows were committed at start, before the bridge loads the runs it left open), and with several
+    nodes each source's frames, every node's that rendered the end. A phone may have got this end (replayed
+    from these rows) though the core's store had not committed it when its node died; with several nodes the
+    stream may have lost it too (Redis lost its keys: chaos seed 2103, the run closed again as interrupted by
+    its node's restart or a survivor). The first end any of them holds (a later one is a second close)."""
+    ends = [run_end((bytes(b) for (b,) in store.query("SELECT body FROM loomi_events ORDER BY n")), run_id)]
+    ends += [run_end(tails, run_id) for tails in frames_by_source(store).values()]
+    return min((e for e in ends if e is not None), key=lambda e: e.ts, default=None)
 
 
 # the frames that stand for a row of the core's store (``row_events``), found in a body before it is parsed

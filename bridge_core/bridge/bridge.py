@@ -191,7 +191,7 @@ class Bridge(CommandHandlers):
         back as the conversation's active run, with the decisions it left pending, so that
         report_interrupted closes it by the one rule every run end follows (close_run)."""
         for run_id, cid, started in self.store.query(LEFT_OPEN, (ev.RUN_INTERRUPTED,)):
-            if self.durable_ends and self._restore_end(cid, run_id):
+            if self.durable_ends and self.restore_end(cid, run_id) is not None:
                 continue  # ended before the crash, as a front end holds (and a phone may have seen)
             if self.sequencing.interrupted_here(run_id):
                 self.interrupted_runs.append((cid, run_id))  # else another node's run, going on there
@@ -204,20 +204,24 @@ class Bridge(CommandHandlers):
                 if saved is not None:
                     run.draft = ev.Draft(saved)
 
-    def _restore_end(self, cid: str, run_id: str) -> bool:
+    def restore_end(self, cid: str, run_id: str) -> Optional[ev.RunFinished]:
         """A run the store left open whose end a front end's durable record holds (Loomi's journaled rows,
-        durable before the core's writer committed the end: a phone may have its ``run.completed``): that
-        end and its message's text are written, and the run is not closed again (a second end on every front
-        end: event_twice, chaos seed 2002). As ``Cluster.read_ends`` does with the bus's record."""
+        durable before the core's writer committed the end: a phone may have its ``run.completed``; with several
+        nodes, the frames of every node that rendered it): that end and its message's text are written, and the
+        run is not closed again (a second end on every front end: event_twice, chaos seed 2002; with several
+        nodes, once the stream lost it too, chaos seed 2103). As ``Cluster.read_ends`` does with the bus's
+        record. The end written, or None."""
         end = durable_end(run_id, self.durable_ends)
         if end is None or cid not in self.conversations:
-            return False
-        if end.text:
-            self.persister.restore_message(cid, draft_message_id(run_id), end.text, end.ts)
-        self.persister.persist(0, ev.RunFinished(conversation_id=cid, run_id=run_id, status=end.status,
-                                                 error=end.error, text=end.text, ts=end.ts))  # fmt: skip
+            return None
+        # (its completion, empty text or not: the one its close published, which the other nodes hold)
+        self.persister.restore_message(cid, draft_message_id(run_id), end.text, end.ts)
+        finished = ev.RunFinished(conversation_id=cid, run_id=run_id, status=end.status, error=end.error,
+                                  text=end.text, ts=end.ts)  # fmt: skip
+        self.persister.persist(0, finished)
+        self.sequencing.restored_end(run_id)
         log.warning("run %s: its end (%s) restored from a front end's durable record", run_id, end.status)
-        return True
+        return finished
 
     async def _restore_rows(self) -> None:
         """What a front end's durable record holds and the store never got (Loomi's journal, durable at once,
@@ -225,7 +229,7 @@ class Bridge(CommandHandlers):
         user's message, the run and its end, that a phone replays after the restart while the transcript
         lacks it; chaos, issue 41) is written back before the store is loaded, in order, once
         (``Persister.restore_rows``). ``_load_running`` then ends such a run as the record holds
-        (``_restore_end``) or closes it as interrupted with the longest durable text (``interrupt``)."""
+        (``restore_end``) or closes it as interrupted with the longest durable text (``interrupt``)."""
         events = durable_rows(self.durable_rows)
         if not events:
             return

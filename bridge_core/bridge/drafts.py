@@ -48,7 +48,7 @@ class RunEnd(NamedTuple):
 
 # run id -> its end, where a front end's durable record holds one (None: none there): Loomi's journaled replay
 # rows (loomi_adapter/journal.py ``stored_run_end``), durable on the loop before the core's writer commits the
-# run's end; a start writes that end rather than closing the run again (``Bridge._restore_end``)
+# run's end; a start writes that end rather than closing the run again (``Bridge.restore_end``)
 DurableEnd = Callable[[str], Optional[RunEnd]]
 
 # the core's events behind the store's rows as a front end's durable record holds them, in their order:

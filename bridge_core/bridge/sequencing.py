@@ -27,6 +27,7 @@ from .hub import Hub, Subscriber
 class Sequencing(Protocol):
     async def join(self) -> None: ...  # before the bridge loads the store
     def interrupted_here(self, run_id: str) -> bool: ...  # a run the store has running: this node's (a restart's)?
+    def restored_end(self, run_id: str) -> None: ...  # a run the store had open, ended as a durable record holds
     def joined(self) -> None: ...  # after the bridge loaded the store: persisting and delivering begin
     async def stop(self) -> None: ...  # after the agent sources stopped (what they published last goes out first)
     def publish(self, event: Any) -> int: ...  # an event folded here: its seq, delivered (0: as it comes back)
@@ -50,6 +51,9 @@ class LocalSequencing:
 
     def interrupted_here(self, run_id: str) -> bool:
         return True
+
+    def restored_end(self, run_id: str) -> None:
+        return None
 
     def joined(self) -> None:
         self.hub.subscribe(self.persist)  # the first subscriber: written before any front end renders it

@@ -131,6 +131,7 @@ class Cluster:
         bridge.add_durable_text(self.texts.get)
         self.execute = self.router.execute  # Sequencing: a command on the node it belongs to
         self.add_hosted = self.router.add_hosted
+        self.restored_end = lambda run_id: started.let_go(self, run_id)  # (Bridge.restore_end: its claim let go)
         bridge.use_cluster(self)
 
     # --- joining, leaving ----------------------------------------------------------------------

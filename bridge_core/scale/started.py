@@ -34,8 +34,10 @@ import logging
 from typing import Any
 
 from ..bridge.persist import Persister
+from ..model import events as ev
 from ..model.errors import BridgeError
-from ..model.serialize import from_dict
+from ..model.ids import draft_message_id
+from ..model.serialize import from_dict, to_dict
 
 log = logging.getLogger("agent_bridge.cluster")
 
@@ -83,8 +85,11 @@ async def restore_taken(cluster: Any, won: list) -> None:
         if store.query_one("SELECT 1 FROM runs WHERE run_id=?", (run_id,)) is None:
             await restore_start(store, cluster.bus, run_id)
         conv = bridge.conversations.get(cid)
-        if conv is None or (conv.run is not None and conv.run.run_id == run_id):
-            continue  # still running here: closed as interrupted (Cluster._take_over)
+        if conv is not None and conv.run is not None and conv.run.run_id == run_id:
+            ended_elsewhere(cluster, cid, run_id)  # else still running: closed as interrupted (Cluster._take_over)
+            continue
+        if conv is None:
+            continue
         if store.query_one("SELECT 1 FROM runs WHERE run_id=? AND finished_at IS NULL", (run_id,)) is None:
             continue  # ended in the store, or never began
         try:
@@ -92,6 +97,8 @@ async def restore_taken(cluster: Any, won: list) -> None:
         except Exception:  # the bus away for a moment: left open, the next load closes it
             log.exception("cluster: reading the end of run %s from the bus failed", run_id)
             continue
+        if not ends:  # the stream lost it too (Redis lost its keys): a front end's durable record may hold it
+            bridge.restore_end(cid, run_id)
         for data in ends:  # written as the node's restart writes its previous life's (Cluster._restore)
             try:
                 cluster._restore(from_dict(data))
@@ -128,6 +135,31 @@ async def restore_created(store: Any, bus: Any) -> int:
     if added:
         log.warning("cluster: %d conversation(s) the store lacked read back from the bus", added)
     return added
+
+
+def ended_elsewhere(cluster: Any, cid: str, run_id: str) -> bool:
+    """A dead node's run still running here whose end a front end's durable record holds (another node's Loomi
+    frames: it rendered the end this node never got, the stream having lost it, and the dead node's store never
+    had it; chaos seed 2103, a completed run closed again as interrupted by the survivor, its approval denied
+    after it was accepted): that end written (``Bridge.restore_end``) and folded here, sent to nobody (the other
+    nodes had it: as a read-back from the store, reload.py). True when it ended so."""
+    finished = cluster.bridge.restore_end(cid, run_id)
+    if finished is None:
+        return False
+    done = ev.MessageCompleted(conversation_id=cid, message_id=draft_message_id(run_id), text=finished.text,
+                               run_id=run_id, ts=finished.ts)  # (as its close published it, before its end)
+    for event in (done, finished):
+        cluster._fold("store", to_dict(event))
+    return True
+
+
+def let_go(cluster: Any, run_id: str) -> None:
+    """A run the store had open that this node's load ended as a front end's durable record holds it
+    (``Bridge.restore_end``: the stream lost its end too): its rows written already, its claim let go here (else
+    every send in its conversation is ``run_active`` for good), as ``Cluster._restore`` does for an end the stream
+    gave back."""
+    cluster._left_open.discard(run_id)
+    cluster.bridge.store.execute_later("UPDATE cluster_runs SET state='done' WHERE run_id=?", (run_id,))
 
 
 async def restore_start(store: Any, bus: Any, run_id: str) -> Any:

@@ -4,7 +4,7 @@ after the restart, and gets no second end (event_twice, chaos seed 2002, issue 4
 
 Before: the restart found the run running in the store and closed it as interrupted, a second
 ``run.completed`` (status failed) and a ``run.failed`` after the first. Now the start writes the end the
-journaled rows hold (``Bridge._restore_end``, loomi_adapter/journal.py ``stored_run_end``).
+journaled rows hold (``Bridge.restore_end``, loomi_adapter/journal.py ``stored_run_end``).
 
 Over real sockets to a real process; the test's own SQLite transaction holds the store's write lock (the
 batch with the run's end waits, and so does every frame behind it) while the process is killed.
