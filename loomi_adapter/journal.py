@@ -57,7 +57,7 @@ from typing import Any, Iterable, Iterator, Optional, Union
 
 import orjson
 
-from bridge_core.bridge.drafts import RunEnd
+from bridge_core.bridge.drafts import NOTICE_TITLE, RunEnd
 from bridge_core.model import events as ev
 from bridge_core.model.ids import draft_message_id
 from bridge_core.bridge.private import open_private
@@ -467,14 +467,36 @@ def text_after(tails: Iterable[bytes], run_id: str, ts: float, exact: bool = Fal
 
 def run_end(tails: Iterable[bytes], run_id: str) -> Optional[RunEnd]:
     """The end of ``run_id`` as frame bodies (without their ``{``, in order) hold it: its last
-    ``run.completed`` (its status, error and text), or None."""
+    ``run.completed`` (its status, error and text), or None. An interrupted end (``Bridge.interrupt``) with its
+    notice (text, time): the first ``notification`` of the run's task after it titled ``NOTICE_TITLE`` (a
+    notification frame names no run and no message: ``Bridge.restore_end`` writes it under the run's notice id)."""
+    needle, title = b'"run_id":' + orjson.dumps(run_id), orjson.dumps(NOTICE_TITLE)
     end: Optional[RunEnd] = None
-    for frame, payload in _run_frames(tails, run_id, "run.completed"):
-        if "status" not in payload:
-            continue
-        ts = float(frame.get("ts") or 0)
-        end = RunEnd(str(payload["status"]), payload.get("error"), payload.get("text") or "", ts)
-    return end
+    task, notice = None, None
+    for tail in tails:
+        if needle in tail and b'"run.completed"' in tail:
+            frame = _frame(tail)
+            payload = frame.get("payload") or {}
+            if frame.get("type") == "run.completed" and frame.get("run_id") == run_id and "status" in payload:
+                ts = float(frame.get("ts") or 0)
+                end = RunEnd(str(payload["status"]), payload.get("error"), payload.get("text") or "", ts)
+                task, notice = frame.get("task_id"), None
+        elif end is not None and notice is None and end.error == ev.RUN_INTERRUPTED and title in tail:
+            frame = _frame(tail)
+            payload = frame.get("payload") or {}
+            if (frame.get("type") == "notification" and frame.get("task_id") == task
+                    and payload.get("title") == NOTICE_TITLE and isinstance(payload.get("text"), str)):
+                notice = (payload["text"], float(frame.get("ts") or 0))
+    return None if end is None else end._replace(notice=notice)
+
+
+def _frame(tail: bytes) -> dict:
+    """A frame body (without its ``{``) parsed; {} where it does not parse."""
+    try:
+        frame = orjson.loads(b"{" + tail)
+    except orjson.JSONDecodeError:
+        return {}
+    return frame if isinstance(frame, dict) else {}
 
 
 def stored_run_end(store: Any, run_id: str) -> Optional[RunEnd]:
@@ -483,7 +505,8 @@ def stored_run_end(store: Any, run_id: str) -> Optional[RunEnd]:
     nodes each source's frames, every node's that rendered the end. A phone may have got this end (replayed
     from these rows) though the core's store had not committed it when its node died; with several nodes the
     stream may have lost it too (Redis lost its keys: chaos seed 2103, the run closed again as interrupted by
-    its node's restart or a survivor). The first end any of them holds (a later one is a second close)."""
+    its node's restart or a survivor). The first end any of them holds (a later one is a second close), with
+    the interrupt notice that record holds after it (``run_end``)."""
     ends = [run_end((bytes(b) for (b,) in store.query("SELECT body FROM loomi_events ORDER BY n")), run_id)]
     ends += [run_end(tails, run_id) for tails in frames_by_source(store).values()]
     return min((e for e in ends if e is not None), key=lambda e: e.ts, default=None)

@@ -32,7 +32,8 @@ from .agent import AgentSource
 from .attachments import AttachmentStore
 from .decisions import EVENTS as DECISION_EVENTS
 from .decisions import DecisionLedger
-from .drafts import DraftSaver, DurableEnd, DurableRows, DurableText, durable_end, durable_rows, longest_text
+from .drafts import (NOTICE_TITLE, DraftSaver, DurableEnd, DurableRows, DurableText, durable_end, durable_rows,
+                     longest_text, notice_id)
 from .handlers import HANDLERS, CommandHandlers
 from .hub import Hub
 from .persist import Persister
@@ -53,6 +54,14 @@ RUN_END_REASON = {"cancelled": "cancelled", "failed": "failed", "completed": "co
 CLOSE_PENDING = "(status='failed' AND error=? AND finished_at IS NULL)"
 # the runs a start finds left open (parameter: ev.RUN_INTERRUPTED): running, or their close pending
 LEFT_OPEN = "SELECT run_id, conversation_id, started_at FROM runs WHERE status='running' OR " + CLOSE_PENDING
+
+
+def interrupt_notice(cid: str, run_id: str, text: str, ts: Optional[float] = None) -> ev.Notification:
+    """The notice that says why ``run_id`` was closed as interrupted (``Bridge.interrupt``; restored with its end,
+    ``Bridge.restore_end``): one message per run (``drafts.notice_id``)."""
+    extra = {} if ts is None else {"ts": ts}
+    return ev.Notification(conversation_id=cid, message_id=notice_id(run_id), text=text, title=NOTICE_TITLE,
+                           category="diagnostic", source="bridge", **extra)  # fmt: skip
 
 
 def decided_by_end(status: str, error: Optional[str]) -> Any:
@@ -204,13 +213,15 @@ class Bridge(CommandHandlers):
                 if saved is not None:
                     run.draft = ev.Draft(saved)
 
-    def restore_end(self, cid: str, run_id: str) -> Optional[ev.RunFinished]:
+    def restore_end(self, cid: str, run_id: str) -> Optional[list]:
         """A run the store left open whose end a front end's durable record holds (Loomi's journaled rows,
         durable before the core's writer committed the end: a phone may have its ``run.completed``; with several
         nodes, the frames of every node that rendered it): that end and its message's text are written, and the
         run is not closed again (a second end on every front end: event_twice, chaos seed 2002; with several
         nodes, once the stream lost it too, chaos seed 2103). As ``Cluster.read_ends`` does with the bus's
-        record. The end written, or None."""
+        record. An interrupted end (``interrupt``) with its notice where the record holds it, under the run's
+        notice id, after the end (else the node that lost the close lacks the notice every other one holds:
+        nodes_disagree, seed 2103). The events written (the end, then any notice), or None."""
         end = durable_end(run_id, self.durable_ends)
         if end is None or cid not in self.conversations:
             return None
@@ -219,9 +230,14 @@ class Bridge(CommandHandlers):
         finished = ev.RunFinished(conversation_id=cid, run_id=run_id, status=end.status, error=end.error,
                                   text=end.text, ts=end.ts)  # fmt: skip
         self.persister.persist(0, finished)
+        written: list = [finished]
+        if end.error == ev.RUN_INTERRUPTED and end.notice is not None:
+            notice = interrupt_notice(cid, run_id, *end.notice)
+            self.persister.restore_message(cid, notice.message_id, notice.text, notice.ts)  # once, where it is
+            written.append(notice)
         self.sequencing.restored_end(run_id)
         log.warning("run %s: its end (%s) restored from a front end's durable record", run_id, end.status)
-        return finished
+        return written
 
     async def _restore_rows(self) -> None:
         """What a front end's durable record holds and the store never got (Loomi's journal, durable at once,
@@ -299,8 +315,7 @@ class Bridge(CommandHandlers):
         # with several nodes, the close's events are kept in the store until the bus has them (scale/unsent.py)
         with self.cluster.closing(run_id) if self.cluster is not None else contextlib.nullcontext():
             self.publish(ev.RunFinished(conversation_id=cid, run_id=run_id, status="failed", error=ev.RUN_INTERRUPTED))
-            self.publish(ev.Notification(conversation_id=cid, message_id=f"n-{new_id()}", text=notice,
-                                         title="Run interrupted", category="diagnostic", source="bridge"))  # fmt: skip
+            self.publish(interrupt_notice(cid, run_id, notice))  # one id per run: a redo names the same message
 
     async def _cleanup_loop(self) -> None:
         while True:

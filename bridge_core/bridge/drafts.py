@@ -38,12 +38,25 @@ DurableText = Callable[[str], Optional[str]]
 
 
 class RunEnd(NamedTuple):
-    """A run's end as a front end's durable record holds it (its closing frame): what a phone may have got."""
+    """A run's end as a front end's durable record holds it (its closing frame): what a phone may have got;
+    an interrupted end (error ``RUN_INTERRUPTED``) with its notice's text and time where the record holds it."""
 
     status: str
     error: Optional[str]
     text: str
     ts: float
+    notice: Optional[tuple[str, float]] = None
+
+
+# the notice that says why a run was closed as interrupted (``Bridge.interrupt``): one per run, whoever closes it
+# and however often (a redo of a close, an end restored from a durable record, ``Bridge.restore_end``), so every
+# store and surface holds it once (a row written once, ``seen`` on a bus: bridge_core/scale/seen.py)
+NOTICE_TITLE = "Run interrupted"
+
+
+def notice_id(run_id: str) -> str:
+    """The message id of ``run_id``'s interrupt notice (a run id is 32 hex: the form of any other notice's id)."""
+    return f"n-{run_id}"
 
 
 # run id -> its end, where a front end's durable record holds one (None: none there): Loomi's journaled replay

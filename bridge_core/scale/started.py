@@ -141,14 +141,16 @@ def ended_elsewhere(cluster: Any, cid: str, run_id: str) -> bool:
     """A dead node's run still running here whose end a front end's durable record holds (another node's Loomi
     frames: it rendered the end this node never got, the stream having lost it, and the dead node's store never
     had it; chaos seed 2103, a completed run closed again as interrupted by the survivor, its approval denied
-    after it was accepted): that end written (``Bridge.restore_end``) and folded here, sent to nobody (the other
-    nodes had it: as a read-back from the store, reload.py). True when it ended so."""
-    finished = cluster.bridge.restore_end(cid, run_id)
-    if finished is None:
+    after it was accepted): that end written (``Bridge.restore_end``; an interrupted end's notice with it) and
+    folded here, sent to nobody (the other nodes had it: as a read-back from the store, reload.py). True when it
+    ended so."""
+    written = cluster.bridge.restore_end(cid, run_id)
+    if written is None:
         return False
+    finished = written[0]
     done = ev.MessageCompleted(conversation_id=cid, message_id=draft_message_id(run_id), text=finished.text,
                                run_id=run_id, ts=finished.ts)  # (as its close published it, before its end)
-    for event in (done, finished):
+    for event in (done, *written):  # (an interrupted end's notice after it)
         cluster._fold("store", to_dict(event))
     return True
 
