@@ -157,6 +157,7 @@ class LoomiFrontEnd(FrontEnd):
             self._loop = asyncio.get_running_loop()
             if gaps is not None:  # events the stream lost: the phones here told
                 gaps.hooks.append(self._gone)
+            self._unsubscribe = self.bridge.hub.subscribe(self.on_event)  # its join's are its rows (scale-out.md)
         await self.registry.prepare()
         await self.revocations.prepare()
         # after a crash, a run's message is completed with what its replay rows hold (journal.py)

@@ -177,7 +177,8 @@ class FrontEnd:
         # an address holds at most `unauth_per_address` connections that have not authenticated
         self.runner, self._listener, self.port = await listen(app, self.name, self.limiter, host, port, ssl_context,
                                                               self.keepalive_timeout)  # fmt: skip
-        self._unsubscribe = self.bridge.hub.subscribe(self.on_event)
+        if self._unsubscribe is None:  # (subscribed already: a front end that renders a node's join, prepare)
+            self._unsubscribe = self.bridge.hub.subscribe(self.on_event)
         return self.port
 
     async def stop(self) -> None:

@@ -35,6 +35,21 @@ class Nodes:
         for svc in reversed(list(self.running)):
             await self.stop(svc)
 
+    async def start_behind(self, name: str) -> Any:
+        """A node started with every delivery held from its first, its join's included (a node just started, still
+        behind: it renders nothing yet), until ``release``."""
+        from bridge_core.scale.cluster import Cluster
+
+        held: list = []
+        deliver = Cluster._deliver
+        Cluster._deliver = lambda cluster, n, node, data: held.append((n, node, data))  # (the bus takes it at start)
+        try:
+            svc = await self.start(name)
+        finally:
+            Cluster._deliver = deliver
+        self._held[svc] = (svc.bridge.cluster._deliver, held)
+        return svc
+
     def hold(self, svc: Any) -> None:
         """What the bus delivers to ``svc`` waits (the node lags behind in the stream) until ``release``."""
         bus = svc.bridge.cluster.bus
