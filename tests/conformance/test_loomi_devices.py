@@ -1,8 +1,8 @@
 """Loomi §3 from the phones' side: several devices, one of them misbehaving.
 
 Behind a reverse proxy every phone has the proxy's address. One phone that keeps retrying with a
-revoked or wrong credential must not lock out the others or block a new pairing (CONTRACT.md,
-Loomi: a limit never refuses a valid device credential or a valid pairing token).
+revoked or wrong credential must not lock out the others or block a new pairing (docs/loomi.md close
+code 4029, docs/security.md: a limit never refuses a valid device credential or a valid pairing token).
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ async def paired(server, name: str = "Pixel 9") -> LoomiApp:
 
 
 def slow_text(seconds: float) -> str:
-    """The demo agent's /slow text (CONTRACT.md "The demo agent")."""
+    """The demo agent's /slow text (README.md "The demo agent")."""
     return " ".join(f"w{i + 1}" for i in range(int(round(seconds * 10))))
 
 

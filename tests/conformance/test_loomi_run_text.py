@@ -61,7 +61,7 @@ def added_up(app: LoomiApp, run_id: str) -> str:
 
 
 @pytest.mark.parametrize(("command", "expected"), [
-    ("/slow 6", " ".join(f"w{i + 1}" for i in range(60))),  # a word every 100 ms (CONTRACT.md "The demo agent")
+    ("/slow 6", " ".join(f"w{i + 1}" for i in range(60))),  # a word every 100 ms (README.md "The demo agent")
     ("/bench 600 100", "tok " * 600),  # 600 deltas of "tok " at 100 a second
 ], ids=["slow", "bench"])  # fmt: skip
 async def test_the_deltas_add_up_to_the_completed_text_also_after_a_reconnect_mid_run(server, command, expected):

@@ -136,7 +136,7 @@ async def test_chat_send_answers_run_accepted_first(server):
 async def test_a_long_answer_arriving_fast_ends_as_its_whole_text(server):
     """The spec: drafts are cumulative (replace the bubble), the completion's text supersedes them. However
     few drafts a long, fast answer gets (the pacing is the server's), each is a prefix of the final text,
-    and ``message.complete`` carries all of it (CONTRACT: ``/bench n`` appends ``tok `` n times)."""
+    and ``message.complete`` carries all of it (README.md "The demo agent": ``/bench n`` appends ``tok `` n times)."""
     a = await connected(server)
     try:
         cid, accepted, start = await run_to_end(a, "Long", "/bench 20000")

@@ -1,6 +1,6 @@
 """Three `agent-bridge serve` processes on one private PostgreSQL and one private Redis, each
 with its own data dir and ports (run/ports.json), the same secrets: one bridge, over real
-sockets (docs/scale-out.md, CONTRACT.md "Several nodes")."""
+sockets (docs/scale-out.md, docs/scale-out.md "Several live nodes")."""
 
 from __future__ import annotations
 

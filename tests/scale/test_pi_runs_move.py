@@ -17,7 +17,7 @@ from tests.hardening.proc import LVMH_TOKEN, PHEBY_SECRET, BridgeProcess
 from tests.scale.pi import lvmh_http, plugin_url
 
 RETURN = 1.0  # [lvmh] plugin_return_seconds on these nodes: how long a lost plugin's run stays open
-CONTRACT = 15.0  # CONTRACT.md "Several nodes": a dead node's runs are closed within this
+CONTRACT = 15.0  # docs/scale-out.md "Several live nodes": a dead node's runs are closed within this
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ from tests.hardening.proc import LVMH_TOKEN, PHEBY_SECRET, ROOT, BridgeProcess
 from tests.waiting import until
 
 GONE = "This run was interrupted: the bridge node running it stopped."
-CONTRACT = 15.0  # s: the others notice a dead node and close its runs (CONTRACT.md "Several nodes")
+CONTRACT = 15.0  # s: the others notice a dead node and close its runs (docs/scale-out.md "Several live nodes")
 
 
 @pytest.fixture
