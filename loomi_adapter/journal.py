@@ -59,6 +59,7 @@ import orjson
 
 from bridge_core.bridge.drafts import NOTICE_TITLE, RunEnd
 from bridge_core.model import events as ev
+from bridge_core.model.errors import BridgeError
 from bridge_core.model.ids import draft_message_id
 from bridge_core.bridge.private import open_private
 
@@ -376,8 +377,9 @@ def stored_run_text(store: Any, run_id: str, drafts_from: Optional[int] = None,
     message (``loomi_marks``: the text up to the delta of its time, as long as it says) where its rows hold
     that delta, or the draft where they hold the draft's own delta, never past them (an origin killed
     holding its last deltas saved them in its draft, and no phone got them)."""
-    events = [(n, bytes(b)) for n, b in store.query("SELECT n, body FROM loomi_events ORDER BY n")]
-    by_source = frames_by_source(store)
+    where, args = ("", ()) if exact is None else run_filter(store, run_id)  # on the loop: only the run's rows
+    events = [(n, bytes(b)) for n, b in store.query(f"SELECT n, body FROM loomi_events{where} ORDER BY n", args)]
+    by_source = frames_by_source(store, where, args)
     rows = [[b for _, b in events], *by_source.values()]
     sources = [None, *by_source]
     marks = {} if exact is None else {s: (upto, float(ts)) for s, upto, ts in store.query(
@@ -399,10 +401,26 @@ def stored_run_text(store: Any, run_id: str, drafts_from: Optional[int] = None,
     return max((t for t in texts if t), key=len, default=None)
 
 
-def frames_by_source(store: Any) -> dict[str, list[bytes]]:
-    """With several nodes, each source's stored frame bodies (``loomi_frames``), in its order; none on one node."""
+def sent_text(store: Any, e: ev.MessageCompleted) -> Optional[str]:
+    """What went out of ``e``'s message (runtexts.py ``sent``); None if the store fails: no filler, not no end."""
+    try:
+        return stored_run_text(store, e.run_id, exact=(e.message_id, e.text))
+    except (BridgeError, *store.errors) as exc:
+        log.warning("no filler for run %s: the store failed: %s", e.run_id, type(exc).__name__)
+        return None
+
+
+def run_filter(store: Any, run_id: str) -> tuple[str, tuple]:
+    """A WHERE of the bodies that hold ``run_id``'s needle (``run_text``'s), and its parameter: SQLite's
+    ``instr`` (its LIKE matches no BLOB), PostgreSQL's ``position`` (the shared store's engine)."""
+    op = "position(? IN body) > 0" if getattr(store, "shared", False) else "instr(body, ?) > 0"
+    return " WHERE " + op, (b'"run_id":' + orjson.dumps(run_id),)
+
+
+def frames_by_source(store: Any, where: str = "", args: tuple = ()) -> dict[str, list[bytes]]:
+    """With several nodes, each source's stored frame bodies (``loomi_frames``, ``where``), in its order."""
     by_source: dict[str, list[bytes]] = {}
-    for source, body in store.query("SELECT source, body FROM loomi_frames ORDER BY source, m"):
+    for source, body in store.query(f"SELECT source, body FROM loomi_frames{where} ORDER BY source, m", args):
         by_source.setdefault(source, []).append(bytes(body))
     return by_source
 

@@ -13,8 +13,9 @@
   The filler is rendered and numbered under the completion's number, stored like every frame (a replay
   serves it too). A node that rendered none of the message's deltas (restarted since, or it missed them; its
   origin killed with -9 holding its last deltas, which its draft kept: issue 41, chaos seed 2022) counts what
-  the phones got from the stored frames of the run (``sent``: journal.py ``stored_run_text``, exact), a query
-  made only then: the run's deltas from its start, or past a *mark* (``marks``: where a source's frames of a
+  the phones got from the stored frames of the run (``sent``: journal.py ``sent_text``, exact), a query
+  made only then, of the rows naming the run only (a store failing then: no filler, logged): the run's
+  deltas from its start, or past a *mark* (``marks``: where a source's frames of a
   streaming message stood, stored at each prune of its rows, so a run longer than the rows keep is counted
   too). Where they do not show it exactly, no filler.
 """

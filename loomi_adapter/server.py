@@ -35,7 +35,7 @@ from .cluster import ClusterRegistry
 from .config import PART
 from .devices import Device, Registry
 from .errors import Replaced
-from .journal import stored_rows, stored_run_end, stored_run_text
+from .journal import sent_text, stored_rows, stored_run_end, stored_run_text
 from .protocol import CHECK, REQUEST, Authenticate, Close, Job, LoomiProtocol, PairHello, Settings
 from .revocation import Revocations
 from .runtexts import RunTexts
@@ -165,7 +165,7 @@ class LoomiFrontEnd(FrontEnd):
                                                        drafts_from=getattr(self.registry, "drafts_from", None)))
         self.bridge.add_durable_end(functools.partial(stored_run_end, self.bridge.store))  # an end a phone may have
         store = self.bridge.store  # what went out of a run whose deltas were not rendered here (runtexts.py)
-        self.texts.sent = lambda e: stored_run_text(store, e.run_id, exact=(e.message_id, e.text))
+        self.texts.sent = functools.partial(sent_text, store)  # (its failure: no filler, journal.py)
         if cluster is None:  # one node: the journal's exchange the core's store may lack (journal.py stored_rows)
             self.bridge.add_durable_rows(functools.partial(stored_rows, self.bridge.store))
             self.registry.before_move = self.bridge.drafts.save  # journal.py ``Journal.drafts_from``
