@@ -241,7 +241,7 @@ class PhebyProtocol:
         """The executing command's reply, given the bridge's result (None: the broadcast answers)."""
         command = self.executing
         if type(command) is cmd.OpenConversation and result.run is not None:
-            self.turns.opened(result.run.run_id, result.run.message_id)  # the snapshot shows its message open
+            self.turns.shown(result.run)
         return render.reply(command, result, now)
 
     def fail(self, exc: BaseException, now: float) -> bytes:
@@ -284,21 +284,39 @@ class Turns:
     snapshot) gets that message's ``message.complete`` first, with the text
     the run's end carries (else the newest draft this node had:
     ``Broadcast.completion``); the completion arriving after that is not
-    sent again. Loomi and lvmh fill lost deltas the same way
+    sent again. A message completes once on a connection: one this connection
+    already had complete (its ``message.complete`` sent here, even while the
+    ``conversation.open`` showing it running executed, or a snapshot showing
+    it completed) is never opened again, so its run's end adds nothing.
+    Loomi and lvmh fill lost deltas the same way
     (loomi_adapter/runtexts.py, lvmh_adapter/book.py).
     """
 
-    __slots__ = ("keep", "_open", "_filled")
+    __slots__ = ("keep", "_open", "_done")
 
     def __init__(self, keep: int = KEEP):
         self.keep = keep
         self._open: dict[str, str] = {}  # run id -> its message's id, open on this connection
-        self._filled: dict[str, None] = {}  # message ids completed here at their run's end
+        self._done: dict[str, None] = {}  # message ids of runs this connection had complete
 
     def opened(self, run_id: str, message_id: str) -> None:
+        if message_id in self._done:
+            return  # completed here already (e.g. while the open showing it running executed)
         self._open[run_id] = message_id
         if len(self._open) > self.keep:  # a run whose end never came
             del self._open[next(iter(self._open))]
+
+    def shown(self, run: Any) -> None:
+        """A ``conversation.open`` snapshot showed ``run`` (``ActiveRun``): its message open unless completed."""
+        if run.completed:
+            self._complete(run.message_id)
+        else:
+            self.opened(run.run_id, run.message_id)
+
+    def _complete(self, message_id: str) -> None:
+        self._done[message_id] = None
+        if len(self._done) > self.keep:
+            del self._done[next(iter(self._done))]
 
     def send(self, event: Any, broadcast: "Broadcast") -> Sequence[bytes]:
         """The frames of ``event`` for this connection (``Broadcast.render``'s, and the completion it lacks)."""
@@ -308,16 +326,17 @@ class Turns:
             self.opened(event.run_id, event.message_id)
         elif t is ev.MessageCompleted:
             mid = event.message_id
-            if mid in self._filled:
-                return NOTHING  # completed at its run's end already: once
+            if event.run_id is None:
+                return frames
+            if mid in self._done:
+                return NOTHING  # completed here already (at its run's end): once
+            self._complete(mid)
             if self._open.get(event.run_id) == mid:
                 del self._open[event.run_id]
         elif t is ev.RunFinished:
             mid = self._open.pop(event.run_id, None)
             if mid is not None:
-                self._filled[mid] = None
-                if len(self._filled) > self.keep:
-                    del self._filled[next(iter(self._filled))]
+                self._complete(mid)
                 return (broadcast.completion(event, mid), *frames)
         return frames
 

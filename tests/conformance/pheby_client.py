@@ -227,8 +227,11 @@ class PhebyApp:
         view.run = None
         if run is not None:
             view.run = {"run_id": run["run_id"], "message_id": run["message_id"]}
-            view.messages[run["message_id"]] = {"role": "assistant", "text": run["text"], "done": False}
-            self._turn_states[run["run_id"]] = "streaming"
+            if run["message_id"] in view.messages:  # in the transcript: its message completed, the run goes on
+                self._turn_states[run["run_id"]] = "completed"
+            else:
+                view.messages[run["message_id"]] = {"role": "assistant", "text": run["text"], "done": False}
+                self._turn_states[run["run_id"]] = "streaming"
         view.approvals = {a["approval_id"]: a for a in h["approvals"]}
         view.clarifications = {c["clarify_id"]: c for c in h["clarifications"]}
 

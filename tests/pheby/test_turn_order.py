@@ -117,3 +117,52 @@ def test_a_connection_remembers_a_bounded_number_of_runs():
     assert len(turns.send(oldest, pair.broadcast)) == 1  # forgotten: its end alone
     newest = ev.RunFinished(conversation_id="c1", run_id="r2", status="completed", text="t")
     assert len(turns.send(newest, pair.broadcast)) == 2
+
+
+def _opened_snapshot(completed: bool) -> Snapshot:
+    conv = ConversationState(conversation_id="c1", name="c")
+    run = ActiveRun(run_id="r1", message_id="draft-r1", started_at=1.0, completed=completed)
+    return Snapshot(conversation=conv, messages=[], attachments=[], run=run, tools=[], approvals=[],
+                    clarifications=[])  # fmt: skip
+
+
+DONE = ev.MessageCompleted(conversation_id="c1", message_id="draft-r1", text="w1", run_id="r1")
+END = ev.RunFinished(conversation_id="c1", run_id="r1", status="completed", text="w1")
+
+
+def test_a_snapshot_showing_the_message_completed_opens_nothing():
+    """Opened after the run's message completed, before the run ended: the run's end is all that comes."""
+    pair = ProtocolPair()
+    _streamed(pair, "w1")
+    pair.publish(DONE)
+    c = pair.connect()
+    pair.run(c, cmd.OpenConversation(conversation_id="c1", request_id="o"), result=_opened_snapshot(completed=True))
+    assert c.received()[0]["run"]["message_id"] == "draft-r1"
+    pair.publish(END)
+    assert _turn(c.received()) == [("run.finished", "")]
+
+
+def test_a_completion_sent_while_the_open_executes_counts():
+    """The snapshot showed the message running; its completion was broadcast while the open executed: once."""
+    pair = ProtocolPair()
+    _streamed(pair, "w1")
+    c = pair.connect()
+    pair.run(c, cmd.OpenConversation(conversation_id="c1", request_id="o"), result=_opened_snapshot(completed=False),
+             during=[DONE])  # fmt: skip
+    assert _turn(c.received())[1:] == [("message.complete", "w1")]
+    pair.publish(END)
+    assert _turn(c.received()) == [("run.finished", "")]
+
+
+def test_a_message_completed_on_a_connection_is_never_opened_again_there():
+    """The rule itself, both orders: completed then opened (nothing to fill), opened then completed (nothing)."""
+    pair = ProtocolPair()
+    first = Turns()
+    first.send(DONE, pair.broadcast)
+    first.opened("r1", "draft-r1")
+    assert len(first.send(END, pair.broadcast)) == 1  # its end alone
+    second = Turns()
+    second.opened("r1", "draft-r1")
+    assert len(second.send(DONE, pair.broadcast)) == 1
+    second.opened("r1", "draft-r1")  # a later open showing it (a stale snapshot) opens nothing
+    assert len(second.send(END, pair.broadcast)) == 1
