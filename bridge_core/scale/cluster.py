@@ -66,6 +66,10 @@ log = logging.getLogger("agent_bridge.cluster")
 NODE_TTL = 10.0  # the bus liveness key of a node: gone this long after its last beat when it dies
 BEAT_EVERY = 2.5
 SWEEP_EVERY = 1.0  # a dead node is noticed within NODE_TTL + SWEEP_EVERY (the contract: 15 s)
+# after Redis lost its keys (the nodes' liveness keys with them) nobody is taken for dead this long: a node's key
+# kept would have lived NODE_TTL, and a live node slow to beat again (stopped, a loaded machine) is not dead
+# (chaos seed 2300: a node stopped 5 s just after a loss, its streaming run closed as interrupted by another)
+LOST_GRACE = NODE_TTL
 JOIN_BACK = 5.0  # seconds of stream a joining node folds again (writes its load may have missed)
 MOVE_WAIT = 3.0  # s a node taking a run over that ended meanwhile waits for that end to come (move_run)
 
@@ -520,12 +524,13 @@ class Cluster:
                 self.texts[run_id] = data["draft"] if data["event"] == "TextDelta" else data["text"]
 
     def _keys_lost(self, live: set) -> bool:
-        """Redis lost its keys lately (this node's own liveness key is gone, or the bus saw it):
-        the other nodes' keys may be missing until their next beat, so nobody is taken for dead."""
+        """Redis lost its keys lately (this node's own liveness key is gone, or the bus saw it within
+        ``LOST_GRACE``): the other nodes' keys may be missing until their next beat, which a live node
+        stopped or slowed a while gives late, so nobody is taken for dead."""
         if self.node_id not in live:
             self.bus.note_lost("this node's liveness key was gone")
             return True
-        return self.bus.lost_recently(BEAT_EVERY + SWEEP_EVERY)
+        return self.bus.lost_recently(LOST_GRACE)
 
     # --- front ends' relays and hosted commands --------------------------------------------------
 
@@ -551,9 +556,7 @@ class Cluster:
         """Those of ``nodes`` whose liveness expired (none while Redis lost its keys lately: a live
         node's key may be missing until its next beat)."""
         live = set(await self.bus.live_nodes())
-        if self.node_id not in live or self.bus.lost_recently(BEAT_EVERY + SWEEP_EVERY):
-            return set()
-        return set(nodes) - live
+        return set() if self._keys_lost(live) else set(nodes) - live
 
 
 def _run_started(c: Any, run_id: str, cid: str, node: str) -> None:
