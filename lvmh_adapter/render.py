@@ -63,7 +63,7 @@ def attachment(a: ev.Attachment) -> dict:
 
 
 class _Conv:
-    __slots__ = ("open_id", "run_id", "draft_id", "parts", "restored", "seen", "ended")
+    __slots__ = ("open_id", "run_id", "draft_id", "parts", "restored", "held", "seen", "ended")
 
     def __init__(self) -> None:
         self.open_id: Optional[str] = None  # the assistant message currently open
@@ -71,6 +71,7 @@ class _Conv:
         self.draft_id: Optional[str] = None
         self.parts = 0  # assistant messages opened in this run
         self.restored: Optional[OpenRun] = None  # a run rebuilt from stored events after a restart
+        self.held: Optional[OpenRun] = None  # the tools and decisions the open run holds, as rendered here
         self.seen: Optional[str] = None  # the last run whose start this renderer saw or rebuilt (kept past its end)
         self.ended: Optional[str] = None  # the last run whose end this renderer rendered (or the store holds)
 
@@ -194,17 +195,17 @@ class Renderer:
 
         Its ``RunFinished`` (the core reports runs a restart interrupted) then closes the
         open message, and what only these events know (decisions and tools the core's
-        memory lost with the old process) is closed with it.
+        memory lost with the old process) is closed with it (``_run_finished``).
         """
         self.rebuild(cid, run.run_id or "", run)
-        run.open_id = None  # the renderer's own closing covers the message
         self._conv(cid).restored = run
 
     def rebuild(self, cid: str, run_id: str, run: Optional[OpenRun], ended: bool = False) -> None:
         """Run ``run_id`` of ``cid`` as its stored events leave it (``run``; None: the store does not show
         it open; ``ended``: the store holds its end): the run and open message a node that rendered it from
         its start holds, so what this renderer renders next is the same on every node. The run's first
-        message has its draft id (``_run_started``), later parts are numbered from it."""
+        message has its draft id (``_run_started``), later parts are numbered from it; the tools and decisions
+        it holds open are those a node that rendered it from its start holds (``held``)."""
         c = self._conv(cid)
         c.seen = run_id
         if ended:
@@ -215,6 +216,8 @@ class Renderer:
         c.open_id = run.open_id
         c.parts = run.messages
         c.draft_id = draft_message_id(run.run_id) if run.run_id is not None else None
+        run.open_id = None  # the renderer's own closing covers the message
+        c.held = run
 
     def completed_before_end(self, cid: str, run_id: str) -> None:
         """Run ``run_id``'s end is next: its open message counts as completed, so the end renders no
@@ -273,10 +276,10 @@ class Renderer:
         out: Rendered = []
         fn(self, e, out)
         c = self._convs.get(getattr(e, "conversation_id", None)) if self._convs else None
-        if c is not None and c.restored is not None:
+        if c is not None and c.held is not None:
             for etype, payload in out:  # what the core closes itself is not closed again
                 if etype != "message_start" and etype != "message_end":
-                    c.restored.feed(etype, payload)
+                    c.held.feed(etype, payload)
         return out
 
     # --- per event type ----------------------------------------------------------------------------
@@ -288,6 +291,7 @@ class Renderer:
     def _run_started(self, e: ev.RunStarted, out: Rendered) -> None:
         c = self._conv(e.conversation_id)
         c.run_id, c.draft_id, c.parts, c.open_id, c.seen = e.run_id, e.message_id, 0, None, e.run_id
+        c.held = OpenRun()
         payload: dict = {"runId": e.run_id}
         if e.model:
             payload["model"] = e.model
@@ -351,15 +355,17 @@ class Renderer:
         c.ended = e.run_id
         if again:  # one end per run, however many arrive (read back, delivered again, a restart's close)
             if c.run_id == e.run_id:  # (restored after its end was rendered: closed, nothing rendered)
-                c.open_id = c.run_id = c.draft_id = c.restored = None
+                c.open_id = c.run_id = c.draft_id = c.restored = c.held = None
             return
         if c.open_id is not None and c.run_id == e.run_id:
             # the run ended inside a message that was never completed: close it with what was said
             out.append(("message_end", {"message": message("assistant", c.open_id, e.text, complete=True)}))
-        if c.restored is not None and c.run_id == e.run_id:
-            out.extend(c.restored.closing(RESTART))
+        if c.held is not None and c.run_id == e.run_id and (c.restored is not None or e.error == ev.RUN_INTERRUPTED):
+            # what a restart cut short that the core no longer knows: an interrupted run's, on every node alike (a
+            # node that restored the run alone closing it stored rows no browser elsewhere got: chaos seed 2304)
+            out.extend(c.held.closing(RESTART))
         c.open_id = c.run_id = c.draft_id = None
-        c.restored = None
+        c.restored = c.held = None
         end: dict = {"usage": usage(e.usage), "status": e.status, "runId": e.run_id}
         if e.error:
             end["error"] = e.error
