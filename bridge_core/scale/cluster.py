@@ -190,7 +190,13 @@ class Cluster:
                 self.bridge.persister.persist(0, event)
         held, self._held = self._held or [], None
         for n, node, data in held:
-            event = self._fold(node, data)
+            if self.waits.holds(n, node, data):  # as _deliver: behind one whose fold waits for the store
+                continue
+            try:
+                event = self._fold(node, data)
+            except Unavailable:  # (a cold transcript's read while the store restarts: else the join failed)
+                self.waits.wait(n, node, data)
+                continue
             if event is not None:
                 self.bridge.fan_out(event, n)
         self.unsent.resend(self._own, self.bus)  # in the store already: to the bus, back as this node's (_own_event)

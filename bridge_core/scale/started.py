@@ -79,31 +79,48 @@ async def restore_taken(cluster: Any, won: list) -> None:
     ``Cluster._restore``). Whoever comes first, the dead node's restart or this, the other finds the rows written
     (each written where the store lacks it; an end written twice is the same end). The conversations the store
     lacks first, as the restart's (``restore_created``: a node that stays down wrote them nowhere)."""
-    store, bridge = cluster.bridge.store, cluster.bridge
-    await restore_created(store, cluster.bus)
+    await _skipped(restore_created(cluster.bridge.store, cluster.bus), "the conversations created lately")
     for run_id, cid in won:
-        if store.query_one("SELECT 1 FROM runs WHERE run_id=?", (run_id,)) is None:
-            await restore_start(store, cluster.bus, run_id)
-        conv = bridge.conversations.get(cid)
-        if conv is not None and conv.run is not None and conv.run.run_id == run_id:
-            ended_elsewhere(cluster, cid, run_id)  # else still running: closed as interrupted (Cluster._take_over)
-            continue
-        if conv is None:
-            continue
-        if store.query_one("SELECT 1 FROM runs WHERE run_id=? AND finished_at IS NULL", (run_id,)) is None:
-            continue  # ended in the store, or never began
+        await _skipped(_read_back(cluster, run_id, cid), f"run {run_id}")
+
+
+async def _skipped(read_back: Any, what: str) -> None:
+    """One read-back of a take-over, whatever it raises (the store restarting: ``Unavailable``) logged and skipped,
+    so the take-over still closes every run it won (``Cluster._take_over``: one still running here as interrupted,
+    as before the read-backs). Not retried: the claims are this node's and done already, so nobody else closes
+    them; the store's own write already rode a restart out (pgstore.py ``RIDE_OUT``); and the dead node's
+    restart's load reads the same back (``restore_starts``, ``Bridge._load_running``)."""
+    try:
+        await read_back
+    except Exception:
+        log.exception("cluster: reading back %s at a take-over failed: skipped", what)
+
+
+async def _read_back(cluster: Any, run_id: str, cid: str) -> None:
+    """``restore_taken`` for one run the take-over won."""
+    store, bridge = cluster.bridge.store, cluster.bridge
+    if store.query_one("SELECT 1 FROM runs WHERE run_id=?", (run_id,)) is None:
+        await restore_start(store, cluster.bus, run_id)
+    conv = bridge.conversations.get(cid)
+    if conv is not None and conv.run is not None and conv.run.run_id == run_id:
+        ended_elsewhere(cluster, cid, run_id)  # else still running: closed as interrupted (Cluster._take_over)
+        return
+    if conv is None:
+        return
+    if store.query_one("SELECT 1 FROM runs WHERE run_id=? AND finished_at IS NULL", (run_id,)) is None:
+        return  # ended in the store, or never began
+    try:
+        ends = await cluster.read_end(run_id)
+    except Exception:  # the bus away for a moment: left open, the next load closes it
+        log.exception("cluster: reading the end of run %s from the bus failed", run_id)
+        return
+    if not ends:  # the stream lost it too (Redis lost its keys): a front end's durable record may hold it
+        bridge.restore_end(cid, run_id)
+    for data in ends:  # written as the node's restart writes its previous life's (Cluster._restore)
         try:
-            ends = await cluster.read_end(run_id)
-        except Exception:  # the bus away for a moment: left open, the next load closes it
-            log.exception("cluster: reading the end of run %s from the bus failed", run_id)
-            continue
-        if not ends:  # the stream lost it too (Redis lost its keys): a front end's durable record may hold it
-            bridge.restore_end(cid, run_id)
-        for data in ends:  # written as the node's restart writes its previous life's (Cluster._restore)
-            try:
-                cluster._restore(from_dict(data))
-            except BridgeError:
-                log.warning("cluster: an end of run %s read back from the bus is unreadable", run_id)
+            cluster._restore(from_dict(data))
+        except BridgeError:
+            log.warning("cluster: an end of run %s read back from the bus is unreadable", run_id)
 
 
 async def restore_created(store: Any, bus: Any) -> int:
