@@ -25,7 +25,7 @@ from typing import Any, Callable, Optional
 
 from ..model import commands as cmd
 from ..model import events as ev
-from ..model.errors import BadRequest, ConversationNotFound, NotFound
+from ..model.errors import BadRequest, BridgeError, ConversationNotFound, NotFound
 from ..model.ids import draft_message_id, new_id
 from ..model.state import ActiveRun, ConversationState
 from .agent import AgentSource
@@ -301,6 +301,19 @@ class Bridge(CommandHandlers):
         at start before the store is loaded; added before ``start`` (a front end's ``prepare``)."""
         self.durable_rows.append(source)
 
+    def let_go(self, conv: ConversationState, run_id: str) -> None:
+        """Several nodes: another node ended ``run_id`` while this node's source ran it (this node taken for
+        dead, scale/fence.py): stopped as a user's cancel stops it; its end goes nowhere (``publish``)."""
+
+        async def cancel() -> None:
+            try:
+                await self.source_for(conv).cancel(conv, run_id, None)
+                log.info("run %s: its agent's run stopped here (ended elsewhere)", run_id)
+            except BridgeError:  # ended meanwhile, or a source that cannot cancel: nothing of it is sent
+                log.info("run %s: its source did not cancel it", run_id)
+
+        self.tasks.spawn(cancel(), name=f"let-go-{run_id}")
+
     def interrupt(self, cid: str, run_id: str, notice: str) -> None:
         """Close a run nobody runs any more (a restart, or its node died: scale/cluster.py) and say why.
 
@@ -336,6 +349,8 @@ class Bridge(CommandHandlers):
 
     def publish(self, event: Any) -> int:
         """Fold ``event`` in, persist it, fan it out; its hub seq (0 with a bus: numbered as it comes back)."""
+        if self.cluster is not None and self.cluster.fenced(event):
+            return 0  # a run another node ended while this node ran it: nothing more of it (scale/fence.py)
         t = type(event)
         if t in STAMPED and event.origin is None:
             event = self.provenance.stamp(event)

@@ -81,3 +81,4 @@ class ClusterLink(Sequencing, Protocol):
     async def move_run(self, conv: ConversationState) -> bool: ...  # its running run taken over by this node
     async def end_run(self, run_id: str) -> bool: ...  # may this node end ``run_id``, its agent gone from here?
     def closing(self, run_id: str) -> ContextManager[None]: ...  # around ``Bridge.interrupt``'s close of ``run_id``
+    def fenced(self, event: Any) -> bool: ...  # of a run another node ended while this node ran it (scale/fence.py)

@@ -56,6 +56,7 @@ from ..model.errors import BridgeError, RunActive, Unavailable
 from ..model.serialize import UnknownEvent, from_dict, to_dict
 from ..model.state import ConversationState
 from . import foldwait, gone, holds, readback, started, unsent
+from .fence import Fence
 from .bus import Bus
 from .numbering import ClusterNumber
 from .routing import Router
@@ -136,6 +137,8 @@ class Cluster:
         self.execute = self.router.execute  # Sequencing: a command on the node it belongs to
         self.add_hosted = self.router.add_hosted
         self.restored_end = lambda run_id: started.let_go(self, run_id)  # (Bridge.restore_end: its claim let go)
+        self.fence = Fence(bridge, self.node_id)  # runs of this node's another node ended (taken for dead): stopped (fence.py)
+        self.fenced = self.fence.fenced
         bridge.use_cluster(self)
 
     # --- joining, leaving ----------------------------------------------------------------------
@@ -222,7 +225,7 @@ class Cluster:
             self.bridge.store.write_later(lambda c: _run_started(c, *row))
         elif t is ev.RunFinished:
             self._ended[event.conversation_id] = event.run_id
-            self._run_ended(event.run_id)
+            self._run_ended(event.run_id, self.node_id)
             self.bridge.store.execute_later("UPDATE cluster_runs SET state='done' WHERE run_id=?", (event.run_id,))
         elif t is ev.ConversationDeleted:
             self._ended.pop(event.conversation_id, None)
@@ -237,6 +240,10 @@ class Cluster:
             self._held.append((n, node, data))
             return
         if self.waits.holds(n, node, data):  # behind one whose fold waits for the store (foldwait.py)
+            return
+        if self.fence.late(node, data):  # of a run ended by another node before it came (fence.py)
+            if node == self.node_id:
+                self._own_event(data)  # (this node's: let go of it, not shown)
             return
         ts = data.get("ts") if type(data) is dict else None
         if type(ts) is float:
@@ -293,6 +300,9 @@ class Cluster:
                 conversation_id=cid, name=event.name, source=event.source, created_at=event.ts, updated_at=event.ts
             )
         conv = bridge.conversations.get(cid) if cid is not None else None
+        if t is ev.RunFinished and node != self.node_id and event.run_id not in self.runs and conv is not None \
+                and conv.run is not None and conv.run.run_id == event.run_id:  # fmt: skip
+            self.fence.ended_elsewhere(conv, event.run_id, node)  # this node's run: it lost its claim (fence.py)
         if conv is not None and not _seen(conv, event):
             conv.apply(event)
         if t in DECISION_EVENTS:
@@ -303,7 +313,7 @@ class Cluster:
                 self._origins[event.run_id] = event.origin
         elif t is ev.RunFinished:
             self.runs.pop(event.run_id, None)
-            self._run_ended(event.run_id)
+            self._run_ended(event.run_id, node)
             self._ended[event.conversation_id] = event.run_id
         elif t is ev.ConversationDeleted:
             self._ended.pop(event.conversation_id, None)
@@ -454,7 +464,8 @@ class Cluster:
 
         return bool(await self.bridge.store.write(claim))
 
-    def _run_ended(self, run_id: str) -> None:
+    def _run_ended(self, run_id: str, node: str) -> None:
+        self.fence.ended(run_id, node)  # what another node publishes of it later is dropped (fence.py)
         self._origins.pop(run_id, None)
         self.texts.pop(run_id, None)
         ending = self._ending.pop(run_id, None)
