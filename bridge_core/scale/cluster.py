@@ -15,22 +15,21 @@ the embedded default ``LocalSequencing``, which works exactly as before), and fr
 - **Joining.** A node starts the bus (joining the stream ``JOIN_BACK`` seconds before its end), holds what it
   delivers, loads the store, then folds what it held and what follows, skipping what the store already had
   (``seen.py``): an event committed or not at load time is in this node's state exactly once.
-- **Commands** that touch a run go to the node that runs it (``routing.Router``): cancel,
-  pause, approval, clarification answer, deleting a conversation with a run, and a message
-  into a session hosted elsewhere (a pi session: the node its plugin is connected to,
-  asked of every node).
-- **One run per conversation.** A send's run claims its conversation in the store before
-  the source starts it (``start_run``: a unique index on a conversation's running row in
-  ``cluster_runs``); two sends racing on two nodes, one gets in, the other ``run_active``.
-- **A node dies.** Runs are recorded with their node (``cluster_runs``). Every node looks
-  every ``SWEEP_EVERY`` for nodes whose bus liveness key expired; one survivor claims a dead
-  node's runs in the store (one ``UPDATE ... RETURNING``: whoever commits first gets the
-  rows) and closes them as after a restart (``Bridge.interrupt``). Its holds (what it
-  answered for besides its runs, ``holds.py``) go to that survivor in the same transaction.
-- **A run moves** when its agent reaches another node (a pi plugin saying hello there):
-  ``move_run`` claims its row for the new node and tells every node (``moved``, in stream
-  order); the node it left lets it go (``AgentSource.run_moved``). A node ending a run its
-  agent no longer reaches asks the store first (``end_run``): of the two, one wins.
+- **Commands** that touch a run go to the node that runs it (``routing.Router``): cancel, pause, approval,
+  clarification answer, deleting a conversation with a run, and a message into a session hosted elsewhere (a pi
+  session: the node its plugin is connected to, asked of every node).
+- **One run per conversation.** A send's run claims its conversation in the store before the source starts it
+  (``start_run``: a unique index on a conversation's running row in ``cluster_runs``); two sends racing on two
+  nodes, one gets in, the other ``run_active``.
+- **A node dies.** Runs are recorded with their node (``cluster_runs``). Every node looks every ``SWEEP_EVERY``
+  for nodes whose bus liveness key expired; one survivor claims a dead node's runs in the store (one ``UPDATE
+  ... RETURNING``: whoever commits first gets the rows) and closes them as after a restart
+  (``Bridge.interrupt``). Its holds (what it answered for besides its runs, ``holds.py``) go to that survivor in
+  the same transaction.
+- **A run moves** when its agent reaches another node (a pi plugin saying hello there): ``move_run`` claims its
+  row for the new node and tells every node (``moved``, in stream order); the node it left lets it go
+  (``AgentSource.run_moved``). A node ending a run its agent no longer reaches asks the store first
+  (``end_run``): of the two, one wins.
 - **The number never goes back** (``numbering.ClusterNumber``): a reservation above every ``n`` given is
   kept in the store. Front ends derive cursors and seqs from ``n`` (docs/scale-out.md "The cluster-wide number").
 - **Relays.** ``relay(front_end, data)``: a front end's own payload to the same front end on every other node,
@@ -55,9 +54,9 @@ from ..model import events as ev
 from ..model.errors import BridgeError, RunActive, Unavailable
 from ..model.serialize import UnknownEvent, from_dict, to_dict
 from ..model.state import ConversationState
-from . import foldwait, gone, holds, readback, started, unsent
-from .fence import Fence
+from . import foldwait, gone, holds, readback, runrows, started, unsent
 from .bus import Bus
+from .fence import Fence
 from .numbering import ClusterNumber
 from .routing import Router
 from .seen import seen as _seen
@@ -137,7 +136,7 @@ class Cluster:
         self.execute = self.router.execute  # Sequencing: a command on the node it belongs to
         self.add_hosted = self.router.add_hosted
         self.restored_end = lambda run_id: started.let_go(self, run_id)  # (Bridge.restore_end: its claim let go)
-        self.fence = Fence(bridge, self.node_id)  # runs of this node's another node ended (taken for dead): stopped (fence.py)
+        self.fence = Fence(bridge, self.node_id)  # this node's runs another node ended (fence.py)
         self.fenced = self.fence.fenced
         bridge.use_cluster(self)
 
@@ -222,7 +221,7 @@ class Cluster:
         t = type(event)
         if t is ev.RunStarted:
             row = (event.run_id, event.conversation_id, self.node_id)
-            self.bridge.store.write_later(lambda c: _run_started(c, *row))
+            self.bridge.store.write_later(lambda c: runrows.run_started(c, *row))
         elif t is ev.RunFinished:
             self._ended[event.conversation_id] = event.run_id
             self._run_ended(event.run_id, self.node_id)
@@ -385,7 +384,7 @@ class Cluster:
         def claim(c: Any) -> bool:
             if ended is not None:  # its end was seen here; the row's update may still be on its way
                 c.execute("UPDATE cluster_runs SET state='done' WHERE run_id=?", (ended,))
-            return _holds_conversation(c, run_id, cid, me)
+            return runrows.holds_conversation(c, run_id, cid, me)
 
         if not await self.bridge.store.write(claim):
             raise RunActive()
@@ -412,7 +411,7 @@ class Cluster:
             if c.execute("SELECT run_id FROM cluster_runs WHERE run_id=?", (run_id,)).fetchone() is not None:
                 return False  # ended
             # a row its node never committed (it died just after starting the run): the run is here now
-            return _holds_conversation(c, run_id, cid, me)
+            return runrows.holds_conversation(c, run_id, cid, me)
 
         if not await self.bridge.store.write(claim):
             if conv.run is not None and conv.run.run_id == run_id:
@@ -574,26 +573,6 @@ class Cluster:
         node's key may be missing until its next beat)."""
         live = set(await self.bus.live_nodes())
         return set() if self._keys_lost(live) else set(nodes) - live
-
-
-def _run_started(c: Any, run_id: str, cid: str, node: str) -> None:
-    """The row of a run this node started (claimed already when a send started it; a run a pi
-    plugin began itself was not: its node is the only one hosting the session, and any other
-    running row of the conversation is one whose end is still on its way)."""
-    c.execute("UPDATE cluster_runs SET state='done' WHERE conversation_id=? AND state='running' AND run_id!=?",
-              (cid, run_id))  # fmt: skip
-    c.execute("INSERT OR REPLACE INTO cluster_runs(run_id, conversation_id, node_id, state) VALUES(?,?,?,'running')",
-              (run_id, cid, node))  # fmt: skip
-
-
-def _holds_conversation(c: Any, run_id: str, cid: str, node: str) -> bool:
-    """``run_id`` claimed for ``node`` as ``cid``'s running run (a row inserted unless it has one): does it
-    hold the conversation? The unique index on a conversation's running row lets one run in."""
-    c.execute("INSERT OR IGNORE INTO cluster_runs(run_id, conversation_id, node_id, state) "
-              "VALUES(?,?,?,'running')", (run_id, cid, node))  # fmt: skip
-    row = c.execute("SELECT run_id FROM cluster_runs WHERE conversation_id=? AND state='running'",
-                    (cid,)).fetchone()  # fmt: skip
-    return row is not None and row[0] == run_id
 
 
 def connect(bridge: Bridge, url: str, node_id: str, key: bytes) -> Cluster:
