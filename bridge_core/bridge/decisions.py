@@ -133,13 +133,7 @@ class DecisionLedger:
         """The store's part of a decision event: a pending one kept until resolved, a resolved one dropped."""
         t = type(e)
         if t is ev.ApprovalRequested or t is ev.ClarifyRequested:
-            approval = t is ev.ApprovalRequested
-            did = e.approval_id if approval else e.clarify_id
-            value = json.dumps({
-                "kind": "approval" if approval else "clarify", "id": did, "conversation_id": e.conversation_id,
-                "run_id": e.run_id, "session_key": e.session_key, "text": e.command if approval else e.question,
-            })  # fmt: skip
-            store.execute_later("INSERT OR REPLACE INTO settings(key, value) VALUES(?, ?)", (PENDING_KEY + did, value))
+            store.execute_later(*pending_row(e))
         elif t is ev.ApprovalResolved or t is ev.ClarifyResolved:
             store.execute_later(*settled(e))
 
@@ -171,6 +165,19 @@ class DecisionLedger:
             )  # fmt: skip
             self.clarifications[d["id"]] = cid
         return True
+
+
+def pending_row(e: Any) -> tuple[str, tuple]:
+    """The store's write of a pending decision (``e``, an ``ApprovalRequested`` or a ``ClarifyRequested``): its row
+    kept until resolved, read back into its run at load (``restore``). Also written by a node's restart for a run
+    whose start and pending rows its previous life lost (bridge_core/scale/started.py ``restore_start``)."""
+    approval = type(e) is ev.ApprovalRequested
+    did = e.approval_id if approval else e.clarify_id
+    value = json.dumps({
+        "kind": "approval" if approval else "clarify", "id": did, "conversation_id": e.conversation_id,
+        "run_id": e.run_id, "session_key": e.session_key, "text": e.command if approval else e.question,
+    })  # fmt: skip
+    return "INSERT OR REPLACE INTO settings(key, value) VALUES(?, ?)", (PENDING_KEY + did, value)
 
 
 def settled(e: Any) -> tuple[str, tuple]:

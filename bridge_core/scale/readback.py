@@ -102,3 +102,46 @@ class RunBack:
         for d in reversed(self._decided):
             first.setdefault((d["event"], d.get("approval_id") or d.get("clarify_id")), d)
         return list(first.values())
+
+
+REQUESTS = ("ApprovalRequested", "ClarifyRequested")
+
+
+class StartBack:
+    """A ``match`` for ``newest`` that takes nothing and notes, in one pass over one window, what a node's restart
+    reads back of a run whose start its store never had (bridge_core/scale/started.py ``restore_start``): the run's
+    start, the user's message that started it, and its decisions still pending on the bus (asked, not resolved).
+    The core writes a decision's pending row as lazily as the start: a kill -9 before they commit lost both, and the
+    start read back without them left the run's close with nothing to resolve, every phone showing the approval
+    pending for good (chaos seed 2304). Read in the same pass as the start, as ``RunBack`` reads an end with its
+    resolutions: a later read's window, moved on by a busy stream, may miss a request older than the start's."""
+
+    def __init__(self, run_id: str):
+        self.run_id = run_id
+        self.start: Any = None  # the newest RunStarted of the run
+        self.asked: Any = None  # the newest UserMessageSent of the run
+        self._asked: list = []  # its decision requests, newest first
+        self._decided: set = set()  # the ids of its decisions resolved on the bus
+
+    def __call__(self, data: Any) -> bool:
+        if type(data) is not dict or data.get("run_id") != self.run_id:
+            return False
+        t = data.get("event")
+        if t in REQUESTS:
+            self._asked.append(data)
+        elif decision_of(data, self.run_id):
+            self._decided.add(data.get("approval_id") or data.get("clarify_id"))
+        elif t == "RunStarted" and self.start is None:
+            self.start = data
+        elif t == "UserMessageSent" and self.asked is None:
+            self.asked = data
+        return False
+
+    def pending(self) -> list:
+        """The run's decision requests no resolution on the bus answered, oldest first (each once)."""
+        seen: dict = {}
+        for d in reversed(self._asked):
+            did = d.get("approval_id") or d.get("clarify_id")
+            if did not in self._decided:
+                seen.setdefault(did, d)
+        return list(seen.values())

@@ -15,7 +15,9 @@ So at join, before the open runs are read, each claim of this node's with no run
 in the stream (its last ``BACK`` s): the run's start found, it and the user's message that started it are
 written where the store lacks them (``Persister.restore_rows``), and the run is one the store left open,
 closed by the one rule (``Bridge._load_running``: as interrupted, or with the end its previous life
-published); not found, nobody saw it start and the claim is let go (dropped, if let go already). A claim
+published), its decisions the bus holds pending written with it (chaos seed 2304: their pending rows, written
+as lazily, lost with the start, the close resolved nothing and every phone kept the approval pending); not found,
+nobody saw it start and the claim is let go (dropped, if let go already). A claim
 already let go counts too: another node that folded the run's end lets its claim go at its next send in the
 conversation (``Cluster._claim``), the run still missing from the store (chaos seed 2015: the node stopped
 right after a short run, then killed, its batches with the whole exchange never committed, and a phone's next
@@ -33,11 +35,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from ..bridge.decisions import pending_row
 from ..bridge.persist import Persister
 from ..model import events as ev
 from ..model.errors import BridgeError
 from ..model.ids import draft_message_id
 from ..model.serialize import from_dict, to_dict
+from .readback import StartBack
 
 log = logging.getLogger("agent_bridge.cluster")
 
@@ -183,28 +187,38 @@ def let_go(cluster: Any, run_id: str) -> None:
 
 async def restore_start(store: Any, bus: Any, run_id: str) -> Any:
     """The start of ``run_id`` (and the user's message that started it) read back from the stream's last ``BACK``
-    s and written where the store lacks them: the rows added (0: the store had them), False when the stream does
-    not hold the start, None when it could not be read (the claim stays as it is)."""
+    s and written where the store lacks them, with the run's decisions the bus holds pending (asked, never resolved:
+    their pending rows lost with the start, chaos seed 2304), so that the load puts them back into the run
+    (``DecisionLedger.restore``) and its close resolves them on every front end: the rows added (0: the store had
+    them), False when the stream does not hold the start, None when it could not be read (the claim stays as it
+    is)."""
+    back = StartBack(run_id)  # one pass over one window (readback.py)
     try:
-        start = await bus.newest(run_id.encode(), lambda d, r=run_id: _of(d, "RunStarted", r), BACK)
-        asked = None if start is None else await bus.newest(
-            run_id.encode(), lambda d, r=run_id: _of(d, "UserMessageSent", r), BACK)
+        await bus.newest(run_id.encode(), back, BACK)
     except Exception:  # the bus away for a moment: the claim stays as it is
         log.exception("cluster: reading the start of run %s from the bus failed", run_id)
         return None
-    if start is None:
+    if back.start is None:
         return False
     try:
-        events = [from_dict(d) for d in (asked, start) if d is not None]
+        events = [from_dict(d) for d in (back.asked, back.start) if d is not None]
+        pending = [from_dict(d) for d in back.pending()]
     except BridgeError:
         log.warning("cluster: the start of run %s read back from the bus is unreadable", run_id)
         return None
-    added = await store.write(lambda c, e=events: Persister.restore_rows(c, e))
+    added = await store.write(lambda c, e=events, p=pending: _restore_rows(c, e, p))
     if added:
-        log.warning("run %s: its start, lost with its node's previous life, read back from the bus", run_id)
+        log.warning("run %s: its start, lost with its node's previous life, read back from the bus (%d decision(s) "
+                    "pending)", run_id, len(pending))  # fmt: skip
     return added
 
 
-def _of(data: Any, event: str, run_id: str) -> bool:
-    """Is ``data`` (an event's bus form) an ``event`` of ``run_id``?"""
-    return type(data) is dict and data.get("event") == event and data.get("run_id") == run_id
+def _restore_rows(c: Any, events: list, pending: list) -> int:
+    """A write: the start's rows the store lacks, then its run's pending decisions' rows where the run's row is
+    written (a decision the store resolved has no run of its own left open to go into: ``DecisionLedger._restore``)."""
+    added = Persister.restore_rows(c, events)
+    if pending and c.execute("SELECT 1 FROM runs WHERE run_id=? AND finished_at IS NULL",
+                             (pending[0].run_id,)).fetchone() is not None:  # fmt: skip
+        for e in pending:
+            c.execute(*pending_row(e))
+    return added
