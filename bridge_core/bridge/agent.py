@@ -341,10 +341,13 @@ class ManagedAgentSource(AgentSource):
         self, conv: "ConversationState", text: str, run_id: str, request_id: Optional[str]
     ) -> Optional[str]:
         bridge = self.bridge
+        # read before anything is published: with several nodes it reads the shared store, which may fail (a
+        # PostgreSQL restart); a failure after the message went out left it on every node's screen and in no
+        # run, nor in the store of a node killed next (chaos seed 2412, nodes_disagree)
+        current = self.current_model(conv.conversation_id)
         bridge.publish(
             ev.UserMessageSent(conversation_id=conv.conversation_id, message_id=f"u-{new_id()}", text=text, run_id=run_id)
         )
-        current = self.current_model(conv.conversation_id)
         bridge.publish(
             ev.RunStarted(
                 conversation_id=conv.conversation_id,
