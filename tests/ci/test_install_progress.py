@@ -95,13 +95,19 @@ def test_the_whole_suite_installs_every_peer_with_its_tests_then_finds_them_cach
                         r"tests/lvmh/test_extension_interop\.py, tests/pi\)\.\.\. " + TOOK, lines[1])
     assert re.fullmatch(r"installing PostgreSQL \(Debian's postgresql; needed by tests/nemesis, tests/scale, tests/store\)\.\.\. "
                         + TOOK, lines[3])
-    assert len(lines) == len(ALL) + 2 and all(re.search(TOOK + "$", line) for line in lines[:-1])
-    assert lines[-1] == "ran: python -m pytest -q"
+    # the whole suite: two pytest processes at once, tests/scale and tests/nemesis beside the rest (scripts/test)
+    assert len(lines) == len(ALL) + 4 and all(re.search(TOOK + "$", line) for line in lines[:-3])
+    assert lines[-3:] == ["ran: python -m pytest -q --ignore=tests/scale --ignore=tests/nemesis",
+                          "== tests/scale and tests/nemesis, run beside the rest:",
+                          "ran: python -m pytest -p no:cacheprovider -q tests/scale tests/nemesis"]
     assert _installs(root) == [*ALL, "venv"]
 
     again = _test(root, "-q", AGENT_BRIDGE_CI="1")
     assert again.returncode == 0, again.stdout + again.stderr
-    assert [line.rsplit("... ", 1)[1] for line in again.stdout.splitlines()[:-1]] == ["cached"] * (len(ALL) + 1)
+    assert [line.rsplit("... ", 1)[1] for line in again.stdout.splitlines()[:-3]] == ["cached"] * (len(ALL) + 1)
+
+    serial = _test(root, "-q", AGENT_BRIDGE_CI="1", AGENT_BRIDGE_SERIAL="1")
+    assert serial.stdout.splitlines()[-1] == "ran: python -m pytest -q"
     assert _installs(root) == [*ALL, "venv"]  # the checks found everything: nothing installed twice
 
 
