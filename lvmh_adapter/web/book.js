@@ -94,7 +94,9 @@ export class SessionBook {
       this.remember(page.sessions);
       const ids = new Set(page.sessions.map((s) => String(s.id)));
       this.entries = sortSessions([...this.entries.filter((s) => !ids.has(String(s.id))), ...page.sessions]);
-      this.total = page.total;
+      // the whole list's count is the socket's (each added or removed entry carries it): a page answered before a
+      // change it brought would count the list as it was; a search's count is the page's
+      if (this.filter) this.total = page.total;
       this.next = page.next || null;
     } catch {
       // the daemon away: the next scroll asks again

@@ -277,3 +277,33 @@ async def _at_the_end(page) -> bool:
 
 async def _grew(page, than: int) -> bool:
     return await page.evaluate("window.lvmhApp.book.entries.length") > than
+
+
+async def test_a_page_of_the_list_answered_before_a_change_keeps_the_count_the_socket_gave(ui):
+    """The sidebar's next page, asked before a conversation is created and answered after the socket's entry for
+    it, counts the list as it was: the count stays the socket's (CI, under load: 300 shown where 301 were)."""
+    for i in range(120):
+        ui.svc.bridge.create_conversation(f"chat {i:03d}")
+    page = await ui.page()
+    count = page.locator("#session-count")
+    await expect(count).to_have_text("120")
+    answered: list = []
+    release = asyncio.Event()
+
+    async def hold(route):
+        response = await route.fetch()  # the daemon answers now, before the change
+        answered.append(response)
+        await release.wait()
+        await route.fulfill(response=response)
+
+    await page.route(lambda url: "/api/sessions?" in url and "cursor=" in url, hold)
+    await page.evaluate("document.getElementById('sidebar').scrollTop = 1e9")
+    await until(lambda: answered, TIMEOUT_MS / 1000, "the next page answered")
+    assert (await answered[0].json())["total"] == 120
+    ui.svc.bridge.create_conversation("Created while a page was on its way")
+    await expect(count).to_have_text("121")
+    assert await page.evaluate("window.lvmhApp.book.entries[0].name") == "Created while a page was on its way"
+    release.set()
+    await until(lambda: _grew(page, 100), TIMEOUT_MS / 1000, "the held page drawn")
+    await expect(count).to_have_text("121")
+    assert await page.evaluate("window.lvmhApp.book.total") == 121
