@@ -152,9 +152,11 @@ function listChanged() {
 
 // The list waits for the first page of the conversation the page opens on (not what the reader asked for, not on a
 // phone's screen): drawn the frame after it (`renderNow`), LIST_LATER_MS later at most. Later openings: at once.
+// A list arriving between that first page's draw and the frame that shows it waits for that frame too (a busy
+// machine may take tens of milliseconds to paint it: CI saw the list drawn first).
 const LIST_LATER_MS = 500;
 function renderList() {
-  if (!app.opening || app.opening !== app.current || app.states.get(app.current)?.loaded) return listNow();
+  if (!app.opening || app.opening !== app.current) return listNow();
   if (!app.listLater) app.listLater = setTimeout(listNow, LIST_LATER_MS);
 }
 
@@ -234,7 +236,7 @@ function renderNow() {
   clearTimeout(app.renderTimer);
   app.renderTimer = null;
   renderSession();
-  if (app.listLater) requestAnimationFrame(() => setTimeout(() => app.listLater && renderList(), 0)); // the list's turn
+  if (app.listLater) requestAnimationFrame(() => setTimeout(() => app.listLater && listNow(), 0)); // the list's turn
 }
 
 function scheduleRender(delay = 16) {
