@@ -194,11 +194,14 @@ class Cluster:
         for n, node, data in held:
             if self.waits.holds(n, node, data):  # as _deliver: behind one whose fold waits for the store
                 continue
+            if node != self.node_id and self.unsent.again(data):
+                continue
             try:
                 event = self._fold(node, data)
             except Unavailable:  # (a cold transcript's read while the store restarts: else the join failed)
                 self.waits.wait(n, node, data)
                 continue
+            self.unsent.folded(data)
             if event is not None:
                 self.bridge.fan_out(event, n)
         self.unsent.resend(self._own, self.bus)  # in the store already: to the bus, back as this node's (_own_event)
@@ -244,6 +247,8 @@ class Cluster:
             if node == self.node_id:
                 self._own_event(data)  # (this node's: let go of it, not shown)
             return
+        if node != self.node_id and self.unsent.again(data):  # a close's form sent again, held here (unsent.py)
+            return
         ts = data.get("ts") if type(data) is dict else None
         if type(ts) is float:
             self.lag = time.time() - ts
@@ -253,6 +258,7 @@ class Cluster:
             return self.waits.wait(n, node, data)
         if node == self.node_id:  # a close's form back from the bus (unsent.py)
             self.unsent.back(data)
+        self.unsent.folded(data)
         if event is not None:  # (what fan_out raises is not retried: it may have been shown; foldwait.py)
             self.delivering_own = own
             try:

@@ -16,6 +16,12 @@ there (its previous life died before its forms came back) is checked against the
 are not sent again (every node has them: the lvmh table numbers its rows by the stream's number, a second entry
 would be a second row); the others are published again once the node joined, same ids and ts, and the row is
 dropped when they come back. Rows exist only for closes, dropped at once normally: bounded.
+
+A form the stream lacks may still have reached some nodes before the stream lost it (a Redis restart just after
+the close went out, before its node read its forms back: chaos seed 2509, ``event_twice``). Sent again, it comes
+under a new stream number, which no front end knows, so it is marked (``AGAIN``) and a node that holds it already
+drops it (``again``): one that folded it (the idents of the close-kind forms it folded lately, ``folded``) or one
+whose store load had it (another node's row, read at join before the load: the forms the store had then).
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ log = logging.getLogger("agent_bridge.cluster")
 KEY = "unsent:"  # + run_id: {"node": its node, "forms": [bus forms, in publish order]}
 FLOOR = 40.0  # s of stream read back at the least for a row's forms (as started.py BACK)
 SKEW = 5.0  # s between this node's clock (the forms' ts) and Redis's (the entries' ids)
+AGAIN = "again"  # a form's field: published again by ``resend`` (receivers that hold it drop it)
+KEEP = 4096  # idents of close-kind forms folded lately, kept to know one published again
 
 
 def _ident(data: Any) -> Optional[tuple]:
@@ -59,6 +67,7 @@ class Unsent:
         self._run: Optional[str] = None  # the run whose close ``Bridge.interrupt`` publishes now (``closing``)
         self._waiting: dict[str, set] = {}  # run_id -> idents of its close's forms not back from the bus yet
         self._resend: list = []  # forms read at join that the stream lacks: published again (``Cluster.joined``)
+        self._held: dict = {}  # idents of close-kind forms this node folded or loaded (oldest first, ``KEEP``)
 
     @contextlib.contextmanager
     def closing(self, run_id: str) -> Iterator[None]:
@@ -91,6 +100,19 @@ class Unsent:
                     self.store.execute_later("DELETE FROM settings WHERE key=?", (KEY + run,))
                 return
 
+    def folded(self, data: Any) -> None:
+        """A form this node folded (or its store load has): if a close could hold it, its ident kept a while."""
+        if _key(data) is None:
+            return
+        held = self._held
+        held[_ident(data)] = None
+        if len(held) > KEEP:
+            del held[next(iter(held))]
+
+    def again(self, data: Any) -> bool:
+        """Is ``data`` a form another node published again (``resend``) that this node holds already?"""
+        return type(data) is dict and data.get(AGAIN) is True and _ident(data) in self._held
+
     async def read(self, bus: Any) -> int:
         """At join: this node's rows left by its previous life; forms the stream holds dropped, the rest kept
         for ``resend``. A row whose stream could not be read stays (the next start tries). Forms to send."""
@@ -100,10 +122,14 @@ class Unsent:
                 row = json.loads(value)
             except ValueError:
                 row = None
-            if not isinstance(row, dict) or row.get("node") != self.node_id:
-                continue  # another node's (its own start sees to it)
+            if not isinstance(row, dict):
+                continue
             run = key[len(KEY):]
             forms = _stored(self.store, run, [f for f in row.get("forms", []) if _key(f) is not None])
+            if row.get("node") != self.node_id:  # another node's (its own start sends what the stream lacks)
+                for form in forms:  # what this node's load (after this read) has: dropped if sent again
+                    self.folded(form)
+                continue
             try:
                 missing = await _missing(bus, forms)
             except Exception:  # the bus away for a moment: kept for the next start
@@ -130,7 +156,7 @@ class Unsent:
         forms, self._resend = self._resend, []
         for data in forms:
             own.append((from_dict(data), data["event"], data["ts"]))
-            bus.publish(data)
+            bus.publish({**data, AGAIN: True})
 
 
 def _notice_row(c: Any, form: dict) -> None:

@@ -32,12 +32,15 @@ ADAPTERS = "pheby,lvmh"
 
 class _HoldNaming:
     """A TCP proxy in front of Redis. Armed, a client connection is held (nothing more of it passed on, the
-    held bytes dropped at ``cut``) from the first chunk it sends that holds ``needle``."""
+    held bytes dropped at ``cut``) from the first chunk it sends that holds ``needle``; with ``down``, that
+    chunk and what follows it go to Redis and nothing more comes back on any connection (the client never reads
+    its own writes)."""
 
     def __init__(self, port: int):
-        self.port, self.armed, self.needle = port, False, b""
+        self.port, self.armed, self.needle, self.down = port, False, b"", False
         self.held = asyncio.Event()
         self.conns: list = []
+        self.deaf = False  # (``down``) nothing comes back any more
 
     async def start(self) -> int:
         self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
@@ -46,7 +49,7 @@ class _HoldNaming:
     async def _serve(self, cr, cw):
         sr, sw = await asyncio.open_connection("127.0.0.1", self.port)
         self.conns.append((cw, sw))
-        down = asyncio.ensure_future(self._down(sr, cw))
+        down = asyncio.ensure_future(self._back(sr, cw))
         tail, holding = b"", False
         try:
             while True:
@@ -54,7 +57,10 @@ class _HoldNaming:
                 if not data:
                     break
                 if self.armed and self.needle and self.needle in tail + data:
-                    holding = True
+                    if self.down:
+                        self.deaf = True
+                    else:
+                        holding = True
                     self.held.set()
                 tail = data[-len(self.needle):] if self.needle else b""
                 if not holding:
@@ -67,10 +73,11 @@ class _HoldNaming:
             cw.transport.abort()
             sw.transport.abort()
 
-    @staticmethod
-    async def _down(sr, cw):
+    async def _back(self, sr, cw):
         try:
             while data := await sr.read(65536):
+                if self.deaf:
+                    continue
                 cw.write(data)
                 await cw.drain()
         except (asyncio.CancelledError, ConnectionError):
@@ -78,7 +85,7 @@ class _HoldNaming:
 
     def cut(self) -> None:
         """Every connection closed, what was held never sent; disarmed."""
-        self.armed = False
+        self.armed = self.down = self.deaf = False
         for cw, sw in self.conns:
             cw.transport.abort()
             sw.transport.abort()

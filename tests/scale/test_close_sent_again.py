@@ -1,0 +1,87 @@
+"""A close sent again that some nodes had already is shown once (chaos seed 2509, ``event_twice``; issue 41;
+bridge_core/scale/unsent.py, docs/scale-out.md "A close the store has and the stream lacks").
+
+n1 is killed (-9) with a run waiting at an approval and comes back at once: it closes the run itself. The close
+reaches Redis and every other node, but nothing comes back to n1 (a TCP proxy passes its writes and no more), so
+its row of the close's forms stays. n3 restarts (its load has the close), n1 is killed, Redis loses its stream and
+n1 comes back: the stream lacks the close, n1 sends it again. Before: n2, which had shown it, and n3, whose load had
+it, showed the run's end, the approval's resolution and the notice a second time, under new numbers (a second run
+end on every client, a second ``agent_end`` row in the lvmh events). Now they drop it; the row goes.
+
+Over real sockets to `agent-bridge serve` processes on a private PostgreSQL and Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import psycopg
+import redis.asyncio as aioredis
+
+from tests.conformance.loomi_client import LoomiApp
+from tests.scale.killed import pheby_app
+from tests.scale.phones import loomi_ws, pair_qr
+from tests.scale.test_close_unsent import _Case, _of, _proxied
+
+
+def _ends(phone: LoomiApp, run_id: str, kind: str) -> list:
+    """The phone's frames of ``kind`` for the run."""
+    return [f for f in phone.events if f["type"] == kind and f.get("run_id") == run_id]
+
+
+async def test_a_close_sent_again_is_shown_once_by_the_nodes_that_had_it(serve_nodes, engines, tmp_path):
+    proxy, n1 = await _proxied(tmp_path, engines, "n1")
+    n2, n3 = serve_nodes("n2", "n3", adapters="pheby,loomi,lvmh")
+    case = _Case(await psycopg.AsyncConnection.connect(engines[0], autocommit=True))
+    r = aioredis.Redis.from_url(engines[1])
+    a1, a2, a3 = pheby_app(n1), pheby_app(n2), pheby_app(n3)
+    phone = LoomiApp("On n3")
+    try:
+        await phone.pair(dict(await pair_qr(n3), url=loomi_ws(n3)))
+        for app in (a1, a2, a3):
+            await app.connect()
+        await case.ask(a1, a2, "closed, shown, sent again")
+        n1.kill9()
+        proxy.needle, proxy.armed, proxy.down = case.run_id.encode(), True, True
+        await asyncio.to_thread(n1.start)  # closes its run: to every node, never back to n1
+        await asyncio.wait_for(proxy.held.wait(), 30)
+        for app in (a2, a3):
+            await app.wait_frame(lambda f: f["type"] == "run.finished" and f.get("run_id") == case.run_id, 30)
+        await phone.until(lambda: _ends(phone, case.run_id, "run.failed"), 30)
+        await case.closed_in_store()
+        assert await case.one("SELECT 1 FROM settings WHERE key=%s", "unsent:" + case.run_id), "n1 read its close back"
+
+        n3.kill9()  # comes back with the close in its load
+        await a3.close()
+        await asyncio.to_thread(n3.start)
+        a3 = pheby_app(n3)
+        await a3.connect()
+        await phone.connect(loomi_ws(n3))
+        n1.kill9()
+        proxy.cut()
+        await r.flushall()  # the stream lost: n1's next start sends the close again
+        await asyncio.to_thread(n1.start)
+        await a1.close()
+        a1 = pheby_app(n1)
+        await a1.connect()
+        # (seen_once waits for the row to go: n1 had its forms back, every node was delivered them)
+        await case.seen_once((a2,), (n1, n2, n3), opened=(a1, a3))
+        mark = await a1.create("after the close")  # delivered after the forms sent again, on every node
+        for app in (a2, a3):
+            await app.wait_frame(lambda f, m=mark: f.get("conversation_id") == m, 30)
+        await phone.until(lambda: [f for f in phone.events if f.get("task_id") == mark], 30)
+        assert len(_of(a2, "run.finished", "run_id", case.run_id)) == 1
+        assert not _of(a3, "run.finished", "run_id", case.run_id), "n3 showed the close its load had"
+        assert not _of(a3, "approval.resolved", "approval_id", case.aid)
+        for kind in ("run.completed", "run.failed"):  # the phone on n3: the run's end once, its seqs in order
+            assert len(_ends(phone, case.run_id, kind)) == 1, [f["type"] for f in phone.events]
+        assert not phone.dropped and phone.seqs() == sorted(set(phone.seqs()))
+    finally:
+        for app in (a1, a2, a3):
+            await app.close()
+        await phone.disconnect()
+        await case.reads.close()
+        await r.aclose()
+        n1.stop()
+        proxy.cut()
+        proxy.server.close()
