@@ -19,9 +19,11 @@ dropped when they come back. Rows exist only for closes, dropped at once normall
 
 A form the stream lacks may still have reached some nodes before the stream lost it (a Redis restart just after
 the close went out, before its node read its forms back: chaos seed 2509, ``event_twice``). Sent again, it comes
-under a new stream number, which no front end knows, so it is marked (``AGAIN``) and a node that holds it already
-drops it (``again``): one that folded it (the idents of the close-kind forms it folded lately, ``folded``) or one
-whose store load had it (another node's row, read at join before the load: the forms the store had then).
+under a new stream number, which no front end knows, so it is marked (``AGAIN``) and a node that delivered it
+already in this life drops it (``again``: the idents of the close-kind forms it folded lately, ``folded``). A node
+restarted since is not covered: its store load has the close, but whether its front ends showed it before is
+theirs to know (an lvmh row, a Loomi frame), not this row's; a close no node showed (the stream never had it)
+must still reach them.
 """
 
 from __future__ import annotations
@@ -101,7 +103,7 @@ class Unsent:
                 return
 
     def folded(self, data: Any) -> None:
-        """A form this node folded (or its store load has): if a close could hold it, its ident kept a while."""
+        """A form this node delivered: if a close could hold it, its ident kept a while."""
         if _key(data) is None:
             return
         held = self._held
@@ -122,14 +124,10 @@ class Unsent:
                 row = json.loads(value)
             except ValueError:
                 row = None
-            if not isinstance(row, dict):
-                continue
+            if not isinstance(row, dict) or row.get("node") != self.node_id:
+                continue  # another node's (its own start sees to it)
             run = key[len(KEY):]
             forms = _stored(self.store, run, [f for f in row.get("forms", []) if _key(f) is not None])
-            if row.get("node") != self.node_id:  # another node's (its own start sends what the stream lacks)
-                for form in forms:  # what this node's load (after this read) has: dropped if sent again
-                    self.folded(form)
-                continue
             try:
                 missing = await _missing(bus, forms)
             except Exception:  # the bus away for a moment: kept for the next start

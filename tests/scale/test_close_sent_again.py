@@ -3,10 +3,11 @@ bridge_core/scale/unsent.py, docs/scale-out.md "A close the store has and the st
 
 n1 is killed (-9) with a run waiting at an approval and comes back at once: it closes the run itself. The close
 reaches Redis and every other node, but nothing comes back to n1 (a TCP proxy passes its writes and no more), so
-its row of the close's forms stays. n3 restarts (its load has the close), n1 is killed, Redis loses its stream and
-n1 comes back: the stream lacks the close, n1 sends it again. Before: n2, which had shown it, and n3, whose load had
-it, showed the run's end, the approval's resolution and the notice a second time, under new numbers (a second run
-end on every client, a second ``agent_end`` row in the lvmh events). Now they drop it; the row goes.
+its row of the close's forms stays. n1 is killed, Redis loses its stream and n1 comes back: the stream lacks the
+close, n1 sends it again. Before: n2 and n3, which had shown it, showed the run's end, the approval's resolution
+and the notice a second time, under new numbers (a second run end on Pheby and Loomi clients, a second
+``agent_end`` row in the lvmh events). Now they drop it; the row goes. (A node restarted between the two is not
+covered: unsent.py.)
 
 Over real sockets to `agent-bridge serve` processes on a private PostgreSQL and Redis.
 """
@@ -51,12 +52,6 @@ async def test_a_close_sent_again_is_shown_once_by_the_nodes_that_had_it(serve_n
         await case.closed_in_store()
         assert await case.one("SELECT 1 FROM settings WHERE key=%s", "unsent:" + case.run_id), "n1 read its close back"
 
-        n3.kill9()  # comes back with the close in its load
-        await a3.close()
-        await asyncio.to_thread(n3.start)
-        a3 = pheby_app(n3)
-        await a3.connect()
-        await phone.connect(loomi_ws(n3))
         n1.kill9()
         proxy.cut()
         await r.flushall()  # the stream lost: n1's next start sends the close again
@@ -65,14 +60,13 @@ async def test_a_close_sent_again_is_shown_once_by_the_nodes_that_had_it(serve_n
         a1 = pheby_app(n1)
         await a1.connect()
         # (seen_once waits for the row to go: n1 had its forms back, every node was delivered them)
-        await case.seen_once((a2,), (n1, n2, n3), opened=(a1, a3))
+        await case.seen_once((a2, a3), (n1, n2, n3), opened=(a1,))
         mark = await a1.create("after the close")  # delivered after the forms sent again, on every node
         for app in (a2, a3):
             await app.wait_frame(lambda f, m=mark: f.get("conversation_id") == m, 30)
         await phone.until(lambda: [f for f in phone.events if f.get("task_id") == mark], 30)
-        assert len(_of(a2, "run.finished", "run_id", case.run_id)) == 1
-        assert not _of(a3, "run.finished", "run_id", case.run_id), "n3 showed the close its load had"
-        assert not _of(a3, "approval.resolved", "approval_id", case.aid)
+        for app in (a2, a3):
+            assert len(_of(app, "run.finished", "run_id", case.run_id)) == 1
         for kind in ("run.completed", "run.failed"):  # the phone on n3: the run's end once, its seqs in order
             assert len(_ends(phone, case.run_id, kind)) == 1, [f["type"] for f in phone.events]
         assert not phone.dropped and phone.seqs() == sorted(set(phone.seqs()))

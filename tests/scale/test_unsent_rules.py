@@ -16,7 +16,7 @@ from bridge_core.bridge.decisions import PENDING_KEY
 from bridge_core.bridge.sqlite import Store
 from bridge_core.model import events as ev
 from bridge_core.model.serialize import to_dict
-from bridge_core.scale.unsent import KEY, Unsent
+from bridge_core.scale.unsent import AGAIN, KEY, Unsent
 
 CID, RUN, AID = "c1", "r1", "a1"
 
@@ -74,7 +74,9 @@ async def _sent(store: Store, stream: _Stream) -> tuple[list, Unsent]:
     own: collections.deque = collections.deque()
     unsent.resend(own, stream)
     assert [tag for _, tag, _ in own] == [d["event"] for d in stream.events[before:]]  # each awaited back as own
-    return stream.events[before:], unsent
+    sent = stream.events[before:]
+    assert all(d[AGAIN] is True for d in sent)  # marked: a node that holds it already drops it
+    return [{k: v for k, v in d.items() if k != AGAIN} for d in sent], unsent
 
 
 def _row(store: Store) -> Any:
@@ -157,3 +159,16 @@ async def test_another_nodes_row_is_left_alone(store):
     await _stored(store, forms, finished=forms[2]["ts"], pending=False, node="n2")
     sent, _ = await _sent(store, _Stream([]))
     assert sent == [] and _row(store) == forms
+
+
+def test_a_close_sent_again_is_dropped_by_a_node_that_delivered_it_and_only_then(store):
+    """A form sent again (marked) that this node delivered already is dropped; its first delivery (not marked),
+    and one this node never delivered, are folded."""
+    forms = _close()
+    unsent = Unsent(store, "n1")
+    again = [{**f, AGAIN: True} for f in forms]
+    assert not any(unsent.again(f) for f in again + forms)
+    unsent.folded(forms[2])  # the end delivered once
+    assert [unsent.again(f) for f in again] == [False, False, True, False]
+    assert not unsent.again(forms[2])  # a first delivery is never dropped
+    assert not unsent.again({**again[2], "ts": again[2]["ts"] + 1})  # another event (its ts differs)
