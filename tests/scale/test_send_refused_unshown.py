@@ -11,38 +11,25 @@ the next send, the setting repaired, runs as usual on both.
 
 from __future__ import annotations
 
-import psycopg
-import pytest
-
-from tests.scale.test_nodes import _pheby, _watching
+from tests.scale.killed import pheby_pair
+from tests.scale.test_nodes import _watching
 
 
-@pytest.fixture
-def nodes(serve_nodes):
-    return lambda *names: serve_nodes(*names, adapters="pheby")
-
-
-async def test_a_send_failing_to_start_shows_its_message_on_no_node(nodes, engines):
-    n1, n2 = nodes("n1", "n2")
-    a1, a2 = await _pheby(n1), await _pheby(n2)
-    try:
-        cid = await a1.create("Refused")
+async def test_a_send_failing_to_start_shows_its_message_on_no_node(serve_nodes, engines):
+    async with pheby_pair(serve_nodes, engines, "Refused") as pair:
+        a1, a2, cid, db = pair.a1, pair.a2, pair.cid, pair.reads
         await _watching([a2], cid)
         key = f"agent.model:{cid}"
-        with psycopg.connect(engines[0], autocommit=True) as db:
-            db.execute("INSERT INTO settings(key, value) VALUES(%s, %s)", (key, "{unreadable"))
-            refused = await a1.chat(cid, "never shown")
-            assert refused["type"] == "error", refused
-            db.execute("DELETE FROM settings WHERE key=%s", (key,))
-            accepted = await a1.chat(cid, "shown")
-            assert accepted["type"] == "run.accepted", accepted
-            for app in (a1, a2):
-                await app.wait_until(lambda: accepted["run_id"] in app.view(cid).finished)
-                history = await app.open(cid)
-                assert [(m["role"], m["text"]) for m in history["messages"]] == [
-                    ("user", "shown"), ("assistant", "Echo: shown")], history
-            rows = db.execute("SELECT text FROM messages WHERE conversation_id=%s", (cid,)).fetchall()
-            assert sorted(t for (t,) in rows) == ["Echo: shown", "shown"], rows
-    finally:
-        await a1.close()
-        await a2.close()
+        await db.execute("INSERT INTO settings(key, value) VALUES(%s, %s)", (key, "{unreadable"))
+        refused = await a1.chat(cid, "never shown")
+        assert refused["type"] == "error", refused
+        await db.execute("DELETE FROM settings WHERE key=%s", (key,))
+        accepted = await a1.chat(cid, "shown")
+        assert accepted["type"] == "run.accepted", accepted
+        for app in (a1, a2):
+            await app.wait_until(lambda: accepted["run_id"] in app.view(cid).finished)
+            history = await app.open(cid)
+            assert [(m["role"], m["text"]) for m in history["messages"]] == [
+                ("user", "shown"), ("assistant", "Echo: shown")], history
+        rows = await (await db.execute("SELECT text FROM messages WHERE conversation_id=%s", (cid,))).fetchall()
+        assert sorted(t for (t,) in rows) == ["Echo: shown", "shown"], rows
