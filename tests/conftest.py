@@ -16,6 +16,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from tests.hangs import pytest_timeout_cancel_timer, pytest_timeout_set_timer  # noqa: E402,F401  (a hang named)
 from tests.peers import pytest_runtest_makereport  # noqa: E402,F401  (peer-missing skips fail under CI)
 from tests.selection import pytest_collection_modifyitems, pytest_terminal_summary  # noqa: E402,F401  (slow suite opt-in)
 

@@ -58,6 +58,7 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "store": ("postgresql",),
     "test_architecture.py": (),
     "test_docs.py": (),
+    "test_hangs.py": (),
     "test_sizes.py": (),
 }
 

@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 TIMEOUT = 10.0
 INTERVAL = 0.01
+CHECK_AT_LEAST = 5.0  # seconds an async check is given even at the deadline (a read under load)
 
 
 async def until(cond: Callable[[], Any], timeout: float = TIMEOUT, what: str = "condition",
@@ -23,8 +24,11 @@ async def until(cond: Callable[[], Any], timeout: float = TIMEOUT, what: str = "
     deadline = time.monotonic() + timeout
     while True:
         value = cond()
-        if inspect.isawaitable(value):
-            value = await value
+        if inspect.isawaitable(value):  # a check that never answers (a store's read) is bounded too
+            try:
+                value = await asyncio.wait_for(value, max(deadline - time.monotonic(), CHECK_AT_LEAST))
+            except asyncio.TimeoutError:
+                raise AssertionError(f"timed out after {timeout:g}s waiting for {what} (its check never answered)")
         if value:
             return value
         if time.monotonic() >= deadline:

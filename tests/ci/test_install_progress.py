@@ -192,3 +192,15 @@ def test_the_test_venv_is_current_only_with_this_checkout_and_every_requirement(
     (tmp_path / "stale" / "venv" / ".agent-bridge-test-stamp").write_text(f"{ROOT} 0123456789abcdef\n")
     assert _venv_check(tmp_path / "stale") == 1  # pyproject.toml changed since
     assert _venv_check(tmp_path / "none") == 1  # no venv at all
+
+
+def test_a_pytest_process_that_never_ends_is_stopped_at_the_limit_and_what_ran_is_shown(tmp_path):
+    root = _checkout(tmp_path)
+    assert _test(root, "tests/pheby").returncode == 0  # the fake venv in place
+    python = root.parent / "cache" / "venv" / "bin" / "python"  # the beside process never ends
+    python.write_text('#!/bin/sh\necho "ran: python $*"\ncase "$*" in *nemesis*) exec sleep 600;; esac\n')
+    done = _test(root, "-q", AGENT_BRIDGE_CI="1", AGENT_BRIDGE_SUITE_LIMIT="2")
+    assert done.returncode == 124, done.stdout + done.stderr
+    assert done.stdout.splitlines()[-2:] == ["== tests/scale and tests/nemesis, run beside the rest:",
+                                             "ran: python -m pytest -p no:cacheprovider -q tests/scale tests/nemesis"]
+    assert "scripts/test: tests/scale and tests/nemesis were stopped after 2 s" in done.stderr

@@ -186,7 +186,7 @@ class Phone(Recorder):
         app = self.app
         if app._reader is not None:  # nothing more is processed: the frames in flight are lost with the socket
             app._reader.cancel()
-            await asyncio.wait([app._reader])
+            await asyncio.wait([app._reader], timeout=OP_TIMEOUT)  # a cancelled reader ends; bounded anyway
             app._reader = None
         abort(app.ws, half)
         await self.close()
@@ -216,7 +216,7 @@ class Phone(Recorder):
         app = self.app
         if app._reader is not None:
             app._reader.cancel()
-            await asyncio.wait([app._reader])
+            await asyncio.wait([app._reader], timeout=OP_TIMEOUT)  # a cancelled reader ends; bounded anyway
             app._reader = None
         if app.ws is not None and not app.ws.closed:
             try:
