@@ -11,6 +11,7 @@ queued (a writer thread taking it at once would otherwise commit it empty and lo
 from __future__ import annotations
 
 import collections
+import itertools
 import sqlite3
 import threading
 from typing import Any, Callable, Optional
@@ -75,8 +76,12 @@ def write_cluster_rows(c: sqlite3.Connection, b: "RowBatch", lost: frozenset = f
     spans = [s for s in b.segments if s[0] not in lost] if lost else b.segments
     if spans:
         c.executemany(SPAN_SQL, spans)
-    for stmt, params in b.sql:
-        c.execute(stmt, params)
+    for stmt, group in itertools.groupby(b.sql, key=lambda s: s[0]):  # a prune's marks: one executemany
+        params = [p for _, p in group]
+        if len(params) == 1:
+            c.execute(stmt, params[0])
+        else:
+            c.executemany(stmt, params)
     for device_id, stmt, params in b.owned:
         if device_id not in lost:
             c.execute(stmt, params)
