@@ -19,6 +19,7 @@ import pytest
 
 from bridge_core.model.errors import Unavailable
 from bridge_core.scale.pgstore import PostgresStore
+from tests.scale.test_store_commit_fate import _commit
 
 TABLE = "CREATE TABLE t(k INTEGER PRIMARY KEY, v TEXT NOT NULL)"
 
@@ -142,10 +143,11 @@ class _LoseCommitAnswer:
         """Client to server, message by message (after the startup packet), noting an armed COMMIT."""
         (n,) = struct.unpack("!i", await cr.readexactly(4))
         sw.write(struct.pack("!i", n) + await cr.readexactly(n - 4))
+        prepared: set = set()
         while True:
             head = await cr.readexactly(5)
             body = await cr.readexactly(struct.unpack("!i", head[1:])[0] - 4)
-            if self.armed and head[:1] == b"Q" and body.rstrip(b"\0").strip().upper() == b"COMMIT":
+            if _commit(head[:1], body, prepared) and self.armed:
                 commit.set()
             sw.write(head + body)
             await sw.drain()
