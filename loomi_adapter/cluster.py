@@ -49,6 +49,7 @@ from .rows import RowBatch, RowQueue, held, mark_sql, write_cluster_rows
 log = logging.getLogger("agent_bridge.loomi.cluster")
 
 PRUNE_EVERY = 64
+SWEEP_EVERY = 16  # prunes between two deletes of the marks of sources gone (rows.py ``mark_sql``)
 CHECK_DEVICES_EVERY = 5.0  # s between two looks for a first paired device while there is none
 
 _REPLY_SQL = "UPDATE loomi_epochs SET reply_seq=MAX(reply_seq, ?) WHERE device_id=? AND epoch=?"
@@ -135,7 +136,8 @@ class ClusterRegistry(Registry):
         self._next_check = 0.0
         # device_id -> (epoch, seqs): a device this life numbered across events gone for good (``passed_gone``)
         self._gone_skip: dict[str, tuple[int, int]] = {}
-        self.marking: Callable[[], list] = list  # the marks stored at a prune (server.py: runtexts.py ``marks``)
+        self.marking: Callable[[float], list] = lambda due: []  # the marks stored at a prune (runtexts.py ``marks``)
+        self._prunes = 0
 
     @property
     def m(self) -> int:
@@ -216,7 +218,9 @@ class ClusterRegistry(Registry):
     def _prune(self) -> list[tuple[str, tuple]]:
         """Keep this source's newest ``window + 1`` rows; drop this node's earlier sources' rows
         outside every window (never another node's: two nodes never delete the same rows)."""
-        src, node, kept = self.source, self.node_id, self.own_from
+        src, node, kept, recent = self.source, self.node_id, self.own_from, self.recent
+        self._prunes += 1
+        due = _ts(recent[max(0, len(recent) + PRUNE_EVERY - recent.maxlen)][2])  # the next prune's oldest kept
         return [
             ("DELETE FROM loomi_frames WHERE source=? AND m<?", (src, self.recent[0][0])),
             ("DELETE FROM loomi_frames WHERE n<? AND source IN (SELECT source FROM loomi_sources "
@@ -224,7 +228,7 @@ class ClusterRegistry(Registry):
             ("DELETE FROM loomi_sources WHERE node=? AND source!=? AND NOT EXISTS "
              "(SELECT 1 FROM loomi_frames f WHERE f.source=loomi_sources.source)", (node, src)),
             ("UPDATE loomi_sources SET kept_from_n=? WHERE source=?", (kept, src)),
-        ] + mark_sql(src, self.marking(), _ts(self.recent[0][2]))
+        ] + mark_sql(src, self.marking(due), _ts(recent[0][2]), sweep=self._prunes % SWEEP_EVERY == 0)
 
     def next_seq(self, d: Device) -> int:
         """A reply's or a ping's seq, recorded before the frame leaves: a span starting one above it

@@ -35,14 +35,15 @@ SPAN_SQL = ("INSERT OR REPLACE INTO loomi_spans(device_id, epoch, source, from_m
 _MARK_SQL = "INSERT OR REPLACE INTO loomi_marks(source, message_id, run_id, upto, ts) VALUES(?,?,?,?,?)"
 
 
-def mark_sql(source: str, marks: list[tuple], kept_ts: float) -> list[tuple[str, tuple]]:
+def mark_sql(source: str, marks: list[tuple], kept_ts: float, sweep: bool = True) -> list[tuple[str, tuple]]:
     """The statements of a prune that keep the marks of ``source`` (runtexts.py ``marks``: message id, run id,
-    upto, ts) beside its frames: the new ones, none older than its oldest frame kept (``kept_ts``), none of a
-    source gone."""
-    return [(_MARK_SQL, (source, *mark)) for mark in marks] + [
-        ("DELETE FROM loomi_marks WHERE source=? AND ts<?", (source, kept_ts)),
-        ("DELETE FROM loomi_marks WHERE source NOT IN (SELECT source FROM loomi_sources)", ()),
-    ]
+    upto, ts) beside its frames: the new ones, none older than its oldest frame kept (``kept_ts``), and
+    (``sweep``) none of a source gone."""
+    out = [(_MARK_SQL, (source, *mark)) for mark in marks]
+    out.append(("DELETE FROM loomi_marks WHERE source=? AND ts<?", (source, kept_ts)))
+    if sweep:
+        out.append(("DELETE FROM loomi_marks WHERE source NOT IN (SELECT source FROM loomi_sources)", ()))
+    return out
 
 
 def event_chunks(k: int) -> list[int]:

@@ -23,6 +23,7 @@
 from __future__ import annotations
 
 import collections
+import math
 from typing import Any, Callable, Optional
 
 from bridge_core.model import events as ev
@@ -86,15 +87,21 @@ class RunTexts:
         payload = {"run_id": e.run_id, "text": e.text[len(said):], "kind": "text", "iteration": iteration}
         return [codec.body("run.delta", payload, task_id=e.conversation_id, run_id=e.run_id, ts=e.ts)]
 
-    def marks(self) -> list[tuple[str, str, int, float]]:
-        """Where the deltas rendered here of each message streaming stand, for those that moved since the last
-        call (at a prune of this node's rows, with them: cluster.py): (message id, run id, the length of the text
-        its deltas up to the last one made, that delta's time)."""
+    def marks(self, due: float = math.inf) -> list[tuple[str, str, int, float]]:
+        """Where the deltas rendered here of each message streaming stand (at a prune of this node's rows, with
+        them: cluster.py): (message id, run id, the length of the text its deltas up to the last one made, that
+        delta's time), for those that moved since their mark was given and whose mark given is older than
+        ``due`` (the time of the oldest frame the next prune keeps: that prune deletes it), or that have none.
+        A mark is good while the rows hold its delta; one given at every prune for every message was ~100
+        statements 78 times a second under the scale bench's load (docs/performance.md)."""
         out, marked, was = [], {}, self._marked
         for message_id, e in self._streamed.items():
+            old = was.get(message_id)
+            if old is not None and (old is e or old.ts >= due):
+                marked[message_id] = old
+                continue
             marked[message_id] = e
-            if was.get(message_id) is not e:
-                out.append((message_id, e.run_id, e.draft[1], e.ts))
+            out.append((message_id, e.run_id, e.draft[1], e.ts))
         self._marked = marked
         return out
 

@@ -54,6 +54,18 @@ def test_a_mark_is_stored_once_per_move_of_a_streaming_message():
     assert texts.marks() == [("m", "r", 12, 3.0)]
 
 
+def test_a_moved_mark_is_given_again_only_when_the_next_prune_would_delete_the_one_given():
+    texts = RunTexts()
+    _delta(texts, "m", "tok ", 1.0)
+    _delta(texts, "k", "x ", 1.5)
+    assert texts.marks(due=0.5) == [("m", "r", 4, 1.0), ("k", "r", 2, 1.5)]  # none given yet: given
+    _delta(texts, "m", "tok tok ", 2.0)
+    _delta(texts, "k", "x x ", 2.5)
+    assert texts.marks(due=1.2) == [("m", "r", 8, 2.0)]  # k's mark (1.5) outlives the next prune: still good
+    assert texts.marks(due=1.9) == [("k", "r", 4, 2.5)]  # now it would not: the newest given
+    assert texts.marks(due=9.0) == []  # nothing moved since: a mark not moved is not given again
+
+
 def test_exact_counts_past_the_drafts_or_a_marks_own_delta_only():
     tails = [_tail("r", ts, text) for ts, text in ((2.0, "tok "), (3.0, "tok "), (4.0, "t"))]
     assert text_after(tails, "r", 2.5) == "tok t" and text_after(tails, "r", 2.5, True) is None  # its delta not there
