@@ -207,6 +207,9 @@ async def test_a_run_going_on_past_the_newest_page_shows_as_running(ui):
 async def test_a_long_list_holds_a_screenful_and_changes_arrive_as_one_entry(ui):
     for i in range(300):
         ui.svc.bridge.create_conversation(f"chat {i:03d}")
+    at = min(c.created_at for c in ui.svc.bridge.conversations.values())
+    for c in ui.svc.bridge.conversations.values():  # all in one millisecond (a dozen are, on a fast machine)
+        c.created_at = at
     page = await ui.page()
     # the first load's socket opened before the watch starts: only the reload's socket is counted
     await expect(page.locator("#conn")).to_contain_text("live")
@@ -244,9 +247,11 @@ async def test_a_long_list_holds_a_screenful_and_changes_arrive_as_one_entry(ui)
         loaded = await page.evaluate("window.lvmhApp.book.entries.length")
     ids = await page.evaluate("window.lvmhApp.book.entries.map((s) => s.id)")
     assert len(ids) == 301 and len(set(ids)) == 301
-    # the list's end, once the last rows' heights are measured (the end moves as they are)
-    await until(lambda: _at_the_end(page), TIMEOUT_MS / 1000, "the list scrolled to its last row")
-    await expect(page.locator(".session-item .session-name", has_text="chat 000")).to_be_in_viewport()
+    # the list's end, once the last rows' heights are measured (the end moves as they are). The last row is the
+    # list's, not "chat 000": conversations created in one millisecond (a dozen here) are ordered by id
+    last = await page.evaluate("String(window.lvmhApp.book.entries.at(-1).id)")
+    await until(lambda: _at_the_end(page, last), TIMEOUT_MS / 1000, "the list scrolled to its last row")
+    await expect(page.locator(f'.session-item[data-session-id="{last}"]')).to_be_in_viewport()
     assert await items.count() < 120
     assert await page.locator('.session-item[aria-setsize="301"]').count() == await items.count()
 
@@ -259,20 +264,19 @@ async def test_a_long_list_holds_a_screenful_and_changes_arrive_as_one_entry(ui)
     assert not [f for f in frames[seen:] if f["type"] == "session_list"]
 
 
-async def _at_the_end(page) -> bool:
-    """Whether the list's last row is in the sidebar's view; if not, scroll the sidebar to its end
-    again (the end moves while the last rows' heights are measured)."""
-    return await page.evaluate("""() => {
+async def _at_the_end(page, key: str) -> bool:
+    """Whether the list's last row (session ``key``) is in the sidebar's view; if not, scroll the sidebar to
+    its end again (the end moves while the last rows' heights are measured)."""
+    return await page.evaluate("""(key) => {
         const bar = document.getElementById('sidebar');
-        const names = [...bar.querySelectorAll('.session-item .session-name')];
-        const last = names.find((n) => n.textContent.includes('chat 000'));
+        const last = [...bar.querySelectorAll('.session-item')].find((n) => n.dataset.sessionId === key);
         if (last) {
             const r = last.getBoundingClientRect(), b = bar.getBoundingClientRect();
             if (r.bottom > b.top && r.top < b.bottom) return true;
         }
         bar.scrollTop = 1e9;
         return false;
-    }""")
+    }""", key)
 
 
 async def _grew(page, than: int) -> bool:
