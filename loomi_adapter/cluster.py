@@ -132,10 +132,10 @@ class ClusterRegistry(Registry):
         # called in the store's writer thread for a device another node claimed, before the write that found
         # it out counts as processed (the server closes its socket: nothing queued for it may leave)
         self.on_lost: Optional[Callable[[Device], None]] = None
-        self.any_devices = False
-        self._next_check = 0.0
+        self.any_devices, self._next_check = False, 0.0
         # device_id -> (epoch, seqs): a device this life numbered across events gone for good (``passed_gone``)
         self._gone_skip: dict[str, tuple[int, int]] = {}
+        self._left: dict[str, int] = {}  # device_id -> the last row given to a device detached here (``next_seq``)
         self.marking: Callable[[float], list] = lambda due: []  # the marks stored at a prune (runtexts.py ``marks``)
         self._prunes = 0
 
@@ -238,17 +238,17 @@ class ClusterRegistry(Registry):
         that just started has the newest event any node stored as its position, then stores the events of
         its join before it (the stream's last seconds, below the device's ``skip_to``: events the device got
         elsewhere). A span opened at that reply took them as the device's next frames, and its next hello
-        replayed them under new seqs (chaos seed 2003: ``event_twice`` after a Redis restart and a kill -9)."""
+        replayed them under new seqs (chaos seed 2003: ``event_twice`` after a Redis restart and a kill -9).
+        A device detached here (an answer after its fatal error) got none of the rows stored since, which its open
+        span numbers for it: the span starts at the first of them (at ``m + 1`` the seqs went back: seed 2701)."""
         s = self.numbering.next_seq(d)
         if d.epoch:
             if d.skip_to > self.stored_n:
-                self._rows.add([], [], owned=[(d.device_id, _REPLY_SQL, (s, d.device_id, d.epoch))],
-                               fence=self._held)
+                self._rows.add([], [], owned=[(d.device_id, _REPLY_SQL, (s, d.device_id, d.epoch))], fence=self._held)
             else:
-                epoch, skip = self._gone_skip.get(d.device_id, (None, 0))
-                d.offset = s - self.m + (skip if epoch == d.epoch else 0)
-                self._rows.add([], [(d.device_id, d.epoch, self.source, self.m + 1, None, d.offset)],
-                               fence=self._held)
+                m, (epoch, skip) = self._left.get(d.device_id, self.m), self._gone_skip.get(d.device_id, (None, 0))
+                d.offset = s - m + (skip if epoch == d.epoch else 0)
+                self._rows.add([], [(d.device_id, d.epoch, self.source, m + 1, None, d.offset)], fence=self._held)
         return s
 
     def passed_gone(self, lost: list, closing: list) -> None:
@@ -400,6 +400,7 @@ class ClusterRegistry(Registry):
         d.epoch = claim.epoch
         d.offset = None
         self._gone_skip.pop(d.device_id, None)
+        self._left.pop(d.device_id, None)
         d.skip_to = h.cursor
         d.seqs.set(claim.reserved)
         self._held = {**self._held, d.device_id: (claim.epoch, d)}
@@ -537,7 +538,8 @@ class ClusterRegistry(Registry):
         return {src: hs for src, hs in out.items() if hs}
 
     def detach(self, d: Device) -> None:
-        self.attached.pop(d.device_id, None)
+        if self.attached.pop(d.device_id, None) is not None and d.skip_to <= self.stored_n:
+            self._left[d.device_id] = self.m  # every row after it numbers ``d`` away (``next_seq``)
         if d.device_id in self._held:
             self._held = {k: v for k, v in self._held.items() if k != d.device_id}
 
@@ -549,9 +551,7 @@ class ClusterRegistry(Registry):
         row = self.store.query_one("SELECT epoch FROM loomi_devices WHERE device_id=?", (d.device_id,))
         if row is None:
             return "revoked"
-        if row[0] != d.epoch:
-            return "replaced"
-        return None
+        return "replaced" if row[0] != d.epoch else None
 
     # --- pairing tokens: in the store, consumed there ---------------------------------------
 
