@@ -12,6 +12,7 @@ from __future__ import annotations
 import atexit
 import glob
 import os
+import random
 import secrets
 import shutil
 import socket
@@ -25,9 +26,31 @@ from .peers import missing_peer
 
 
 def free_port() -> int:
-    with socket.socket() as s:
+    """A free loopback port for a server that keeps it across restarts (PostgreSQL, Redis, a nemesis node),
+    from below the kernel's ephemeral range: while that server is down (killed, restarting), a port-0 bind of
+    another process, such as any server of the suite running beside it, never lands on it (chaos at 9f922a9:
+    a node's restart found its port taken and the run stopped)."""
+    low = _ephemeral_low()
+    pick = random.SystemRandom()
+    for _ in range(100):
+        port = pick.randrange(max(1024, low - 12000), low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # every pick taken: the kernel's choice
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def pg_bindir() -> Optional[str]:
