@@ -19,10 +19,9 @@ import orjson
 import pytest
 
 from bridge_core.bridge.sqlite import Store
-from bridge_core.scale.cluster import MIGRATIONS as CLUSTER_MIGRATIONS
 from loomi_adapter import codec
 from loomi_adapter.cluster import ClusterRegistry
-from loomi_adapter.devices import MIGRATIONS
+from tests.scale.claims import hello, with_tables
 
 T = 1_796_631_000.0
 WINDOW = 8
@@ -43,19 +42,10 @@ def _replayed(frames: list[bytes]) -> list[tuple[int, str]]:
     return [(f["seq"], f["payload"]["text"]) for f in map(orjson.loads, frames)]
 
 
-async def _hello(reg: ClusterRegistry, did: str, credential: str, last_seq):
-    d = reg.authenticate(did, credential)
-    assert d is not None
-    claim = await reg.claim(d, last_seq)
-    assert claim is not None
-    return d, reg.attach(d, claim, last_seq)
-
-
 @pytest.fixture
 def store(tmp_path):
     s = Store(str(tmp_path / "core.db")).open()
-    s.migrate("loomi", MIGRATIONS)
-    s.migrate("cluster", CLUSTER_MIGRATIONS)
+    with_tables(s)
     yield s
     s.close()
 
@@ -65,7 +55,7 @@ async def test_an_answer_after_the_detach_is_followed_by_the_rows_stored_since(s
     n1 = ClusterRegistry(store, "n1", window=WINDOW)
     await n1.prepare()
     d, credential = await n1.pair(codec.DeviceInfo(model="Pixel 9"))
-    d, _ = await _hello(n1, d.device_id, credential, None)
+    d, _ = await hello(n1, d.device_id, credential, None)
     for n in range(1, 6):
         _event(n1, n)
     if gone:  # n1's delivery passed over 6..1000, gone for good: the phone is closed with a skip after them
@@ -82,7 +72,7 @@ async def test_an_answer_after_the_detach_is_followed_by_the_rows_stored_since(s
         _event(n1, n)
     store.flush()
 
-    d, res = await _hello(n1, d.device_id, credential, answer)
+    d, res = await hello(n1, d.device_id, credential, answer)
     got = _replayed(res.frames)
     seqs = [s for s, _ in got]
     assert seqs == sorted(set(seqs)) and seqs[0] > answer, got

@@ -21,10 +21,9 @@ from __future__ import annotations
 import orjson
 
 from bridge_core.bridge.sqlite import Store
-from bridge_core.scale.cluster import MIGRATIONS as CLUSTER_MIGRATIONS
 from loomi_adapter import codec
 from loomi_adapter.cluster import ClusterRegistry
-from loomi_adapter.devices import MIGRATIONS
+from tests.scale.claims import hello, with_tables
 
 T = 1_796_560_000.0
 
@@ -46,24 +45,14 @@ def _events(frames: list[bytes]) -> list[str]:
     return [orjson.loads(f)["payload"]["text"] for f in frames]
 
 
-async def _hello(reg: ClusterRegistry, did: str, credential: str, last_seq):
-    d = reg.authenticate(did, credential)
-    assert d is not None
-    claim = await reg.claim(d, last_seq)
-    assert claim is not None
-    return d, reg.attach(d, claim, last_seq)
-
-
 async def test_events_a_joining_node_stores_below_a_phones_cursor_are_not_replayed_again(tmp_path):
-    store = Store(str(tmp_path / "core.db")).open()
-    store.migrate("loomi", MIGRATIONS)
-    store.migrate("cluster", CLUSTER_MIGRATIONS)  # (its holes: none here)
+    store = with_tables(Store(str(tmp_path / "core.db")).open())  # (the cluster's holes: none here)
     try:
         # n3's previous life: the phone numbered for events 1..20 there, then n3 killed (nothing more written)
         old = ClusterRegistry(store, "n3")
         await old.prepare()
         d, credential = await old.pair(codec.DeviceInfo(model="Pixel 9"))
-        d, res = await _hello(old, d.device_id, credential, None)
+        d, res = await hello(old, d.device_id, credential, None)
         got = []
         for n in range(1, 21):
             got += [f for dev, f in _event(old, n) if dev is d]
@@ -75,7 +64,7 @@ async def test_events_a_joining_node_stores_below_a_phones_cursor_are_not_replay
         new = ClusterRegistry(store, "n3")
         await new.prepare()
         assert new.position == 20
-        d, res = await _hello(new, d.device_id, credential, last_seq)
+        d, res = await hello(new, d.device_id, credential, last_seq)
         assert res.frames == [] and res.truncated is False
         reply = new.next_seq(d)  # a gap closed the phone: ``error unavailable`` takes a seq
         assert reply == last_seq + 1
@@ -89,7 +78,7 @@ async def test_events_a_joining_node_stores_below_a_phones_cursor_are_not_replay
         store.flush()
 
         # the phone's next hello: exactly what it missed, once, right after the reply's seq
-        d, res = await _hello(new, d.device_id, credential, reply)
+        d, res = await hello(new, d.device_id, credential, reply)
         assert res.truncated is False
         assert _events(res.frames) == ["e21", "e22"], _events(res.frames)
         assert [orjson.loads(f)["seq"] for f in res.frames] == [reply + 1, reply + 2]

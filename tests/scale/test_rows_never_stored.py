@@ -22,11 +22,10 @@ import orjson
 import pytest
 
 from bridge_core.bridge.sqlite import Store
-from bridge_core.scale.cluster import MIGRATIONS as CLUSTER_MIGRATIONS
 from bridge_core.scale.pgstore import PostgresStore
 from loomi_adapter import codec
 from loomi_adapter.cluster import ClusterRegistry
-from loomi_adapter.devices import MIGRATIONS
+from tests.scale.claims import hello, with_tables
 
 T = 1_796_570_714.0
 LOST = range(11, 14)  # the events whose rows' batch failed
@@ -40,14 +39,6 @@ def _tail(n: int) -> bytes:
 
 def _texts(frames: list[bytes]) -> list[str]:
     return [orjson.loads(f)["payload"]["text"] for f in frames]
-
-
-async def _hello(reg: ClusterRegistry, did: str, credential: str, last_seq):
-    d = reg.authenticate(did, credential)
-    assert d is not None
-    claim = await reg.claim(d, last_seq)
-    assert claim is not None
-    return d, reg.attach(d, claim, last_seq)
 
 
 def _failing(write):
@@ -65,8 +56,7 @@ def store(request, tmp_path):
         s = Store(str(tmp_path / "core.db")).open()
     else:
         s = PostgresStore(request.getfixturevalue("postgres").new_database()).open()
-    s.migrate("loomi", MIGRATIONS)
-    s.migrate("cluster", CLUSTER_MIGRATIONS)
+    with_tables(s)
     yield s
     s.close()
 
@@ -75,7 +65,7 @@ async def test_a_phone_numbered_over_rows_never_stored_is_told_truncated(store):
     n1 = ClusterRegistry(store, "n1")
     await n1.prepare()
     d, credential = await n1.pair(codec.DeviceInfo(model="Pixel 9"))
-    d, _ = await _hello(n1, d.device_id, credential, None)
+    d, _ = await hello(n1, d.device_id, credential, None)
     got = []
     for n in range(1, 6):
         assert n1.wants(n)
@@ -99,7 +89,7 @@ async def test_a_phone_numbered_over_rows_never_stored_is_told_truncated(store):
     # the phone's hello to n2: the events it can be given, and told the three it cannot
     n2 = ClusterRegistry(store, "n2")
     await n2.prepare()
-    d2, res = await _hello(n2, d.device_id, credential, last_seq)
+    d2, res = await hello(n2, d.device_id, credential, last_seq)
     assert _texts(res.frames) == [f"e{n}" for n in range(6, 21) if n not in LOST]
     assert res.truncated is True, "events numbered for the phone and never stored were passed over silently"
 
@@ -111,14 +101,14 @@ async def test_a_catch_up_served_over_another_nodes_rows_never_stored_is_truncat
     n1 = ClusterRegistry(store, "n1")
     await n1.prepare()
     d, credential = await n1.pair(codec.DeviceInfo(model="Pixel 9"))
-    d, _ = await _hello(n1, d.device_id, credential, None)
+    d, _ = await hello(n1, d.device_id, credential, None)
     for n in range(1, 6):
         assert n1.wants(n)
         n1.record([_tail(n)], n)
     store.flush()
     n3 = ClusterRegistry(store, "n3")
     await n3.prepare()
-    d3, res = await _hello(n3, d.device_id, credential, d.log.seq)
+    d3, res = await hello(n3, d.device_id, credential, d.log.seq)
     assert res.truncated is False
     last_seq = d3.log.seq
     n3.detach(d3)  # then n3 is gone, having numbered nothing more
@@ -136,7 +126,7 @@ async def test_a_catch_up_served_over_another_nodes_rows_never_stored_is_truncat
         assert n2.wants(n)
         n2.record([_tail(n)], n)
     store.flush()
-    _, res = await _hello(n2, d.device_id, credential, last_seq)
+    _, res = await hello(n2, d.device_id, credential, last_seq)
     assert _texts(res.frames) == [f"e{n}" for n in range(6, 23) if n not in LOST]
     assert res.truncated is True, "a catch-up over rows never stored passed over their events silently"
 
@@ -146,7 +136,7 @@ async def test_consecutive_rows_replay_untruncated(store):
     n1 = ClusterRegistry(store, "n1")
     await n1.prepare()
     d, credential = await n1.pair(codec.DeviceInfo(model="Pixel 9"))
-    d, _ = await _hello(n1, d.device_id, credential, None)
+    d, _ = await hello(n1, d.device_id, credential, None)
     assert n1.wants(1)
     got = [f for dev, f in n1.record([_tail(1)], 1) if dev is d]
     last_seq = orjson.loads(got[-1])["seq"]
@@ -157,7 +147,7 @@ async def test_consecutive_rows_replay_untruncated(store):
     store.flush()
     n2 = ClusterRegistry(store, "n2")
     await n2.prepare()
-    _, res = await _hello(n2, d.device_id, credential, last_seq)
+    _, res = await hello(n2, d.device_id, credential, last_seq)
     assert _texts(res.frames) == [f"e{n}" for n in range(2, 21)]
     assert [orjson.loads(f)["seq"] for f in res.frames] == list(range(last_seq + 1, last_seq + 20))
     assert res.truncated is False
