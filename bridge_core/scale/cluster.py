@@ -201,7 +201,7 @@ class Cluster:
             except Unavailable:  # (a cold transcript's read while the store restarts: else the join failed)
                 self.waits.wait(n, node, data)
                 continue
-            self.unsent.folded(data)
+            self.unsent.folded(data, node)
             if event is not None:
                 self.bridge.fan_out(event, n)
         self.unsent.resend(self._own, self.bus)  # in the store already: to the bus, back as this node's (_own_event)
@@ -258,7 +258,7 @@ class Cluster:
             return self.waits.wait(n, node, data)
         if node == self.node_id:  # a close's form back from the bus (unsent.py)
             self.unsent.back(data)
-        self.unsent.folded(data)
+        self.unsent.folded(data, node)
         if event is not None:  # (what fan_out raises is not retried: it may have been shown; foldwait.py)
             self.delivering_own = own
             try:

@@ -18,12 +18,17 @@ would be a second row); the others are published again once the node joined, sam
 dropped when they come back. Rows exist only for closes, dropped at once normally: bounded.
 
 A form the stream lacks may still have reached some nodes before the stream lost it (a Redis restart just after
-the close went out, before its node read its forms back: chaos seed 2509, ``event_twice``). Sent again, it comes
-under a new stream number, which no front end knows, so it is marked (``AGAIN``) and a node that delivered it
-already in this life drops it (``again``: the idents of the close-kind forms it folded lately, ``folded``). A node
-restarted since is not covered: its store load has the close, but whether its front ends showed it before is
-theirs to know (an lvmh row, a Loomi frame), not this row's; a close no node showed (the stream never had it)
-must still reach them.
+the close went out, before its node read its forms back: chaos seed 2509, ``event_twice``). Such a form was on the
+stream: a node that missed it passed over a gap (gone.py: its state read back from the store, its phones told), so
+it is not sent again. Every node that delivers a close's form (``note`` marks it, ``CLOSE``: its run) records that
+in a ``settings`` row, ``reached:<run_id>:<event>:<ts>`` (``folded``), queued before the form is shown, and
+``read`` sends again only the missing forms no node recorded (chaos seed 2918: n2 and n3 restarted between n1's two
+sends, their memory of the first gone, showed the close twice). A record not committed yet when the row is read (its
+writer held by a store restart) is covered by its node's memory: a form sent again comes under a new stream number,
+which no front end knows, so it is marked (``AGAIN``) and a node that delivered it already in this life drops it
+(``again``: the idents of the close-kind forms it folded lately). Not covered: a node killed after it showed the
+form and before its record committed (one commit of its writer), then restarted before the form is sent again. The records go with their row (``back``, ``read``), and at a
+drop and join those older than ``REACHED_KEEP`` whose run has no row (a straggler's, written after the row went).
 """
 
 from __future__ import annotations
@@ -45,6 +50,9 @@ FLOOR = 40.0  # s of stream read back at the least for a row's forms (as started
 SKEW = 5.0  # s between this node's clock (the forms' ts) and Redis's (the entries' ids)
 AGAIN = "again"  # a form's field: published again by ``resend`` (receivers that hold it drop it)
 KEEP = 4096  # idents of close-kind forms folded lately, kept to know one published again
+CLOSE = "close"  # a form's field: the run whose close ``Bridge.interrupt`` published it in (``note``)
+REACHED = "reached:"  # + run_id + ":" + event + ":" + ts: a node delivered that form of the close (``folded``)
+REACHED_KEEP = 600.0  # s a record whose run has no row is kept (its row may not be committed yet)
 
 
 def _ident(data: Any) -> Optional[tuple]:
@@ -85,6 +93,7 @@ class Unsent:
         run = self._run
         if run is None:
             return
+        data[CLOSE] = run  # (every node that delivers it records that: ``folded``)
         self._waiting.setdefault(run, set()).add(_ident(data))
         key, node = KEY + run, self.node_id
         self.store.write_later(lambda c: _append(c, key, node, data))
@@ -99,13 +108,18 @@ class Unsent:
                 idents.discard(ident)
                 if not idents:
                     del self._waiting[run]
-                    self.store.execute_later("DELETE FROM settings WHERE key=?", (KEY + run,))
+                    self.store.write_later(lambda c, r=run: _drop(c, r))
                 return
 
-    def folded(self, data: Any) -> None:
-        """A form this node delivered: if a close could hold it, its ident kept a while."""
+    def folded(self, data: Any, node: str) -> None:
+        """A form this node delivered (``node``'s): if a close could hold it, its ident kept a while; another node's
+        close's, recorded."""
         if _key(data) is None:
             return
+        run = data.get(CLOSE)
+        if type(run) is str and node != self.node_id:
+            row = (_reached(run, data), json.dumps({"at": time.time()}))
+            self.store.execute_later("INSERT OR REPLACE INTO settings(key, value) VALUES(?, ?)", row)
         held = self._held
         held[_ident(data)] = None
         if len(held) > KEEP:
@@ -119,6 +133,7 @@ class Unsent:
         """At join: this node's rows left by its previous life; forms the stream holds dropped, the rest kept
         for ``resend``. A row whose stream could not be read stays (the next start tries). Forms to send."""
         count = 0
+        await self.store.write(_prune)
         for key, value in self.store.query("SELECT key, value FROM settings WHERE key LIKE ?", (KEY + "%",)):
             try:
                 row = json.loads(value)
@@ -128,6 +143,8 @@ class Unsent:
                 continue  # another node's (its own start sees to it)
             run = key[len(KEY):]
             forms = _stored(self.store, run, [f for f in row.get("forms", []) if _key(f) is not None])
+            forms = [f for f in forms if self.store.query_one(
+                "SELECT 1 FROM settings WHERE key=?", (_reached(run, f),)) is None]  # (on the stream once: gone.py)
             try:
                 missing = await _missing(bus, forms)
             except Exception:  # the bus away for a moment: kept for the next start
@@ -143,9 +160,8 @@ class Unsent:
                 if form["event"] == "Notification":
                     await self.store.write(lambda c, f=form: _notice_row(c, f))
             value = json.dumps({"node": self.node_id, "forms": missing})  # only those (a new close appends to it)
-            await self.store.write(lambda c, k=key, v=value, m=missing: c.execute(
-                "INSERT OR REPLACE INTO settings(key, value) VALUES(?, ?)", (k, v)) if m else
-                c.execute("DELETE FROM settings WHERE key=?", (k,)))  # fmt: skip
+            await self.store.write(lambda c, k=key, v=value, r=run, m=missing: c.execute(
+                "INSERT OR REPLACE INTO settings(key, value) VALUES(?, ?)", (k, v)) if m else _drop(c, r))  # fmt: skip
         return count
 
     def resend(self, own: Any, bus: Any) -> None:
@@ -155,6 +171,30 @@ class Unsent:
         for data in forms:
             own.append((from_dict(data), data["event"], data["ts"]))
             bus.publish({**data, AGAIN: True})
+
+
+def _reached(run: str, form: dict) -> str:
+    return f"{REACHED}{run}:{form.get('event')}:{form.get('ts')!r}"
+
+
+def _drop(c: Any, run: str) -> None:
+    """A close's row and its records (and old ones of closes gone: ``_prune``)."""
+    c.execute("DELETE FROM settings WHERE key=?", (KEY + run,))
+    c.execute("DELETE FROM settings WHERE key LIKE ?", (f"{REACHED}{run}:%",))
+    _prune(c)
+
+
+def _prune(c: Any) -> None:
+    """Records older than ``REACHED_KEEP`` whose run has no row (written after it went)."""
+    old = time.time() - REACHED_KEEP
+    for key, value in c.execute("SELECT key, value FROM settings WHERE key LIKE ?", (REACHED + "%",)).fetchall():
+        run = key[len(REACHED):].split(":", 1)[0]
+        try:
+            at = float(json.loads(value)["at"])
+        except (ValueError, KeyError, TypeError):
+            at = 0.0
+        if at < old and c.execute("SELECT 1 FROM settings WHERE key=?", (KEY + run,)).fetchone() is None:
+            c.execute("DELETE FROM settings WHERE key=?", (key,))
 
 
 def _notice_row(c: Any, form: dict) -> None:

@@ -16,7 +16,8 @@ from bridge_core.bridge.decisions import PENDING_KEY
 from bridge_core.bridge.sqlite import Store
 from bridge_core.model import events as ev
 from bridge_core.model.serialize import to_dict
-from bridge_core.scale.unsent import AGAIN, KEY, Unsent
+from bridge_core.scale import unsent as unsent_module
+from bridge_core.scale.unsent import AGAIN, CLOSE, KEY, REACHED, Unsent
 
 CID, RUN, AID = "c1", "r1", "a1"
 
@@ -168,7 +169,56 @@ def test_a_close_sent_again_is_dropped_by_a_node_that_delivered_it_and_only_then
     unsent = Unsent(store, "n1")
     again = [{**f, AGAIN: True} for f in forms]
     assert not any(unsent.again(f) for f in again + forms)
-    unsent.folded(forms[2])  # the end delivered once
+    unsent.folded(forms[2], "n2")  # the end delivered once
     assert [unsent.again(f) for f in again] == [False, False, True, False]
     assert not unsent.again(forms[2])  # a first delivery is never dropped
     assert not unsent.again({**again[2], "ts": again[2]["ts"] + 1})  # another event (its ts differs)
+
+
+def _reached(store: Store) -> list:
+    return sorted(k for (k,) in store.query("SELECT key FROM settings WHERE key LIKE ?", (REACHED + "%",)))
+
+
+async def test_what_a_node_recorded_delivered_is_not_sent_again_though_the_stream_lost_it(store):
+    """Chaos seed 2918: the close reached n2 and n3, Redis lost it, both restarted (their memory of it gone): n1's
+    start finds it missing from the stream and recorded delivered, sends none of it, drops its row and the records.
+    A form nobody recorded (the notice here) is sent."""
+    forms = [{**f, CLOSE: RUN} for f in _close()]  # as ``note`` marks them
+    await _stored(store, forms, finished=forms[2]["ts"], pending=False)
+    n2 = Unsent(store, "n2")
+    for data in forms[:3]:
+        n2.folded(data, "n1")
+    n2.folded(forms[0], "n1")  # (delivered twice, one record)
+    await store.synced()
+    assert len(_reached(store)) == 3
+    sent, _ = await _sent(store, _Stream([]))
+    assert sent == forms[3:]
+    assert _row(store) == forms[3:]
+    n2.folded(forms[3], "n1")  # the notice sent again reached n2: the next start finds it recorded
+    await store.synced()
+    sent, _ = await _sent(store, _Stream([]))
+    assert sent == [] and _row(store) is None and _reached(store) == []  # the row and its records gone
+
+
+async def test_a_nodes_own_close_and_an_unmarked_form_are_not_recorded(store):
+    forms = _close()
+    n1 = Unsent(store, "n1")
+    n1.folded({**forms[2], CLOSE: RUN}, "n1")  # its own, back from the bus
+    n1.folded(forms[2], "n2")  # not a close's (a run's own end)
+    await store.synced()
+    assert _reached(store) == []
+
+
+async def test_records_whose_run_has_no_row_go_once_old(store, monkeypatch):
+    forms = [{**f, CLOSE: RUN} for f in _close()]
+    other = [{**f, CLOSE: "r2"} for f in _close(2000.0)]
+    n2 = Unsent(store, "n2")
+    for data in (forms[2], other[2]):
+        n2.folded(data, "n1")
+    await _stored(store, forms, finished=forms[2]["ts"], pending=False, node="n3")  # RUN's row: n3's, kept
+    await store.synced()
+    await _sent(store, _Stream([]))
+    assert len(_reached(store)) == 2  # recent: kept (a row may not be committed yet)
+    monkeypatch.setattr(unsent_module, "REACHED_KEEP", -1.0)  # every record old
+    await _sent(store, _Stream([]))
+    assert _reached(store) == [f"{REACHED}{RUN}:RunFinished:{forms[2]['ts']!r}"]  # r2's went: no row
