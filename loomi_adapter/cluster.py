@@ -49,7 +49,7 @@ from .rows import RowBatch, RowQueue, held, mark_sql, write_cluster_rows
 log = logging.getLogger("agent_bridge.loomi.cluster")
 
 PRUNE_EVERY = 64
-SWEEP_EVERY = 16  # prunes between two deletes of the marks of sources gone (rows.py ``mark_sql``)
+SWEEP_EVERY = 16  # prunes between two deletes of the stale marks (rows.py ``mark_sql``)
 CHECK_DEVICES_EVERY = 5.0  # s between two looks for a first paired device while there is none
 
 _REPLY_SQL = "UPDATE loomi_epochs SET reply_seq=MAX(reply_seq, ?) WHERE device_id=? AND epoch=?"

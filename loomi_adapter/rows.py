@@ -37,11 +37,13 @@ _MARK_SQL = "INSERT OR REPLACE INTO loomi_marks(source, message_id, run_id, upto
 
 def mark_sql(source: str, marks: list[tuple], kept_ts: float, sweep: bool = True) -> list[tuple[str, tuple]]:
     """The statements of a prune that keep the marks of ``source`` (runtexts.py ``marks``: message id, run id,
-    upto, ts) beside its frames: the new ones, none older than its oldest frame kept (``kept_ts``), and
-    (``sweep``) none of a source gone."""
+    upto, ts) beside its frames: the new ones, and (``sweep``) none older than its oldest frame kept
+    (``kept_ts``) nor of a source gone. A mark older than the rows is never used (journal.py ``stored_run_text``
+    needs its delta in the rows), so the deletes only bound the table: at every prune, their index scan was
+    about 7 rows fetched per prune, 50,000 in a 3-node scale bench (docs/performance.md)."""
     out = [(_MARK_SQL, (source, *mark)) for mark in marks]
-    out.append(("DELETE FROM loomi_marks WHERE source=? AND ts<?", (source, kept_ts)))
     if sweep:
+        out.append(("DELETE FROM loomi_marks WHERE source=? AND ts<?", (source, kept_ts)))
         out.append(("DELETE FROM loomi_marks WHERE source NOT IN (SELECT source FROM loomi_sources)", ()))
     return out
 
