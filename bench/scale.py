@@ -26,8 +26,11 @@ redis-server), the peak RSS per node, and each as a ratio to ``embedded`` measur
 the same invocation. Then the bus alone on one node at the same event rate: the
 in-process bus against the Redis Streams one (publish to delivery, CPU per event).
 The engines run as tests/engines.py starts them (PostgreSQL with ``fsync=off``).
+``--engine-stats``: after each configuration on the bus, what PostgreSQL did per table and
+Redis per command, from their own counters (where the engines' CPU goes).
 
     python -m bench.scale [--nodes 1,2,3] [--runs 100] [--deltas 500] [--rate 50] [--rounds 1] [--quick]
+                          [--only '3 nodes'] [--engine-stats]
 """
 
 from __future__ import annotations
@@ -249,6 +252,43 @@ async def bus_overhead(bus_factory, rate: float, seconds: float) -> dict:
             "cpu_us_per_event": cpu / max(1, total) * 1e6}  # fmt: skip
 
 
+def _reset_redis_stats(url: str) -> None:
+    import redis
+
+    r = redis.Redis.from_url(url)
+    try:
+        r.config_resetstat()
+    finally:
+        r.close()
+
+
+def engine_stats(name: str, store: str, redis_url: str, frames: int) -> None:
+    """What PostgreSQL and Redis did for one configuration's round, from their own counters (``--engine-stats``):
+    per table, index scans, rows fetched by index, inserted, updated and deleted; per Redis command, its calls.
+    Each configuration has its own database; Redis's counters are reset before each (``main``)."""
+    import psycopg
+    import redis
+
+    print(f"\nengine counters, {name} ({frames} frames)")
+    print(f"  {'table':28}{'idx scans':>11}{'idx fetched':>13}{'inserted':>11}{'updated':>10}{'deleted':>10}")
+    with psycopg.connect(store, autocommit=True) as c:
+        for row in c.execute(
+                "SELECT relname, coalesce(idx_scan, 0), coalesce(idx_tup_fetch, 0), n_tup_ins, n_tup_upd, n_tup_del "
+                "FROM pg_stat_user_tables WHERE coalesce(idx_scan, 0) + n_tup_ins + n_tup_upd + n_tup_del > 0 "
+                "ORDER BY coalesce(idx_tup_fetch, 0) + n_tup_ins + n_tup_upd + n_tup_del DESC"):  # fmt: skip
+            print(f"  {row[0]:28}" + "".join(f"{v:>{w}}" for v, w in zip(row[1:], (11, 13, 11, 10, 10))))
+        commits, fetched, updated = c.execute("SELECT xact_commit, tup_fetched, tup_updated FROM pg_stat_database "
+                                              "WHERE datname = current_database()").fetchone()  # fmt: skip
+    print(f"  the database: {commits} commits, {fetched} rows fetched, {updated} updated")
+    r = redis.Redis.from_url(redis_url)
+    try:
+        calls = sorted(((v.get("calls", 0), k.removeprefix("cmdstat_")) for k, v in r.info("commandstats").items()),
+                       reverse=True)  # fmt: skip
+    finally:
+        r.close()
+    print("  Redis: " + ", ".join(f"{cmd} {n}" for n, cmd in calls[:8]))
+
+
 def _median(rows: list[dict], key: str) -> float:
     vals = [r[key] for r in rows if r[key] == r[key]]
     return statistics.median(vals) if vals else float("nan")
@@ -306,6 +346,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--bus-seconds", type=float, default=10.0, help="length of the bus-alone measurement")
     p.add_argument("--only", default="", help="measure only these configurations, e.g. '3 nodes' or "
                    "'embedded,2 nodes' (the others print n/a)")
+    p.add_argument("--engine-stats", action="store_true", help="after each configuration on the bus, print what "
+                   "PostgreSQL did per table and Redis per command (their own counters)")
     p.add_argument("--quick", action="store_true", help="a smoke run (10 runs of /bench 50 50, 1 s of bus)")
     args = p.parse_args(argv)
     if args.quick:
@@ -349,7 +391,11 @@ def main(argv: Optional[list[str]] = None) -> int:
                     store, bus = engines.pg.new_database(), engines.redis.url
                     node_args = [("--store", store, "--bus", bus, "--node-id", f"n{i}")
                                  for i in range(int(name.split()[0]))]  # fmt: skip
+                if args.engine_stats and "--bus" in node_args[0]:
+                    _reset_redis_stats(engines.redis.url)
                 results[name].append(asyncio.run(load_once(node_args, engines, args.runs, args.deltas, args.rate)))
+                if args.engine_stats and "--bus" in node_args[0]:
+                    engine_stats(name, node_args[0][1], engines.redis.url, results[name][-1]["frames"])
                 print(f"  measured: {name} ({time.monotonic() - t_start:.0f} s)", file=sys.stderr, flush=True)
         bus_rows = {"in-process": asyncio.run(bus_overhead(lambda: LocalBus("bench"), rate, args.bus_seconds))}
         engines.redis.flush()
