@@ -391,10 +391,11 @@ def main(argv: Optional[list[str]] = None) -> int:
                     store, bus = engines.pg.new_database(), engines.redis.url
                     node_args = [("--store", store, "--bus", bus, "--node-id", f"n{i}")
                                  for i in range(int(name.split()[0]))]  # fmt: skip
-                if args.engine_stats and "--bus" in node_args[0]:
+                counted = args.engine_stats and "--bus" in node_args[0]  # (--engine-stats: the configurations on Redis)
+                if counted:
                     _reset_redis_stats(engines.redis.url)
                 results[name].append(asyncio.run(load_once(node_args, engines, args.runs, args.deltas, args.rate)))
-                if args.engine_stats and "--bus" in node_args[0]:
+                if counted:
                     engine_stats(name, node_args[0][1], engines.redis.url, results[name][-1]["frames"])
                 print(f"  measured: {name} ({time.monotonic() - t_start:.0f} s)", file=sys.stderr, flush=True)
         bus_rows = {"in-process": asyncio.run(bus_overhead(lambda: LocalBus("bench"), rate, args.bus_seconds))}

@@ -22,6 +22,7 @@ from ..model import commands as cmd
 from ..model import events as ev
 from ..model.errors import AlreadyResolved, ApprovalNotFound, BadRequest, ClarifyNotFound
 from ..model.state import ConversationState
+from .store import SETTING_SQL
 
 log = logging.getLogger("agent_bridge.bridge")
 
@@ -177,7 +178,7 @@ def pending_row(e: Any) -> tuple[str, tuple]:
         "kind": "approval" if approval else "clarify", "id": did, "conversation_id": e.conversation_id,
         "run_id": e.run_id, "session_key": e.session_key, "text": e.command if approval else e.question,
     })  # fmt: skip
-    return "INSERT OR REPLACE INTO settings(key, value) VALUES(?, ?)", (PENDING_KEY + did, value)
+    return SETTING_SQL, (PENDING_KEY + did, value)
 
 
 def settled(e: Any) -> tuple[str, tuple]:

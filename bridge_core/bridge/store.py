@@ -29,6 +29,8 @@ from ..model.errors import Unavailable
 
 log = logging.getLogger("agent_bridge.store")
 
+SETTING_SQL = "INSERT OR REPLACE INTO settings(key, value) VALUES(?, ?)"  # a settings row, new or replaced
+
 WriteFn = Callable[[sqlite3.Connection], Any]
 _Result = tuple[Optional[concurrent.futures.Future], Any, Optional[BaseException]]  # a write's future, result, error
 
@@ -514,13 +516,7 @@ class BaseStore:
         if value is None:
             await self.write(lambda c: c.execute("DELETE FROM settings WHERE key=?", (key,)))
         else:
-            await self.write(
-                lambda c: c.execute(
-                    "INSERT INTO settings(key, value) VALUES(?, ?) "
-                    "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
-                    (key, value),
-                )
-            )
+            await self.write(lambda c: c.execute(SETTING_SQL, (key, value)))
 
 
 def is_storage_error(exc: BaseException) -> bool:

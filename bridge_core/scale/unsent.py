@@ -27,8 +27,9 @@ sends, their memory of the first gone, showed the close twice). A record not com
 writer held by a store restart) is covered by its node's memory: a form sent again comes under a new stream number,
 which no front end knows, so it is marked (``AGAIN``) and a node that delivered it already in this life drops it
 (``again``: the idents of the close-kind forms it folded lately). Not covered: a node killed after it showed the
-form and before its record committed (one commit of its writer), then restarted before the form is sent again. The records go with their row (``back``, ``read``), and at a
-drop and join those older than ``REACHED_KEEP`` whose run has no row (a straggler's, written after the row went).
+form and before its record committed (one commit of its writer), then restarted before the form is sent again.
+The records go with their row (``back``, ``read``), and at a drop and join those older than ``REACHED_KEEP``
+whose run has no row (a straggler's, written after the row went).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from typing import Any, Iterator, Optional
 
 from ..bridge.decisions import PENDING_KEY
 from ..bridge.drafts import MESSAGE_SQL
+from ..bridge.store import SETTING_SQL
 from ..model.serialize import from_dict
 
 log = logging.getLogger("agent_bridge.cluster")
@@ -66,8 +68,7 @@ def _append(c: Any, key: str, node: str, form: dict) -> None:
     row = c.execute("SELECT value FROM settings WHERE key=?", (key,)).fetchone()
     forms = json.loads(row[0]).get("forms", []) if row is not None else []
     forms.append(form)
-    c.execute("INSERT OR REPLACE INTO settings(key, value) VALUES(?, ?)",
-              (key, json.dumps({"node": node, "forms": forms})))  # fmt: skip
+    c.execute(SETTING_SQL, (key, json.dumps({"node": node, "forms": forms})))
 
 
 class Unsent:
@@ -119,7 +120,7 @@ class Unsent:
         run = data.get(CLOSE)
         if type(run) is str and node != self.node_id:
             row = (_reached(run, data), json.dumps({"at": time.time()}))
-            self.store.execute_later("INSERT OR REPLACE INTO settings(key, value) VALUES(?, ?)", row)
+            self.store.execute_later(SETTING_SQL, row)
         held = self._held
         held[_ident(data)] = None
         if len(held) > KEEP:
@@ -160,8 +161,8 @@ class Unsent:
                 if form["event"] == "Notification":
                     await self.store.write(lambda c, f=form: _notice_row(c, f))
             value = json.dumps({"node": self.node_id, "forms": missing})  # only those (a new close appends to it)
-            await self.store.write(lambda c, k=key, v=value, r=run, m=missing: c.execute(
-                "INSERT OR REPLACE INTO settings(key, value) VALUES(?, ?)", (k, v)) if m else _drop(c, r))  # fmt: skip
+            await self.store.write(lambda c, k=key, v=value, r=run, m=missing: c.execute(SETTING_SQL, (k, v)) if m
+                                   else _drop(c, r))  # fmt: skip
         return count
 
     def resend(self, own: Any, bus: Any) -> None:
@@ -207,12 +208,13 @@ def _key(data: Any) -> Optional[tuple]:
     """What a form does, whoever published it: ends a run, completes or adds a message, resolves a decision."""
     if type(data) is not dict or type(data.get("ts")) is not float:
         return None
-    field = _DOES.get(data.get("event"))  # type: ignore[arg-type]
+    field = DOES.get(data.get("event"))  # type: ignore[arg-type]
     return (data["event"], data.get(field)) if field is not None else None
 
 
-_DOES = {"RunFinished": "run_id", "MessageCompleted": "message_id", "Notification": "message_id",
-         "ApprovalResolved": "approval_id", "ClarifyResolved": "clarify_id"}  # fmt: skip
+# what a form of a close does, by its event: the field naming what it ends, completes or resolves
+DOES = {"RunFinished": "run_id", "MessageCompleted": "message_id", "Notification": "message_id",
+        "ApprovalResolved": "approval_id", "ClarifyResolved": "clarify_id"}  # fmt: skip
 
 
 def _stored(store: Any, run: str, forms: list) -> list:

@@ -23,14 +23,12 @@ import psycopg
 import pytest
 import redis.asyncio as aioredis
 
+from bridge_core.scale.unsent import DOES, REACHED
 from tests.conformance.loomi_client import LoomiApp
 from tests.scale.killed import pheby_app
 from tests.scale.phones import loomi_ws, pair_qr
 from tests.scale.test_close_unsent import _Case, _of, _proxied
 from tests.waiting import until
-
-
-CLOSE_KINDS = ("MessageCompleted", "ApprovalResolved", "ClarifyResolved", "RunFinished", "Notification")  # (a delta: none)
 
 
 def _ends(phone: LoomiApp, run_id: str, kind: str) -> list:
@@ -66,10 +64,11 @@ async def test_a_close_sent_again_is_shown_once_by_the_nodes_that_had_it(serve_n
         if restarted:  # (the stream lost: its join cannot fold the close again) once every form of it is recorded
             # delivered (by n2, n3 or both: one row each)
             (row,) = await case.one("SELECT value FROM settings WHERE key=%s", "unsent:" + case.run_id)
-            forms = len([f for f in json.loads(row)["forms"] if f["event"] in CLOSE_KINDS])
+            forms = len([f for f in json.loads(row)["forms"] if f["event"] in DOES])  # (a filler delta: no record)
 
             async def recorded() -> bool:
-                (count,) = await case.one("SELECT count(*) FROM settings WHERE key LIKE %s", f"reached:{case.run_id}:%")
+                key = f"{REACHED}{case.run_id}:%"
+                (count,) = await case.one("SELECT count(*) FROM settings WHERE key LIKE %s", key)
                 return count == forms
 
             await until(recorded, 15, "the close recorded delivered")
