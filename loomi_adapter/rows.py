@@ -27,12 +27,23 @@ _PRUNE_SQL = (
     "DELETE FROM loomi_segments WHERE from_n < ?1 AND EXISTS (SELECT 1 FROM loomi_segments t"
     " WHERE t.device_id = loomi_segments.device_id AND t.from_n > loomi_segments.from_n AND t.from_n <= ?1)"
 )
-FRAME_SQL = "INSERT OR IGNORE INTO loomi_frames(source, m, n, body) VALUES(?,?,?,?)"
+
+
+def _values(head: str, width: int, big: int) -> dict[int, str]:
+    """``head`` with k rows of ``width`` values, for each size ``event_chunks(.., big)`` gives: one statement
+    for a batch's rows, not one per row (executemany runs the statement once per row in PostgreSQL)."""
+    row = "(" + ",".join("?" * width) + ")"
+    return {k: head + " VALUES" + ",".join([row] * k) for k in (*range(1, 33), big)}
+
+
+ROWS_BIG = 128  # rows in a batch's largest insert of frames or marks (4 or 5 values each: 640 at most)
+_FRAMES_SQL = _values("INSERT OR IGNORE INTO loomi_frames(source, m, n, body)", 4, ROWS_BIG)
 SPAN_SQL = ("INSERT OR REPLACE INTO loomi_spans(device_id, epoch, source, from_m, to_m, seq_offset) "
             "VALUES(?,?,?,?,?,?)")
 
 
 _MARK_SQL = "INSERT OR REPLACE INTO loomi_marks(source, message_id, run_id, upto, ts) VALUES(?,?,?,?,?)"
+_MARKS_SQL = _values("INSERT OR REPLACE INTO loomi_marks(source, message_id, run_id, upto, ts)", 5, ROWS_BIG)
 
 
 def mark_sql(source: str, marks: list[tuple], kept_ts: float, sweep: bool = True) -> list[tuple[str, tuple]]:
@@ -48,10 +59,10 @@ def mark_sql(source: str, marks: list[tuple], kept_ts: float, sweep: bool = True
     return out
 
 
-def event_chunks(k: int) -> list[int]:
-    """How many rows each insert of a batch of ``k`` takes (sizes that have a statement)."""
-    out = [256] * (k // 256)
-    k %= 256
+def event_chunks(k: int, big: int = 256) -> list[int]:
+    """How many rows each insert of a batch of ``k`` takes (sizes that have a statement: 1 to 32, ``big``)."""
+    out = [big] * (k // big)
+    k %= big
     out += [32] * (k // 32)
     return out + [k % 32] if k % 32 else out
 
@@ -75,19 +86,29 @@ def write_cluster_rows(c: sqlite3.Connection, b: "RowBatch", lost: frozenset = f
     then the statements of one device each. Nothing of a device in ``lost`` (another node owns it now:
     cluster.py, bridge_core/scale/fencing.py) is written."""
     if b.events:
-        c.executemany(FRAME_SQL, b.events)
+        insert_rows(c, _FRAMES_SQL, list(b.events))
     spans = [s for s in b.segments if s[0] not in lost] if lost else b.segments
     if spans:
         c.executemany(SPAN_SQL, spans)
-    for stmt, group in itertools.groupby(b.sql, key=lambda s: s[0]):  # a prune's marks: one executemany
+    for stmt, group in itertools.groupby(b.sql, key=lambda s: s[0]):  # a prune's marks: one statement
         params = [p for _, p in group]
-        if len(params) == 1:
+        if stmt == _MARK_SQL:  # the batch's marks, the newest of each message (one statement sets a row once)
+            insert_rows(c, _MARKS_SQL, list({p[:2]: p for p in params}.values()))
+        elif len(params) == 1:
             c.execute(stmt, params[0])
         else:
             c.executemany(stmt, params)
     for device_id, stmt, params in b.owned:
         if device_id not in lost:
             c.execute(stmt, params)
+
+
+def insert_rows(c: sqlite3.Connection, sqls: dict[int, str], rows: list[tuple]) -> None:
+    """``rows`` in as few statements as the sizes of ``sqls`` allow (``_values``)."""
+    i = 0
+    for k in event_chunks(len(rows), ROWS_BIG):
+        c.execute(sqls[k], [v for row in rows[i:i + k] for v in row])
+        i += k
 
 
 def held(b: "RowBatch") -> dict:
