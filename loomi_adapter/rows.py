@@ -16,10 +16,16 @@ import sqlite3
 import threading
 from typing import Any, Callable, Optional
 
-# the insert of k event rows as one statement, not a step per row: each step of the store's writer thread
-# gives the GIL to the loop and waits to get it back. Statements of 1..32 rows and of 256 (33 texts cached)
-_EVENTS_SQL = {k: "INSERT OR REPLACE INTO loomi_events(n, body) VALUES" + ",".join(["(?,?)"] * k)
-               for k in (*range(1, 33), 256)}
+
+def _values(head: str, width: int, big: int) -> dict[int, str]:
+    """``head`` with k rows of ``width`` values, for each size ``event_chunks(.., big)`` gives: a batch's rows
+    in a few statements, not one per row (each step of the store's writer thread gives the GIL to the loop and
+    waits to get it back; executemany runs the statement once per row in PostgreSQL). 33 texts cached."""
+    row = "(" + ",".join("?" * width) + ")"
+    return {k: head + " VALUES" + ",".join([row] * k) for k in (*range(1, 33), big)}
+
+
+_EVENTS_SQL = _values("INSERT OR REPLACE INTO loomi_events(n, body)", 2, 256)
 _SEGMENT_SQL = "INSERT OR REPLACE INTO loomi_segments(device_id, from_n, seq_offset) VALUES(?,?,?)"
 _PRUNE_SQL = (
     "DELETE FROM loomi_events WHERE n < ?1;"
@@ -27,13 +33,6 @@ _PRUNE_SQL = (
     "DELETE FROM loomi_segments WHERE from_n < ?1 AND EXISTS (SELECT 1 FROM loomi_segments t"
     " WHERE t.device_id = loomi_segments.device_id AND t.from_n > loomi_segments.from_n AND t.from_n <= ?1)"
 )
-
-
-def _values(head: str, width: int, big: int) -> dict[int, str]:
-    """``head`` with k rows of ``width`` values, for each size ``event_chunks(.., big)`` gives: one statement
-    for a batch's rows, not one per row (executemany runs the statement once per row in PostgreSQL)."""
-    row = "(" + ",".join("?" * width) + ")"
-    return {k: head + " VALUES" + ",".join([row] * k) for k in (*range(1, 33), big)}
 
 
 ROWS_BIG = 128  # rows in a batch's largest insert of frames or marks (4 or 5 values each: 640 at most)
@@ -69,11 +68,7 @@ def event_chunks(k: int, big: int = 256) -> list[int]:
 
 def write_node_rows(c: sqlite3.Connection, b: "RowBatch") -> None:
     """One node's tables: the events, the segments, then the prune (a batch may hold rows it prunes)."""
-    events = list(b.events)
-    i = 0
-    for k in event_chunks(len(events)):
-        c.execute(_EVENTS_SQL[k], [v for row in events[i:i + k] for v in row])
-        i += k
+    insert_rows(c, _EVENTS_SQL, list(b.events))
     if b.segments:
         c.executemany(_SEGMENT_SQL, b.segments)
     if b.prune is not None:
@@ -106,7 +101,7 @@ def write_cluster_rows(c: sqlite3.Connection, b: "RowBatch", lost: frozenset = f
 def insert_rows(c: sqlite3.Connection, sqls: dict[int, str], rows: list[tuple]) -> None:
     """``rows`` in as few statements as the sizes of ``sqls`` allow (``_values``)."""
     i = 0
-    for k in event_chunks(len(rows), ROWS_BIG):
+    for k in event_chunks(len(rows), max(sqls)):
         c.execute(sqls[k], [v for row in rows[i:i + k] for v in row])
         i += k
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from bridge_core.scale.cluster import MIGRATIONS as CLUSTER_MIGRATIONS
 from loomi_adapter.cluster import ClusterRegistry
 from loomi_adapter.devices import MIGRATIONS
@@ -25,3 +27,15 @@ async def hello(reg: ClusterRegistry, did: str, credential: str, last_seq) -> tu
     claim = await reg.claim(d, last_seq)
     assert claim is not None
     return d, reg.attach(d, claim, last_seq)
+
+
+def delta_tail(n: int, t0: float) -> bytes:
+    """Event ``n`` as a run.delta ``e<n>`` of run ``r1`` at ``t0 + n`` ms, stored (without its opening brace)."""
+    body = orjson.dumps({"v": 1, "ts": t0 + n / 1000, "type": "run.delta", "task_id": "c1", "run_id": "r1",
+                         "payload": {"run_id": "r1", "text": f"e{n}", "kind": "text", "iteration": 0}})
+    return body[1:]
+
+
+def texts(frames: list[bytes]) -> list[str]:
+    """The texts of delta frames (``delta_tail``'s, numbered)."""
+    return [orjson.loads(f)["payload"]["text"] for f in frames]

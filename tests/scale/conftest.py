@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from bridge_core.bridge.sqlite import Store
+from bridge_core.scale.pgstore import PostgresStore
 from tests.engines import Postgres, Redis, pg_missing, redis_missing
 from tests.hardening.proc import BridgeProcess
+from tests.scale.claims import with_tables
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +36,19 @@ def postgres():
     pg = Postgres().start()
     yield pg
     pg.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request, tmp_path):
+    """An opened store with Loomi's and the cluster's tables, on each engine, for the numbering rules tested
+    on real rows and claims (tests/scale/claims.py)."""
+    if request.param == "sqlite":
+        s = Store(str(tmp_path / "core.db")).open()
+    else:
+        s = PostgresStore(request.getfixturevalue("postgres").new_database()).open()
+    with_tables(s)
+    yield s
+    s.close()
 
 
 @pytest.fixture

@@ -17,36 +17,16 @@ The core's real store and Loomi's real rows and claims, no socket (as tests/scal
 from __future__ import annotations
 
 import orjson
-import pytest
 
-from bridge_core.bridge.sqlite import Store
-from bridge_core.scale.pgstore import PostgresStore
 from loomi_adapter import codec
 from loomi_adapter.cluster import ClusterRegistry
-from tests.scale.claims import hello, with_tables
+from tests.scale.claims import delta_tail, hello, texts as _texts
 
 T = 1_796_653_612.0
 
 
 def _tail(n: int) -> bytes:
-    body = orjson.dumps({"v": 1, "ts": T + n / 1000, "type": "run.delta", "task_id": "c1", "run_id": "r1",
-                         "payload": {"run_id": "r1", "text": f"e{n}", "kind": "text", "iteration": 0}})
-    return body[1:]
-
-
-def _texts(frames: list[bytes]) -> list[str]:
-    return [orjson.loads(f)["payload"]["text"] for f in frames]
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store(request, tmp_path):
-    if request.param == "sqlite":
-        s = Store(str(tmp_path / "core.db")).open()
-    else:
-        s = PostgresStore(request.getfixturevalue("postgres").new_database()).open()
-    with_tables(s)
-    yield s
-    s.close()
+    return delta_tail(n, T)
 
 
 async def test_a_first_hello_on_a_node_ahead_of_the_rows_misses_nothing(store):

@@ -19,26 +19,17 @@ from __future__ import annotations
 import sqlite3
 
 import orjson
-import pytest
 
-from bridge_core.bridge.sqlite import Store
-from bridge_core.scale.pgstore import PostgresStore
 from loomi_adapter import codec
 from loomi_adapter.cluster import ClusterRegistry
-from tests.scale.claims import hello, with_tables
+from tests.scale.claims import delta_tail, hello, texts as _texts
 
 T = 1_796_570_714.0
 LOST = range(11, 14)  # the events whose rows' batch failed
 
 
 def _tail(n: int) -> bytes:
-    body = orjson.dumps({"v": 1, "ts": T + n / 1000, "type": "run.delta", "task_id": "c1", "run_id": "r1",
-                         "payload": {"run_id": "r1", "text": f"e{n}", "kind": "text", "iteration": 0}})
-    return body[1:]
-
-
-def _texts(frames: list[bytes]) -> list[str]:
-    return [orjson.loads(f)["payload"]["text"] for f in frames]
+    return delta_tail(n, T)
 
 
 def _failing(write):
@@ -48,17 +39,6 @@ def _failing(write):
             raise sqlite3.OperationalError("the connection was lost (a PostgreSQL restart)")
         write(c, b)
     return fn
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store(request, tmp_path):
-    if request.param == "sqlite":
-        s = Store(str(tmp_path / "core.db")).open()
-    else:
-        s = PostgresStore(request.getfixturevalue("postgres").new_database()).open()
-    with_tables(s)
-    yield s
-    s.close()
 
 
 async def test_a_phone_numbered_over_rows_never_stored_is_told_truncated(store):

@@ -7,21 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from bridge_core.bridge.sqlite import Store
-from bridge_core.scale.pgstore import PostgresStore
 from loomi_adapter.rows import ROWS_BIG, RowBatch, event_chunks, mark_sql, write_cluster_rows
-from tests.scale.claims import with_tables
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store(request, tmp_path):
-    if request.param == "sqlite":
-        s = Store(str(tmp_path / "core.db")).open()
-    else:
-        s = PostgresStore(request.getfixturevalue("postgres").new_database()).open()
-    with_tables(s)
-    yield s
-    s.close()
 
 
 @pytest.mark.parametrize("count", [1, 33, 2 * ROWS_BIG + 45])
