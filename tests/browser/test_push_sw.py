@@ -32,6 +32,18 @@ ACTIVATED = """() => new Promise((resolve) => {
   check();
 })"""
 
+# counts the notifications the worker's showNotification has finished showing. The test reads
+# getNotifications only after one: polled while it was being shown, headless Chromium at times never
+# listed it (the worker had the push and showNotification resolved, yet the list stayed empty)
+COUNT_SHOWN = """() => {
+  if (self.__shown === undefined) {
+    self.__shown = 0;
+    const show = self.registration.showNotification.bind(self.registration);
+    self.registration.showNotification = (...args) => show(...args).then((v) => { self.__shown += 1; return v; });
+  }
+  return self.__shown;
+}"""
+
 CLICK = """async (action) => {
   const [n] = await self.registration.getNotifications();
   self.dispatchEvent(new NotificationEvent("notificationclick", {notification: n, action}));
@@ -84,15 +96,19 @@ async def test_the_service_worker_shows_a_push_and_its_click_opens_the_conversat
                 worker = ctx.service_workers[0] if ctx.service_workers else await ctx.wait_for_event("serviceworker")
                 await worker.evaluate(ACTIVATED)
 
-                await cdp.send("ServiceWorker.deliverPushMessage",
-                               {"origin": base, "registrationId": reg[0]["registrationId"], "data": json.dumps(msg)})
+                async def push(what: str) -> list[dict]:
+                    """Delivers the bridge's message; the notifications listed once the worker has shown it."""
+                    before = await worker.evaluate(COUNT_SHOWN)
+                    await cdp.send("ServiceWorker.deliverPushMessage",
+                                   {"origin": base, "registrationId": reg[0]["registrationId"], "data": json.dumps(msg)})
 
-                async def shown():
-                    return await page.evaluate(NOTIFICATIONS)
+                    async def shown():
+                        return await worker.evaluate(COUNT_SHOWN) > before
 
-                # polled at 5 Hz: asking for the notifications back to back holds up the worker's own showNotification
+                    await until(shown, what=what, interval=0.05)
+                    return await until(lambda: page.evaluate(NOTIFICATIONS), what=f"{what}, listed")
 
-                (n,) = await until(shown, what="the notification", interval=0.2)
+                (n,) = await push("the notification")
                 assert n["title"] == "Approval needed" and n["body"] == "Deploy box: make deploy"
                 assert n["actions"] == ["Approve once", "Deny"] and n["url"] == f"{base}/#/s/{cid}"
 
@@ -101,9 +117,7 @@ async def test_the_service_worker_shows_a_push_and_its_click_opens_the_conversat
                 await page.wait_for_function(f"location.hash === {('#/s/' + cid)!r}")
 
                 # "Approve once" from the notification answers the approval, as if answered there
-                await cdp.send("ServiceWorker.deliverPushMessage",
-                               {"origin": base, "registrationId": reg[0]["registrationId"], "data": json.dumps(msg)})
-                await until(shown, what="the notification again", interval=0.2)
+                await push("the notification again")
                 await worker.evaluate(CLICK, "once")
                 resolved = await pheby.recv_type("approval.resolved", timeout=10)
                 assert resolved["approval_id"] == request["approval_id"]
