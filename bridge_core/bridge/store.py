@@ -435,6 +435,10 @@ class BaseStore:
             return
         self.submit(lambda c: None).result(timeout=timeout)
 
+    def end_sessions_of(self, node: str) -> int:
+        """A shared store's sessions of a node taken for dead ended (scale/pgstore.py); none here."""
+        return 0
+
     async def aflush(self) -> None:
         await self.write(lambda c: None)
 

@@ -506,6 +506,8 @@ class Cluster:
     async def _take_over(self, dead: str) -> int:
         known = [(run_id, cid) for run_id, (node, cid) in self.runs.items() if node == dead]
         me = self.node_id
+        if await asyncio.to_thread(self.bridge.store.end_sessions_of, dead):  # locks it was stopped holding
+            log.warning("node %s is gone: its open store sessions ended", dead)
 
         def claim(c: Any) -> tuple:
             for run_id, cid in known:  # runs whose row the dead node never committed
@@ -586,4 +588,7 @@ def connect(bridge: Bridge, url: str, node_id: str, key: bytes) -> Cluster:
     ``key`` (``busauth.derive_key``); redis-py imported only here."""
     from .redisbus import RedisBus
 
-    return Cluster(bridge, RedisBus(url, node_id, key=key, ttl=NODE_TTL, every=BEAT_EVERY, join_back=JOIN_BACK))
+    bus = RedisBus(url, node_id, key=key, ttl=NODE_TTL, every=BEAT_EVERY, join_back=JOIN_BACK)
+    bridge.store.alive = lambda: time.monotonic() < bus.alive_until  # no node can have taken this one for dead
+    bridge.store.node_id = node_id  # its sessions named after it (a survivor ends them: Cluster._take_over)
+    return Cluster(bridge, bus)

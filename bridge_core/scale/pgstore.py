@@ -33,6 +33,13 @@ CONNECT_TIMEOUT = 10
 # fresh connection for this long before its writes are refused; meanwhile nothing behind it counts as
 # processed, so no frame waiting for it (the durability barrier) leaves
 RIDE_OUT = 20.0
+# a node stopped inside a transaction (SIGSTOP, a frozen VM) holds its row locks, and with them the writer of every
+# node that writes one of those rows, until it resumes: the server ends such a session after this long, undoing
+# its transaction (run again when the node resumes, unless another node may have taken it for dead meanwhile).
+# The server's timer does not run inside a pipeline (psycopg's executemany) nor after one (it ends with a Flush):
+# there a survivor taking the node for dead ends its sessions (``end_sessions_of``)
+IDLE_IN_TRANSACTION = 5.0
+SESSION_NAME = "agent-bridge node "  # + the node's id: each session's application_name (end_sessions_of)
 RETRY_EVERY = 0.25  # s between two attempts to reconnect while the server is down
 CONFLICT_RETRIES = 5  # times a write that lost a deadlock (or a serialization conflict) is run again
 # each writer's row: the id of its last transaction, written by that transaction (``PgConnection._begin``), so
@@ -126,7 +133,7 @@ class PgConnection:
         self.sent_commit = True
         try:
             return self.raw.execute("COMMIT")
-        except psycopg.OperationalError:
+        except (psycopg.OperationalError, psycopg.errors.IdleInTransactionSessionTimeout):
             if self.xid is None or self._committed is None or not (self.raw.closed or self.raw.broken):
                 raise
             fate = self._committed(self.xid)
@@ -173,13 +180,19 @@ class PostgresStore(BaseStore):
         self.url = url
         self._keys: dict = {}
         self._writer_row: Optional[str] = None  # the writer's row in store_writers, once that table exists
+        # whether no other node can have taken this one for dead (its liveness key surely alive: cluster.connect):
+        # a batch undone while it may have been is not run again (``_ride_out``)
+        self.alive: Callable[[], bool] = lambda: True
+        self.node_id = ""  # this node's (cluster.connect): its sessions are named after it
 
     def describe(self) -> str:
         return mask_url(self.url)
 
     def _connect(self) -> PgConnection:
         try:
-            raw = psycopg.connect(self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT)
+            raw = psycopg.connect(self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT,
+                                  application_name=(SESSION_NAME + self.node_id)[:63])
+            raw.execute(f"SET idle_in_transaction_session_timeout = {int(IDLE_IN_TRANSACTION * 1000)}")
         except psycopg.Error as exc:
             reason = mask_url(" ".join(str(exc).split())) or type(exc).__name__  # libpq may quote the conninfo
             raise Unavailable(f"cannot reach the store {self.describe()}: {reason}")
@@ -243,6 +256,22 @@ class PostgresStore(BaseStore):
         conn.writer = self._writer_row = uuid.uuid4().hex
         self._rconn = self._connect()
 
+    def end_sessions_of(self, node: str) -> int:
+        """Node ``node`` taken for dead: its sessions ended, on a connection of their own (this node's writer may
+        be waiting on one of its locks), so a transaction it was stopped in is undone before its runs are taken
+        over (IDLE_IN_TRANSACTION). How many were ended."""
+        conn = self._connect()
+        try:
+            rows = conn.raw.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND application_name = %s AND pid <> pg_backend_pid()", ((SESSION_NAME + node)[:63],)).fetchall()
+        except psycopg.Error as exc:  # not allowed (another role): the take-over goes on, waiting as before
+            log.warning("store: could not end the sessions of node %s: %s", node, " ".join(str(exc).split()))
+            return 0
+        finally:
+            conn.close()
+        return sum(1 for (ended,) in rows if ended)
+
     def lock_schema(self, conn: Any) -> None:
         conn.execute("SELECT pg_advisory_xact_lock(%d)" % SCHEMA_LOCK)
 
@@ -266,7 +295,7 @@ class PostgresStore(BaseStore):
     def is_storage_error(self, exc: BaseException) -> bool:
         """The server could not write (disk full, read-only, connection lost), not a bad statement."""
         sqlstate = getattr(exc, "sqlstate", None) or ""
-        return isinstance(exc, psycopg.OperationalError) or sqlstate.startswith(("53", "58", "25006"))
+        return isinstance(exc, psycopg.OperationalError) or sqlstate.startswith(("53", "58", "25006", "25P03"))
 
     def _commit(self, conn: Any, batch: list) -> tuple[Any, list]:
         """The batch in one transaction (``_ride_out``); a write of it that lost a deadlock or a
@@ -301,6 +330,10 @@ class PostgresStore(BaseStore):
                 new, results = super()._commit(conn, batch)
                 lost = conn.raw.closed or conn.raw.broken
                 if not lost or conn.sent_commit or time.monotonic() >= deadline:
+                    return new, results
+                if not self.alive():  # stopped inside it (IDLE_IN_TRANSACTION) longer than its liveness
+                    log.warning("store: a batch of %d writes was undone while this node may have been taken for dead:"
+                                " refused, not run again (another node closed its runs)", len(batch))
                     return new, results
                 conn = new
                 if not (conn.raw.closed or conn.raw.broken):

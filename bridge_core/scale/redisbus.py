@@ -147,6 +147,7 @@ class RedisBus:
         self.lost_at: Optional[float] = None  # loop time this node last saw Redis lose its keys
         self.on_relay: Optional[OnCommand] = None  # (node, data) of another node's relay
         self._beat: Any = None
+        self.alive_until = float("inf")  # monotonic time before which this node's liveness key surely lives (pgstore.alive)
         self._serving = False  # started: beats from now on find the key they set before
         self._learn: dict[str, tuple[int, int]] = {}  # stream -> the last entry id read for its counters only
         self._last_n = 0  # the highest event number delivered, or the join's (busjoin.number_at): a lower one never is
@@ -523,7 +524,9 @@ class RedisBus:
     # --- liveness ------------------------------------------------------------------------
 
     async def _beat_once(self) -> None:
+        sent = asyncio.get_running_loop().time()  # time.monotonic(): the key set now lives ttl from (at least) then
         was = await self._beat(keys=[f"{self.prefix}:node:{self.node_id}"], args=[int(self.ttl * 1000), self.epoch])
+        self.alive_until = sent + self.ttl
         if not was and self._serving:  # (the first beat, at start, finds no key of course)
             self.note_lost("this node's liveness key was gone")
 
