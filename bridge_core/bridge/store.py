@@ -112,6 +112,10 @@ class BaseStore:
 
     def __init__(self, path: str):
         self.path = path
+        # given by a cluster (scale/cluster.py connect), used by a shared store (scale/pgstore.py): this node's id,
+        # and whether no other node can have taken it for dead
+        self.node_id = ""
+        self.alive: Callable[[], bool] = lambda: True
         self._q: "queue.SimpleQueue[Any]" = queue.SimpleQueue()  # C-level put: a write costs the loop no lock dance
         self._thread: Optional[threading.Thread] = None
         self._wconn: Optional[sqlite3.Connection] = None

@@ -51,6 +51,15 @@ WRITERS_TABLE = (
 WRITERS_KEPT = 30 * 86400.0  # s a writer's row stays after its last transaction (a stopped node's: pruned at a start)
 
 
+def _session_name(node: str) -> str:
+    return (SESSION_NAME + node)[:63]  # the server keeps 63 bytes of an application_name
+
+
+def _reason(exc: BaseException) -> str:
+    """``exc`` on one line, no password (libpq may quote the conninfo)."""
+    return mask_url(" ".join(str(exc).split())) or type(exc).__name__
+
+
 class _BoolAsInt(Dumper):
     """SQLite stores a bool as 0/1 in an INTEGER column; so does this store (BIGINT)."""
 
@@ -180,10 +189,6 @@ class PostgresStore(BaseStore):
         self.url = url
         self._keys: dict = {}
         self._writer_row: Optional[str] = None  # the writer's row in store_writers, once that table exists
-        # whether no other node can have taken this one for dead (its liveness key surely alive: cluster.connect):
-        # a batch undone while it may have been is not run again (``_ride_out``)
-        self.alive: Callable[[], bool] = lambda: True
-        self.node_id = ""  # this node's (cluster.connect): its sessions are named after it
 
     def describe(self) -> str:
         return mask_url(self.url)
@@ -191,11 +196,10 @@ class PostgresStore(BaseStore):
     def _connect(self) -> PgConnection:
         try:
             raw = psycopg.connect(self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT,
-                                  application_name=(SESSION_NAME + self.node_id)[:63])
+                                  application_name=_session_name(self.node_id))
             raw.execute(f"SET idle_in_transaction_session_timeout = {int(IDLE_IN_TRANSACTION * 1000)}")
         except psycopg.Error as exc:
-            reason = mask_url(" ".join(str(exc).split())) or type(exc).__name__  # libpq may quote the conninfo
-            raise Unavailable(f"cannot reach the store {self.describe()}: {reason}")
+            raise Unavailable(f"cannot reach the store {self.describe()}: {_reason(exc)}")
         raw.adapters.register_dumper(bool, _BoolAsInt)
         return PgConnection(raw, self._keys, self._committed, self._writer_row)
 
@@ -264,9 +268,9 @@ class PostgresStore(BaseStore):
         try:
             rows = conn.raw.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() "
-                "AND application_name = %s AND pid <> pg_backend_pid()", ((SESSION_NAME + node)[:63],)).fetchall()
+                "AND application_name = %s AND pid <> pg_backend_pid()", (_session_name(node),)).fetchall()
         except psycopg.Error as exc:  # not allowed (another role): the take-over goes on, waiting as before
-            log.warning("store: could not end the sessions of node %s: %s", node, " ".join(str(exc).split()))
+            log.warning("store: could not end the sessions of node %s: %s", node, _reason(exc))
             return 0
         finally:
             conn.close()

@@ -39,11 +39,12 @@ def _stores(postgres) -> tuple[PostgresStore, PostgresStore]:
     return a.open(), b.open()
 
 
-async def _stopped(a: PostgresStore, b: PostgresStore, pipeline: bool):
-    """A's write, stopped after its UPDATE of row 1 (as a draft save's last statement when ``pipeline``)."""
+async def _stopped(a: PostgresStore, b: PostgresStore, resume: threading.Event, pipeline: bool):
+    """A's write, stopped after its UPDATE of row 1 (as a draft save's last statement when ``pipeline``) until
+    ``resume`` is set (the test's ``finally`` sets it, so A's writer never outlives a failed test)."""
     a.migrate("stopped_test", ["CREATE TABLE t(k INTEGER PRIMARY KEY, v TEXT NOT NULL)"])
     await a.write(lambda c: c.execute("INSERT INTO t(k, v) VALUES(1, 'before')"))
-    resume, runs, pids = threading.Event(), [], []
+    runs, pids = [], []
 
     def stopped_inside(c):
         runs.append(1)
@@ -58,7 +59,7 @@ async def _stopped(a: PostgresStore, b: PostgresStore, pipeline: bool):
     written = asyncio.ensure_future(a.write(stopped_inside))
     await until(lambda: pids and _session_of(b, pids[0]) in ("idle in transaction", "active"),
                 what="A inside its transaction")
-    return written, resume, runs, pids
+    return written, runs, pids
 
 
 async def _resumed(a, b, written, resume, runs, alive):
@@ -81,7 +82,7 @@ async def test_the_server_ends_a_session_stopped_between_two_statements(postgres
     a, b = _stores(postgres)
     resume = threading.Event()
     try:
-        written, resume, runs, pids = await _stopped(a, b, pipeline=False)
+        written, runs, pids = await _stopped(a, b, resume, pipeline=False)
         # B writes the row A holds: it waits for A's session to end, not for A to resume
         await asyncio.wait_for(b.write(lambda c: c.execute("UPDATE t SET v='b' WHERE k=1")), 30)
         assert b.query_one("SELECT v FROM t WHERE k=1") == ("b",)
@@ -102,7 +103,7 @@ async def test_a_survivor_ends_the_sessions_of_a_node_it_takes_for_dead(postgres
     a, b = _stores(postgres)
     resume = threading.Event()
     try:
-        written, resume, runs, pids = await _stopped(a, b, pipeline=True)
+        written, runs, pids = await _stopped(a, b, resume, pipeline=True)
         blocked = asyncio.ensure_future(b.write(lambda c: c.execute("UPDATE t SET v='b' WHERE k=1")))
         await until(lambda: b.query_one("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type='Lock'") == (1,),
                     what="B waiting on A's lock")
