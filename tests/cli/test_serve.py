@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+from tests.forged import forged
 from tests.pheby.client import PhebyClient
 from tests.waiting import until_sync
 
@@ -58,7 +59,7 @@ async def test_generated_secret_stored_private_and_never_printed(tmp_path):
         assert len(secret) >= 32
         # exercise it: a failed hello, a good one, a run with an attachment and its download
         bad = await PhebyClient.connect(ports["pheby"], hello=False)
-        await bad.send({"type": "hello", "secret": secret[:-1] + "x", "protocol_version": 1})
+        await bad.send({"type": "hello", "secret": forged(secret), "protocol_version": 1})
         assert (await bad.recv())["error"]["code"] == "unauthorized"
         await bad.close()
         c = await PhebyClient.connect(ports["pheby"], secret=secret)

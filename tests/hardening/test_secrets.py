@@ -21,6 +21,7 @@ import orjson
 import pytest
 
 from tests.fakes.fake_gitlab import FakeGitLab, project
+from tests.forged import forged
 
 from .clients import LoomiClient, PhebyClient, lvmh_api, lvmh_browser, lvmh_plugin
 from .proc import LVMH_TOKEN, PHEBY_SECRET, ROOT
@@ -91,7 +92,7 @@ async def _session(bridge_factory, gitlab) -> None:
     device = (ok["payload"]["device_id"], ok["payload"]["credential"])
     ws.abort()
     for hello in ({"token": used_token}, {"token": "guessed-token-0123456789abcdef"},
-                  {"device_id": device[0], "credential": device[1][:-2] + "xx"}):
+                  {"device_id": device[0], "credential": forged(device[1])}):
         ws = await RawWS.connect(ports["loomi"], local_addr="127.0.0.90")
         ws.send_text(orjson.dumps({"v": 1, "type": "hello", "payload": {"protocol_version": 1, **hello}}))
         await ws.recv_text()

@@ -10,6 +10,7 @@ import time
 import aiohttp
 import pytest
 
+from tests.forged import forged
 from tests.waiting import until
 
 from .helpers import Client, admin, base, new_token, pair, resume
@@ -119,7 +120,7 @@ async def test_bad_hellos_are_refused_and_closed(loomi, hello):
 async def test_wrong_credential_for_a_real_device(loomi):
     c, creds = await pair(loomi)
     await c.close()
-    c2, err = await resume(loomi, {"device_id": creds["device_id"], "credential": creds["credential"][:-2] + "AA"})
+    c2, err = await resume(loomi, {"device_id": creds["device_id"], "credential": forged(creds["credential"])})
     assert err["type"] == "error" and err["payload"]["code"] == "unauthorized"
     await c2.close()
 
