@@ -213,16 +213,19 @@ class Transcripts:
             hot.size -= cost(message)
             self.bytes -= cost(message)
 
-    def refresh(self) -> int:
+    def refresh(self, conversation_id: Optional[str] = None) -> int:
         """Messages the store has that a transcript in memory lacks, added in the one order (several nodes: the
         stream lost events this node's state may lack, bridge_core/scale/gone.py; call it once this node's own
         writes are committed). Nothing in memory goes (another node's event folded here may not be committed
         yet); one replaced from outside is left as it is. A conversation with a run active is read back too,
         less that run's unfinished message, as ``load`` leaves it out: skipped, it lacked for good what the gap
         held before that run (chaos seed 2024, ``nodes_disagree``: an earlier run's completion and close notice,
-        the read-back's last pass falling in a later run). Returns how many messages were added."""
+        the read-back's last pass falling in a later run). Every transcript in memory, or ``conversation_id``'s
+        (one not in memory is read whole when it is next wanted). Returns how many messages were added."""
         added = 0
-        for cid, hot in list(self._hot.items()):
+        hots = list(self._hot.items()) if conversation_id is None else \
+            [(conversation_id, self._hot[conversation_id])] if conversation_id in self._hot else []  # fmt: skip
+        for cid, hot in hots:
             conv, t = hot.conv, hot.conv.transcript
             if t is None or t.held:
                 continue

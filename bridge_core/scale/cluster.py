@@ -23,9 +23,8 @@ the embedded default ``LocalSequencing``, which works exactly as before), and fr
   nodes, one gets in, the other ``run_active``.
 - **A node dies.** Runs are recorded with their node (``cluster_runs``). Every node looks every ``SWEEP_EVERY``
   for nodes whose bus liveness key expired; one survivor claims a dead node's runs in the store (one ``UPDATE
-  ... RETURNING``: whoever commits first gets the rows) and closes them as after a restart
-  (``Bridge.interrupt``). Its holds (what it answered for besides its runs, ``holds.py``) go to that survivor in
-  the same transaction.
+  ... RETURNING``: whoever commits first gets the rows) and closes them as after a restart (``Bridge.interrupt``),
+  and its holds (``holds.py``) in the same transaction; so for the runs a node's restart lost (adopt.py).
 - **A run moves** when its agent reaches another node (a pi plugin saying hello there): ``move_run`` claims its
   row for the new node and tells every node (``moved``, in stream order); the node it left lets it go
   (``AgentSource.run_moved``). A node ending a run its agent no longer reaches asks the store first
@@ -54,7 +53,7 @@ from ..model import events as ev
 from ..model.errors import BridgeError, RunActive, Unavailable
 from ..model.serialize import UnknownEvent, from_dict, to_dict
 from ..model.state import ConversationState
-from . import foldwait, gone, holds, readback, runrows, started, unsent
+from . import adopt, foldwait, gone, holds, readback, runrows, started, unsent
 from .bus import Bus
 from .fence import Fence
 from .numbering import ClusterNumber
@@ -137,6 +136,7 @@ class Cluster:
         self.add_hosted = self.router.add_hosted
         self.restored_end = lambda run_id: started.let_go(self, run_id)  # (Bridge.restore_end: its claim let go)
         self.fence = Fence(bridge, self.node_id)  # this node's runs another node ended (fence.py)
+        self.starts = adopt.Starts()  # other nodes' runs' starts as folded here (a restart may lose them: adopt.py)
         self.fenced = self.fence.fenced
         bridge.use_cluster(self)
 
@@ -206,6 +206,7 @@ class Cluster:
                 self.bridge.fan_out(event, n)
         self.unsent.resend(self._own, self.bus)  # in the store already: to the bus, back as this node's (_own_event)
         self.tasks.spawn(self._watch(), name="cluster-watch")
+        self.tasks.spawn(adopt.let_go_later(self.bridge.store, self.node_id), name="cluster-let-go-lost")
 
     async def stop(self) -> None:
         self.number.note_used()
@@ -305,13 +306,14 @@ class Cluster:
                 conversation_id=cid, name=event.name, source=event.source, created_at=event.ts, updated_at=event.ts
             )
         conv = bridge.conversations.get(cid) if cid is not None else None
-        if t is ev.RunFinished and node != self.node_id and event.run_id not in self.runs and conv is not None \
-                and conv.run is not None and conv.run.run_id == event.run_id:  # fmt: skip
-            self.fence.ended_elsewhere(conv, event.run_id, node)  # this node's run: it lost its claim (fence.py)
+        if t is ev.RunFinished and node != self.node_id and event.run_id not in self.runs and conv is not None:
+            adopt.ended_from(self, node, event, conv)  # this node's run (it lost its claim), or one never seen start
         if conv is not None and not _seen(conv, event):
             conv.apply(event)
         if t in DECISION_EVENTS:
             bridge.decisions.fold(event, conv)
+        if (t is ev.RunStarted or t is ev.UserMessageSent) and node != self.node_id:
+            self.starts.note(event, data)  # (its node's restart may lose it: adopt.py)
         if t is ev.RunStarted:
             self.runs[event.run_id] = (node, event.conversation_id)
             if event.origin is not None:
@@ -473,6 +475,7 @@ class Cluster:
         self.fence.ended(run_id, node)  # what another node publishes of it later is dropped (fence.py)
         self._origins.pop(run_id, None)
         self.texts.pop(run_id, None)
+        self.starts.forget(run_id)
         ending = self._ending.pop(run_id, None)
         if ending is not None and not ending.done():
             ending.set_result(None)
@@ -499,14 +502,15 @@ class Cluster:
         if self._keys_lost(live):
             return 0
         closed = 0
-        for node in sorted(owners - live):
+        for node in sorted(owners - live):  # (a claim a restart lost, adopt.py: its node id is never live)
             closed += await self._take_over(node)
         return closed
 
     async def _take_over(self, dead: str) -> int:
+        lost = adopt.is_lost(dead)  # claims a restart lost: those of runs this node folded (adopt.py)
         known = [(run_id, cid) for run_id, (node, cid) in self.runs.items() if node == dead]
         me = self.node_id
-        if await asyncio.to_thread(self.bridge.store.end_sessions_of, dead):  # locks it was stopped holding
+        if not lost and await asyncio.to_thread(self.bridge.store.end_sessions_of, dead):  # locks it held stopped
             log.warning("node %s is gone: its open store sessions ended", dead)
 
         def claim(c: Any) -> tuple:
@@ -518,7 +522,7 @@ class Cluster:
                             "RETURNING run_id, conversation_id", (me, dead)).fetchall()  # fmt: skip
             return won, self.holds.claim(c, dead)
 
-        won, held = await self.bridge.store.write(claim)
+        won, held = await (adopt.claim(self, dead) if lost else self.bridge.store.write(claim))
         await started.restore_taken(self, won)  # the rows of a run the store lacks, an ended run's end (issue 41)
         await self.read_texts([run_id for run_id, _ in won])
         for run_id, cid in won:

@@ -34,6 +34,10 @@ class Fence:
         while len(self._enders) > MEMORY:
             self._enders.popitem(last=False)
 
+    def knows(self, run_id: str) -> bool:
+        """Was ``run_id``'s end folded or published here (among the last ``MEMORY``)?"""
+        return run_id in self._enders
+
     def late(self, node: str, data: Any) -> bool:
         """Is ``data`` (an event's bus form, from ``node``) one of a run another node ended before it came (dropped
         at delivery, neither folded nor shown)? A read-back's end ("store") drops this node's own only: the ender's

@@ -41,6 +41,7 @@ from ..model import events as ev
 from ..model.errors import BridgeError
 from ..model.ids import draft_message_id
 from ..model.serialize import from_dict, to_dict
+from . import adopt
 from .readback import StartBack
 
 log = logging.getLogger("agent_bridge.cluster")
@@ -51,23 +52,25 @@ BACK = 40.0
 
 # running, or let go by another node that saw the run end (``Cluster._claim``: chaos seed 2015, the whole exchange
 # lost with the node's batches, every phone having got it)
-CLAIMS_SQL = ("SELECT run_id, state FROM cluster_runs WHERE node_id=? AND "
+# (this node's own, and those of its claims a restart marked lost: adopt.py)
+CLAIMS_SQL = ("SELECT run_id, state FROM cluster_runs WHERE node_id IN (?, ?) AND "
               "NOT EXISTS (SELECT 1 FROM runs WHERE runs.run_id=cluster_runs.run_id)")  # fmt: skip
 
 
 async def restore_starts(store: Any, bus: Any, node_id: str) -> int:
     """The starts (with their user's messages) of ``node_id``'s claimed runs the store lacks, read back from
-    the stream and written; the claims whose start the stream does not hold marked done (dropped where they
-    were done already: not read back at every start). The conversations the store lacks first (a start goes
-    only into a conversation the store holds). The runs restored."""
+    the stream and written; a running claim whose start the stream does not hold marked lost, for a node that
+    folded it to close (adopt.py: the stream may have lost it with Redis's keys; let go after ``adopt.ADOPT_WAIT``
+    if nobody does), a let-go one dropped (not read back at every start). The conversations the store lacks first
+    (a start goes only into a conversation the store holds). The runs restored."""
     await restore_created(store, bus)
-    restored = 0
-    for run_id, state in store.query(CLAIMS_SQL, (node_id,)):
+    restored, lost = 0, adopt.lost_name(node_id)
+    for run_id, state in store.query(CLAIMS_SQL, (node_id, lost)):
         found = await restore_start(store, bus, run_id)
-        if found is False:  # nobody saw it start (it died starting it): the conversation is free again
+        if found is False:  # nobody here knows its start: a node that folded it closes it (adopt.py)
             await store.write(lambda c, r=run_id, s=state: c.execute(
-                "UPDATE cluster_runs SET state='done' WHERE run_id=? AND state='running'" if s == "running" else
-                "DELETE FROM cluster_runs WHERE run_id=? AND state='done'", (r,)))  # (a let-go claim: read once)
+                "UPDATE cluster_runs SET node_id=? WHERE run_id=? AND state='running'" if s == "running" else
+                "DELETE FROM cluster_runs WHERE run_id=? AND state='done'", (lost, r) if s == "running" else (r,)))
         restored += 1 if found else 0
     return restored
 
@@ -103,8 +106,9 @@ async def _skipped(read_back: Any, what: str) -> None:
 async def _read_back(cluster: Any, run_id: str, cid: str) -> None:
     """``restore_taken`` for one run the take-over won."""
     store, bridge = cluster.bridge.store, cluster.bridge
-    if store.query_one("SELECT 1 FROM runs WHERE run_id=?", (run_id,)) is None:
-        await restore_start(store, cluster.bus, run_id)
+    if store.query_one("SELECT 1 FROM runs WHERE run_id=?", (run_id,)) is None and \
+            await restore_start(store, cluster.bus, run_id) is False:  # fmt: skip
+        await restore_held(cluster, run_id, cid)  # the stream lost it too: as this node folded it (adopt.py)
     conv = bridge.conversations.get(cid)
     if conv is not None and conv.run is not None and conv.run.run_id == run_id:
         ended_elsewhere(cluster, cid, run_id)  # else still running: closed as interrupted (Cluster._take_over)
@@ -210,6 +214,26 @@ async def restore_start(store: Any, bus: Any, run_id: str) -> Any:
     if added:
         log.warning("run %s: its start, lost with its node's previous life, read back from the bus (%d decision(s) "
                     "pending)", run_id, len(pending))  # fmt: skip
+    return added
+
+
+async def restore_held(cluster: Any, run_id: str, cid: str) -> int:
+    """The start of ``run_id`` as this node folded it (the user's message and the run's start, kept as the bus gave
+    them: ``adopt.Starts``), with the decisions it holds pending in it, written where the store lacks them: for a
+    run whose start the stream lost too (adopt.py; a dead node's, in a take-over). The rows added."""
+    conv = cluster.bridge.conversations.get(cid)
+    try:
+        events = [from_dict(d) for d in cluster.starts.of(run_id)]
+    except BridgeError:
+        log.warning("cluster: the start of run %s held here is unreadable", run_id)
+        return 0
+    if not events or conv is None:
+        return 0
+    pending = [r for table in (conv.approvals, conv.clarifications) for r in table.values() if r.run_id == run_id]
+    added = await cluster.bridge.store.write(lambda c, e=events, p=pending: _restore_rows(c, e, p))
+    if added:
+        log.warning("run %s: its start, lost from the store and the stream, written as this node folded it (%d "
+                    "decision(s) pending)", run_id, len(pending))  # fmt: skip
     return added
 
 
