@@ -508,6 +508,14 @@ def _row_key(row: tuple) -> tuple:
     return row[0], row[1]
 
 
+def _first(item: tuple) -> Any:
+    return item[0]
+
+
+def _last(item: tuple) -> Any:
+    return item[-1]
+
+
 def _nothing() -> None:
     pass
 
@@ -530,22 +538,26 @@ def _run(effects: list, lost: Any) -> None:
 
 def _write(conn: Any, b: _Batch, ordered: bool = False) -> None:
     """One batch, in the store's writer thread: the epochs of the pi sessions it holds guarded first
-    (several nodes: their rows locked), nothing written for one another node claimed (``b.lost``);
-    ``ordered``: its rows in (session, seq) order (a shared store: the same lock order on every node)."""
+    (several nodes: their rows locked), nothing written for one another node claimed (``b.lost``).
+
+    ``ordered`` (a shared store, where every node writes a bridge session's rows): one lock order on every node,
+    each session's row once, by id (its own writes, then its maxima), then the events' rows by (session, seq).
+    The maxima went last, in each node's own order of the sessions: two nodes' batches of the same two sessions
+    could take their rows crosswise, one losing a deadlock (a second's wait, then run again: the chaos histories
+    kept hold 13 such losses, their statements not logged; tests/scale/test_lvmh_lock_order.py)."""
     lost = b.lost = fencing.guard(conn, SESSIONS, b.held) if b.held else set()
     sessions = [s for s in b.sessions if s[0] not in lost] if lost else b.sessions
-    for sid, kind, value, source, online in sessions:
-        if kind == "upsert":
-            conn.execute(
-                "INSERT INTO sessions(id, info, source, online) VALUES(?,?,?,?) "
-                "ON CONFLICT(id) DO UPDATE SET info=excluded.info, "
-                "online=COALESCE(?, sessions.online)",
-                (sid, value, source, int(bool(online)), None if online is None else int(online)),
-            )
-        elif kind == "online":
-            conn.execute("UPDATE sessions SET online=? WHERE id=?", (int(online), sid))
-        else:
-            conn.execute("UPDATE sessions SET seqReserved=MAX(seqReserved, ?) WHERE id=?", (value, sid))
+    maxima = [(m[0], m[2], m[3], sid) for sid, m in b.maxima.items() if sid not in lost] if b.rows else []
+    if ordered:
+        sessions = sorted(sessions, key=_first)  # (stable: one session's writes keep their order)
+        maxima.sort(key=_last)
+        if sessions and maxima:  # (rare: a session's own write in the batch) one pass, else crosswise again
+            _in_one_pass(conn, sessions, maxima)
+            sessions, maxima = [], []
+    for session in sessions:
+        _session_write(conn, *session)
+    if maxima:
+        conn.executemany(_MAXIMA, maxima)
     if b.rows:
         it = iter(b.rows)
         rows: Any = zip(it, it, it, it, it)  # the rows' tuples made here, in the writer thread
@@ -554,7 +566,33 @@ def _write(conn: Any, b: _Batch, ordered: bool = False) -> None:
         if ordered:
             rows = sorted(rows, key=_row_key)
         conn.executemany(_INSERT_EVENTS, rows)
-        conn.executemany(_MAXIMA, [(m[0], m[2], m[3], sid) for sid, m in b.maxima.items() if sid not in lost])
+
+
+def _session_write(conn: Any, sid: str, kind: str, value: Any, source: Any, online: Any) -> None:
+    if kind == "upsert":
+        conn.execute(
+            "INSERT INTO sessions(id, info, source, online) VALUES(?,?,?,?) "
+            "ON CONFLICT(id) DO UPDATE SET info=excluded.info, "
+            "online=COALESCE(?, sessions.online)",
+            (sid, value, source, int(bool(online)), None if online is None else int(online)),
+        )
+    elif kind == "online":
+        conn.execute("UPDATE sessions SET online=? WHERE id=?", (int(online), sid))
+    else:
+        conn.execute("UPDATE sessions SET seqReserved=MAX(seqReserved, ?) WHERE id=?", (value, sid))
+
+
+def _in_one_pass(conn: Any, sessions: list, maxima: list) -> None:
+    """Each session's own writes, then its maxima, session after session by id (both sorted already)."""
+    writes: dict = {}
+    for session in sessions:
+        writes.setdefault(session[0], []).append(session)
+    tops = {m[3]: m for m in maxima}
+    for sid in sorted(writes.keys() | tops.keys()):
+        for session in writes.get(sid, ()):
+            _session_write(conn, *session)
+        if sid in tops:
+            conn.execute(_MAXIMA, tops[sid])
 
 
 __all__ = ["EventLog", "MIGRATIONS", "StoredSession"]
