@@ -508,10 +508,6 @@ def _row_key(row: tuple) -> tuple:
     return row[0], row[1]
 
 
-def _first(item: tuple) -> Any:
-    return item[0]
-
-
 def _last(item: tuple) -> Any:
     return item[-1]
 
@@ -541,23 +537,16 @@ def _write(conn: Any, b: _Batch, ordered: bool = False) -> None:
     (several nodes: their rows locked), nothing written for one another node claimed (``b.lost``).
 
     ``ordered`` (a shared store, where every node writes a bridge session's rows): one lock order on every node,
-    each session's row once, by id (its own writes, then its maxima), then the events' rows by (session, seq).
-    The maxima went last, in each node's own order of the sessions: two nodes' batches of the same two sessions
-    could take their rows crosswise, one losing a deadlock (a second's wait, then run again: the chaos histories
-    kept hold 13 such losses, their statements not logged; tests/scale/test_lvmh_lock_order.py)."""
+    the events' rows by (session, seq), then each session's row once, by id (its own writes, then its maxima),
+    the order a deleted conversation's rows go in too. The maxima went in each node's own order of the sessions,
+    after writes of the sessions' own before the events: two nodes' batches of the same two sessions could take
+    their rows crosswise, one losing a deadlock (a second's wait, then run again: the chaos histories kept hold
+    13 such losses, their statements not logged; tests/scale/test_lvmh_lock_order.py)."""
     lost = b.lost = fencing.guard(conn, SESSIONS, b.held) if b.held else set()
     sessions = [s for s in b.sessions if s[0] not in lost] if lost else b.sessions
-    maxima = [(m[0], m[2], m[3], sid) for sid, m in b.maxima.items() if sid not in lost] if b.rows else []
-    if ordered:
-        sessions = sorted(sessions, key=_first)  # (stable: one session's writes keep their order)
-        maxima.sort(key=_last)
-        if sessions and maxima:  # (rare: a session's own write in the batch) one pass, else crosswise again
-            _in_one_pass(conn, sessions, maxima)
-            sessions, maxima = [], []
-    for session in sessions:
-        _session_write(conn, *session)
-    if maxima:
-        conn.executemany(_MAXIMA, maxima)
+    if not ordered:
+        for session in sessions:
+            _session_write(conn, *session)
     if b.rows:
         it = iter(b.rows)
         rows: Any = zip(it, it, it, it, it)  # the rows' tuples made here, in the writer thread
@@ -566,6 +555,11 @@ def _write(conn: Any, b: _Batch, ordered: bool = False) -> None:
         if ordered:
             rows = sorted(rows, key=_row_key)
         conn.executemany(_INSERT_EVENTS, rows)
+    maxima = [(m[0], m[2], m[3], sid) for sid, m in b.maxima.items() if sid not in lost] if b.rows else []
+    if ordered and sessions:  # (rare: a session's own write in the batch) with the maxima, session by session
+        _in_one_pass(conn, sessions, maxima)
+    elif maxima:
+        conn.executemany(_MAXIMA, sorted(maxima, key=_last) if ordered else maxima)
 
 
 def _session_write(conn: Any, sid: str, kind: str, value: Any, source: Any, online: Any) -> None:
@@ -583,7 +577,7 @@ def _session_write(conn: Any, sid: str, kind: str, value: Any, source: Any, onli
 
 
 def _in_one_pass(conn: Any, sessions: list, maxima: list) -> None:
-    """Each session's own writes, then its maxima, session after session by id (both sorted already)."""
+    """Each session's own writes (in their order), then its maxima, session after session by id."""
     writes: dict = {}
     for session in sessions:
         writes.setdefault(session[0], []).append(session)
