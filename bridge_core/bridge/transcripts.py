@@ -223,8 +223,11 @@ class Transcripts:
         the read-back's last pass falling in a later run). Every transcript in memory, or ``conversation_id``'s
         (one not in memory is read whole when it is next wanted). Returns how many messages were added."""
         added = 0
-        hots = list(self._hot.items()) if conversation_id is None else \
-            [(conversation_id, self._hot[conversation_id])] if conversation_id in self._hot else []  # fmt: skip
+        if conversation_id is None:
+            hots = list(self._hot.items())
+        else:
+            one = self._hot.get(conversation_id)
+            hots = [(conversation_id, one)] if one is not None else []
         for cid, hot in hots:
             conv, t = hot.conv, hot.conv.transcript
             if t is None or t.held:

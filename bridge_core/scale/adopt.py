@@ -30,6 +30,7 @@ import logging
 from typing import Any
 
 from ..model import events as ev
+from . import runrows
 
 log = logging.getLogger("agent_bridge.cluster")
 
@@ -88,13 +89,9 @@ async def claim(cluster: Any, marker: str) -> tuple[list, list]:
     known = sorted(run_id for run_id, (owner, _) in cluster.runs.items() if owner == node)
     if not known:
         return [], []
-    me, marks = cluster.node_id, ",".join("?" * len(known))
-
-    def write(c: Any) -> list:
-        return c.execute(f"UPDATE cluster_runs SET node_id=?, state='done' WHERE node_id=? AND state='running' "
-                         f"AND run_id IN ({marks}) RETURNING run_id, conversation_id", (me, marker, *known)).fetchall()
-
-    won = [(str(r), str(c)) for r, c in await cluster.bridge.store.write(write)]
+    me = cluster.node_id
+    rows = await cluster.bridge.store.write(lambda c: runrows.taken(c, me, marker, known))
+    won = [(str(run_id), str(cid)) for run_id, cid in rows]
     for run_id, _ in won:
         log.warning("run %s: node %s's restart lost it (its start in neither the store nor the stream); closed here",
                     run_id, node)

@@ -517,10 +517,7 @@ class Cluster:
             for run_id, cid in known:  # runs whose row the dead node never committed
                 c.execute("INSERT OR IGNORE INTO cluster_runs(run_id, conversation_id, node_id, state) "
                           "VALUES(?,?,?,'running')", (run_id, cid, dead))  # fmt: skip
-            # marked done at once: this node closes them now, and a node taking one over (move_run) finds it ended
-            won = c.execute("UPDATE cluster_runs SET node_id=?, state='done' WHERE node_id=? AND state='running' "
-                            "RETURNING run_id, conversation_id", (me, dead)).fetchall()  # fmt: skip
-            return won, self.holds.claim(c, dead)
+            return runrows.taken(c, me, dead), self.holds.claim(c, dead)
 
         won, held = await (adopt.claim(self, dead) if lost else self.bridge.store.write(claim))
         await started.restore_taken(self, won)  # the rows of a run the store lacks, an ended run's end (issue 41)

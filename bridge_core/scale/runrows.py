@@ -3,7 +3,7 @@ one running run a conversation may have (docs/scale-out.md "Several live nodes",
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 
 def run_started(c: Any, run_id: str, cid: str, node: str) -> None:
@@ -14,6 +14,15 @@ def run_started(c: Any, run_id: str, cid: str, node: str) -> None:
               (cid, run_id))  # fmt: skip
     c.execute("INSERT OR REPLACE INTO cluster_runs(run_id, conversation_id, node_id, state) VALUES(?,?,?,'running')",
               (run_id, cid, node))  # fmt: skip
+
+
+def taken(c: Any, me: str, owner: str, only: Optional[list] = None) -> list:
+    """``owner``'s running claims (a dead node's, or a restart's lost ones: adopt.py), or those of them among
+    ``only``, moved to ``me`` and marked done: this node closes their runs now, and a node taking one over
+    (``move_run``) finds it ended. (run_id, conversation_id) of those won: whoever commits first gets the rows."""
+    among, args = ("", ()) if only is None else (f" AND run_id IN ({','.join('?' * len(only))})", tuple(only))
+    return c.execute("UPDATE cluster_runs SET node_id=?, state='done' WHERE node_id=? AND state='running'" + among +
+                     " RETURNING run_id, conversation_id", (me, owner, *args)).fetchall()  # fmt: skip
 
 
 def holds_conversation(c: Any, run_id: str, cid: str, node: str) -> bool:

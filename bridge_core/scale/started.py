@@ -210,11 +210,7 @@ async def restore_start(store: Any, bus: Any, run_id: str) -> Any:
     except BridgeError:
         log.warning("cluster: the start of run %s read back from the bus is unreadable", run_id)
         return None
-    added = await store.write(lambda c, e=events, p=pending: _restore_rows(c, e, p))
-    if added:
-        log.warning("run %s: its start, lost with its node's previous life, read back from the bus (%d decision(s) "
-                    "pending)", run_id, len(pending))  # fmt: skip
-    return added
+    return await _write_start(store, run_id, events, pending, "read back from the bus")
 
 
 async def restore_held(cluster: Any, run_id: str, cid: str) -> int:
@@ -230,10 +226,16 @@ async def restore_held(cluster: Any, run_id: str, cid: str) -> int:
     if not events or conv is None:
         return 0
     pending = [r for table in (conv.approvals, conv.clarifications) for r in table.values() if r.run_id == run_id]
-    added = await cluster.bridge.store.write(lambda c, e=events, p=pending: _restore_rows(c, e, p))
+    return await _write_start(cluster.bridge.store, run_id, events, pending, "written as this node folded it")
+
+
+async def _write_start(store: Any, run_id: str, events: list, pending: list, whence: str) -> int:
+    """A lost start's rows (``events``: the user's message, the run's start) and its pending decisions, written where
+    the store lacks them (``_restore_rows``), said where any was added (``whence``): the rows added."""
+    added = await store.write(lambda c: _restore_rows(c, events, pending))
     if added:
-        log.warning("run %s: its start, lost from the store and the stream, written as this node folded it (%d "
-                    "decision(s) pending)", run_id, len(pending))  # fmt: skip
+        log.warning("run %s: its start, lost with its node's previous life, %s (%d decision(s) pending)", run_id,
+                    whence, len(pending))  # fmt: skip
     return added
 
 
