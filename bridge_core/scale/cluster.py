@@ -362,7 +362,9 @@ class Cluster:
         between the end and the completion, just older; chaos seed 2104, the run's message never written)."""
         back = readback.RunBack(run_id)
         await self.bus.newest(run_id.encode(), back, TEXT_BACK)
-        end, done = back.end, back.done if back.end is not None else None
+        if back.end is None:  # the stream lost it: as the other nodes delivered it (seed 3409), or none
+            return unsent.reached_close(self.bridge.store, run_id) or back.decisions()
+        end, done = back.end, back.done
         notice = None if end is None or end.get("error") != ev.RUN_INTERRUPTED else await self.bus.newest(
             str(end.get("conversation_id")).encode(), lambda d, e=end: readback.notice_of(d, e), TEXT_BACK)
         return back.decisions() + [d for d in (done, end, notice) if d is not None]

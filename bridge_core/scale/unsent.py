@@ -119,7 +119,7 @@ class Unsent:
             return
         run = data.get(CLOSE)
         if type(run) is str and node != self.node_id:
-            row = (_reached(run, data), json.dumps({"at": time.time()}))
+            row = (_reached(run, data), json.dumps({"at": time.time(), "form": data}))  # (``reached_close``)
             self.store.execute_later(SETTING_SQL, row)
         held = self._held
         held[_ident(data)] = None
@@ -172,6 +172,30 @@ class Unsent:
         for data in forms:
             own.append((from_dict(data), data["event"], data["ts"]))
             bus.publish({**data, AGAIN: True})
+
+
+def reached_close(store: Any, run: str) -> list:
+    """The forms of a close of ``run`` that other nodes delivered, as their records (``folded``) hold them, in
+    publish order; [] unless its end is among them. A restart's close goes out on the bus before its rows commit:
+    a kill -9 while they wait (a PostgreSQL restart), then Redis losing its keys, left it in no store and no stream,
+    every other node and their clients having it, and the next life closed the run again with its older draft
+    (chaos seed 3409: ``event_twice``, ``nodes_disagree``). The records are that close (``Cluster.read_end``)."""
+    forms: dict = {}
+    for _, value in store.query("SELECT key, value FROM settings WHERE key LIKE ?", (f"{REACHED}{run}:%",)):
+        try:
+            form = json.loads(value).get("form")
+        except (ValueError, AttributeError):
+            continue
+        if _key(form) is not None and form.get(CLOSE) == run and form.get("conversation_id"):
+            forms.setdefault(_ident(form), form)
+    if not any(f["event"] == "RunFinished" and f.get("run_id") == run for f in forms.values()):
+        return []
+    log.warning("run %s: its close read back from the other nodes' records (the store and the stream lack it)", run)
+    return sorted(forms.values(), key=lambda f: (f["ts"], _ORDER.get(f["event"], 0)))
+
+
+# a close's forms in the order ``Bridge.interrupt`` publishes them (``reached_close``: those of one ts)
+_ORDER = {"MessageCompleted": 1, "RunFinished": 2, "Notification": 3}
 
 
 def _reached(run: str, form: dict) -> str:

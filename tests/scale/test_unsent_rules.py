@@ -222,3 +222,22 @@ async def test_records_whose_run_has_no_row_go_once_old(store, monkeypatch):
     monkeypatch.setattr(unsent_module, "REACHED_KEEP", -1.0)  # every record old
     await _sent(store, _Stream([]))
     assert _reached(store) == [f"{REACHED}{RUN}:RunFinished:{forms[2]['ts']!r}"]  # r2's went: no row
+
+
+async def test_a_close_only_other_nodes_delivered_is_read_back_from_their_records(store):
+    """Chaos seed 3409: a restart's close went out and its rows never committed, then Redis lost it; the records of
+    the nodes that delivered it hold it whole (``reached_close``): once each, in publish order, only while its end
+    is among them, only that run's."""
+    forms = [{**f, CLOSE: RUN} for f in _close()]
+    other = [{**f, CLOSE: "r2", "run_id": "r2"} for f in _close(2000.0)]
+    n2, n3 = Unsent(store, "n2"), Unsent(store, "n3")
+    for data in reversed(forms[:2]):  # (any order)
+        n2.folded(data, "n1")
+    n2.folded(other[2], "n1")
+    await store.synced()
+    assert unsent_module.reached_close(store, RUN) == []  # no end recorded: nothing to end the run with
+    for data in forms:
+        n3.folded(data, "n1")
+    await store.synced()
+    assert unsent_module.reached_close(store, RUN) == forms
+    assert unsent_module.reached_close(store, "r2") == [other[2]]
