@@ -375,15 +375,17 @@ def stored_run_text(store: Any, run_id: str, drafts_from: Optional[int] = None,
     ``exact`` (a message id and its completed text): only the text the rows show went out to the phones
     (runtexts.py, a node completing a message whose deltas it never rendered): past a source's mark of the
     message (``loomi_marks``: the text up to the delta of its time, as long as it says) where its rows hold
-    that delta, or the draft where they hold the draft's own delta, never past them (an origin killed
-    holding its last deltas saved them in its draft, and no phone got them)."""
+    that delta, or alone where they hold no delta of the run from its time on (pruned past it: runtexts.py
+    ``marks``; chaos seed 3310), or the draft where they hold the draft's own delta, never past them (an
+    origin killed holding its last deltas saved them in its draft, and no phone got them)."""
     where, args = ("", ()) if exact is None else run_filter(store, run_id)  # on the loop: only the run's rows
     events = [(n, bytes(b)) for n, b in store.query(f"SELECT n, body FROM loomi_events{where} ORDER BY n", args)]
     by_source = frames_by_source(store, where, args)
-    rows = [[b for _, b in events], *by_source.values()]
-    sources = [None, *by_source]
     marks = {} if exact is None else {s: (upto, float(ts)) for s, upto, ts in store.query(
         "SELECT source, upto, ts FROM loomi_marks WHERE message_id=? AND run_id=?", (exact[0], run_id))}
+    for source in marks:  # (its rows pruned past the run: its mark alone)
+        by_source.setdefault(source, [])
+    rows, sources = [[b for _, b in events], *by_source.values()], [None, *by_source]
     draft = store.query_one("SELECT text, ts FROM messages WHERE message_id=?", (draft_message_id(run_id),))
     texts = []
     for k, tails in enumerate(rows):
@@ -391,6 +393,8 @@ def stored_run_text(store: Any, run_id: str, drafts_from: Optional[int] = None,
         if text is None and sources[k] in marks and exact is not None:
             upto, ts = marks[sources[k]]
             rest = text_after(tails, run_id, ts, True)
+            later = [f for f, _ in _run_frames(tails, run_id, "run.delta") if float(f.get("ts") or 0) >= ts]
+            rest = "" if rest is None and not later else rest  # (its rows pruned past the mark, of its last delta)
             text = None if rest is None or upto > len(exact[1]) else exact[1][:upto] + rest
         if text is None and draft is not None and draft[1] is not None:
             rest = text_after(tails, run_id, float(draft[1]), exact is not None)
@@ -419,18 +423,17 @@ def run_filter(store: Any, run_id: str) -> tuple[str, tuple]:
 
 def frames_by_source(store: Any, where: str = "", args: tuple = ()) -> dict[str, list[bytes]]:
     """With several nodes, each source's stored frame bodies (``loomi_frames``, ``where``), in its order."""
-    by_source: dict[str, list[bytes]] = {}
+    out: dict[str, list[bytes]] = {}
     for source, body in store.query(f"SELECT source, body FROM loomi_frames{where} ORDER BY source, m", args):
-        by_source.setdefault(source, []).append(bytes(body))
-    return by_source
+        out.setdefault(source, []).append(bytes(body))
+    return out
 
 
 def text_from(events: list[tuple[int, bytes]], run_id: str, start: int, ts: float) -> Optional[str]:
-    """The text of ``run_id``'s deltas among one node's rows ``(n, body)`` from event ``start`` on, where
-    the saved draft holds every delta of the run before ``start`` (``Journal.drafts_from``: the drafts were
-    saved as the journal moved to the file that starts there) and ends with a delta no later (``ts``); None
-    unless the rows hold every event from ``start`` on (no number missing) and the first one is from ``ts``
-    or after."""
+    """The text of ``run_id``'s deltas among one node's rows ``(n, body)`` from event ``start`` on, where the
+    saved draft holds every delta of the run before ``start`` (``Journal.drafts_from``: saved as the journal moved
+    to the file that starts there) and ends with a delta no later (``ts``); None unless the rows hold every
+    event from ``start`` on and the first one is from ``ts`` or after."""
     tail = [(n, b) for n, b in events if n >= start]
     if not tail or tail[0][0] != start or tail[-1][0] - start + 1 != len(tail):
         return None
@@ -446,8 +449,7 @@ def text_from(events: list[tuple[int, bytes]], run_id: str, start: int, ts: floa
 
 
 def _run_frames(tails: Iterable[bytes], run_id: str, type_: str) -> Iterator[tuple[dict, dict]]:
-    """``(frame, payload)`` of each ``type_`` frame of ``run_id`` that frame bodies (without their ``{``, in
-    order) hold; a body that does not parse is passed over."""
+    """``(frame, payload)`` of each ``type_`` frame of ``run_id`` in frame bodies (no ``{``; one not parsing: none)."""
     needle, kind = b'"run_id":' + orjson.dumps(run_id), b'"' + type_.encode() + b'"'
     for tail in tails:
         if needle not in tail or kind not in tail:
@@ -518,13 +520,11 @@ def _frame(tail: bytes) -> dict:
 
 
 def stored_run_end(store: Any, run_id: str) -> Optional[RunEnd]:
-    """``run_end`` over the replay rows in the store (``Bridge.add_durable_end``): one node's events (the
-    journal's rows were committed at start, before the bridge loads the runs it left open), and with several
-    nodes each source's frames, every node's that rendered the end. A phone may have got this end (replayed
-    from these rows) though the core's store had not committed it when its node died; with several nodes the
-    stream may have lost it too (Redis lost its keys: chaos seed 2103, the run closed again as interrupted by
-    its node's restart or a survivor). The first end any of them holds (a later one is a second close), with
-    the interrupt notice that record holds after it (``run_end``)."""
+    """``run_end`` over the replay rows in the store (``Bridge.add_durable_end``): one node's events (committed at
+    start, before the bridge loads the runs it left open), and each source's frames. A phone may have got this
+    end though the core's store had not committed it when its node died, the stream losing it too (chaos seed
+    2103, the run closed again). The first end any of them holds (a later one is a second close), with the
+    interrupt notice that record holds after it (``run_end``)."""
     ends = [run_end((bytes(b) for (b,) in store.query("SELECT body FROM loomi_events ORDER BY n")), run_id)]
     ends += [run_end(tails, run_id) for tails in frames_by_source(store).values()]
     return min((e for e in ends if e is not None), key=lambda e: e.ts, default=None)

@@ -14,6 +14,7 @@ import collections
 import itertools
 import sqlite3
 import threading
+import time
 from typing import Any, Callable, Optional
 
 
@@ -45,15 +46,22 @@ _MARK_SQL = "INSERT OR REPLACE INTO loomi_marks(source, message_id, run_id, upto
 _MARKS_SQL = _values("INSERT OR REPLACE INTO loomi_marks(source, message_id, run_id, upto, ts)", 5, ROWS_BIG)
 
 
-def mark_sql(source: str, marks: list[tuple], kept_ts: float, sweep: bool = True) -> list[tuple[str, tuple]]:
+MARK_KEEP = 600.0  # s a mark is kept past its source's rows (the runs a restart closes later: ``mark_sql``)
+
+
+def mark_sql(source: str, marks: list[tuple], kept_ts: float, sweep: bool = True,
+             now: Optional[float] = None) -> list[tuple[str, tuple]]:
     """The statements of a prune that keep the marks of ``source`` (runtexts.py ``marks``: message id, run id,
     upto, ts) beside its frames: the new ones, and (``sweep``) none older than its oldest frame kept
-    (``kept_ts``) nor of a source gone. A mark older than the rows is never used (journal.py ``stored_run_text``
-    needs its delta in the rows), so the deletes only bound the table: at every prune, their index scan was
-    about 7 rows fetched per prune, 50,000 in a 3-node scale bench (docs/performance.md)."""
+    (``kept_ts``) and ``MARK_KEEP`` s, nor of a source gone. A mark older than the rows is the last one of its
+    message (a source gives a new one before a prune deletes the delta of one that moved since): what went out
+    of it, counted by a node closing the run later (journal.py ``stored_run_text``; chaos seed 3310, swept with
+    the rows, a filler given twice). The deletes bound the table: one each ``SWEEP_EVERY`` prunes
+    (loomi_adapter/cluster.py; at every prune, 50,000 rows fetched in a 3-node scale bench: docs/performance.md)."""
     out = [(_MARK_SQL, (source, *mark)) for mark in marks]
     if sweep:
-        out.append(("DELETE FROM loomi_marks WHERE source=? AND ts<?", (source, kept_ts)))
+        old = min(kept_ts, (time.time() if now is None else now) - MARK_KEEP)
+        out.append(("DELETE FROM loomi_marks WHERE source=? AND ts<?", (source, old)))
         out.append(("DELETE FROM loomi_marks WHERE source NOT IN (SELECT source FROM loomi_sources)", ()))
     return out
 

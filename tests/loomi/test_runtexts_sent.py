@@ -92,4 +92,9 @@ def test_exact_counts_past_the_drafts_or_a_marks_own_delta_only():
     marked = Store(("tok " * 20, 9.0), [("a:1", 40, 3.0)])  # a mark: 40 characters up to the delta of 3.0
     assert stored_run_text(marked, "r", exact=("m", text)) == "tok " * 10 + "t"
     assert stored_run_text(Store(("tok " * 20, 9.0), [("a:1", 40, 2.5)]), "r", exact=("m", text)) is None
-    assert stored_run_text(Store(("tok " * 20, 9.0), [("b:2", 40, 3.0)]), "r", exact=("m", text)) is None
+    # a mark whose delta its source's rows no longer hold, nor any delta of the run after it: they were pruned past
+    # it, and it is of the last delta that source rendered (a new mark comes before a prune deletes the delta of one
+    # that moved since). What went out there, alone (chaos seed 3310: swept, then not counted, a filler twice)
+    assert stored_run_text(Store(("tok " * 20, 9.0), [("b:2", 40, 3.0)]), "r", exact=("m", text)) == "tok " * 10
+    assert stored_run_text(Store(("tok " * 20, 9.0), [("a:1", 48, 5.0)]), "r", exact=("m", text)) == "tok " * 12
+    assert stored_run_text(Store(("tok " * 20, 9.0), [("b:2", 99, 3.0)]), "r", exact=("m", text)) is None  # past it
