@@ -113,6 +113,20 @@ def _initdb_once(bindir: str, as_user: list[str]) -> str:
     return _INITDB[bindir]
 
 
+LIVE: set = set()  # the engines started and not stopped yet (``stop_live``)
+
+
+def stop_live() -> None:
+    """Stop every engine still running: a test past its limit is about to end the process (tests/hangs.py, at
+    pytest-timeout's ``os._exit`` no fixture's teardown runs), and a server daemonized (``pg_ctl``) or a child
+    left behind would outlive it, holding its port and memory for good."""
+    for engine in list(LIVE):
+        try:
+            engine.stop()
+        except Exception:  # noqa: BLE001  (a last resort: stop what can be stopped)
+            pass
+
+
 class Postgres:
     """One private PostgreSQL server; ``new_database()`` gives each test a database of its own."""
 
@@ -133,6 +147,7 @@ class Postgres:
         # a copy of one initdb'd cluster per test process (0.4 s against initdb's 1.1 s, for each module's server)
         self._run("cp", "-a", _initdb_once(self.bindir, self.as_user), data)
         opts = f"-k {self.dir} -p {self.port} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200"
+        LIVE.add(self)
         self._run(os.path.join(self.bindir, "pg_ctl"), "-D", data, "-l", os.path.join(self.dir, "log"), "-w",
                   "-t", "60", "-o", opts, "start")  # fmt: skip
         return self
@@ -158,6 +173,7 @@ class Postgres:
                   "-t", "60", "-o", opts, "start")  # fmt: skip
 
     def stop(self) -> None:
+        LIVE.discard(self)
         try:
             self._run(os.path.join(self.bindir, "pg_ctl"), "-D", os.path.join(self.dir, "data"), "-m", "immediate",
                       "-w", "stop")  # fmt: skip
@@ -186,6 +202,7 @@ class Redis:
              "--appendonly", "no", "--protected-mode", "no"],  # fmt: skip
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
+        LIVE.add(self)
         _wait_port(self.port, self.proc, "redis-server")
         return self
 
@@ -214,6 +231,7 @@ class Redis:
         self.start()
 
     def stop(self) -> None:
+        LIVE.discard(self)
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=10)

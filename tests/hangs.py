@@ -56,13 +56,25 @@ def dump(nodeid: str, limit: float, out=None) -> None:
     out.flush()
 
 
+def _end(nodeid: str, limit: float) -> None:
+    """The dump, then what the process started stopped: pytest-timeout ends it with ``os._exit`` (no fixture's
+    teardown), and a PostgreSQL daemonized by ``pg_ctl``, a Redis or a bridge process left running would outlive
+    it for good, holding ports, memory and CPU (orphans after hangs on the test loop's machine)."""
+    dump(nodeid, limit)
+    from tests.engines import stop_live
+    from tests.hardening.proc import kill_made
+
+    kill_made()
+    stop_live()
+
+
 @pytest.hookimpl(tryfirst=True, optionalhook=True)
 def pytest_timeout_set_timer(item, settings):
     """Beside pytest-timeout's timer (this returns None: its own is still set), one that dumps first."""
     limit = float(settings.timeout or 0)
     if limit > AHEAD:
         started = time.monotonic()
-        timer = threading.Timer(limit - AHEAD, lambda: dump(item.nodeid, time.monotonic() - started))
+        timer = threading.Timer(limit - AHEAD, lambda: _end(item.nodeid, time.monotonic() - started))
         timer.daemon = True
         timer.start()
         item._hang_timer = timer

@@ -16,6 +16,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import weakref
 from typing import Optional
 
 from bench.proc import ProcWatch, admin_headers_for, note_admin_key, raise_fd_limit  # noqa: F401 (re-exported)
@@ -51,6 +52,17 @@ def write_toml(path: str, sections: dict) -> None:
         f.write("\n".join(lines) + "\n")
 
 
+MADE: "weakref.WeakSet[BridgeProcess]" = weakref.WeakSet()  # every bridge process made (``kill_made``)
+
+
+def kill_made() -> None:
+    """Kill every bridge process still running (tests/hangs.py: the test process is about to end, its fixtures'
+    teardown with it, and a child left running would serve on for good)."""
+    for p in list(MADE):
+        if p.alive:
+            p.proc.kill()
+
+
 class BridgeProcess:
     """One bridge server process (restartable on the same data directory)."""
 
@@ -63,6 +75,7 @@ class BridgeProcess:
         log_level: str = "INFO",
         extra_args: Optional[list] = None,
     ):
+        MADE.add(self)
         self.base = base
         self.data_dir = os.path.join(base, "data")
         self.log_dir = os.path.join(base, "logs")
