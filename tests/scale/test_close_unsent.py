@@ -100,13 +100,13 @@ def _lvmh(proc) -> Rest:
     return Rest(f"http://127.0.0.1:{proc.ports['lvmh']}", LVMH_TOKEN)
 
 
-async def _proxied(tmp_path, engines, name: str) -> tuple:
+async def _proxied(tmp_path, engines, name: str, adapters: str = ADAPTERS) -> tuple:
     """Node ``name`` started with its bus through a ``_HoldNaming`` proxy (on this loop: started in a thread)."""
     store, bus = engines
     url = urllib.parse.urlsplit(bus)
     proxy = _HoldNaming(url.port)
     via = urllib.parse.urlunsplit(url._replace(netloc=f"{url.netloc.rsplit(':', 1)[0]}:{await proxy.start()}"))
-    node = BridgeProcess(str(tmp_path / name), adapters=ADAPTERS,
+    node = BridgeProcess(str(tmp_path / name), adapters=adapters,
                          extra_args=["--store", store, "--bus", via, "--node-id", name])  # fmt: skip
     await asyncio.to_thread(node.start)
     return proxy, node
