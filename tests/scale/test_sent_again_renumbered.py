@@ -78,3 +78,5 @@ async def test_an_event_sent_again_after_a_loss_is_shown_once_to_a_phone_moving_
         deaf.cut()
         await r.aclose()
         await close_all()
+        for node in (n1, n2):  # (started here, not by the fixture)
+            await asyncio.to_thread(node.stop)
