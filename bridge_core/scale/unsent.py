@@ -175,11 +175,12 @@ class Unsent:
 
 
 def reached_close(store: Any, run: str) -> list:
-    """The forms of a close of ``run`` that other nodes delivered, as their records (``folded``) hold them, in
-    publish order; [] unless its end is among them. A restart's close goes out on the bus before its rows commit:
-    a kill -9 while they wait (a PostgreSQL restart), then Redis losing its keys, left it in no store and no stream,
-    every other node and their clients having it, and the next life closed the run again with its older draft
-    (chaos seed 3409: ``event_twice``, ``nodes_disagree``). The records are that close (``Cluster.read_end``)."""
+    """The forms of a close of ``run`` that other nodes delivered, as their records (``folded``) hold them, in the
+    order a restart folds them (``_ORDER``); [] unless its end is among them. A restart's close goes out on the bus
+    before its rows commit: a kill -9 while they wait (a PostgreSQL restart), then Redis losing its keys, left it in
+    no store and no stream, every other node and their clients having it, and the next life closed the run again
+    with its older draft (chaos seed 3409: ``event_twice``, ``nodes_disagree``). The records are that close
+    (``Cluster.read_end``)."""
     forms: dict = {}
     for _, value in store.query("SELECT key, value FROM settings WHERE key LIKE ?", (f"{REACHED}{run}:%",)):
         try:
@@ -191,10 +192,13 @@ def reached_close(store: Any, run: str) -> list:
     if not any(f["event"] == "RunFinished" and f.get("run_id") == run for f in forms.values()):
         return []
     log.warning("run %s: its close read back from the other nodes' records (the store and the stream lack it)", run)
-    return sorted(forms.values(), key=lambda f: (f["ts"], _ORDER.get(f["event"], 0)))
+    return sorted(forms.values(), key=lambda f: (_ORDER.get(f["event"], 0), f["ts"]))
 
 
-# a close's forms in the order ``Bridge.interrupt`` publishes them (``reached_close``: those of one ts)
+# a close's forms in the order a restart folds a close read back from the stream (``Cluster.read_end``): its
+# decisions' resolutions, its completion, its end, its notice. Not by ts: the end is made first (its ts the
+# oldest) and published after the rest (``Bridge.close_run``); folded first, it closed the run before its
+# completion was written, and the store kept the older draft (the test loop, tests/scale/test_close_reached_only.py)
 _ORDER = {"MessageCompleted": 1, "RunFinished": 2, "Notification": 3}
 
 

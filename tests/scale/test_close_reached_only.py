@@ -2,9 +2,10 @@
 ``nodes_disagree``, ``transcript_contradicts_client``; bridge_core/scale/unsent.py ``reached_close``,
 docs/scale-out.md "A close only the other nodes kept").
 
-n1 streams a run and is killed -9; its restart closes the run as interrupted with the text the stream's last
-delta holds, every node folds that close and n2's client gets it, but n1's writes of it wait (the test's
-transaction holds the run's message row) and n1 is killed again; then Redis loses its keys. The close is in no
+n1 streams a run, its draft saves held (the test's transaction holds the run's message row) while the stream goes
+on, and is killed -9; its restart closes the run as interrupted with the text the stream's last delta holds,
+longer than the saved draft; every node folds that close and n2's client gets it, but n1's writes of it wait on
+the same row, and n1 is killed again; then Redis loses its keys. The close is in no
 store and no stream: only n2 delivered it. Before, n1's next life found the run open and closed it a second time,
 with its saved draft (older, shorter): a second end on n2's client, and n1 and the store holding another text than
 n2. Now n2's record of each form of the close it delivered holds the form, and n1's next life ends the run as
@@ -32,8 +33,18 @@ async def test_a_close_only_the_other_nodes_delivered_is_not_made_again(serve_no
             return row is not None and len(row[0].split()) >= 2 and (await run_row(reads, run_id)) is not None
 
         await until(saved, 15, "the run's row and a saved draft")
+        # n1's next draft saves wait, then its restart's close rows: the close's text (the stream's last delta) goes
+        # past the saved draft, as in the chaos run (three words against one)
+        await pair.hold("SELECT 1 FROM messages WHERE message_id=%s FOR UPDATE", (draft,))
+        cur = await reads.execute("SELECT text FROM messages WHERE message_id=%s", (draft,))
+        old = (await cur.fetchone())[0]
+
+        def streamed() -> int:  # the words of the run's message n2's client got (a draft is the text so far)
+            return max((len(f["text"].split()) for f in a2.conn_frames
+                        if f["type"] == "message.delta" and f.get("message_id") == draft), default=0)  # fmt: skip
+
+        await a2.wait_until(lambda: streamed() >= len(old.split()) + 3, 15)
         n1.kill9()
-        await pair.hold("SELECT 1 FROM messages WHERE message_id=%s FOR UPDATE", (draft,))  # the close's rows wait
         n1.start()
         end = await a2.wait_frame(lambda f: f["type"] == "run.finished" and f.get("run_id") == run_id, 45)
         assert end["status"] == "failed", end
@@ -68,6 +79,7 @@ async def test_a_close_only_the_other_nodes_delivered_is_not_made_again(serve_no
         await a2.wait_frame(lambda f: f["type"] == "run.finished" and f.get("run_id") == after, 15)
         ends = [f["status"] for f in a2.conn_frames if f["type"] == "run.finished" and f.get("run_id") == run_id]
         assert ends == ["failed"], ends  # once
+        assert len(text.split()) > len(old.split()), (text, old)  # (the close went past the saved draft)
         cur = await reads.execute("SELECT text FROM messages WHERE message_id=%s", (draft,))
         assert (await cur.fetchone())[0] == text  # the store holds the text n2's client got
 

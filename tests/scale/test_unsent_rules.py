@@ -227,8 +227,11 @@ async def test_records_whose_run_has_no_row_go_once_old(store, monkeypatch):
 async def test_a_close_only_other_nodes_delivered_is_read_back_from_their_records(store):
     """Chaos seed 3409: a restart's close went out and its rows never committed, then Redis lost it; the records of
     the nodes that delivered it hold it whole (``reached_close``): once each, in publish order, only while its end
-    is among them, only that run's."""
+    is among them, only that run's; in the order a restart folds a close (resolutions, completion, end, notice), not
+    by ts: the end is made first and published after the others (``Bridge.close_run``), so its ts is the oldest, and
+    folded first it closed the run before the completion was written (the store kept the older draft)."""
     forms = [{**f, CLOSE: RUN} for f in _close()]
+    forms[2]["ts"] = forms[0]["ts"] - 0.001  # (as Bridge.interrupt makes them)
     other = [{**f, CLOSE: "r2", "run_id": "r2"} for f in _close(2000.0)]
     n2, n3 = Unsent(store, "n2"), Unsent(store, "n3")
     for data in reversed(forms[:2]):  # (any order)
@@ -239,5 +242,5 @@ async def test_a_close_only_other_nodes_delivered_is_read_back_from_their_record
     for data in forms:
         n3.folded(data, "n1")
     await store.synced()
-    assert unsent_module.reached_close(store, RUN) == forms
+    assert unsent_module.reached_close(store, RUN) == [forms[1], forms[0], forms[2], forms[3]]
     assert unsent_module.reached_close(store, "r2") == [other[2]]
