@@ -98,6 +98,12 @@ async def reconnected(pair: Pair) -> PhebyApp:
     return pair.a1
 
 
+async def alike(pair: Pair) -> bool:
+    """Do both nodes show the conversation alike (its messages' ids and texts)? For ``until``."""
+    on_n1, on_n2 = (await pair.a1.open(pair.cid))["messages"], (await pair.a2.open(pair.cid))["messages"]
+    return [(m["message_id"], m["text"]) for m in on_n1] == [(m["message_id"], m["text"]) for m in on_n2]
+
+
 async def agreed(pair: Pair, run_id: str, text: str) -> list:
     """After n1's restart both nodes show the conversation alike, the run's message with ``text`` in it. Its
     (message_id, text) pairs as n1 shows them."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import redis.asyncio as aioredis
 
-from tests.scale.killed import pheby_pair, reconnected, run_row
+from tests.scale.killed import alike, pheby_pair, reconnected, run_row
 from tests.waiting import until
 
 
@@ -83,9 +83,5 @@ async def test_a_close_only_the_other_nodes_delivered_is_not_made_again(serve_no
         cur = await reads.execute("SELECT text FROM messages WHERE message_id=%s", (draft,))
         assert (await cur.fetchone())[0] == text  # the store holds the text n2's client got
 
-        async def agree() -> bool:
-            on_n1, on_n2 = (await a1.open(cid))["messages"], (await a2.open(cid))["messages"]
-            return [(m["message_id"], m["text"]) for m in on_n1] == [(m["message_id"], m["text"]) for m in on_n2]
-
-        await until(agree, 15, "both nodes show one transcript")
+        await until(lambda: alike(pair), 15, "both nodes show one transcript")
         assert (draft, text) in [(m["message_id"], m["text"]) for m in (await a1.open(cid))["messages"]]

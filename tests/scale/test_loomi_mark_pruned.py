@@ -26,6 +26,7 @@ import pytest
 
 from bridge_core.scale.cluster import JOIN_BACK
 from tests.conformance.loomi_client import LoomiApp, close_all
+from tests.scale.killed import run_row
 from tests.scale.phones import loomi_run, loomi_ws, pair_qr
 from tests.waiting import until
 
@@ -64,9 +65,8 @@ async def test_the_rest_of_a_run_a_phone_got_through_a_node_whose_rows_went_past
             os.kill(n2.proc.pid, signal.SIGCONT)
 
         async def closed() -> bool:
-            cur = await reads.execute("SELECT finished_at FROM runs WHERE run_id=%s", (run_id,))
-            row = await cur.fetchone()
-            return row is not None and row[0] is not None
+            row = await run_row(reads, run_id)
+            return row is not None and row[1] is not None
 
         await until(closed, 30, "the run closed by n1's next life")
         cur = await reads.execute("SELECT node_id FROM cluster_runs WHERE run_id=%s", (run_id,))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import redis.asyncio as aioredis
 
-from tests.scale.killed import pheby_pair, reconnected, run_row, until_stored
+from tests.scale.killed import alike, pheby_pair, reconnected, run_row, until_stored
 from tests.waiting import until
 
 
@@ -54,11 +54,7 @@ async def test_a_run_whose_start_the_store_and_the_stream_lost_is_closed_by_the_
 
         a1 = await reconnected(pair)
 
-        async def agree() -> bool:
-            on_n1, on_n2 = (await a1.open(cid))["messages"], (await a2.open(cid))["messages"]
-            return [(m["message_id"], m["text"]) for m in on_n1] == [(m["message_id"], m["text"]) for m in on_n2]
-
-        await until(agree, 15, "both nodes show one transcript")
+        await until(lambda: alike(pair), 15, "both nodes show one transcript")
         texts = [m["text"] for m in (await a1.open(cid))["messages"]]
         assert "/approve lost-everywhere" in texts, texts  # n1's transcript read it back at the run's end
         after = (await a1.chat(cid, "after the loss"))["run_id"]  # the conversation is free on every node
